@@ -1,0 +1,1 @@
+"""Clients of the services we call: embedding providers, the blob store."""

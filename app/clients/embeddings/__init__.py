@@ -1,0 +1,106 @@
+"""Embedding providers behind one `Embedder` protocol, chosen from Settings by `build_embedder`.
+
+    Embedder (protocol)
+    └── BaseEmbedder          empty input, vector checks, dimension learning, query LRU + single flight
+        ├── LocalEmbedder     all-MiniLM-L6-v2 int8 ONNX, in-process (the default)
+        └── HttpEmbedder      shared client, batching, bounded concurrency, retries
+            ├── OpenAIEmbedder     (and any OpenAI-compatible server)
+            │   └── AzureEmbedder
+            ├── OllamaEmbedder
+            └── TEIEmbedder
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from app.clients.embeddings.base import BaseEmbedder, Embedder, QueryCache, plan_batches
+from app.clients.embeddings.http import (
+    OPENAI_DEFAULT_BASE_URL,
+    AzureEmbedder,
+    HttpEmbedder,
+    OllamaEmbedder,
+    OpenAIEmbedder,
+    TEIEmbedder,
+    build_http_client,
+    parse_retry_after,
+)
+from app.clients.embeddings.local import LOCAL_DIMENSIONS, LocalEmbedder, MiniLMRuntime
+from app.config import Settings
+from app.errors import ConfigError
+
+__all__ = [
+    "LOCAL_DIMENSIONS",
+    "AzureEmbedder",
+    "BaseEmbedder",
+    "Embedder",
+    "HttpEmbedder",
+    "LocalEmbedder",
+    "MiniLMRuntime",
+    "OllamaEmbedder",
+    "OpenAIEmbedder",
+    "QueryCache",
+    "TEIEmbedder",
+    "build_embedder",
+    "build_http_client",
+    "parse_retry_after",
+    "plan_batches",
+]
+
+
+def build_embedder(settings: Settings, *, http_client: httpx.AsyncClient | None = None) -> Embedder:
+    """The embedder the settings ask for; HTTP providers use `http_client` when given (not closed by us)."""
+    provider = settings.provider
+    if provider == "local":
+        return LocalEmbedder(
+            model=settings.model,
+            dimensions=settings.embeddings_dimensions,
+            threads=settings.local_embeddings_threads,
+            batch_size=settings.embedding_batch_size,
+            batch_max_chars=settings.embedding_batch_max_chars,
+            cache_size=settings.query_embedding_cache_size,
+        )
+    common: dict[str, Any] = {
+        "model": settings.model,
+        "dimensions": settings.embeddings_dimensions,
+        "client": http_client,
+        "timeout_s": settings.embedding_timeout_s,
+        "max_retries": settings.embedding_max_retries,
+        "batch_size": settings.embedding_batch_size,
+        "batch_max_chars": settings.embedding_batch_max_chars,
+        "concurrency": settings.embedding_concurrency,
+        "cache_size": settings.query_embedding_cache_size,
+    }
+    if provider == "openai":
+        # rag_api applies RAG_OPENAI_PROXY to OpenAI only; a passed-in client brings its own transport.
+        return OpenAIEmbedder(
+            base_url=settings.openai_base_url or OPENAI_DEFAULT_BASE_URL,
+            api_key=settings.openai_api_key,
+            proxy=settings.openai_proxy,
+            **common,
+        )
+    if provider == "azure":
+        if not settings.azure_endpoint or not settings.azure_api_key:
+            raise ConfigError(
+                "EMBEDDINGS_PROVIDER=azure needs RAG_AZURE_OPENAI_ENDPOINT and RAG_AZURE_OPENAI_API_KEY"
+            )
+        return AzureEmbedder(
+            endpoint=settings.azure_endpoint,
+            api_key=settings.azure_api_key,
+            api_version=settings.azure_api_version,
+            **common,
+        )
+    if provider == "ollama":
+        return OllamaEmbedder(base_url=settings.ollama_base_url, **common)
+    if provider == "huggingfacetei":
+        url = settings.model
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(
+                "EMBEDDINGS_PROVIDER=huggingfacetei needs EMBEDDINGS_MODEL to be the TEI server URL "
+                "(e.g. http://huggingfacetei:3000)"
+            )
+        common.pop("model")
+        return TEIEmbedder(url=url, token=settings.hf_token, **common)
+    raise ConfigError(f"Unknown EMBEDDINGS_PROVIDER: {provider}")

@@ -1,0 +1,209 @@
+"""What every embedder shares: the protocol, vector checks, batching and the query cache."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from app.errors import EmbeddingProviderError
+
+logger = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into float32 vectors; one instance per process, shared by every request."""
+
+    provider: str
+    model: str
+
+    @property
+    def dimensions(self) -> int | None:
+        """EMBEDDINGS_DIMENSIONS when set, else the dimension learned from the first reply."""
+        ...
+
+    async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors of `texts`, shape (n, d), float32, in input order."""
+        ...
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        """Vector of one query, shape (d,), float32, from an LRU cache when seen before."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release the clients and threads the embedder owns."""
+        ...
+
+
+def plan_batches(texts: Sequence[str], max_count: int, max_chars: int) -> list[tuple[int, int]]:
+    """Split `texts` into contiguous [start, end) slices of at most `max_count` texts and `max_chars`.
+
+    A text longer than `max_chars` on its own still gets a slice (the provider truncates or rejects it).
+    """
+    if max_count < 1 or max_chars < 1:
+        raise ValueError("max_count and max_chars must be positive")
+    slices: list[tuple[int, int]] = []
+    start, chars = 0, 0
+    for i, text in enumerate(texts):
+        size = len(text)
+        if i > start and (i - start >= max_count or chars + size > max_chars):
+            slices.append((start, i))
+            start, chars = i, 0
+        chars += size
+    if start < len(texts):
+        slices.append((start, len(texts)))
+    return slices
+
+
+async def gather_or_cancel(aws: Sequence[Awaitable[Any]]) -> list[Any]:
+    """Like `asyncio.gather`, but the first failure cancels the rest (no orphaned requests)."""
+    tasks = [asyncio.ensure_future(aw) for aw in aws]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+class QueryCache:
+    """A small LRU of query vectors, stored read-only so that no caller can corrupt an entry."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self._items: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+
+    def get(self, key: tuple[str, str]) -> np.ndarray | None:
+        """The cached vector for `key`, refreshed as most recently used, or None."""
+        vector = self._items.get(key)
+        if vector is not None:
+            self._items.move_to_end(key)
+        return vector
+
+    def put(self, key: tuple[str, str], vector: np.ndarray) -> None:
+        """Store `vector`, evicting the least recently used entries beyond the limit."""
+        if self.max_entries <= 0:
+            return
+        vector.flags.writeable = False
+        self._items[key] = vector
+        self._items.move_to_end(key)
+        while len(self._items) > self.max_entries:
+            self._items.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def clear(self) -> None:
+        """Forget every entry."""
+        self._items.clear()
+
+
+class BaseEmbedder:
+    """Shared behaviour: the empty case, vector checks, dimension learning and the query cache."""
+
+    provider: str
+    model: str
+    # Name used in error details ("The embedding provider ..." vs "The local embedding model ...").
+    _who: str = "The embedding provider"
+
+    def __init__(self, *, provider: str, model: str, dimensions: int | None, cache_size: int) -> None:
+        self.provider = provider
+        self.model = model
+        self._configured_dims = dimensions
+        self._learned_dims: int | None = None
+        self._cache = QueryCache(cache_size)
+        self._inflight: dict[tuple[str, str], asyncio.Future[np.ndarray]] = {}
+
+    @property
+    def dimensions(self) -> int | None:
+        """EMBEDDINGS_DIMENSIONS when set, else the dimension learned from the first reply."""
+        return self._configured_dims or self._learned_dims
+
+    async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors of `texts`, shape (n, d), float32, in input order; no call for an empty list."""
+        if isinstance(texts, str):
+            raise TypeError("embed_documents takes a sequence of texts, not one string")
+        items = list(texts)
+        if not items:
+            return np.zeros((0, self.dimensions or 0), dtype=np.float32)
+        return await self._embed_documents(items)
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        """Vector of one query (d,); cached, and concurrent identical misses share one computation."""
+        key = (self.model, text)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        future = self._inflight.get(key)
+        if future is None:
+            future = asyncio.ensure_future(self._compute_query(text))
+            self._inflight[key] = future
+            future.add_done_callback(functools.partial(self._query_done, key))
+        # shield: one waiter being cancelled must not cancel the computation the others wait on
+        return await asyncio.shield(future)
+
+    def _query_done(self, key: tuple[str, str], future: asyncio.Future[np.ndarray]) -> None:
+        self._inflight.pop(key, None)
+        if future.cancelled():
+            return
+        # retrieving the exception marks it handled even when every waiter was cancelled
+        if future.exception() is None:
+            self._cache.put(key, future.result())
+
+    async def _compute_query(self, text: str) -> np.ndarray:
+        vector = (await self._embed_query(text))[0]
+        vector = np.ascontiguousarray(vector, dtype=np.float32)
+        vector.flags.writeable = False
+        return vector
+
+    async def aclose(self) -> None:
+        """Release resources (subclasses extend)."""
+        for future in list(self._inflight.values()):
+            future.cancel()
+        self._cache.clear()
+
+    # --- for subclasses -------------------------------------------------------------------------
+    async def _embed_documents(self, texts: list[str]) -> np.ndarray:
+        raise NotImplementedError
+
+    async def _embed_query(self, text: str) -> np.ndarray:
+        """Shape (1, d); subclasses may route queries through a faster lane."""
+        return await self._embed_documents([text])
+
+    def _accept(self, vectors: np.ndarray, expected_rows: int) -> np.ndarray:
+        """Check a reply's shape, dimension and values; learn the dimension from the first one."""
+        if vectors.ndim != 2:
+            raise EmbeddingProviderError(f"{self._who} returned malformed vectors", retryable=False)
+        if vectors.shape[0] != expected_rows:
+            raise EmbeddingProviderError(
+                f"{self._who} returned {vectors.shape[0]} vectors for {expected_rows} texts",
+                retryable=False,
+            )
+        dims = int(vectors.shape[1])
+        if dims == 0:
+            raise EmbeddingProviderError(f"{self._who} returned empty vectors", retryable=False)
+        if self._configured_dims is not None and dims != self._configured_dims:
+            raise EmbeddingProviderError(
+                f"{self._who} returned vectors of {dims} dimensions, but EMBEDDINGS_DIMENSIONS is "
+                f"{self._configured_dims}",
+                retryable=False,
+            )
+        if self._learned_dims is not None and dims != self._learned_dims:
+            raise EmbeddingProviderError(
+                f"{self._who} returned vectors of {dims} dimensions, but earlier replies had "
+                f"{self._learned_dims}; check EMBEDDINGS_MODEL",
+                retryable=False,
+            )
+        if not np.isfinite(vectors).all():
+            raise EmbeddingProviderError(f"{self._who} returned non-finite values", retryable=False)
+        if self._learned_dims is None:
+            self._learned_dims = dims
+            logger.info("Embedding dimension of %s/%s: %d", self.provider, self.model, dims)
+        return np.ascontiguousarray(vectors, dtype=np.float32)

@@ -1,0 +1,348 @@
+"""Embedding providers reached over HTTP: OpenAI-compatible, Azure OpenAI, Ollama and HF TEI.
+
+One shared `httpx.AsyncClient`; batches split by count and characters, sent with bounded concurrency,
+retried with exponential backoff and jitter on connect errors, timeouts, 408, 429 and 5xx (honouring
+`Retry-After`), and reassembled in input order. Error details are ours: never a provider body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import email.utils
+import logging
+import math
+import random
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import numpy as np
+
+from app.clients.embeddings.base import BaseEmbedder, gather_or_cancel, plan_batches
+from app.errors import EmbeddingProviderError
+
+logger = logging.getLogger(__name__)
+
+OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_HTTP_BATCH_SIZE = 200
+
+
+class _Unreadable(Exception):
+    """A 2xx reply whose body is not what the provider's protocol promises."""
+
+
+def is_retryable_status(status: int) -> bool:
+    """True for statuses that may clear on their own: 408, 429 and every 5xx."""
+    return status in (408, 429) or 500 <= status <= 599
+
+
+def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a `Retry-After` header (delta-seconds or HTTP date), or None."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - (now or datetime.now(UTC))).total_seconds()
+    if not math.isfinite(seconds):
+        return None
+    return max(0.0, seconds)
+
+
+def build_http_client(
+    *, timeout_s: float, proxy: str | None = None, max_connections: int = 64
+) -> httpx.AsyncClient:
+    """An `httpx.AsyncClient` suited to embedding calls (no redirects, bounded pool)."""
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
+        limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=16),
+        proxy=proxy,
+        follow_redirects=False,
+    )
+
+
+class HttpEmbedder(BaseEmbedder):
+    """The transport shared by HTTP providers; subclasses define the request and the reply shape."""
+
+    default_batch_size = DEFAULT_HTTP_BATCH_SIZE
+    # Hints appended to error details, naming the settings an operator should look at.
+    model_hint = "check EMBEDDINGS_MODEL"
+    auth_hint = "check the API key"
+    url_hint = "check the provider URL"
+
+    def __init__(
+        self,
+        *,
+        provider: str,
+        model: str,
+        dimensions: int | None = None,
+        client: httpx.AsyncClient | None = None,
+        proxy: str | None = None,
+        timeout_s: float = 60.0,
+        max_retries: int = 4,
+        batch_size: int = 0,
+        batch_max_chars: int = 200_000,
+        concurrency: int = 4,
+        cache_size: int = 1024,
+        backoff_base_s: float = 0.5,
+        backoff_max_s: float = 8.0,
+        retry_after_max_s: float = 30.0,
+    ) -> None:
+        super().__init__(provider=provider, model=model, dimensions=dimensions, cache_size=cache_size)
+        self._owns_client = client is None
+        self._client = client or build_http_client(
+            timeout_s=timeout_s, proxy=proxy, max_connections=max(16, 2 * concurrency + 4)
+        )
+        self._timeout_s = timeout_s
+        self._timeout = httpx.Timeout(timeout_s, connect=min(10.0, timeout_s))
+        self._max_retries = max_retries
+        self._batch_size = batch_size or self.default_batch_size
+        self._batch_max_chars = batch_max_chars
+        self._backoff_base_s = backoff_base_s
+        self._backoff_max_s = backoff_max_s
+        self._retry_after_max_s = retry_after_max_s
+        # Batches share one bound; queries get their own lane so a search never waits behind an ingest.
+        self._batch_slots = asyncio.Semaphore(concurrency)
+        self._query_slots = asyncio.Semaphore(concurrency)
+
+    # --- protocol, per provider ---------------------------------------------------------------
+    def _request(self, texts: list[str]) -> tuple[str, dict[str, str], dict[str, Any]]:
+        """URL, headers and JSON body of one embedding request."""
+        raise NotImplementedError
+
+    def _parse(self, payload: Any, count: int) -> Any:
+        """The rows of vectors in a reply (raise _Unreadable, KeyError, TypeError... when malformed)."""
+        raise NotImplementedError
+
+    # --- embedding ----------------------------------------------------------------------------
+    async def _embed_documents(self, texts: list[str]) -> np.ndarray:
+        slices = plan_batches(texts, self._batch_size, self._batch_max_chars)
+        if len(slices) == 1:
+            return await self._run_batch(texts, self._batch_slots)
+        parts = await gather_or_cancel(
+            [self._run_batch(texts[start:end], self._batch_slots) for start, end in slices]
+        )
+        return np.concatenate(parts, axis=0)
+
+    async def _embed_query(self, text: str) -> np.ndarray:
+        return await self._run_batch([text], self._query_slots)
+
+    async def _run_batch(self, texts: list[str], slots: asyncio.Semaphore) -> np.ndarray:
+        # OpenAI and TEI reject an empty string outright; a space embeds to (nearly) the same thing.
+        wire_texts = [text if text else " " for text in texts]
+        async with slots:
+            payload = await self._post(wire_texts)
+        try:
+            rows = self._parse(payload, len(texts))
+            vectors = np.asarray(rows, dtype=np.float32)
+        except (_Unreadable, KeyError, IndexError, TypeError, ValueError, AttributeError):
+            raise EmbeddingProviderError(
+                "The embedding provider returned an unreadable response", retryable=False
+            ) from None
+        return self._accept(vectors, len(texts))
+
+    async def _post(self, texts: list[str]) -> Any:
+        url, headers, body = self._request(texts)
+        attempts = self._max_retries + 1
+        for attempt in range(1, attempts + 1):
+            wait: float | None = None
+            try:
+                response = await self._client.post(url, json=body, headers=headers, timeout=self._timeout)
+            except httpx.TimeoutException:
+                error = EmbeddingProviderError(
+                    f"The embedding provider did not answer within {self._timeout_s:g} s", retryable=True
+                )
+                reason = "timeout"
+            except (httpx.UnsupportedProtocol, httpx.InvalidURL):
+                raise EmbeddingProviderError(
+                    f"The embedding provider URL is invalid; {self.url_hint}", retryable=False
+                ) from None
+            except httpx.TransportError as exc:
+                error = EmbeddingProviderError(
+                    f"Could not reach the embedding provider; {self.url_hint}", retryable=True
+                )
+                reason = type(exc).__name__
+            else:
+                status = response.status_code
+                if 200 <= status <= 299:
+                    try:
+                        return response.json()
+                    except ValueError:
+                        raise EmbeddingProviderError(
+                            "The embedding provider returned an unreadable response", retryable=False
+                        ) from None
+                if not is_retryable_status(status):
+                    raise self._rejected(status)
+                what = "is rate limiting requests" if status == 429 else "is unavailable"
+                error = EmbeddingProviderError(
+                    f"The embedding provider {what} (HTTP {status})", retryable=True
+                )
+                reason = f"HTTP {status}"
+                retry_after = parse_retry_after(response.headers.get("retry-after"))
+                if retry_after is not None:
+                    wait = min(retry_after, self._retry_after_max_s)
+            if attempt >= attempts:
+                if attempts > 1:
+                    error = EmbeddingProviderError(f"{error.detail}; gave up after {attempts} attempts",
+                                                   retryable=True)
+                raise error
+            if wait is None:
+                wait = self._backoff(attempt)
+            logger.warning(
+                "Embedding request to %s failed (%s); retry %d of %d in %.2f s",
+                self.provider, reason, attempt, self._max_retries, wait,
+            )
+            await asyncio.sleep(wait)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _backoff(self, attempt: int) -> float:
+        """Exponential backoff with jitter, so clients that failed together do not retry together."""
+        ceiling = min(self._backoff_max_s, self._backoff_base_s * 2 ** (attempt - 1))
+        return ceiling * (0.5 + random.random() / 2)  # noqa: S311 - jitter, not cryptography
+
+    def _rejected(self, status: int) -> EmbeddingProviderError:
+        if status in (401, 403):
+            detail = f"The embedding provider refused our credentials (HTTP {status}); {self.auth_hint}"
+        elif status == 413:
+            detail = (
+                "The embedding provider rejected the batch as too large (HTTP 413); lower "
+                "EMBEDDING_BATCH_SIZE or EMBEDDING_BATCH_MAX_CHARS"
+            )
+        else:
+            detail = f"The embedding provider rejected the request (HTTP {status}); {self.model_hint}"
+        return EmbeddingProviderError(detail, retryable=False)
+
+    async def aclose(self) -> None:
+        """Close the HTTP client when we created it (a passed-in client belongs to the caller)."""
+        await super().aclose()
+        if self._owns_client:
+            await self._client.aclose()
+
+
+def _float_rows(items: list[Any]) -> list[Any]:
+    """Vectors from OpenAI-style items: float lists, or base64 little-endian float32 strings."""
+    rows: list[Any] = []
+    for item in items:
+        embedding = item["embedding"]
+        if isinstance(embedding, str):
+            try:
+                embedding = np.frombuffer(base64.b64decode(embedding, validate=True), dtype="<f4")
+            except (binascii.Error, ValueError):
+                raise _Unreadable from None
+        rows.append(embedding)
+    return rows
+
+
+class OpenAIEmbedder(HttpEmbedder):
+    """`POST {base}/embeddings`: OpenAI, and any OpenAI-compatible server (vLLM, LM Studio, ...)."""
+
+    model_hint = "check EMBEDDINGS_MODEL and RAG_OPENAI_BASEURL"
+    auth_hint = "check RAG_OPENAI_API_KEY"
+    url_hint = "check RAG_OPENAI_BASEURL"
+
+    def __init__(self, *, base_url: str = OPENAI_DEFAULT_BASE_URL, api_key: str | None = None,
+                 **kwargs: Any) -> None:
+        kwargs.setdefault("provider", "openai")
+        super().__init__(**kwargs)
+        self._url = base_url.rstrip("/") + "/embeddings"
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def _request(self, texts: list[str]) -> tuple[str, dict[str, str], dict[str, Any]]:
+        body: dict[str, Any] = {"model": self.model, "input": texts, "encoding_format": "float"}
+        if self._configured_dims is not None:
+            body["dimensions"] = self._configured_dims
+        return self._url, self._headers, body
+
+    def _parse(self, payload: Any, count: int) -> Any:
+        items = payload["data"]
+        if not isinstance(items, list):
+            raise _Unreadable
+        items = sorted(items, key=lambda item: int(item["index"]))
+        # indexes must be exactly 0..n-1: a reply that skips or repeats one cannot be put in order
+        if [int(item["index"]) for item in items] != list(range(len(items))):
+            raise _Unreadable
+        return _float_rows(items)
+
+
+class AzureEmbedder(OpenAIEmbedder):
+    """`POST {endpoint}/openai/deployments/{deployment}/embeddings`; the model is the deployment name."""
+
+    model_hint = (
+        "check EMBEDDINGS_MODEL (the deployment name), RAG_AZURE_OPENAI_ENDPOINT and "
+        "RAG_AZURE_OPENAI_API_VERSION"
+    )
+    auth_hint = "check RAG_AZURE_OPENAI_API_KEY"
+    url_hint = "check RAG_AZURE_OPENAI_ENDPOINT"
+
+    def __init__(self, *, endpoint: str, api_key: str, api_version: str, **kwargs: Any) -> None:
+        kwargs.setdefault("provider", "azure")
+        super().__init__(**kwargs)
+        self._url = (
+            f"{endpoint.rstrip('/')}/openai/deployments/{quote(self.model, safe='')}/embeddings"
+            f"?api-version={quote(api_version, safe='')}"
+        )
+        self._headers = {"api-key": api_key}
+
+    def _request(self, texts: list[str]) -> tuple[str, dict[str, str], dict[str, Any]]:
+        # Azure picks the model from the URL; older API versions reject unknown body fields.
+        body: dict[str, Any] = {"input": texts}
+        if self._configured_dims is not None:
+            body["dimensions"] = self._configured_dims
+        return self._url, self._headers, body
+
+
+class OllamaEmbedder(HttpEmbedder):
+    """`POST {OLLAMA_BASE_URL}/api/embed` with a list input."""
+
+    model_hint = "check EMBEDDINGS_MODEL (is the model pulled?)"
+    auth_hint = "check OLLAMA_BASE_URL"
+    url_hint = "check OLLAMA_BASE_URL"
+
+    def __init__(self, *, base_url: str, **kwargs: Any) -> None:
+        kwargs.setdefault("provider", "ollama")
+        super().__init__(**kwargs)
+        self._url = base_url.rstrip("/") + "/api/embed"
+
+    def _request(self, texts: list[str]) -> tuple[str, dict[str, str], dict[str, Any]]:
+        return self._url, {}, {"model": self.model, "input": texts}
+
+    def _parse(self, payload: Any, count: int) -> Any:
+        rows = payload["embeddings"]
+        if not isinstance(rows, list):
+            raise _Unreadable
+        return rows
+
+
+class TEIEmbedder(HttpEmbedder):
+    """Hugging Face text-embeddings-inference: `POST {url}/embed`; the URL is EMBEDDINGS_MODEL."""
+
+    # TEI refuses client batches above its --max-client-batch-size, 32 by default.
+    default_batch_size = 32
+    model_hint = "check EMBEDDINGS_MODEL (the TEI URL)"
+    auth_hint = "check HF_TOKEN"
+    url_hint = "check EMBEDDINGS_MODEL (the TEI URL)"
+
+    def __init__(self, *, url: str, token: str | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("provider", "huggingfacetei")
+        kwargs.setdefault("model", url)
+        super().__init__(**kwargs)
+        self._url = url.rstrip("/") + "/embed"
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    def _request(self, texts: list[str]) -> tuple[str, dict[str, str], dict[str, Any]]:
+        return self._url, self._headers, {"inputs": texts, "truncate": True}
+
+    def _parse(self, payload: Any, count: int) -> Any:
+        if not isinstance(payload, list):
+            raise _Unreadable
+        return payload

@@ -1,0 +1,316 @@
+"""Configuration: one typed Settings class, built once by `get_settings()`.
+
+Every field reads one or more environment variables. rag_api's names (`RAG_HOST`, `POSTGRES_DB`,
+`COLLECTION_NAME`, `CHUNK_SIZE`, ...) keep working through aliases; ours come after them. The README's
+configuration table lists every variable with its default, and `tests/unit/test_config_docs.py`
+fails when the two drift apart.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+from urllib.parse import quote, quote_plus
+
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from app.errors import ConfigError
+
+Provider = Literal["openai", "azure", "ollama", "huggingfacetei", "local"]
+
+# Model used when a provider is chosen but EMBEDDINGS_MODEL is not set (rag_api's defaults, plus ours).
+DEFAULT_MODELS: dict[str, str] = {
+    "openai": "text-embedding-3-small",
+    "azure": "text-embedding-3-small",
+    "ollama": "nomic-embed-text",
+    "huggingfacetei": "http://huggingfacetei:3000",
+    "local": "all-MiniLM-L6-v2",
+}
+
+
+def _env(*names: str) -> AliasChoices:
+    """Accept any of `names` (first wins) as the environment variable for a field."""
+    return AliasChoices(*names)
+
+
+def _csv(value: object) -> list[str]:
+    """Parse a comma-separated env value into a list of non-empty, stripped strings."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [str(v).strip() for v in value if str(v).strip()]
+    return [part.strip() for part in str(value).split(",") if part.strip()]
+
+
+CsvList = Annotated[list[str], NoDecode]
+
+
+class Settings(BaseSettings):
+    """All runtime settings of the service."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        populate_by_name=True,
+        case_sensitive=True,
+    )
+
+    # --- server -----------------------------------------------------------------------------
+    host: str = Field("0.0.0.0", validation_alias=_env("RAG_HOST"))
+    port: int = Field(8000, ge=1, le=65535, validation_alias=_env("RAG_PORT", "PORT"))
+    data_dir: Path = Field(Path("./data"), validation_alias=_env("DATA_DIR"))
+    debug: bool = Field(False, validation_alias=_env("DEBUG_RAG_API"))
+    console_json: bool = Field(False, validation_alias=_env("CONSOLE_JSON"))
+    cors_origins: CsvList = Field(default_factory=lambda: ["*"], validation_alias=_env("RAG_CORS_ORIGINS"))
+
+    # --- auth ---------------------------------------------------------------------------------
+    jwt_secret: str | None = Field(None, validation_alias=_env("JWT_SECRET"))
+    jwt_audience: str | None = Field(None, validation_alias=_env("RAG_JWT_AUDIENCE"))
+    allow_unauthenticated: bool = Field(False, validation_alias=_env("ALLOW_UNAUTHENTICATED"))
+    admin_user_ids: CsvList = Field(default_factory=list, validation_alias=_env("RAG_ADMIN_USER_IDS"))
+    delete_scope: Literal["owner", "caller"] = Field("owner", validation_alias=_env("DELETE_SCOPE"))
+    legacy_unowned_readable: bool = Field(False, validation_alias=_env("LEGACY_UNOWNED_READABLE"))
+
+    # --- database -----------------------------------------------------------------------------
+    database_url: str | None = Field(None, validation_alias=_env("DATABASE_URL"))
+    embedded_postgres: Literal["auto", "true", "false"] = Field(
+        "auto", validation_alias=_env("EMBEDDED_POSTGRES")
+    )
+    postgres_db: str = Field("mydatabase", validation_alias=_env("POSTGRES_DB"))
+    postgres_user: str = Field("myuser", validation_alias=_env("POSTGRES_USER"))
+    postgres_password: str = Field("mypassword", validation_alias=_env("POSTGRES_PASSWORD"))
+    db_host: str | None = Field(None, validation_alias=_env("DB_HOST"))
+    db_port: int = Field(5432, validation_alias=_env("DB_PORT"))
+    postgres_use_unix_socket: bool = Field(False, validation_alias=_env("POSTGRES_USE_UNIX_SOCKET"))
+    collection_name: str = Field("testcollection", min_length=1, validation_alias=_env("COLLECTION_NAME"))
+    db_pool_min_size: int = Field(1, ge=0, validation_alias=_env("DB_POOL_MIN_SIZE"))
+    db_pool_max_size: int = Field(10, ge=1, validation_alias=_env("DB_POOL_MAX_SIZE"))
+    db_statement_timeout_ms: int = Field(30_000, ge=100, validation_alias=_env("DB_STATEMENT_TIMEOUT_MS"))
+    query_timeout_ms: int = Field(10_000, ge=50, validation_alias=_env("QUERY_TIMEOUT_MS"))
+
+    # --- ingestion ----------------------------------------------------------------------------
+    chunk_size: int = Field(1500, ge=50, validation_alias=_env("CHUNK_SIZE"))
+    chunk_overlap: int = Field(100, ge=0, validation_alias=_env("CHUNK_OVERLAP"))
+    rag_upload_dir: Path | None = Field(None, validation_alias=_env("RAG_UPLOAD_DIR"))
+    max_upload_bytes: int = Field(100 * 1024 * 1024, ge=1, validation_alias=_env("MAX_UPLOAD_BYTES"))
+    max_chunks_per_file: int = Field(50_000, ge=1, validation_alias=_env("MAX_CHUNKS_PER_FILE"))
+    pdf_extract_images: bool = Field(False, validation_alias=_env("PDF_EXTRACT_IMAGES"))
+    ingest_concurrency: int = Field(2, ge=1, validation_alias=_env("INGEST_CONCURRENCY"))
+
+    # --- blob store ---------------------------------------------------------------------------
+    blob_dir: Path | None = Field(None, validation_alias=_env("BLOB_DIR"))
+    s3_bucket: str | None = Field(None, validation_alias=_env("S3_BUCKET"))
+    s3_endpoint_url: str | None = Field(None, validation_alias=_env("S3_ENDPOINT_URL"))
+    s3_region: str = Field("us-east-1", validation_alias=_env("S3_REGION", "AWS_REGION", "AWS_DEFAULT_REGION"))
+    s3_access_key_id: str | None = Field(None, validation_alias=_env("S3_ACCESS_KEY_ID", "AWS_ACCESS_KEY_ID"))
+    s3_secret_access_key: str | None = Field(
+        None, validation_alias=_env("S3_SECRET_ACCESS_KEY", "AWS_SECRET_ACCESS_KEY")
+    )
+    s3_session_token: str | None = Field(None, validation_alias=_env("S3_SESSION_TOKEN", "AWS_SESSION_TOKEN"))
+    s3_force_path_style: bool = Field(False, validation_alias=_env("S3_FORCE_PATH_STYLE"))
+    s3_prefix: str = Field("ragoverlay/originals/", validation_alias=_env("S3_PREFIX"))
+
+    # --- embeddings ---------------------------------------------------------------------------
+    embeddings_provider: Provider | None = Field(None, validation_alias=_env("EMBEDDINGS_PROVIDER"))
+    embeddings_model: str | None = Field(None, validation_alias=_env("EMBEDDINGS_MODEL"))
+    embeddings_dimensions: int | None = Field(None, ge=1, le=16000, validation_alias=_env("EMBEDDINGS_DIMENSIONS"))
+    openai_api_key: str | None = Field(None, validation_alias=_env("RAG_OPENAI_API_KEY", "OPENAI_API_KEY"))
+    openai_base_url: str | None = Field(None, validation_alias=_env("RAG_OPENAI_BASEURL"))
+    openai_proxy: str | None = Field(None, validation_alias=_env("RAG_OPENAI_PROXY"))
+    azure_api_key: str | None = Field(
+        None, validation_alias=_env("RAG_AZURE_OPENAI_API_KEY", "AZURE_OPENAI_API_KEY")
+    )
+    azure_endpoint: str | None = Field(
+        None, validation_alias=_env("RAG_AZURE_OPENAI_ENDPOINT", "AZURE_OPENAI_ENDPOINT")
+    )
+    azure_api_version: str = Field("2024-10-21", validation_alias=_env("RAG_AZURE_OPENAI_API_VERSION"))
+    ollama_base_url: str = Field("http://ollama:11434", validation_alias=_env("OLLAMA_BASE_URL"))
+    hf_token: str | None = Field(None, validation_alias=_env("HF_TOKEN"))
+    embedding_batch_size: int = Field(0, ge=0, validation_alias=_env("EMBEDDING_BATCH_SIZE", "EMBEDDINGS_CHUNK_SIZE"))
+    embedding_batch_max_chars: int = Field(200_000, ge=1000, validation_alias=_env("EMBEDDING_BATCH_MAX_CHARS"))
+    embedding_concurrency: int = Field(4, ge=1, le=64, validation_alias=_env("EMBEDDING_CONCURRENCY"))
+    embedding_timeout_s: float = Field(60.0, gt=0, validation_alias=_env("EMBEDDING_TIMEOUT"))
+    embedding_max_retries: int = Field(4, ge=0, le=20, validation_alias=_env("EMBEDDING_MAX_RETRIES"))
+    query_embedding_cache_size: int = Field(1024, ge=0, validation_alias=_env("QUERY_EMBEDDING_CACHE_SIZE"))
+    local_embeddings_threads: int = Field(0, ge=0, validation_alias=_env("LOCAL_EMBEDDINGS_THREADS"))
+
+    # --- search -------------------------------------------------------------------------------
+    vector_index: Literal["hnsw", "none"] = Field("hnsw", validation_alias=_env("VECTOR_INDEX"))
+    exact_scan_max_rows: int = Field(4000, ge=0, validation_alias=_env("EXACT_SCAN_MAX_ROWS"))
+    hnsw_ef_search: int = Field(100, ge=1, le=1000, validation_alias=_env("HNSW_EF_SEARCH"))
+    hnsw_max_scan_tuples: int = Field(50_000, ge=100, validation_alias=_env("HNSW_MAX_SCAN_TUPLES"))
+    hnsw_m: int = Field(16, ge=2, le=100, validation_alias=_env("HNSW_M"))
+    hnsw_ef_construction: int = Field(64, ge=4, le=1000, validation_alias=_env("HNSW_EF_CONSTRUCTION"))
+    hnsw_build_memory: str = Field("1GB", pattern=r"^\d+(kB|MB|GB)$", validation_alias=_env("HNSW_BUILD_MEMORY"))
+    rag_distance_threshold: float | None = Field(
+        None, ge=0.0, le=2.0, validation_alias=_env("RAG_DISTANCE_THRESHOLD")
+    )
+
+    @field_validator("cors_origins", "admin_user_ids", mode="before")
+    @classmethod
+    def _split_csv(cls, value: object) -> list[str]:
+        return _csv(value)
+
+    @field_validator(
+        "jwt_secret", "jwt_audience", "database_url", "db_host", "s3_bucket", "s3_endpoint_url",
+        "s3_access_key_id", "s3_secret_access_key", "s3_session_token", "embeddings_model", "openai_api_key",
+        "openai_base_url", "openai_proxy", "azure_api_key", "azure_endpoint", "hf_token",
+        mode="before",
+    )
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        # docker-compose and .env files often carry `NAME=`; treat that as "not configured".
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
+
+    @field_validator("embeddings_provider", mode="before")
+    @classmethod
+    def _provider_lower(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = value.strip().lower()
+            return value or None
+        return value
+
+    @field_validator("embeddings_dimensions", "rag_distance_threshold", mode="before")
+    @classmethod
+    def _blank_number_is_unset(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        if self.chunk_overlap >= self.chunk_size:
+            raise ValueError("CHUNK_OVERLAP must be smaller than CHUNK_SIZE")
+        if self.db_pool_min_size > self.db_pool_max_size:
+            raise ValueError("DB_POOL_MIN_SIZE must not exceed DB_POOL_MAX_SIZE")
+        provider = self.provider
+        if provider == "azure" and not self.azure_endpoint:
+            raise ValueError("EMBEDDINGS_PROVIDER=azure needs RAG_AZURE_OPENAI_ENDPOINT")
+        if provider == "azure" and not self.azure_api_key:
+            raise ValueError("EMBEDDINGS_PROVIDER=azure needs RAG_AZURE_OPENAI_API_KEY")
+        if provider == "openai" and not self.openai_api_key and not self.openai_base_url:
+            raise ValueError(
+                "EMBEDDINGS_PROVIDER=openai needs RAG_OPENAI_API_KEY (or RAG_OPENAI_BASEURL for a "
+                "self-hosted OpenAI-compatible server)"
+            )
+        if self.embedded_postgres == "true" and (self.database_url or self.db_host):
+            raise ValueError("EMBEDDED_POSTGRES=true conflicts with DATABASE_URL/DB_HOST")
+        if self.embedded_postgres == "false" and not (self.database_url or self.db_host):
+            raise ValueError("EMBEDDED_POSTGRES=false needs DATABASE_URL or DB_HOST")
+        return self
+
+    # --- derived values -----------------------------------------------------------------------
+    @property
+    def provider(self) -> Provider:
+        """The embedding provider in effect: explicit, else openai when a key is set, else local."""
+        if self.embeddings_provider:
+            return self.embeddings_provider
+        # rag_api defaults to openai; we keep that when a key says the operator meant it.
+        return "openai" if self.openai_api_key else "local"
+
+    @property
+    def model(self) -> str:
+        """The embedding model in effect."""
+        return self.embeddings_model or DEFAULT_MODELS[self.provider]
+
+    @property
+    def auth_enabled(self) -> bool:
+        """True when JWT_SECRET is set: every route but /health and the docs needs a token."""
+        return bool(self.jwt_secret)
+
+    @property
+    def use_embedded_postgres(self) -> bool:
+        """True when the service should start its own PostgreSQL under DATA_DIR."""
+        if self.embedded_postgres == "auto":
+            return not (self.database_url or self.db_host)
+        return self.embedded_postgres == "true"
+
+    @property
+    def bind_host(self) -> str:
+        """Host to bind: without auth, loopback only unless ALLOW_UNAUTHENTICATED=true."""
+        if not self.auth_enabled and not self.allow_unauthenticated:
+            return "127.0.0.1"
+        return self.host
+
+    @property
+    def upload_dir(self) -> Path:
+        """Folder for streamed uploads and `/local/embed` sources."""
+        return (self.rag_upload_dir or self.data_dir / "uploads").resolve()
+
+    @property
+    def blob_folder(self) -> Path:
+        """Folder of the local blob store (used when S3_BUCKET is unset)."""
+        return (self.blob_dir or self.data_dir / "blobs").resolve()
+
+    @property
+    def postgres_data_dir(self) -> Path:
+        """PGDATA of the embedded PostgreSQL."""
+        return (self.data_dir / "postgres").resolve()
+
+    def external_dsn(self) -> str:
+        """The DSN of an external PostgreSQL, from DATABASE_URL or rag_api's POSTGRES_*/DB_* names."""
+        if self.database_url:
+            url = self.database_url
+            # SQLAlchemy-style URLs (rag_api docs use them) are not understood by asyncpg.
+            for prefix in ("postgresql+psycopg2://", "postgresql+psycopg://", "postgresql+asyncpg://"):
+                if url.startswith(prefix):
+                    url = "postgresql://" + url[len(prefix):]
+            return url
+        user = quote_plus(self.postgres_user)
+        password = quote_plus(self.postgres_password)
+        db = quote_plus(self.postgres_db)
+        host = self.db_host or "localhost"
+        if self.postgres_use_unix_socket:
+            return f"postgresql://{user}:{password}@/{db}?host={quote(host, safe='')}&port={self.db_port}"
+        return f"postgresql://{user}:{password}@{host}:{self.db_port}/{db}"
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build Settings from the environment (plus overrides), raising ConfigError on bad values."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err.get("loc", ())) or "settings"
+            lines.append(f"  {_env_name(loc)}: {err.get('msg')}")
+        raise ConfigError("Invalid configuration:\n" + "\n".join(lines)) from None
+
+
+def _env_name(field_or_alias: str) -> str:
+    """Map a field name to its first environment variable name for error messages."""
+    field = Settings.model_fields.get(field_or_alias)
+    if field is not None and isinstance(field.validation_alias, AliasChoices):
+        first = field.validation_alias.choices[0]
+        return str(first)
+    return field_or_alias
+
+
+def env_names(field_name: str) -> list[str]:
+    """All environment variable names a field reads, in priority order."""
+    field = Settings.model_fields[field_name]
+    alias = field.validation_alias
+    if isinstance(alias, AliasChoices):
+        return [str(c) for c in alias.choices]
+    return [field_name.upper()]
+
+
+@functools.lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, built on first use (never at import time)."""
+    return load_settings()
+
+
+def reset_settings_cache() -> None:
+    """Forget cached settings (tests change the environment between apps)."""
+    get_settings.cache_clear()
+
+
+# Silence a noisy tokenizers warning once, for every entry point that imports config.
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

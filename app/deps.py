@@ -1,0 +1,92 @@
+"""FastAPI dependencies: the shared resources and the caller, as small `Annotated` aliases."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated
+
+import asyncpg
+import httpx
+from fastapi import Depends, Request
+
+from app.auth import Principal, anonymous, require_admin, verify_token
+from app.clients.blobs import BlobStore
+from app.clients.embeddings import Embedder
+from app.config import Settings
+from app.errors import ServiceUnavailable
+from app.ingest.pipeline import IngestService
+from app.search.index_manager import VectorIndexManager
+from app.search.service import SearchService
+from app.store.db import StoreInfo
+
+
+@dataclass
+class Resources:
+    """Everything the lifespan opens, in one place on `app.state.resources`."""
+
+    settings: Settings
+    pool: asyncpg.Pool
+    info: StoreInfo
+    embedder: Embedder
+    blobs: BlobStore
+    search: SearchService
+    ingest: IngestService
+    http: httpx.AsyncClient
+    indexes: VectorIndexManager
+    admin_ids: frozenset[str] = field(default_factory=frozenset)
+
+
+def get_resources(request: Request) -> Resources:
+    """The app's open resources (503 while starting or after shutdown)."""
+    resources: Resources | None = getattr(request.app.state, "resources", None)
+    if resources is None:
+        raise ServiceUnavailable("The service is starting; try again shortly")
+    return resources
+
+
+def get_principal(request: Request, resources: Annotated[Resources, Depends(get_resources)]) -> Principal:
+    """The caller from `Authorization: Bearer`, or the anonymous principal when auth is off."""
+    settings = resources.settings
+    if not settings.auth_enabled:
+        principal = anonymous()
+    else:
+        assert settings.jwt_secret is not None
+        principal = verify_token(
+            request.headers.get("authorization"),
+            secret=settings.jwt_secret,
+            audience=settings.jwt_audience,
+            admin_user_ids=resources.admin_ids,
+        )
+    request.state.principal = principal
+    return principal
+
+
+def get_admin(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+    """The caller, who must be an admin (403 otherwise)."""
+    require_admin(principal)
+    return principal
+
+
+ResourcesDep = Annotated[Resources, Depends(get_resources)]
+CurrentPrincipal = Annotated[Principal, Depends(get_principal)]
+AdminPrincipal = Annotated[Principal, Depends(get_admin)]
+
+
+def get_settings_dep(resources: ResourcesDep) -> Settings:
+    """The settings the app was built with."""
+    return resources.settings
+
+
+def get_search(resources: ResourcesDep) -> SearchService:
+    """The search service."""
+    return resources.search
+
+
+def get_ingest(resources: ResourcesDep) -> IngestService:
+    """The ingestion service."""
+    return resources.ingest
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+SearchDep = Annotated[SearchService, Depends(get_search)]
+IngestDep = Annotated[IngestService, Depends(get_ingest)]

@@ -1,0 +1,251 @@
+"""Ingestion: load → chunk → embed → store, all-or-nothing per file.
+
+Nothing is visible until the final transaction commits: the original goes to the blob store under
+its SHA-256 first (idempotent), then one transaction swaps the file's chunks and catalogue row.
+Any failure before that leaves the previous version intact and searchable. Chunks whose text did
+not change keep their vectors (same digest, same model: no second embedding call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import numpy as np
+
+from app.clients.blobs import BlobStore, blob_key
+from app.clients.embeddings import Embedder
+from app.config import Settings
+from app.errors import EmbeddingProviderError, PayloadTooLarge
+from app.ingest.chunking import clean_text, md5_digest, split_sections
+from app.ingest.loaders import load_document, safe_basename
+from app.ingest.types import Chunk, LoadedDocument
+from app.store import chunks as store
+from app.store.db import StoreInfo
+from app.store.ids import uuid7_batch
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EmbedOutcome:
+    """What an ingest stored."""
+
+    file_id: str
+    filename: str
+    chunk_count: int
+    embedded: int
+    reused: int
+    known_type: bool = True
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A file on local disk to ingest, with what we know about it."""
+
+    path: Path
+    filename: str
+    content_type: str | None
+    size: int
+    sha256: str
+
+
+def model_identity(settings: Settings) -> str:
+    """The identity under which vectors are reusable: provider, model and forced dimensions."""
+    dims = settings.embeddings_dimensions
+    return f"{settings.provider}:{settings.model}" + (f"@{dims}" if dims else "")
+
+
+def chunk_metadata(chunk: Chunk, *, file_id: str, owner: str, source: str, text: str) -> dict[str, Any]:
+    """rag_api's metadata for one chunk: file_id, user_id, digest, then the loader's keys."""
+    meta: dict[str, Any] = {"file_id": file_id, "user_id": owner, "digest": md5_digest(text)}
+    meta["source"] = source
+    if chunk.page is not None:
+        meta["page"] = chunk.page
+    for key, value in chunk.metadata.items():
+        # the loader may not override identity keys: they are what authorisation reads
+        if key not in ("file_id", "user_id", "digest"):
+            meta.setdefault(key, value)
+    return meta
+
+
+class IngestService:
+    """Turns uploaded files into stored, searchable chunks."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        pool: asyncpg.Pool,
+        info: StoreInfo,
+        embedder: Embedder,
+        blobs: BlobStore,
+    ) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.info = info
+        self.embedder = embedder
+        self.blobs = blobs
+        self.model_id = model_identity(settings)
+        # Parsing is CPU work in threads; the semaphore bounds whole ingests so a burst of uploads
+        # cannot hold dozens of parsed documents in memory at once.
+        self._executor = ThreadPoolExecutor(
+            max_workers=settings.ingest_concurrency, thread_name_prefix="ingest"
+        )
+        self._slots = asyncio.Semaphore(settings.ingest_concurrency)
+
+    def close(self) -> None:
+        """Stop the parsing threads."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def load(self, source: SourceFile) -> LoadedDocument:
+        """Parse a file into text sections (in a worker thread)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor,
+            functools.partial(
+                load_document, source.path, source.filename, source.content_type,
+                pdf_extract_images=self.settings.pdf_extract_images,
+            ),
+        )
+
+    async def extract_text(self, source: SourceFile) -> str:
+        """The file's text, as `/text` returns it; nothing is stored."""
+        async with self._slots:
+            doc = await self.load(source)
+        return clean_text(doc.text)
+
+    async def ingest(
+        self,
+        source: SourceFile,
+        *,
+        file_id: str,
+        owner: str,
+        uploader: str,
+        storage_metadata: Mapping[str, Any] | None = None,
+    ) -> EmbedOutcome:
+        """Store `source` as file `file_id` of `owner`, replacing any previous version atomically."""
+        started = time.perf_counter()
+        async with self._slots:
+            doc = await self.load(source)
+            loop = asyncio.get_running_loop()
+            pieces = await loop.run_in_executor(
+                self._executor,
+                functools.partial(
+                    split_sections, doc.sections, self.settings.chunk_size, self.settings.chunk_overlap
+                ),
+            )
+            loaded_at = time.perf_counter()
+            if len(pieces) > self.settings.max_chunks_per_file:
+                raise PayloadTooLarge(
+                    f"The file yields {len(pieces)} chunks, more than MAX_CHUNKS_PER_FILE "
+                    f"({self.settings.max_chunks_per_file}); split the file or raise the limit"
+                )
+            source_name = safe_basename(source.filename)
+            texts: list[str] = []
+            metas: list[dict[str, Any]] = []
+            for piece in pieces:
+                text = clean_text(piece.text)
+                if not text.strip():
+                    continue
+                texts.append(text)
+                metas.append(chunk_metadata(piece, file_id=file_id, owner=owner, source=source_name, text=text))
+
+            vectors, embedded, reused = await self._vectors_for(file_id, owner, texts, metas)
+            embedded_at = time.perf_counter()
+
+            key = blob_key(source.sha256)
+            await self.blobs.put_file(key, source.path, content_type=source.content_type or doc.content_type)
+
+            ids = uuid7_batch(len(texts))
+            new_chunks = [
+                store.NewChunk(ids[i], vectors[i], texts[i], metas[i]) for i in range(len(texts))
+            ]
+            dim = int(vectors.shape[1]) if len(texts) else self.embedder.dimensions
+            record = store.FileRecord(
+                file_id=file_id,
+                owner=owner,
+                uploader=uploader,
+                filename=source_name,
+                content_type=source.content_type or doc.content_type,
+                size_bytes=source.size,
+                sha256=source.sha256,
+                blob_key=key,
+                chunk_count=len(new_chunks),
+                embedding_model=self.model_id,
+                embedding_dim=dim,
+                storage_metadata=dict(storage_metadata) if storage_metadata else None,
+            )
+            orphan: str | None = None
+            async with self.pool.acquire() as conn, conn.transaction():
+                previous = await store.replace_file(conn, self.info, record, new_chunks)
+                if previous and not await store.blob_still_referenced(conn, previous):
+                    orphan = previous
+            if orphan:
+                await self._delete_blob_quietly(orphan)
+        logger.info(
+            "Ingested file %s: %d chunks (%d embedded, %d reused), load %.0f ms, embed %.0f ms, total %.0f ms",
+            file_id, len(new_chunks), embedded, reused,
+            (loaded_at - started) * 1000, (embedded_at - loaded_at) * 1000,
+            (time.perf_counter() - started) * 1000,
+        )
+        return EmbedOutcome(file_id, source.filename, len(new_chunks), embedded, reused)
+
+    async def _vectors_for(
+        self, file_id: str, owner: str, texts: list[str], metas: list[dict[str, Any]]
+    ) -> tuple[np.ndarray, int, int]:
+        """Vectors for `texts`, reusing those of unchanged chunks; returns (vectors, embedded, reused)."""
+        if not texts:
+            return np.zeros((0, self.embedder.dimensions or 0), dtype=np.float32), 0, 0
+        async with self.pool.acquire() as conn:
+            known = await store.existing_vectors(
+                conn, self.info, file_id=file_id, owner=owner, model=self.model_id
+            )
+        digests = [m["digest"] for m in metas]
+        # each distinct new text is embedded once, even if it repeats within the file
+        missing: dict[str, str] = {}
+        for digest, text in zip(digests, texts, strict=True):
+            if digest not in known and digest not in missing:
+                missing[digest] = text
+        fresh: dict[str, np.ndarray] = {}
+        if missing:
+            result = await self.embedder.embed_documents(list(missing.values()))
+            if result.shape[0] != len(missing):
+                raise EmbeddingProviderError(
+                    "The embedding provider returned the wrong number of vectors", retryable=False
+                )
+            fresh = dict(zip(missing.keys(), result, strict=True))
+        dims = {v.shape[0] for v in fresh.values()} | {v.shape[0] for v in known.values()}
+        if len(dims) > 1:
+            # the model changed dimension under the same name: never mix, embed everything anew
+            result = await self.embedder.embed_documents(texts)
+            return np.asarray(result, dtype=np.float32), len(texts), 0
+        vectors = np.stack([fresh[d] if d in fresh else known[d] for d in digests]).astype(np.float32)
+        reused = sum(1 for d in digests if d not in fresh)
+        return vectors, len(texts) - reused, reused
+
+    async def _delete_blob_quietly(self, key: str) -> None:
+        try:
+            await self.blobs.delete(key)
+        except Exception:  # the file row is already gone; a leftover blob is only wasted space
+            logger.warning("Could not delete unreferenced blob %s", key, exc_info=False)
+
+    async def delete(
+        self, file_ids: list[str], *, owners: list[str], uploader: str, any_owner: bool
+    ) -> set[str]:
+        """Delete files in the caller's delete scope (chunks, catalogue rows, unreferenced originals)."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            result = await store.delete_files(
+                conn, self.info, file_ids=file_ids, owners=owners, uploader=uploader,
+                any_owner=any_owner, legacy_unowned=self.settings.legacy_unowned_readable,
+            )
+        for key in result.orphan_blob_keys:
+            await self._delete_blob_quietly(key)
+        return result.found

@@ -1,0 +1,84 @@
+"""Typed records that flow from the loaders to chunking and on to the index.
+
+    load_document(path) -> LoadedDocument
+        .sections  what V1 chunks: a PDF page, a CSV row, a sheet, a slide, or a whole text
+        .blocks    the structure in reading order (headings, paragraphs, tables...), for V2
+    split_sections(sections) -> list[Chunk]
+
+A chunk never crosses a section, so a chunk's page (or row, sheet, slide) is always exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+BlockKind = Literal["heading", "paragraph", "table", "list_item", "code"]
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """One unit of text that chunking never crosses.
+
+    `page` is the 0-based PDF page index, exactly as rag_api (PyPDFLoader) stores it; other formats
+    leave it None and describe their unit in `metadata` instead: `{"row": 3}` (CSV, 0-based),
+    `{"sheet": "Sales"}` (XLSX), `{"slide": 2}` (PPTX, 1-based).
+    """
+
+    text: str
+    page: int | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """A structural element of a document, in reading order.
+
+    Tables carry their cells in `rows` (data rows only) and `headers` (the header row, when the
+    format has one); `text` is always a readable rendering, so a consumer that ignores the cells
+    still has the content. `level` is the heading depth (1 = top). `title` names a table's sheet,
+    or a fenced code block's language.
+    """
+
+    kind: BlockKind
+    text: str
+    page: int | None
+    level: int | None = None
+    rows: list[list[str]] | None = None
+    headers: list[str] | None = None
+    title: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedDocument:
+    """Everything a loader extracted from one file.
+
+    A document with no text at all is valid: it has no sections and yields no chunks; whether that
+    is an error is the caller's decision. Undecodable or unsupported files raise
+    `UnsupportedFileType` instead of returning.
+    """
+
+    sections: list[Section]
+    blocks: list[Block]
+    kind: str
+    content_type: str
+    encoding: str | None = None
+    page_count: int | None = None
+    title: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        """The whole text, sections joined by a newline (what rag_api's `POST /text` returns)."""
+        return "\n".join(section.text for section in self.sections)
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One piece of a section, ready to embed; `index` counts chunks across the whole document."""
+
+    text: str
+    index: int
+    page: int | None
+    metadata: Mapping[str, Any]

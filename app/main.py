@@ -1,0 +1,185 @@
+"""The FastAPI application: `create_app()` and the lifespan that opens and closes every resource."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+from fastapi import Depends, FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.api import documents, embed, health
+from app.clients.blobs import build_blob_store
+from app.clients.embeddings import build_embedder
+from app.config import Settings, get_settings
+from app.deps import Resources, get_principal
+from app.errors import InvalidInput, RagError, Unauthorized
+from app.ingest.pipeline import IngestService
+from app.logs import RequestContextMiddleware, configure_logging, request_id_var
+from app.search.index_manager import VectorIndexManager
+from app.search.service import SearchService
+from app.store.db import bootstrap, create_pool
+from app.store.embedded import EmbeddedPostgres
+
+logger = logging.getLogger(__name__)
+
+UNAUTHENTICATED_WARNING = (
+    "JWT_SECRET is not set: the service runs WITHOUT authentication (every caller is 'public'). "
+    "Set JWT_SECRET to LibreChat's secret for any shared deployment."
+)
+
+
+async def _database_dsn(settings: Settings) -> tuple[str, EmbeddedPostgres | None]:
+    if not settings.use_embedded_postgres:
+        return settings.external_dsn(), None
+    server = EmbeddedPostgres(settings.postgres_data_dir)
+    info = await asyncio.to_thread(server.start)
+    return info.dsn, server
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Open the database (embedded or external), pool, HTTP client, embedder and blob store."""
+    settings: Settings = app.state.settings
+    if not settings.auth_enabled:
+        logger.warning(UNAUTHENTICATED_WARNING)
+    dsn, embedded_pg = await _database_dsn(settings)
+    stack = contextlib.AsyncExitStack()
+    try:
+        if embedded_pg is not None:
+            stack.callback(embedded_pg.stop)
+        info = await bootstrap(dsn, settings.collection_name)
+        pool = await create_pool(
+            dsn,
+            min_size=settings.db_pool_min_size,
+            max_size=settings.db_pool_max_size,
+            statement_timeout_ms=settings.db_statement_timeout_ms,
+            command_timeout_s=settings.db_statement_timeout_ms / 1000 + 5,
+        )
+        stack.push_async_callback(pool.close)
+        http = httpx.AsyncClient(
+            timeout=httpx.Timeout(settings.embedding_timeout_s, connect=10.0),
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+            # rag_api sends only OpenAI traffic through RAG_OPENAI_PROXY
+            proxy=settings.openai_proxy if settings.provider == "openai" else None,
+            follow_redirects=False,
+        )
+        stack.push_async_callback(http.aclose)
+        embedder = build_embedder(settings, http_client=http)
+        stack.push_async_callback(embedder.aclose)
+        blobs = build_blob_store(settings)
+        stack.push_async_callback(blobs.aclose)
+        await blobs.check()
+        ingest = IngestService(settings, pool, info, embedder, blobs)
+        stack.callback(ingest.close)
+        indexes = VectorIndexManager(settings, dsn, info)
+        stack.push_async_callback(indexes.close)
+        indexes.start(embedder.dimensions)
+        app.state.resources = Resources(
+            settings=settings,
+            pool=pool,
+            info=info,
+            embedder=embedder,
+            blobs=blobs,
+            search=SearchService(settings, pool, info, embedder, indexes),
+            indexes=indexes,
+            ingest=ingest,
+            http=http,
+            admin_ids=frozenset(settings.admin_user_ids),
+        )
+        warmup = getattr(embedder, "warmup", None)
+        if warmup is not None:
+            # load the local model in the background so /health answers at once
+            task = asyncio.create_task(warmup())
+            stack.callback(task.cancel)
+        logger.info(
+            "ragoverlay ready: collection=%s provider=%s model=%s blobs=%s auth=%s",
+            info.collection_name, settings.provider, settings.model, blobs.kind,
+            "on" if settings.auth_enabled else "OFF",
+        )
+        yield
+    finally:
+        app.state.resources = None
+        await stack.aclose()
+
+
+def _error_body(detail: Any, status: int) -> dict[str, Any]:
+    body: dict[str, Any] = {"detail": detail}
+    if status >= 500:
+        body["request_id"] = request_id_var.get()
+    return body
+
+
+def _clean_validation_errors(errors: Any) -> list[dict[str, Any]]:
+    """pydantic errors without `input` (it may hold a whole document or a secret)."""
+    cleaned = []
+    for err in errors:
+        item = {k: v for k, v in err.items() if k not in ("input", "url")}
+        cleaned.append(item)
+    return jsonable_encoder(cleaned)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Map every error to the contract's shapes."""
+
+    @app.exception_handler(RagError)
+    async def rag_error(request: Request, exc: RagError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+        if isinstance(exc, InvalidInput):
+            return JSONResponse(
+                {"detail": exc.errors, "message": "Request validation failed"}, status_code=422
+            )
+        if exc.status_code >= 500:
+            logger.warning("%s (%s) on %s %s", type(exc).__name__, exc.status_code, request.method,
+                           request.url.path)
+        return JSONResponse(_error_body(exc.detail, exc.status_code), status_code=exc.status_code,
+                            headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(
+            {"detail": _clean_validation_errors(exc.errors()), "message": "Request validation failed"},
+            status_code=422,
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse(_error_body(exc.detail, exc.status_code), status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+    # Unhandled exceptions are answered by RequestContextMiddleware (it knows the request id).
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the application (resources open in the lifespan, not here)."""
+    settings = settings or get_settings()
+    configure_logging(debug=settings.debug, console_json=settings.console_json)
+    app = FastAPI(
+        title="ragoverlay",
+        version="0.1.0",
+        description="A drop-in, faster and safer replacement for LibreChat's RAG API.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.resources = None
+    install_error_handlers(app)
+    app.include_router(health.router)
+    authed = [Depends(get_principal)]
+    app.include_router(embed.router, dependencies=authed)
+    app.include_router(documents.router, dependencies=authed)
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=settings.cors_origins,
+        allow_methods=["*"],
+        allow_headers=["*"],
+        expose_headers=["X-Request-ID"],
+    )
+    app.add_middleware(RequestContextMiddleware)
+    return app

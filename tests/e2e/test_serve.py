@@ -1,0 +1,114 @@
+"""`scripts/serve` as a person runs it: embedded defaults, the README's curl flow, clean shutdown."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fixtures.documents import make_pdf
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [
+    "The first page is about the history of the harbour town.",
+    "The second page lists the fishing boats registered in 1950.",
+    "On the third page, the old lighthouse keeper recorded a storm that lasted nine days.",
+    "The fourth page describes the new pier built in 1972.",
+    "The fifth page closes with the town's population figures.",
+]
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
+    data_dir = Path(tempfile.mkdtemp(prefix="ragoverlay-e2e-"))
+    data_dir.chmod(0o755)  # the embedded server may run as another user when tests run as root
+    port = free_port()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RAG_", "JWT_", "DB_", "POSTGRES_", "DATABASE_", "EMBEDDINGS_", "S3_"))}
+    env.update({"RAG_PORT": str(port), "DATA_DIR": str(data_dir)})
+    log = (data_dir / "serve.log").open("wb")
+    proc = subprocess.Popen([str(ROOT / "scripts" / "serve")], cwd=ROOT, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 240
+    try:
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"scripts/serve exited early:\n{(data_dir / 'serve.log').read_text()[-4000:]}")
+            try:
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"scripts/serve not healthy:\n{(data_dir / 'serve.log').read_text()[-4000:]}")
+            time.sleep(0.5)
+        yield base, data_dir, proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_health_on_embedded_defaults(served: tuple[str, Path, subprocess.Popen[bytes]]) -> None:
+    base, _, _ = served
+    r = httpx.get(f"{base}/health", timeout=5)
+    assert r.status_code == 200 and r.json() == {"status": "UP"}
+
+
+def test_readme_curl_flow(served: tuple[str, Path, subprocess.Popen[bytes]], tmp_path: Path) -> None:
+    """Upload a PDF, find a sentence from page 3 (metadata.page 2), delete it: as the README shows."""
+    base, data_dir, _ = served
+    pdf = make_pdf(tmp_path / "harbour.pdf", PAGES)
+    with pdf.open("rb") as fh:
+        r = httpx.post(f"{base}/embed", data={"file_id": "harbour-1"},
+                       files={"file": ("harbour.pdf", fh, "application/pdf")}, timeout=120)
+    assert r.status_code == 200, r.text
+    assert r.json()["status"] is True
+    r = httpx.post(f"{base}/query", json={"query": "How long did the storm last?", "file_id": "harbour-1", "k": 1},
+                   timeout=60)
+    assert r.status_code == 200
+    doc, distance = r.json()[0]
+    assert doc["metadata"]["page"] == 2
+    assert "nine days" in doc["page_content"]
+    # the original is kept under its SHA-256 in the local blob folder
+    assert any(p.is_file() for p in (data_dir / "blobs").rglob("*"))
+    r = httpx.request("DELETE", f"{base}/documents", json=["harbour-1"], timeout=30)
+    assert r.status_code == 200
+    assert httpx.post(f"{base}/query", json={"query": "storm", "file_id": "harbour-1"}, timeout=30).json() == []
+    assert not any(p.is_file() for p in (data_dir / "blobs").rglob("*"))
+
+
+def test_sigterm_stops_service_and_database(served: tuple[str, Path, subprocess.Popen[bytes]]) -> None:
+    base, data_dir, proc = served
+    pidfile = data_dir / "postgres" / "postmaster.pid"
+    assert pidfile.exists()
+    proc.send_signal(signal.SIGTERM)  # the service only: it must stop its database itself
+    # uvicorn shuts down gracefully, then re-raises the signal: exit status is "killed by SIGTERM"
+    assert proc.wait(60) in (0, -signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not pidfile.exists()  # the embedded PostgreSQL was stopped with the service

@@ -1,0 +1,88 @@
+"""Re-embedding is an atomic swap that reuses unchanged vectors; failures leave the old version."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from app.errors import BlobStoreError
+from tests.contract.helpers import query, upload
+from tests.fixtures.service import auth, new_id
+
+PARAS = [f"Section {i}: the migration of eels to the Sargasso Sea, part {i}. " + ("detail " * 200) for i in range(6)]
+
+
+def doc(paras: list[str]) -> bytes:
+    return "\n\n".join(paras).encode()
+
+
+class CountingEmbedder:
+    """Wraps the real embedder and counts the texts sent for embedding."""
+
+    def __init__(self, inner: Any) -> None:
+        self.real = inner.embed_documents  # bound before it is patched
+        self.texts: list[str] = []
+
+    async def embed_documents(self, texts: list[str]) -> np.ndarray:
+        self.texts.extend(texts)
+        return await self.real(texts)
+
+
+async def chunk_texts(client: httpx.AsyncClient, fid: str, h: dict[str, str]) -> list[str]:
+    r = await client.get("/documents", params={"ids": [fid]}, headers=h)
+    return [d["page_content"] for d in r.json()] if r.status_code == 200 else []
+
+
+async def test_reembed_replaces_and_reuses_unchanged_vectors(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    user, fid = new_id("user"), new_id()
+    h = auth(user)
+    assert (await upload(client, fid, "eels.txt", doc(PARAS), h)).status_code == 200
+    first = await chunk_texts(client, fid, h)
+    assert len(first) >= 6
+
+    embedder = client.app.state.resources.embedder  # type: ignore[attr-defined]
+    counter = CountingEmbedder(embedder)
+    monkeypatch.setattr(embedder, "embed_documents", counter.embed_documents)
+    changed = [*PARAS[:5], "Section 5 rewritten: eels spawn in the Sargasso Sea. " + ("detail " * 200)]
+    assert (await upload(client, fid, "eels.txt", doc(changed), h)).status_code == 200
+    second = await chunk_texts(client, fid, h)
+    # no duplicates (upstream appends), and only the changed chunks were embedded again
+    assert len(second) == len(first)
+    assert any("rewritten" in t for t in second) and not any("part 5." in t for t in second)
+    # each section is one chunk (63 + 1,400 chars < CHUNK_SIZE 1,500): exactly the new one was embedded
+    assert counter.texts == [t for t in second if "rewritten" in t]
+
+
+async def test_failure_midway_keeps_previous_version(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    user, fid = new_id("user"), new_id()
+    h = auth(user)
+    assert (await upload(client, fid, "v1.txt", doc(PARAS[:2]), h)).status_code == 200
+    before = await chunk_texts(client, fid, h)
+
+    blobs = client.app.state.resources.blobs  # type: ignore[attr-defined]
+
+    async def storage_down(*args: object, **kwargs: object) -> None:
+        raise BlobStoreError("The file storage is unavailable; try again later")
+
+    monkeypatch.setattr(blobs, "put_file", storage_down)
+    r = await upload(client, fid, "v2.txt", doc(["Completely different content about volcanoes."]), h)
+    assert r.status_code == 503
+    monkeypatch.undo()
+    assert await chunk_texts(client, fid, h) == before
+    pairs = (await query(client, "eels Sargasso", fid, h)).json()
+    assert pairs and pairs[0][0]["metadata"]["source"] == "v1.txt"
+
+
+async def test_same_file_id_other_owner_is_separate(client: httpx.AsyncClient) -> None:
+    a, b, fid = new_id("user"), new_id("user"), new_id()
+    assert (await upload(client, fid, "a.txt", b"Alpha owner text about ferns.", auth(a))).status_code == 200
+    assert (await upload(client, fid, "b.txt", b"Beta owner text about mosses.", auth(b))).status_code == 200
+    assert (await query(client, "ferns", fid, auth(a))).json()[0][0]["metadata"]["user_id"] == a
+    assert (await query(client, "ferns", fid, auth(b))).json()[0][0]["metadata"]["user_id"] == b

@@ -1,0 +1,184 @@
+"""The exact and HNSW paths of ragoverlay_search_v1 against the real PostgreSQL + pgvector.
+
+A small clustered corpus is written through the store (so the file catalogue has chunk counts),
+the HNSW index is built, and each path is forced through the plan's threshold.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import asyncpg
+import numpy as np
+import pytest
+from pgvector.asyncpg import register_vector
+
+from app.store import chunks as store
+from app.store.db import StoreInfo, bootstrap
+from app.store.ids import uuid7_batch
+from app.store.vector_index import build_index, index_spec
+from tests.fixtures.service import Database
+
+DIMS = 384
+FILES = 100
+PER_FILE = 20
+OWNER = "owner-a"
+FOREIGN = "owner-b"
+
+
+@dataclass
+class Corpus:
+    """A collection with FILES files of PER_FILE chunks owned by OWNER, plus one foreign file."""
+
+    info: StoreInfo
+    file_ids: list[str]
+    foreign_file: str
+    queries: np.ndarray
+
+
+def unit(v: np.ndarray) -> np.ndarray:
+    return (v / np.linalg.norm(v, axis=-1, keepdims=True)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+async def corpus(database: Database) -> AsyncIterator[Corpus]:
+    rng = np.random.default_rng(7)
+    info = await bootstrap(database.dsn, f"paths_{uuid.uuid4().hex[:8]}")
+    centres = unit(rng.normal(size=(12, DIMS)))
+    conn = await asyncpg.connect(database.dsn)
+    await register_vector(conn)
+    file_ids = [f"file-{i:03d}" for i in range(FILES)]
+    try:
+        for fid in file_ids:
+            vecs = unit(centres[rng.integers(0, 12)] + 0.35 * rng.normal(size=(PER_FILE, DIMS)))
+            ids = uuid7_batch(PER_FILE)
+            new = [
+                store.NewChunk(ids[j], vecs[j], f"{fid} chunk {j}",
+                               {"file_id": fid, "user_id": OWNER, "digest": f"{fid}-{j}", "source": f"{fid}.txt"})
+                for j in range(PER_FILE)
+            ]
+            record = store.FileRecord(fid, OWNER, OWNER, f"{fid}.txt", "text/plain", 1, None, None, PER_FILE,
+                                      "test", DIMS)
+            async with conn.transaction():
+                await store.replace_file(conn, info, record, new)
+        queries = unit(centres[:6] + 0.3 * rng.normal(size=(6, DIMS)))
+        # a foreign file whose chunks sit exactly on the query vectors: nearer than anything allowed
+        foreign = "file-000"  # same id as an allowed file, other owner
+        ids = uuid7_batch(len(queries))
+        new = [
+            store.NewChunk(ids[j], queries[j], f"FOREIGN {j}",
+                           {"file_id": foreign, "user_id": FOREIGN, "digest": f"f-{j}", "source": "x"})
+            for j in range(len(queries))
+        ]
+        async with conn.transaction():
+            await store.replace_file(conn, info, store.FileRecord(foreign, FOREIGN, FOREIGN, "x", None, 1, None,
+                                                                  None, len(new), "test", DIMS), new)
+        await conn.execute("ANALYZE langchain_pg_embedding")
+        spec = index_spec(DIMS)
+        assert spec is not None
+        assert await build_index(conn, spec, m=16, ef_construction=64, memory="256MB")
+    finally:
+        await conn.close()
+    yield Corpus(info, file_ids, foreign, queries)
+
+
+async def run(database: Database, corpus: Corpus, q: np.ndarray, files: list[str], k: int, *,
+              exact_max: int, ef: int = 100) -> store.SearchResult:
+    conn = await asyncpg.connect(database.dsn)
+    await register_vector(conn)
+    try:
+        plan = store.SearchPlan(exact_max_rows=exact_max, index_dims=DIMS, ef_search=ef, max_scan_tuples=50_000)
+        return await store.search(conn, corpus.info, vector=q, file_ids=files, owners=[OWNER], k=k, plan=plan)
+    finally:
+        await conn.close()
+
+
+async def reference(database: Database, corpus: Corpus, q: np.ndarray, files: list[str], k: int) -> list[str]:
+    conn = await asyncpg.connect(database.dsn)
+    await register_vector(conn)
+    try:
+        hits = await store.search_exact_reference(conn, corpus.info, vector=q, file_ids=files, owners=[OWNER], k=k)
+        return [str(h.id) for h in hits]
+    finally:
+        await conn.close()
+
+
+async def test_exact_and_index_paths_agree(database: Database, corpus: Corpus) -> None:
+    files = corpus.file_ids[:50]  # 1,000 visible rows
+    for q in corpus.queries:
+        exact = await run(database, corpus, q, files, 10, exact_max=10**9)
+        index = await run(database, corpus, q, files, 10, exact_max=0, ef=400)
+        assert exact.path == "exact" and index.path == "index"
+        assert exact.visible_estimate == 50 * PER_FILE
+        want = await reference(database, corpus, q, files, 10)
+        assert [str(h.id) for h in exact.hits] == want
+        # with a generous ef_search the approximate path finds the same ten
+        assert {str(h.id) for h in index.hits} == set(want)
+        distances = [h.distance for h in index.hits]
+        assert distances == sorted(distances)
+
+
+@pytest.mark.parametrize("exact_max", [0, 10**9])
+async def test_k_rows_for_a_one_percent_allow_list(database: Database, corpus: Corpus, exact_max: int) -> None:
+    files = [corpus.file_ids[37]]  # 20 of ~2,000 rows: 1 %
+    for q in corpus.queries:
+        result = await run(database, corpus, q, files, 10, exact_max=exact_max)
+        assert len(result.hits) == 10
+        assert {h.file_id for h in result.hits} == set(files)
+        assert [str(h.id) for h in result.hits] == await reference(database, corpus, q, files, 10)
+
+
+@pytest.mark.parametrize("exact_max", [0, 10**9])
+async def test_foreign_nearest_chunks_never_returned(database: Database, corpus: Corpus, exact_max: int) -> None:
+    files = [corpus.foreign_file, *corpus.file_ids[1:30]]
+    for q in corpus.queries:
+        result = await run(database, corpus, q, files, 10, exact_max=exact_max)
+        assert len(result.hits) == 10
+        assert all(h.metadata["user_id"] == OWNER for h in result.hits)
+        assert all(not h.text.startswith("FOREIGN") for h in result.hits)
+
+
+async def test_fewer_visible_than_k(database: Database, corpus: Corpus) -> None:
+    result = await run(database, corpus, corpus.queries[0], [corpus.file_ids[5]], 50, exact_max=0)
+    assert len(result.hits) == PER_FILE  # all 20 visible rows, no more
+
+
+async def test_unknown_files_and_dimension_mismatch(database: Database, corpus: Corpus) -> None:
+    assert (await run(database, corpus, corpus.queries[0], ["nope"], 10, exact_max=0)).hits == []
+    other_dims = unit(np.ones(8, dtype=np.float32))
+    assert (await run(database, corpus, other_dims, corpus.file_ids, 10, exact_max=0)).hits == []
+
+
+async def index_scans(conn: asyncpg.Connection) -> int:
+    await conn.execute("SELECT pg_stat_clear_snapshot()")
+    spec = index_spec(DIMS)
+    assert spec is not None
+    return int(await conn.fetchval(
+        "SELECT coalesce(sum(idx_scan), 0) FROM pg_stat_user_indexes WHERE indexrelname = $1", spec.name))
+
+
+async def test_index_path_really_walks_the_hnsw_index(database: Database, corpus: Corpus) -> None:
+    observer = await asyncpg.connect(database.dsn)
+    conn = await asyncpg.connect(database.dsn)
+    await register_vector(conn)
+    try:
+        before = await index_scans(observer)
+        plan = store.SearchPlan(exact_max_rows=0, index_dims=DIMS)
+        result = await store.search(conn, corpus.info, vector=corpus.queries[1], file_ids=corpus.file_ids,
+                                    owners=[OWNER], k=10, plan=plan)
+        assert result.path == "index"
+        await conn.execute("SELECT pg_stat_force_next_flush()")
+        await conn.execute("SELECT 1")
+        after = await index_scans(observer)
+        assert after > before
+        exact_plan = store.SearchPlan(exact_max_rows=10**9, index_dims=DIMS)
+        await store.search(conn, corpus.info, vector=corpus.queries[1], file_ids=corpus.file_ids,
+                           owners=[OWNER], k=10, plan=exact_plan)
+        await conn.execute("SELECT pg_stat_force_next_flush()")
+        await conn.execute("SELECT 1")
+        assert await index_scans(observer) == after  # the exact path never touches it
+    finally:
+        await conn.close()
+        await observer.close()

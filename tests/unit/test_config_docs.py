@@ -1,0 +1,92 @@
+"""The README's configuration table and the Settings class never drift apart; settings validate."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from app.config import Settings, env_names, load_settings
+from app.errors import ConfigError
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def documented_variables() -> dict[str, str]:
+    """Variables of the README's configuration table: name -> default column."""
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, str] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[0].startswith("`"):
+            for name in re.findall(r"`([A-Z][A-Z0-9_]*)`", cells[0]):
+                rows[name] = cells[1]
+    return rows
+
+
+def test_every_setting_is_documented() -> None:
+    documented = documented_variables()
+    missing = [name for field in Settings.model_fields for name in env_names(field) if name not in documented]
+    assert not missing, f"add these variables to the README configuration table: {missing}"
+
+
+def test_no_stale_rows() -> None:
+    known = {name for field in Settings.model_fields for name in env_names(field)}
+    stale = sorted(set(documented_variables()) - known)
+    assert not stale, f"README documents variables the service does not read: {stale}"
+
+
+def test_documented_defaults_match() -> None:
+    documented = documented_variables()
+    defaults = Settings.model_construct()
+    for field_name, field in Settings.model_fields.items():
+        first = env_names(field_name)[0]
+        cell = documented[first]
+        default = field.get_default(call_default_factory=True)
+        if isinstance(default, bool):
+            assert cell.strip("`").lower() == str(default).lower(), first
+        elif isinstance(default, (int, float, str)) and not isinstance(default, bool):
+            assert str(default) in cell, f"{first}: README says {cell!r}, code says {default!r}"
+    assert defaults is not None
+
+
+def test_rag_api_names_keep_working(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAG_PORT", "8123")
+    monkeypatch.setenv("COLLECTION_NAME", "legacy")
+    monkeypatch.setenv("CHUNK_SIZE", "900")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("DB_HOST", "db.internal")
+    monkeypatch.setenv("POSTGRES_DB", "rag")
+    s = load_settings(_env_file=None)
+    assert s.port == 8123 and s.collection_name == "legacy" and s.chunk_size == 900
+    assert s.provider == "openai"  # rag_api's default provider when a key is configured
+    assert not s.use_embedded_postgres
+    assert s.external_dsn() == "postgresql://myuser:mypassword@db.internal:5432/rag"
+
+
+def test_defaults_are_embedded_and_offline() -> None:
+    s = load_settings(_env_file=None)
+    assert s.provider == "local" and s.use_embedded_postgres and s.s3_bucket is None
+    assert s.bind_host == "127.0.0.1"  # no JWT_SECRET: loopback only
+
+
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        ({"CHUNK_SIZE": "100", "CHUNK_OVERLAP": "200"}, "CHUNK_OVERLAP"),
+        ({"RAG_PORT": "not-a-port"}, "RAG_PORT"),
+        ({"EMBEDDINGS_PROVIDER": "azure"}, "RAG_AZURE_OPENAI_ENDPOINT"),
+        ({"DELETE_SCOPE": "everyone"}, "DELETE_SCOPE"),
+    ],
+)
+def test_bad_values_name_the_variable(monkeypatch: pytest.MonkeyPatch, env: dict, needle: str) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ConfigError) as exc:
+        load_settings(_env_file=None)
+    assert needle in str(exc.value)
+
+
+def test_sqlalchemy_style_database_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABASE_URL", "postgresql+psycopg2://u:p@h:5432/d")
+    assert load_settings(_env_file=None).external_dsn() == "postgresql://u:p@h:5432/d"

