@@ -1,0 +1,1 @@
+"""Tests for the LibreChat overlay (patches/librechat) and scripts/apply_patches.py."""
