@@ -21,7 +21,7 @@ from app.clients.blobs import build_blob_store
 from app.clients.embeddings import build_embedder
 from app.config import Settings, get_settings
 from app.deps import Resources, get_principal
-from app.errors import InvalidInput, RagError, Unauthorized
+from app.errors import BlobStoreError, InvalidInput, RagError, Unauthorized
 from app.ingest.pipeline import IngestService
 from app.logs import RequestContextMiddleware, configure_logging, request_id_var
 from app.search.index_manager import VectorIndexManager
@@ -77,7 +77,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stack.push_async_callback(embedder.aclose)
         blobs = build_blob_store(settings)
         stack.push_async_callback(blobs.aclose)
-        await blobs.check()
+        try:
+            await blobs.check()
+        except BlobStoreError as exc:
+            # searches do not need the blob store: start anyway, uploads answer 502/503 until fixed
+            logger.error("Blob store check failed at start-up: %s", exc.detail)
         ingest = IngestService(settings, pool, info, embedder, blobs)
         stack.callback(ingest.close)
         indexes = VectorIndexManager(settings, dsn, info)

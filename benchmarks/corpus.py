@@ -1,9 +1,11 @@
 """A deterministic synthetic corpus in rag_api's row format: files, texts, topics and vectors.
 
 Vectors have the structure of real ones: topic centres are local-model embeddings of generated
-sentences about a topic, a file leans one way inside its topic, and a chunk is
-`normalise(centre + ALPHA * file_direction + BETA * noise)`. Queries are local-model embeddings of
-other sentences about the same topics, so their nearest chunks sit at distances like real ones.
+texts about a topic, a file leans one way inside its topic, a chunk touches a second topic to a
+random degree, and a chunk is `normalise(centre + w * other_centre + ALPHA * file_direction + BETA *
+noise)` with w ~ U(0, MIX). Queries are local-model embeddings of other texts about the same topics.
+The second-topic term matters for the index: without it topics are islands that HNSW's greedy walk
+cannot always reach (recall 0 for some queries at ef_search 100), which real corpora do not show.
 Texts are made of real English words (the local model's WordPiece vocabulary, roughly in frequency
 order) with Zipf frequencies, so their size and pglz compressibility - which decide TOAST
 placement - look like real chunks.
@@ -29,6 +31,7 @@ FORMAT_VERSION = 1  # bump when generation changes, so `--reuse` rebuilds stale 
 ALPHA = 0.45  # weight of the file's own direction inside its topic
 BETA = 0.55  # weight of per-chunk noise
 OFF_TOPIC = 0.15  # share of a file's chunks about another topic
+MIX = 0.6  # a chunk's weight on a random second topic is uniform in [0, MIX]
 KEYWORDS_PER_TOPIC = 10
 POOL_SENTENCES = 48  # sentences per topic that documents are assembled from
 GENERAL_SENTENCES = 1200
@@ -62,7 +65,8 @@ class CorpusSpec:
 
     def fingerprint(self) -> str:
         """A short hash of the spec and the generator version, stored next to `--reuse` data."""
-        blob = json.dumps({**asdict(self), "format": FORMAT_VERSION, "alpha": ALPHA, "beta": BETA},
+        blob = json.dumps({**asdict(self), "format": FORMAT_VERSION, "alpha": ALPHA, "beta": BETA,
+                           "mix": MIX, "off_topic": OFF_TOPIC},
                           sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -234,9 +238,13 @@ class VectorModel:
         self.file_dirs = normalise(rng.standard_normal((files, centres.shape[1]), dtype=np.float32))
 
     def chunk_vectors(self, rng: np.random.Generator, file_idx: np.ndarray, topics: np.ndarray) -> np.ndarray:
-        """Vectors (n, d) float32 for chunks of `file_idx` about `topics`."""
-        noise = normalise(rng.standard_normal((len(file_idx), self.centres.shape[1]), dtype=np.float32))
-        return normalise(self.centres[topics] + ALPHA * self.file_dirs[file_idx] + BETA * noise)
+        """Vectors (n, d) float32 for chunks of `file_idx` about `topics` (plus a bit of another)."""
+        n = len(file_idx)
+        noise = normalise(rng.standard_normal((n, self.centres.shape[1]), dtype=np.float32))
+        second = rng.integers(0, len(self.centres), n)
+        weight = rng.uniform(0.0, MIX, n).astype(np.float32)[:, None]
+        return normalise(self.centres[topics] + weight * self.centres[second]
+                         + ALPHA * self.file_dirs[file_idx] + BETA * noise)
 
 
 @dataclass(frozen=True)

@@ -121,8 +121,15 @@ def render(result: dict[str, Any]) -> str:
     add(f"- machine: {machine.get('nproc')} cores ({machine.get('cpu_model')}), {machine.get('ram_gib')} GiB RAM; "
         f"PostgreSQL {db.get('server_version')}, pgvector {db.get('pgvector')}; "
         f"shared_buffers {db.get('settings', {}).get('shared_buffers')}")
-    add("- latency is client-observed end to end (httpx on the same machine); server = `Server-Timing` total"
-        " when the service sends it; query embeddings are cached on the server before timing")
+    profiles = [(n, v["distances"]) for n, v in result.get("scenarios", {}).items() if v.get("distances")]
+    if profiles:
+        name, prof = max(profiles, key=lambda p: result["scenarios"][p[0]]["visible_rows"])
+        add(f"- query distances over {name} (exact): nearest median {prof['top1_median']}, "
+            f"10th median {prof['topk_median']}, 10th-to-11th gap median {prof['gap_k_to_k1_median']}")
+    add(f"- HTTP client: {result.get('options', {}).get('client')}; "
+        "latency is client-observed end to end from the same machine; server = the `Server-Timing` total "
+        "and db = its db entry, when the service sends them; query embeddings are cached on the server "
+        "before timing")
     add("")
     for name, cfg in result.get("configs", {}).items():
         add(f"## `/query_multiple` k={result.get('options', {}).get('k')}: config `{name}`")

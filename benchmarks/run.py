@@ -221,6 +221,20 @@ def make_scenarios(opts: Options, layout: cp.Layout) -> list[Scenario]:
     return out
 
 
+def distance_profile(rows: VisibleRows, queries: np.ndarray, k: int) -> dict[str, float]:
+    """Median exact distances of the queries' 1st and k-th neighbours, and the k-th to (k+1)-th gap."""
+    if len(rows) <= k:
+        return {}
+    firsts, kths, gaps = [], [], []
+    for q in queries:
+        d = np.partition(rows.distances(q), [0, k - 1, k])
+        firsts.append(d[0])
+        kths.append(d[k - 1])
+        gaps.append(d[k] - d[k - 1])
+    return {"top1_median": round(float(np.median(firsts)), 4), "topk_median": round(float(np.median(kths)), 4),
+            "gap_k_to_k1_median": float(f"{np.median(gaps):.3g}")}
+
+
 async def wait_quiet(conn: asyncpg.Connection, limit: float = 120.0) -> float:
     """Wait until no other backend is active for about a second; returns the seconds waited."""
     t0 = time.perf_counter()
@@ -335,7 +349,7 @@ class Bench:
             client = Client(service.base_url, self.tokens(), kind=self.opts.client)
             out["health_floor_ms"] = await client.health_floor()
             with progress.phase(f"{cfg.name}: prime query cache"):
-                await prime(client, self.scenarios[0], self.corpus.texts, opts.k)
+                await prime(client, cp.NAMESPACE_A, self.corpus.texts, opts.k)
             out["latency"] = {}
             with progress.phase(f"{cfg.name}: latency + recall"):
                 for s in self.scenarios:
@@ -445,7 +459,8 @@ async def bench(opts: Options, root: Path, info: Any, progress: Progress, result
             for s in scenarios:
                 truth[s.name] = await db.visible_rows(conn, corpus.collection_id, s.file_ids, s.visible_owners)
         result["scenarios"] = {s.name: {"files": len(s.file_ids), "requested": s.requested, "user": s.user,
-                                        "entity_id": s.entity_id, "visible_rows": len(truth[s.name])}
+                                        "entity_id": s.entity_id, "visible_rows": len(truth[s.name]),
+                                        "distances": distance_profile(truth[s.name], corpus.vectors, opts.k)}
                                for s in scenarios}
         state = Bench(opts, root, info.dsn, info.superuser_dsn, info.user, conn, corpus, scenarios, truth, progress)
         result["throughput_files"] = len(state.largest_own().file_ids)
