@@ -15,7 +15,14 @@ import asyncpg
 
 from app.config import Settings
 from app.store.db import StoreInfo
-from app.store.vector_index import IndexSpec, backfill_catalog, build_index, index_spec, index_state
+from app.store.vector_index import (
+    IndexSpec,
+    backfill_catalog,
+    build_index,
+    ensure_function,
+    index_spec,
+    index_state,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +108,9 @@ class VectorIndexManager:
                     # another replica is building it: look again later
                     await asyncio.sleep(RECHECK_SECONDS)
                     valid = await index_state(conn, spec) == "valid"
-                    if not valid and await index_state(conn, spec) == "missing":
+                    if valid:
+                        await ensure_function(conn, spec)
+                    elif await index_state(conn, spec) == "missing":
                         valid = await build_index(
                             conn, spec, m=self.settings.hnsw_m,
                             ef_construction=self.settings.hnsw_ef_construction,

@@ -60,8 +60,9 @@ class SearchService:
         spec = self.indexes.usable(dims) if self.indexes else None
         return store.SearchPlan(
             exact_max_rows=self.settings.exact_scan_max_rows,
+            index_function=spec.function_name if spec else None,
             index_dims=spec.dims if spec else 0,
-            index_type=spec.type_name if spec else "vector",
+            cost_factor=self.settings.hnsw_cost_factor,
             ef_search=self.settings.hnsw_ef_search,
             max_scan_tuples=self.settings.hnsw_max_scan_tuples,
             legacy_unowned=self.settings.legacy_unowned_readable,

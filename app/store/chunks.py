@@ -36,8 +36,9 @@ class SearchPlan:
     """How a search may run: the exact-scan threshold and the usable HNSW index, if any."""
 
     exact_max_rows: int
-    index_dims: int = 0  # dimension of a valid HNSW index; 0 = none
-    index_type: str = "vector"
+    index_function: str | None = None  # the valid HNSW index's walk function; None = exact only
+    index_dims: int = 0
+    cost_factor: float = 1.0
     ef_search: int = 100
     max_scan_tuples: int = 20_000
     legacy_unowned: bool = False
@@ -131,7 +132,8 @@ async def search(
     rows = await conn.fetch(
         queries.SEARCH_FUNCTION,
         vector, info.collection_id, list(file_ids), list(owners), k, plan.legacy_unowned,
-        plan.exact_max_rows, plan.index_dims, plan.index_type, plan.ef_search, plan.max_scan_tuples,
+        plan.exact_max_rows, plan.index_function, plan.index_dims, plan.ef_search, plan.max_scan_tuples,
+        plan.cost_factor,
         timeout=timeout,
     )
     hits = [

@@ -42,7 +42,7 @@ VECTOR_VERSION = "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
 # scan or the HNSW index, and returns top-k without vectors.
 SEARCH_FUNCTION = """
     SELECT uuid, custom_id, document, cmetadata, distance, path, visible_estimate
-    FROM ragoverlay_search_v1($1, $2, $3::text[], $4::text[], $5, $6, $7, $8, $9, $10, $11)
+    FROM ragoverlay_search_v1($1, $2, $3::text[], $4::text[], $5, $6, $7, $8, $9, $10, $11, $12)
 """
 
 # Exact top-k over exactly the caller's rows (reference implementation, used by tests).

@@ -36,6 +36,41 @@ class IndexSpec:
         return f"ragoverlay_emb_hnsw_{self.type_name}_{self.dims}"
 
     @property
+    def function_name(self) -> str:
+        """The per-dimension index-walk function the search function calls."""
+        return f"ragoverlay_hnsw_{self.type_name}_{self.dims}"
+
+    @property
+    def function_sql(self) -> str:
+        """CREATE OR REPLACE of the index-walk function: static SQL through the index expression.
+
+        plpgsql, not sql: a sql function would be inlined into the caller's dynamic statement and
+        planned on every call; plpgsql keeps one cached plan per connection.
+        """
+        expr = f"(e.embedding::{self.type_name}({self.dims}))"
+        query = f"p_query::{self.type_name}({self.dims})"
+        return f"""
+            CREATE OR REPLACE FUNCTION {self.function_name}(
+                p_query vector, p_collection uuid, p_files text[], p_owners text[],
+                p_legacy_unowned boolean, p_limit integer)
+            RETURNS TABLE (id uuid, distance double precision)
+            LANGUAGE plpgsql STABLE AS $fn$
+            BEGIN
+                RETURN QUERY
+                    SELECT e.uuid, {expr} <=> {query}
+                    FROM langchain_pg_embedding e
+                    WHERE vector_dims(e.embedding) = {self.dims}
+                      AND e.collection_id = p_collection
+                      AND e.custom_id = ANY (p_files)
+                      AND ((e.cmetadata ->> 'user_id') = ANY (p_owners)
+                           OR (p_legacy_unowned AND (e.cmetadata ->> 'user_id') IS NULL))
+                    ORDER BY {expr} <=> {query}
+                    LIMIT p_limit;
+            END;
+            $fn$
+        """
+
+    @property
     def create_sql(self) -> str:
         """CREATE INDEX CONCURRENTLY statement (dims and type are ours, never request data)."""
         ops = "vector_cosine_ops" if self.type_name == "vector" else "halfvec_cosine_ops"
@@ -98,9 +133,20 @@ async def build_index(
             logger.info("Building %s (CONCURRENTLY; searches use the exact path meanwhile)", spec.name)
             await conn.execute(sql)
             logger.info("Built %s", spec.name)
-        return await index_state(conn, spec) == "valid"
+        valid = await index_state(conn, spec) == "valid"
+        if valid:
+            await ensure_function(conn, spec)
+        return valid
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1, $2)", _BUILD_LOCK_KEY, spec.dims)
+
+
+async def ensure_function(conn: asyncpg.Connection, spec: IndexSpec) -> None:
+    """Create (or refresh) the index-walk function of `spec` (idempotent)."""
+    # serialised: concurrent CREATE OR REPLACE of one function can fail with "tuple concurrently updated"
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", _BUILD_LOCK_KEY, -spec.dims)
+        await conn.execute(spec.function_sql)
 
 
 async def backfill_catalog(conn: asyncpg.Connection, collection_id: uuid.UUID) -> int:

@@ -25,6 +25,8 @@ DIMS = 384
 FILES = 100
 PER_FILE = 20
 OWNER = "owner-a"
+SPEC = index_spec(DIMS)
+assert SPEC is not None
 FOREIGN = "owner-b"
 
 
@@ -89,7 +91,9 @@ async def run(database: Database, corpus: Corpus, q: np.ndarray, files: list[str
     conn = await asyncpg.connect(database.dsn)
     await register_vector(conn)
     try:
-        plan = store.SearchPlan(exact_max_rows=exact_max, index_dims=DIMS, ef_search=ef, max_scan_tuples=50_000)
+        # cost_factor 0: above exact_max the index path is taken however small the visible share
+        plan = store.SearchPlan(exact_max_rows=exact_max, index_function=SPEC.function_name, index_dims=DIMS,
+                                cost_factor=0.0, ef_search=ef, max_scan_tuples=50_000)
         return await store.search(conn, corpus.info, vector=q, file_ids=files, owners=[OWNER], k=k, plan=plan)
     finally:
         await conn.close()
@@ -165,7 +169,7 @@ async def test_index_path_really_walks_the_hnsw_index(database: Database, corpus
     await register_vector(conn)
     try:
         before = await index_scans(observer)
-        plan = store.SearchPlan(exact_max_rows=0, index_dims=DIMS)
+        plan = store.SearchPlan(exact_max_rows=0, index_function=SPEC.function_name, index_dims=DIMS, cost_factor=0)
         result = await store.search(conn, corpus.info, vector=corpus.queries[1], file_ids=corpus.file_ids,
                                     owners=[OWNER], k=10, plan=plan)
         assert result.path == "index"
@@ -173,7 +177,7 @@ async def test_index_path_really_walks_the_hnsw_index(database: Database, corpus
         await conn.execute("SELECT 1")
         after = await index_scans(observer)
         assert after > before
-        exact_plan = store.SearchPlan(exact_max_rows=10**9, index_dims=DIMS)
+        exact_plan = store.SearchPlan(exact_max_rows=10**9, index_function=SPEC.function_name, index_dims=DIMS)
         await store.search(conn, corpus.info, vector=corpus.queries[1], file_ids=corpus.file_ids,
                            owners=[OWNER], k=10, plan=exact_plan)
         await conn.execute("SELECT pg_stat_force_next_flush()")
@@ -182,3 +186,27 @@ async def test_index_path_really_walks_the_hnsw_index(database: Database, corpus
     finally:
         await conn.close()
         await observer.close()
+
+
+async def test_cost_rule_keeps_small_visible_shares_exact(database: Database, corpus: Corpus) -> None:
+    conn = await asyncpg.connect(database.dsn)
+    await register_vector(conn)
+    try:
+        plan = store.SearchPlan(exact_max_rows=0, index_function=SPEC.function_name, index_dims=DIMS,
+                                cost_factor=1.0, ef_search=100)
+        q = corpus.queries[2]
+        # 20 of ~2,000 rows: 20^2 = 400 < 2,000 x 100, so the exact scan answers
+        small = await store.search(conn, corpus.info, vector=q, file_ids=corpus.file_ids[:1], owners=[OWNER],
+                                   k=10, plan=plan)
+        assert small.path == "exact"
+        # 1,600 of ~2,000 rows: 1,600^2 = 2.56M >= 2,000 x 100, so the index walks
+        large = await store.search(conn, corpus.info, vector=q, file_ids=corpus.file_ids[:80], owners=[OWNER],
+                                   k=10, plan=plan)
+        assert large.path == "index"
+        # a query vector of another dimension never reaches the index function
+        other = unit(np.ones(8, dtype=np.float32))
+        mismatch = await store.search(conn, corpus.info, vector=other, file_ids=corpus.file_ids, owners=[OWNER],
+                                      k=10, plan=plan)
+        assert mismatch.hits == []
+    finally:
+        await conn.close()
