@@ -150,16 +150,21 @@ async def ensure_function(conn: asyncpg.Connection, spec: IndexSpec) -> None:
 
 
 async def backfill_catalog(conn: asyncpg.Connection, collection_id: uuid.UUID) -> int:
-    """Add catalogue rows for files rag_api wrote (chunk counts for the path estimate); returns rows added.
+    """Catalogue the files rag_api wrote (chunk counts, dimension); returns the rows added or completed.
 
     Their uploader is unknown (''), which never matches a caller, so delete rights stay with the owner.
+    The dimension is recorded only when all of a file's rows agree (then searches skip the per-row
+    check); mixed or unknown stays NULL and is checked row by row.
     """
-    result = await conn.execute(
+    added = await conn.execute(
         """
-        INSERT INTO ragoverlay_files (collection_id, file_id, owner, uploader, filename, status, chunk_count)
+        INSERT INTO ragoverlay_files (collection_id, file_id, owner, uploader, filename, status, chunk_count,
+                                      embedding_dim)
         SELECT e.collection_id, e.custom_id, e.cmetadata ->> 'user_id', '',
                coalesce(min(regexp_replace(e.cmetadata ->> 'source', '^.*[/\\\\]', '')), e.custom_id),
-               'legacy', count(*)
+               'legacy', count(*),
+               CASE WHEN min(vector_dims(e.embedding)) = max(vector_dims(e.embedding))
+                    THEN min(vector_dims(e.embedding)) END
         FROM langchain_pg_embedding e
         WHERE e.collection_id = $1 AND e.custom_id IS NOT NULL AND (e.cmetadata ->> 'user_id') IS NOT NULL
           AND NOT EXISTS (SELECT 1 FROM ragoverlay_files f
@@ -170,4 +175,32 @@ async def backfill_catalog(conn: asyncpg.Connection, collection_id: uuid.UUID) -
         """,
         collection_id,
     )
-    return int(result.split()[-1]) if result else 0
+    completed = await conn.execute(
+        """
+        UPDATE ragoverlay_files f
+        SET embedding_dim = d.dims
+        FROM (SELECT e.custom_id, e.cmetadata ->> 'user_id' AS owner,
+                     CASE WHEN min(vector_dims(e.embedding)) = max(vector_dims(e.embedding))
+                          THEN min(vector_dims(e.embedding)) END AS dims
+              FROM langchain_pg_embedding e
+              JOIN ragoverlay_files g
+                ON g.collection_id = e.collection_id AND g.file_id = e.custom_id
+               AND g.owner = e.cmetadata ->> 'user_id'
+              WHERE e.collection_id = $1 AND g.status = 'legacy' AND g.embedding_dim IS NULL
+              GROUP BY e.custom_id, e.cmetadata ->> 'user_id') d
+        WHERE f.collection_id = $1 AND f.file_id = d.custom_id AND f.owner = d.owner
+          AND f.status = 'legacy' AND f.embedding_dim IS NULL AND d.dims IS NOT NULL
+        """,
+        collection_id,
+    )
+    return _count(added) + _count(completed)
+
+
+def _count(status: str | None) -> int:
+    """Row count from an asyncpg command status such as 'INSERT 0 12' or 'UPDATE 3'."""
+    if not status:
+        return 0
+    try:
+        return int(status.split()[-1])
+    except ValueError:
+        return 0
