@@ -174,10 +174,8 @@ class EmbeddedPostgres:
                 "\n# ragoverlay embedded defaults\n"
                 "listen_addresses = '127.0.0.1'\n"
                 "max_connections = 100\n"
-                "shared_buffers = 256MB\n"
                 "work_mem = 16MB\n"
                 "maintenance_work_mem = 256MB\n"
-                "effective_cache_size = 2GB\n"
                 "jit = off\n"
                 "fsync = on\n"
                 "synchronous_commit = on\n"
@@ -208,7 +206,12 @@ class EmbeddedPostgres:
     def _pg_ctl_start(self, port: int, timeout: float) -> None:
         logger.info("Starting embedded PostgreSQL on 127.0.0.1:%s", port)
         # the socket goes into PGDATA: /tmp may be shared, and path length limits are generous here
-        opts = f"-p {port} -h 127.0.0.1 -k {self.pgdata}"
+        shared, cache = memory_settings_mb()
+        # memory is sized at every start (not at initdb) so a resized host gets sizes to match
+        opts = (
+            f"-p {port} -h 127.0.0.1 -k {self.pgdata} "
+            f"-c shared_buffers={shared}MB -c effective_cache_size={cache}MB"
+        )
         try:
             self._run(
                 [str(_bin_dir() / "pg_ctl"), "-D", str(self.pgdata), "-l", str(self.log_file),
@@ -286,6 +289,21 @@ def _make_traversable(path: Path) -> None:
                 for name in files:
                     q = Path(root) / name
                     q.chmod(q.stat().st_mode | stat.S_IROTH)
+
+
+def memory_settings_mb(total_bytes: int | None = None) -> tuple[int, int]:
+    """shared_buffers and effective_cache_size (MB) for this host: 1/8 of RAM (64 MB..2 GB), and 1/2."""
+    if total_bytes is None:
+        try:
+            total_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError):
+            total_bytes = 2 * 1024**3
+    total_mb = total_bytes // (1024 * 1024)
+    # the vector index and the rows it points to should stay in shared buffers on a dedicated host,
+    # without starving the service's own process (the embedding model) on a small one
+    shared = max(64, min(2048, total_mb // 8))
+    cache = max(shared * 2, total_mb // 2)
+    return shared, cache
 
 
 def _free_port() -> int:
