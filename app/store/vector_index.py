@@ -51,7 +51,7 @@ class IndexSpec:
         query = f"p_query::{self.type_name}({self.dims})"
         return f"""
             CREATE OR REPLACE FUNCTION {self.function_name}(
-                p_query vector, p_collection uuid, p_files text[], p_owners text[],
+                p_query vector, p_collection uuid, p_fileset jsonb, p_owners text[],
                 p_legacy_unowned boolean, p_limit integer)
             RETURNS TABLE (id uuid, distance double precision)
             LANGUAGE plpgsql STABLE AS $fn$
@@ -61,7 +61,8 @@ class IndexSpec:
                     FROM langchain_pg_embedding e
                     WHERE vector_dims(e.embedding) = {self.dims}
                       AND e.collection_id = p_collection
-                      AND e.custom_id = ANY (p_files)
+                      -- jsonb `?` is a binary search over sorted keys: no linear scan per tuple
+                      AND p_fileset ? e.custom_id
                       AND ((e.cmetadata ->> 'user_id') = ANY (p_owners)
                            OR (p_legacy_unowned AND (e.cmetadata ->> 'user_id') IS NULL))
                     ORDER BY {expr} <=> {query}
@@ -146,6 +147,10 @@ async def ensure_function(conn: asyncpg.Connection, spec: IndexSpec) -> None:
     # serialised: concurrent CREATE OR REPLACE of one function can fail with "tuple concurrently updated"
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", _BUILD_LOCK_KEY, -spec.dims)
+        # the text[] allow-list version of migration 0006 (searched linearly per tuple)
+        await conn.execute(
+            f"DROP FUNCTION IF EXISTS {spec.function_name}(vector, uuid, text[], text[], boolean, integer)"
+        )
         await conn.execute(spec.function_sql)
 
 
