@@ -23,47 +23,88 @@ def parse(argv: list[str]) -> Options:
     p = argparse.ArgumentParser(
         prog="scripts/bench",
         description="Build a rag_api-format corpus in an embedded PostgreSQL, run ragoverlay against it "
-                    "and measure /query_multiple latency, recall@k, throughput, LibreChat's per-file fan-out "
-                    "and memory. Prints a markdown report; writes bench-results/<UTC>.json and latest.json.",
+        "and measure /query_multiple latency, recall@k, throughput, LibreChat's per-file fan-out "
+        "and memory. Prints a markdown report; writes bench-results/<UTC>.json and latest.json.",
     )
-    p.add_argument("--chunks", type=int, default=d.chunks, help="rows in langchain_pg_embedding (%(default)s)")
+    p.add_argument(
+        "--chunks", type=int, default=d.chunks, help="rows in langchain_pg_embedding (%(default)s)"
+    )
     p.add_argument("--files", type=int, default=d.files, help="files, half per namespace (%(default)s)")
     p.add_argument("--topics", type=int, default=d.topics, help="vector clusters (%(default)s)")
     p.add_argument("--queries", type=int, default=d.queries, help="distinct query texts (%(default)s)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--k", type=int, default=d.k)
     p.add_argument("--timed", type=int, default=d.timed, help="timed queries per allow-list (%(default)s)")
-    p.add_argument("--lists", type=_ints, default=d.lists, help="allow-list sizes (default 1,10,100,373,1000)")
+    p.add_argument(
+        "--lists", type=_ints, default=d.lists, help="allow-list sizes (default 1,10,100,373,1000)"
+    )
     p.add_argument("--no-mixed", action="store_true", help="skip the entity_id / foreign-file scenarios")
-    p.add_argument("--configs", type=_names, default=d.configs,
-                   help="service configurations in order: exact, auto, index (default all three)")
+    p.add_argument(
+        "--configs",
+        type=_names,
+        default=d.configs,
+        help="service configurations in order: exact, auto, index (default all three)",
+    )
     p.add_argument("--concurrency", type=_ints, default=d.concurrency, help="default 1,8,32")
     p.add_argument("--tp-seconds", type=float, default=d.tp_seconds, help="window per concurrency level")
     p.add_argument("--fanout-files", type=int, default=d.fanout_files)
     p.add_argument("--fanout-reps", type=int, default=d.fanout_reps)
-    p.add_argument("--reuse", action="store_true",
-                   help="keep the data folder (/tmp/ragoverlay-bench-<spec hash>) and reuse a loaded corpus")
+    p.add_argument(
+        "--reuse",
+        action="store_true",
+        help="keep the data folder (/tmp/ragoverlay-bench-<spec hash>) and reuse a loaded corpus",
+    )
     p.add_argument("--data-dir", type=Path, default=None, help="data folder (kept); default: temporary")
     p.add_argument("--out", type=Path, default=d.out_dir, help="results folder (%(default)s)")
     p.add_argument("--no-gin", action="store_true", help="skip langchain's GIN index on cmetadata")
     p.add_argument("--no-explain", action="store_true", help="skip the auto_explain plan pass")
     p.add_argument("--load-parallel", type=int, default=d.load_parallel, help="COPY connections")
-    p.add_argument("--index-timeout", type=float, default=d.index_timeout,
-                   help="seconds to wait for the HNSW index to become valid (%(default)s)")
-    p.add_argument("--service-env", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra service setting for every configuration (repeatable), e.g. HNSW_EF_SEARCH=80")
-    p.add_argument("--client", choices=("lean", "httpx"), default=d.client,
-                   help="HTTP client: lean (asyncio streams, default) or httpx (costs ms of client CPU per request)")
+    p.add_argument(
+        "--index-timeout",
+        type=float,
+        default=d.index_timeout,
+        help="seconds to wait for the HNSW index to become valid (%(default)s)",
+    )
+    p.add_argument(
+        "--service-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra service setting for every configuration (repeatable), e.g. HNSW_EF_SEARCH=80",
+    )
+    p.add_argument(
+        "--client",
+        choices=("lean", "httpx"),
+        default=d.client,
+        help="HTTP client: lean (asyncio streams, default) or httpx (costs ms of client CPU per request)",
+    )
     a = p.parse_args(argv)
     if a.files < 1 or a.chunks < a.files:
         p.error("--chunks must be at least --files")
     return Options(
-        chunks=a.chunks, files=a.files, topics=a.topics, queries=a.queries, seed=a.seed, k=a.k, timed=a.timed,
-        lists=a.lists, mixed=not a.no_mixed, configs=a.configs, concurrency=a.concurrency,
-        tp_seconds=a.tp_seconds, fanout_files=a.fanout_files, fanout_reps=a.fanout_reps, reuse=a.reuse,
-        data_dir=a.data_dir, out_dir=a.out, gin=not a.no_gin, explain=not a.no_explain,
-        load_parallel=a.load_parallel, index_timeout=a.index_timeout,
-        service_env=parse_env_pairs(a.service_env), client=a.client,
+        chunks=a.chunks,
+        files=a.files,
+        topics=a.topics,
+        queries=a.queries,
+        seed=a.seed,
+        k=a.k,
+        timed=a.timed,
+        lists=a.lists,
+        mixed=not a.no_mixed,
+        configs=a.configs,
+        concurrency=a.concurrency,
+        tp_seconds=a.tp_seconds,
+        fanout_files=a.fanout_files,
+        fanout_reps=a.fanout_reps,
+        reuse=a.reuse,
+        data_dir=a.data_dir,
+        out_dir=a.out,
+        gin=not a.no_gin,
+        explain=not a.no_explain,
+        load_parallel=a.load_parallel,
+        index_timeout=a.index_timeout,
+        service_env=parse_env_pairs(a.service_env),
+        client=a.client,
     )
 
 

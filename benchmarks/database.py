@@ -96,9 +96,17 @@ SERVER_FACTS = """
            (SELECT extversion FROM pg_extension WHERE extname = 'vector') AS pgvector
 """
 SETTING_NAMES = (
-    "shared_buffers", "work_mem", "maintenance_work_mem", "effective_cache_size",
-    "max_parallel_workers_per_gather", "max_parallel_maintenance_workers", "max_connections",
-    "jit", "random_page_cost", "synchronous_commit", "default_toast_compression",
+    "shared_buffers",
+    "work_mem",
+    "maintenance_work_mem",
+    "effective_cache_size",
+    "max_parallel_workers_per_gather",
+    "max_parallel_maintenance_workers",
+    "max_connections",
+    "jit",
+    "random_page_cost",
+    "synchronous_commit",
+    "default_toast_compression",
 )
 SHOW_SETTINGS = "SELECT n AS name, current_setting(n, true) AS value FROM unnest($1::text[]) AS n"
 
@@ -156,8 +164,9 @@ async def load_rows(
             # durability of a benchmark load does not matter; the rows and their layout do
             await conn.execute("SET synchronous_commit = off")
             while (rows := await queue.get()) is not None:
-                records = [(r.uuid, collection_id, r.vector, r.document, r.cmetadata, r.custom_id)
-                           for r in rows]
+                records = [
+                    (r.uuid, collection_id, r.vector, r.document, r.cmetadata, r.custom_id) for r in rows
+                ]
                 await conn.copy_records_to_table(
                     "langchain_pg_embedding", records=records, columns=COPY_COLUMNS
                 )
@@ -226,6 +235,72 @@ async def hnsw_indexes(conn: asyncpg.Connection) -> list[dict[str, Any]]:
 async def build_progress(conn: asyncpg.Connection) -> list[dict[str, Any]]:
     """Index builds in progress on the table (pg_stat_progress_create_index)."""
     return [dict(r) for r in await conn.fetch(BUILD_PROGRESS)]
+
+
+ALL_ROWS = "SELECT e.uuid::text AS id, e.embedding FROM langchain_pg_embedding e WHERE e.collection_id = $1"
+_HNSW_DEF = re.compile(
+    r"USING hnsw \((?P<expr>.+) (?P<type>vector|halfvec)_cosine_ops\)"
+    r"(?: WITH \([^)]*\))?(?: WHERE (?P<pred>.+))?$"
+)
+
+
+async def raw_hnsw_recall(
+    conn: asyncpg.Connection,
+    collection_id: uuid.UUID,
+    index_definition: str,
+    queries: np.ndarray,
+    k: int,
+    ef_values: Sequence[int] = (40, 100, 200),
+) -> dict[str, Any]:
+    """Unfiltered recall@k of pgvector's HNSW index itself (no service): how hard the data is for it.
+
+    The ORDER BY expression and predicate are read from the index definition (our own catalog, not
+    request data), so the planner can use the index exactly as the service does.
+    """
+    match = _HNSW_DEF.search(index_definition)
+    dims = re.search(r"\((\d+)\)", match.group("expr")) if match else None
+    if match is None or dims is None:
+        return {"error": "index definition not understood"}
+    expr, vtype, pred = match.group("expr"), match.group("type"), match.group("pred") or "true"
+    sql = (
+        f"SELECT e.uuid::text AS id FROM langchain_pg_embedding e WHERE {pred} AND e.collection_id = $2 "
+        f"ORDER BY {expr.replace('(embedding)', '(e.embedding)')} <=> $1::{vtype}({dims.group(1)}) "
+        f"LIMIT {int(k)}"
+    )
+    records = await conn.fetch(ALL_ROWS, collection_id)
+    rows = VisibleRows.build(
+        [r["id"] for r in records], np.stack([_as_array(r["embedding"]) for r in records])
+    )
+    del records
+    truth = []
+    for q in queries:
+        d = rows.distances(q)
+        kth = float(np.partition(d, k - 1)[k - 1])
+        truth.append({rows.ids[i] for i in np.flatnonzero(d <= kth + 1e-5)})
+    plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + sql, queries[0], collection_id))
+    out: dict[str, Any] = {"queries": len(queries), "uses_index": "Index Scan" in plan, "by_ef_search": {}}
+    for ef in ef_values:
+        recalls = []
+        for q, expected in zip(queries, truth, strict=True):
+            async with conn.transaction():
+                await conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef)}")
+                got = {r["id"] for r in await conn.fetch(sql, q, collection_id)}
+            recalls.append(len(got & expected) / k)
+        out["by_ef_search"][str(ef)] = {
+            "mean": round(float(np.mean(recalls)), 4),
+            "min": round(float(np.min(recalls)), 2),
+            "below_0.5": int(sum(r < 0.5 for r in recalls)),
+        }
+    return out
+
+
+async def checkpoint(superuser_dsn: str) -> None:
+    """Flush dirty buffers now, so a spread checkpoint does not write during the measurements."""
+    conn = await asyncpg.connect(superuser_dsn)
+    try:
+        await conn.execute("CHECKPOINT")
+    finally:
+        await conn.close()
 
 
 class PlanCapture:
@@ -306,6 +381,12 @@ def summarize_plan(doc: dict[str, Any], duration_ms: float) -> dict[str, Any]:
         elif node.get("Relation Name"):
             label += f" on {node['Relation Name']}"
         label += f" (rows={node.get('Actual Rows')}, loops={node.get('Actual Loops')})"
+        # per-row predicates are where time hides (e.g. `= ANY($n)` evaluated row by row)
+        for key in ("Index Cond", "Recheck Cond", "Filter", "Order By"):
+            if node.get(key):
+                label += f" [{key}: {' '.join(str(node[key]).split())[:160]}]"
+        if node.get("Rows Removed by Filter"):
+            label += f" [removed by filter: {node['Rows Removed by Filter']}]"
         nodes.append("  " * depth + label)
         for child in node.get("Plans", []) or []:
             walk(child, depth + 1)
@@ -314,7 +395,7 @@ def summarize_plan(doc: dict[str, Any], duration_ms: float) -> dict[str, Any]:
     query = " ".join(str(doc.get("Query Text", "")).split())
     return {
         "wrapper": plan.get("Node Type") in ("Function Scan", "Result") and not plan.get("Plans"),
-        "statement": query[:400],
+        "statement": query[:2000],
         "duration_ms": duration_ms,
         "nodes": nodes,
         "shared_hit_blocks": plan.get("Shared Hit Blocks"),

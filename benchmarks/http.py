@@ -32,8 +32,9 @@ class LeanHTTP:
         self._slots = asyncio.Semaphore(max_connections)
         self._host_header = f"{host}:{port}".encode()
 
-    async def request(self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
-                      ) -> Response:
+    async def request(
+        self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
+    ) -> Response:
         """Send one request and read the whole reply."""
         head = [f"{method} {path} HTTP/1.1".encode(), b"Host: " + self._host_header]
         for name, value in (headers or {}).items():
@@ -44,7 +45,9 @@ class LeanHTTP:
         async with self._slots:
             while True:
                 reused = bool(self._idle)
-                reader, writer = self._idle.pop() if reused else await asyncio.open_connection(self.host, self.port)
+                reader, writer = (
+                    self._idle.pop() if reused else await asyncio.open_connection(self.host, self.port)
+                )
                 try:
                     writer.write(payload)
                     response, keep = await self._read(reader)

@@ -44,8 +44,14 @@ def _mib(n: Any) -> str:
     return "-" if n is None else f"{n / 2**20:,.0f} MiB"
 
 
+def _errors(data: dict[str, Any]) -> int:
+    """Replies other than 200 and 404 (404 is rag_api's 'nothing found')."""
+    return sum(n for code, n in data.get("statuses", {}).items() if code not in ("200", "404"))
+
+
 def _scenario(result: dict[str, Any], config: str, name: str) -> dict[str, Any] | None:
-    return result.get("configs", {}).get(config, {}).get("latency", {}).get(name)
+    found: dict[str, Any] | None = result.get("configs", {}).get(config, {}).get("latency", {}).get(name)
+    return found
 
 
 def _largest_own(result: dict[str, Any], config: str) -> tuple[str, dict[str, Any]] | None:
@@ -55,6 +61,30 @@ def _largest_own(result: dict[str, Any], config: str) -> tuple[str, dict[str, An
         return None
     _, name, data = max(own)
     return name, data
+
+
+def _path_share(data: dict[str, Any], path: str) -> float | None:
+    """Share of a list's requests whose Server-Timing names `path`; None without path labels."""
+    counts: dict[str, int] = {}
+    for value in data.get("server_timing", {}).values():
+        if isinstance(value, dict) and "n" not in value:
+            for label, n in value.items():
+                counts[label] = counts.get(label, 0) + n
+    total = sum(counts.values())
+    return counts.get(path, 0) / total if total else None
+
+
+def _on_path(configs: dict[str, Any], path: str, fallback: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """(config, list, data) of runs where most requests took `path` by Server-Timing, else of `fallback`."""
+    out = []
+    for cname, cfg in configs.items():
+        for sname, data in cfg.get("latency", {}).items():
+            if not data.get("recall"):
+                continue
+            share = _path_share(data, path)
+            if (share is not None and share >= 0.5) or (share is None and cname == fallback):
+                out.append((cname, sname, data))
+    return out
 
 
 def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -74,16 +104,17 @@ def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             if data:
                 pct = key[:3]
                 measured = data["client_ms"].get(pct)
-                server = (data["server_timing"].get("total") or {}).get(pct)
+                timing = data["server_timing"]
+                server = (timing.get("total") or timing.get("db") or {}).get(pct)
                 where = where or f"{primary}, own-1000"
-        elif key == "recall_exact" and "exact" in configs:
-            mins = [v["recall"]["min"] for v in configs["exact"].get("latency", {}).values() if v.get("recall")]
-            measured = min(mins) if mins else None
-            where = "exact config, worst query of any list"
-        elif key == "recall_index" and "index" in configs and configs["index"].get("latency"):
-            means = [v["recall"]["mean"] for v in configs["index"]["latency"].values() if v.get("recall")]
-            measured = min(means) if means else None
-            where = "index config, lowest per-list mean"
+        elif key == "recall_exact":
+            runs = _on_path(configs, "exact", fallback="exact")
+            measured = min((v["recall"]["min"] for _, _, v in runs), default=None)
+            where = f"worst query of {len(runs)} list/config runs on the exact path"
+        elif key == "recall_index":
+            runs = _on_path(configs, "index", fallback="index")
+            measured = min((v["recall"]["mean"] for _, _, v in runs), default=None)
+            where = f"lowest per-list mean of {len(runs)} list/config runs on the index path"
         elif key == "fanout_ratio":
             for name, cfg in configs.items():
                 if cfg.get("fanout"):
@@ -96,8 +127,16 @@ def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             met = measured <= goal
         else:
             met = measured >= goal
-        out.append({"target": label, "goal": goal, "measured": measured, "server_side": server,
-                    "where": where, "met": met})
+        out.append(
+            {
+                "target": label,
+                "goal": goal,
+                "measured": measured,
+                "server_side": server,
+                "where": where,
+                "met": met,
+            }
+        )
     return out
 
 
@@ -107,44 +146,77 @@ def render(result: dict[str, Any]) -> str:
     add = lines.append
     corpus, machine, db = result.get("corpus", {}), result.get("machine", {}), result.get("postgres", {})
     stats = corpus.get("table", {})
+    sizes = corpus.get("file_size", {})
     add(f"# ragoverlay search benchmark ({result.get('started_utc', '')})")
     add("")
-    add(f"- corpus: {corpus.get('rows', 0):,} chunks in {corpus.get('files', 0):,} files "
-        f"(chunks per file p50 {corpus.get('file_size', {}).get('p50')}, p95 {corpus.get('file_size', {}).get('p95')}, "
-        f"max {corpus.get('file_size', {}).get('max')}), {corpus.get('topics')} topics, "
-        f"{corpus.get('queries')} distinct queries, seed {corpus.get('seed')}")
+    add(
+        f"- corpus: {corpus.get('rows', 0):,} chunks in {corpus.get('files', 0):,} files "
+        f"(chunks per file p50 {sizes.get('p50')}, p95 {sizes.get('p95')}, "
+        f"max {sizes.get('max')}), {corpus.get('topics')} topics, "
+        f"{corpus.get('queries')} distinct queries, seed {corpus.get('seed')}"
+    )
     if "vector_out_of_line_share" in stats:
-        add(f"- rows: document {stats.get('doc_chars', 0):.0f} chars avg (stored {stats.get('doc_stored_bytes', 0):.0f} B, "
+        add(
+            f"- rows: document {stats.get('doc_chars', 0):.0f} chars avg "
+            f"(stored {stats.get('doc_stored_bytes', 0):.0f} B, "
             f"{stats.get('doc_compressed_share', 0):.0%} compressed), vector stored out of line (TOAST) in "
             f"{stats.get('vector_out_of_line_share', 0):.0%} of rows; heap {_mib(stats.get('heap_bytes'))}, "
-            f"TOAST {_mib(stats.get('toast_bytes'))}")
-    add(f"- machine: {machine.get('nproc')} cores ({machine.get('cpu_model')}), {machine.get('ram_gib')} GiB RAM; "
+            f"TOAST {_mib(stats.get('toast_bytes'))}"
+        )
+    add(
+        f"- machine: {machine.get('nproc')} cores ({machine.get('cpu_model')}), "
+        f"{machine.get('ram_gib')} GiB RAM; "
         f"PostgreSQL {db.get('server_version')}, pgvector {db.get('pgvector')}; "
-        f"shared_buffers {db.get('settings', {}).get('shared_buffers')}")
+        f"shared_buffers {db.get('settings', {}).get('shared_buffers')}"
+    )
     profiles = [(n, v["distances"]) for n, v in result.get("scenarios", {}).items() if v.get("distances")]
     if profiles:
         name, prof = max(profiles, key=lambda p: result["scenarios"][p[0]]["visible_rows"])
-        add(f"- query distances over {name} (exact): nearest median {prof['top1_median']}, "
-            f"10th median {prof['topk_median']}, 10th-to-11th gap median {prof['gap_k_to_k1_median']}")
-    add(f"- HTTP client: {result.get('options', {}).get('client')}; "
+        add(
+            f"- query distances over {name} (exact): nearest median {prof['top1_median']}, "
+            f"10th median {prof['topk_median']}, 10th-to-11th gap median {prof['gap_k_to_k1_median']}"
+        )
+    raw = result.get("calibration", {}).get("raw_hnsw_recall") or {}
+    if raw.get("by_ef_search"):
+        parts = ", ".join(
+            f"ef_search {ef}: {v['mean']:.3f} (min {v['min']:.1f})" for ef, v in raw["by_ef_search"].items()
+        )
+        add(
+            f"- data difficulty: pgvector HNSW alone, unfiltered, recall@10 over {raw['queries']} "
+            f"queries: {parts}"
+        )
+    load = result.get("loadavg_at_start")
+    if load and load[0] > 0.5:
+        add(
+            f"- **warning**: load average {load} before the run started (other work on this machine); "
+            "every figure is skewed by it"
+        )
+    add(
+        f"- HTTP client: {result.get('options', {}).get('client')}; "
         "latency is client-observed end to end from the same machine; server = the `Server-Timing` total "
         "and db = its db entry, when the service sends them; query embeddings are cached on the server "
-        "before timing")
+        "before timing"
+    )
     add("")
     for name, cfg in result.get("configs", {}).items():
         add(f"## `/query_multiple` k={result.get('options', {}).get('k')}: config `{name}`")
-        add(f"{cfg.get('description', '')}; env {json.dumps(cfg.get('env', {}))}; "
-            f"HTTP floor (GET /health p50) {_ms((cfg.get('health_floor_ms') or {}).get('p50'))} ms")
+        add(
+            f"{cfg.get('description', '')}; env {json.dumps(cfg.get('env', {}))}; "
+            f"HTTP floor (GET /health p50) {_ms((cfg.get('health_floor_ms') or {}).get('p50'))} ms; "
+            f"load average at start {cfg.get('loadavg_at_start')}"
+        )
         index = cfg.get("index") or {}
         if index:
             add(f"HNSW index: {index.get('summary', '-')}")
-        if cfg.get("skipped"):
-            add(f"skipped: {cfg['skipped']}")
+        if cfg.get("skipped") or cfg.get("error"):
+            add(f"skipped: {cfg['skipped']}" if cfg.get("skipped") else f"**failed**: {cfg['error'][:500]}")
             add("")
             continue
         add("")
-        add("| allow-list | visible rows | client p50 / p95 / p99 ms | server p50 / p95 / p99 ms | db p50 ms "
-            "| path | recall@10 mean (min) | short / foreign |")
+        add(
+            "| allow-list | visible rows | client p50 / p95 / p99 ms | server p50 / p95 / p99 ms | db p50 ms "
+            "| path | recall@10 mean (min) | short / foreign / errors |"
+        )
         add("| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |")
         for sname, data in cfg.get("latency", {}).items():
             st = data.get("server_timing", {})
@@ -152,9 +224,13 @@ def render(result: dict[str, Any]) -> str:
             path_text = "; ".join(", ".join(f"{k} {n}" for k, n in v.items()) for v in labels) or "-"
             rec = data.get("recall", {})
             label = sname if data["files"] == data["requested_files"] else f"{sname} ({data['files']} files)"
-            add(f"| {label} | {data['visible_rows']:,} | {_triple(data['client_ms'])} | {_triple(st.get('total'))} "
-                f"| {_ms((st.get('db') or {}).get('p50'))} | {path_text} | {rec.get('mean', 0):.3f} ({rec.get('min', 0):.2f}) "
-                f"| {rec.get('short_answers', 0)} / {rec.get('foreign_rows', 0)} |")
+            add(
+                f"| {label} | {data['visible_rows']:,} | {_triple(data['client_ms'])} "
+                f"| {_triple(st.get('total'))} "
+                f"| {_ms((st.get('db') or {}).get('p50'))} | {path_text} "
+                f"| {rec.get('mean', 0):.3f} ({rec.get('min', 0):.2f}) "
+                f"| {rec.get('short_answers', 0)} / {rec.get('foreign_rows', 0)} / {_errors(data)} |"
+            )
         add("")
     tp_rows = [(n, t) for n, c in result.get("configs", {}).items() for t in c.get("throughput", [])]
     if tp_rows:
@@ -163,32 +239,48 @@ def render(result: dict[str, Any]) -> str:
         add("| config | concurrency | req/s | client p50 / p95 ms | server p50 ms | errors |")
         add("| --- | ---: | ---: | ---: | ---: | ---: |")
         for name, t in tp_rows:
-            add(f"| {name} | {t['concurrency']} | {t['req_per_s']:.1f} | {_ms(t['client_ms'].get('p50'))} / "
-                f"{_ms(t['client_ms'].get('p95'))} | {_ms((t['server_timing'].get('total') or {}).get('p50'))} "
-                f"| {t['errors']} |")
+            add(
+                f"| {name} | {t['concurrency']} | {t['req_per_s']:.1f} | {_ms(t['client_ms'].get('p50'))} / "
+                f"{_ms(t['client_ms'].get('p95'))} "
+                f"| {_ms((t['server_timing'].get('total') or {}).get('p50'))} "
+                f"| {t['errors']} |"
+            )
         add("")
     for name, cfg in result.get("configs", {}).items():
         fan = cfg.get("fanout")
         if not fan:
             continue
-        add(f"## LibreChat's pattern: {fan['files']} parallel `/query` (k={fan['k_per_file']}), merge, top 10 "
-            f"(config `{name}`, {fan['reps']} reps)")
+        add(
+            f"## LibreChat's pattern: {fan['files']} parallel `/query` (k={fan['k_per_file']}), "
+            "merge, top 10 "
+            f"(config `{name}`, {fan['reps']} reps)"
+        )
         add("")
         add("| | p50 ms | p95 ms |")
         add("| --- | ---: | ---: |")
         add(f"| fan-out wall time | {_ms(fan['wall_ms'].get('p50'))} | {_ms(fan['wall_ms'].get('p95'))} |")
-        add(f"| client CPU per fan-out (httpx) | {_ms(fan['client_cpu_ms'].get('p50'))} | "
-            f"{_ms(fan['client_cpu_ms'].get('p95'))} |")
+        add(
+            f"| client CPU per fan-out ({result.get('options', {}).get('client')} client) "
+            f"| {_ms(fan['client_cpu_ms'].get('p50'))} | "
+            f"{_ms(fan['client_cpu_ms'].get('p95'))} |"
+        )
         srv = fan.get("server_total_ms_summed_per_rep", {})
         if srv.get("n"):
-            add(f"| server time summed over the {fan['files']} requests | {_ms(srv.get('p50'))} | {_ms(srv.get('p95'))} |")
-        add(f"| batched `/query_multiple` ({fan['files']} files) | {_ms(fan.get('batched_p50_ms'))} | "
-            f"{_ms(fan.get('batched_p95_ms'))} |")
+            add(
+                f"| server time summed over the {fan['files']} requests | {_ms(srv.get('p50'))} "
+                f"| {_ms(srv.get('p95'))} |"
+            )
+        add(
+            f"| batched `/query_multiple` ({fan['files']} files) | {_ms(fan.get('batched_p50_ms'))} | "
+            f"{_ms(fan.get('batched_p95_ms'))} |"
+        )
         add("")
         rec = fan.get("recall_of_merged_top", {})
-        add(f"Ratio fan-out / batched (p50): **{fan.get('ratio_to_batched_p50', 0):.0f}x**. "
+        add(
+            f"Ratio fan-out / batched (p50): **{fan.get('ratio_to_batched_p50', 0):.0f}x**. "
             f"Recall@10 of the merged fan-out: {rec.get('mean', 0):.3f} (per-file k=5 misses files holding "
-            f"more than 5 of the global top 10). Statuses: {fan.get('statuses')}")
+            f"more than 5 of the global top 10). Statuses: {fan.get('statuses')}"
+        )
         add("")
     add("## Service memory")
     add("")
@@ -202,35 +294,61 @@ def render(result: dict[str, Any]) -> str:
     add(f"## Next to rag_api (figures from {BASELINE_SOURCE})")
     add("")
     primary = "auto" if "auto" in result.get("configs", {}) else next(iter(result.get("configs", {})), "")
-    add(f"| workload (p50 / p95 ms) | rag_api + its btree indexes | rag_api default | ragoverlay `{primary}` (measured) |")
+    add(
+        "| workload (p50 / p95 ms) | rag_api + its btree indexes | rag_api default "
+        f"| ragoverlay `{primary}` (measured) |"
+    )
     add("| --- | ---: | ---: | ---: |")
     for n, base in BASELINE_QUERY_MULTIPLE.items():
         ours = _scenario(result, primary, f"own-{n}")
         ours_text = f"{_ms(ours['client_ms']['p50'])} / {_ms(ours['client_ms']['p95'])}" if ours else "-"
-        add(f"| `/query_multiple` {n:,} files | {base['with_indexes'][0]} / {base['with_indexes'][1]} | "
-            f"{base['default'][0]} / {base['default'][1]} | {ours_text} |")
+        add(
+            f"| `/query_multiple` {n:,} files | {base['with_indexes'][0]} / {base['with_indexes'][1]} | "
+            f"{base['default'][0]} / {base['default'][1]} | {ours_text} |"
+        )
     fan = result.get("configs", {}).get(primary, {}).get("fanout")
     fan_text = f"{_ms(fan['wall_ms'].get('p50'))} / {_ms(fan['wall_ms'].get('p95'))}" if fan else "-"
-    add(f"| 373 parallel `/query` + merge (wall) | {BASELINE_FANOUT_373['with_indexes'][0]:,} / "
+    add(
+        f"| 373 parallel `/query` + merge (wall) | {BASELINE_FANOUT_373['with_indexes'][0]:,} / "
         f"{BASELINE_FANOUT_373['with_indexes'][1]:,} | {BASELINE_FANOUT_373['default'][0]:,} / "
-        f"{BASELINE_FANOUT_373['default'][1]:,} | {fan_text} |")
-    c8 = next((t for t in result.get("configs", {}).get(primary, {}).get("throughput", []) if t["concurrency"] == 8), None)
+        f"{BASELINE_FANOUT_373['default'][1]:,} | {fan_text} |"
+    )
+    c8 = next(
+        (
+            t
+            for t in result.get("configs", {}).get(primary, {}).get("throughput", [])
+            if t["concurrency"] == 8
+        ),
+        None,
+    )
     c8_text = f"{c8['req_per_s']:.0f} req/s (p50 {_ms(c8['client_ms'].get('p50'))})" if c8 else "-"
-    add(f"| 1,000 files at concurrency 8 | {BASELINE_THROUGHPUT_1000_C8['with_indexes'][0]} req/s (p50 "
-        f"{BASELINE_THROUGHPUT_1000_C8['with_indexes'][1]}) | {BASELINE_THROUGHPUT_1000_C8['default'][0]} req/s "
-        f"(p50 {BASELINE_THROUGHPUT_1000_C8['default'][1]}) | {c8_text} |")
+    add(
+        f"| 1,000 files at concurrency 8 | {BASELINE_THROUGHPUT_1000_C8['with_indexes'][0]} req/s (p50 "
+        f"{BASELINE_THROUGHPUT_1000_C8['with_indexes'][1]}) "
+        f"| {BASELINE_THROUGHPUT_1000_C8['default'][0]} req/s "
+        f"(p50 {BASELINE_THROUGHPUT_1000_C8['default'][1]}) | {c8_text} |"
+    )
     add("")
     add("## Targets (benchmark figures, not assertions)")
     add("")
-    add("| target | measured (client) | server-side | where | |")
+    add("| target | measured (client) | server-side (total, else db) | where | |")
     add("| --- | ---: | ---: | --- | --- |")
     for t in result.get("targets", []):
         verdict = "n/a" if t["met"] is None else ("met" if t["met"] else "**missed**")
+        server_text = "-" if t["server_side"] is None else f"{_ms(t['server_side'])} ms"
         measured = t["measured"]
-        text = "-" if measured is None else (f"{measured:.3f}" if t["target"].startswith("recall") else
-                                             f"{measured:.0f}x" if "faster" in t["target"] else f"{_ms(measured)} ms")
-        add(f"| {t['target']} | {text} | {_ms(t['server_side']) + ' ms' if t['server_side'] is not None else '-'} "
-            f"| {t['where']} | {verdict} |")
+        text = (
+            "-"
+            if measured is None
+            else (
+                f"{measured:.3f}"
+                if t["target"].startswith("recall")
+                else f"{measured:.0f}x"
+                if "faster" in t["target"]
+                else f"{_ms(measured)} ms"
+            )
+        )
+        add(f"| {t['target']} | {text} | {server_text} | {t['where']} | {verdict} |")
     add("")
     plans = [(n, c["plans"]) for n, c in result.get("configs", {}).items() if c.get("plans")]
     if plans:
@@ -239,9 +357,12 @@ def render(result: dict[str, Any]) -> str:
         for name, per_scenario in plans:
             for sname, info in per_scenario.items():
                 if info.get("nodes"):
-                    add(f"- `{name}` {sname}: {info['duration_ms']:.1f} ms, {info.get('statements_per_request')} "
-                        f"statement(s)/request, shared hit {info.get('shared_hit_blocks')} read "
-                        f"{info.get('shared_read_blocks')}: {' > '.join(n.strip() for n in info['nodes'][:6])}")
+                    add(
+                        f"- `{name}` {sname}: {info['duration_ms']:.1f} ms, "
+                        f"{info.get('statements_per_request')} statement(s)/request, "
+                        f"shared hit {info.get('shared_hit_blocks')} read {info.get('shared_read_blocks')}: "
+                        + " > ".join(n.strip() for n in info["nodes"][:6])
+                    )
         add("")
     add("## Phases (seconds)")
     add("")

@@ -9,7 +9,6 @@ import platform
 import secrets
 import shutil
 import signal
-import sys
 import tempfile
 import time
 import uuid
@@ -130,31 +129,44 @@ def machine_facts() -> dict[str, Any]:
     }
 
 
-async def embed_texts(spec: cp.CorpusSpec, text: cp.TextModel, cache: Path, progress: Progress
-                      ) -> tuple[np.ndarray, list[str], np.ndarray]:
+def _cached_embeddings(cache: Path, spec: cp.CorpusSpec) -> tuple[np.ndarray, np.ndarray] | None:
+    """Centres and query vectors saved by an earlier run of the same spec, or None."""
+    if not cache.exists():
+        return None
+    with np.load(cache) as saved:
+        if str(saved["fingerprint"]) != spec.fingerprint():
+            return None
+        return saved["centres"], saved["queries"]
+
+
+async def embed_texts(
+    spec: cp.CorpusSpec, text: cp.TextModel, cache: Path, progress: Progress
+) -> tuple[np.ndarray, list[str], np.ndarray]:
     """Topic centres, query texts and query vectors (cached in the data folder for `--reuse`)."""
-    texts, _topics = cp.query_plan(spec, text)
-    if cache.exists():
-        with np.load(cache) as saved:
-            if str(saved["fingerprint"]) == spec.fingerprint():
-                return saved["centres"], texts, saved["queries"]
+    texts, query_topics = cp.query_plan(spec, text)
+    cached = _cached_embeddings(cache, spec)
+    if cached is not None:
+        return cached[0], texts, cached[1]
     from app.clients.embeddings.local import LocalEmbedder
 
     embedder = LocalEmbedder(threads=max(1, min(4, os.cpu_count() or 1)))
     try:
         centre_texts = [s for t in range(spec.topics) for s in text.centre_texts(t, spec.seed)]
         progress.say(f"embedding {len(centre_texts)} topic descriptions and {len(texts)} queries locally")
-        centres = cp.topic_centres(await embedder.embed_documents(centre_texts), spec.topics)
         # the server embeds queries one by one through embed_query; so do we, for identical vectors
         queries = np.stack([await embedder.embed_query(q) for q in texts])
+        centres = cp.topic_centres(
+            await embedder.embed_documents(centre_texts), spec.topics, queries, query_topics
+        )
     finally:
         await embedder.aclose()
     np.savez(cache, fingerprint=np.array(spec.fingerprint()), centres=centres, queries=queries)
     return centres, texts, queries
 
 
-async def prepare_corpus(opts: Options, root: Path, dsn: str, conn: asyncpg.Connection, progress: Progress
-                         ) -> tuple[Corpus, dict[str, Any]]:
+async def prepare_corpus(
+    opts: Options, root: Path, dsn: str, superuser_dsn: str, conn: asyncpg.Connection, progress: Progress
+) -> tuple[Corpus, dict[str, Any]]:
     """Generate and COPY the corpus unless `--reuse` finds it loaded; returns it and its facts."""
     spec = opts.spec()
     marker = root / "corpus.json"
@@ -163,9 +175,12 @@ async def prepare_corpus(opts: Options, root: Path, dsn: str, conn: asyncpg.Conn
         text = cp.TextModel(cp.load_vocabulary(), spec.topics, spec.seed)
     with progress.phase("corpus: embed topics and queries"):
         centres, texts, qvecs = await embed_texts(spec, text, root / "embeddings.npz", progress)
-    facts: dict[str, Any] = {**asdict(spec), "fingerprint": spec.fingerprint(),
-                             "file_size": summarize(layout.sizes.tolist()),
-                             "noise": {"alpha": cp.ALPHA, "beta": cp.BETA, "off_topic": cp.OFF_TOPIC}}
+    facts: dict[str, Any] = {
+        **asdict(spec),
+        "fingerprint": spec.fingerprint(),
+        "file_size": summarize(layout.sizes.tolist()),
+        "noise": {"alpha": cp.ALPHA, "beta": cp.BETA, "off_topic": cp.OFF_TOPIC},
+    }
     existing = await db.collection_id_of(conn, opts.collection) if marker.exists() else None
     if existing is not None and await db.row_count(conn, existing) == spec.chunks:
         progress.say(f"reusing the loaded corpus in {root}")
@@ -186,9 +201,12 @@ async def prepare_corpus(opts: Options, root: Path, dsn: str, conn: asyncpg.Conn
 
     with progress.phase("corpus: generate + COPY"):
         loaded = await db.load_rows(
-            dsn, collection_id, ranges,
+            dsn,
+            collection_id,
+            ranges,
             lambda first, last: cp.file_chunks(layout, text, vectors, first, last, spec.seed),
-            parallel=opts.load_parallel, report=report_rows,
+            parallel=opts.load_parallel,
+            report=report_rows,
         )
     if loaded != spec.chunks:
         raise RuntimeError(f"loaded {loaded} rows, expected {spec.chunks}")
@@ -200,6 +218,8 @@ async def prepare_corpus(opts: Options, root: Path, dsn: str, conn: asyncpg.Conn
     with progress.phase("corpus: VACUUM ANALYZE"):
         await conn.execute("VACUUM (ANALYZE) langchain_pg_embedding")
         await conn.execute("ANALYZE langchain_pg_collection")
+    with progress.phase("corpus: CHECKPOINT"):
+        await db.checkpoint(superuser_dsn)
     marker.write_text(json.dumps({"fingerprint": spec.fingerprint(), "collection": opts.collection}))
     return Corpus(layout, texts, qvecs, collection_id), facts
 
@@ -214,8 +234,11 @@ def make_scenarios(opts: Options, layout: cp.Layout) -> list[Scenario]:
         n = max(opts.lists)
         half = min(n // 2, len(own), len(other))
         mixed = own[:half] + other[:half]
-        out.append(Scenario(f"entity-mix-{n}", n, mixed, cp.NAMESPACE_A, cp.NAMESPACE_B,
-                            [cp.NAMESPACE_A, cp.NAMESPACE_B]))
+        out.append(
+            Scenario(
+                f"entity-mix-{n}", n, mixed, cp.NAMESPACE_A, cp.NAMESPACE_B, [cp.NAMESPACE_A, cp.NAMESPACE_B]
+            )
+        )
         # same list without entity_id: the agent's half is out of scope and must never appear
         out.append(Scenario(f"no-entity-mix-{n}", n, mixed, cp.NAMESPACE_A, None, [cp.NAMESPACE_A]))
     return out
@@ -231,8 +254,11 @@ def distance_profile(rows: VisibleRows, queries: np.ndarray, k: int) -> dict[str
         firsts.append(d[0])
         kths.append(d[k - 1])
         gaps.append(d[k] - d[k - 1])
-    return {"top1_median": round(float(np.median(firsts)), 4), "topk_median": round(float(np.median(kths)), 4),
-            "gap_k_to_k1_median": float(f"{np.median(gaps):.3g}")}
+    return {
+        "top1_median": round(float(np.median(firsts)), 4),
+        "topk_median": round(float(np.median(kths)), 4),
+        "gap_k_to_k1_median": float(f"{np.median(gaps):.3g}"),
+    }
 
 
 async def wait_quiet(conn: asyncpg.Connection, limit: float = 120.0) -> float:
@@ -245,8 +271,9 @@ async def wait_quiet(conn: asyncpg.Connection, limit: float = 120.0) -> float:
     return round(time.perf_counter() - t0, 2)
 
 
-async def wait_for_index(opts: Options, conn: asyncpg.Connection, service: ServiceProcess, progress: Progress
-                         ) -> dict[str, Any]:
+async def wait_for_index(
+    opts: Options, conn: asyncpg.Connection, service: ServiceProcess, progress: Progress
+) -> dict[str, Any]:
     """Wait until the service's HNSW index is valid (or clearly not coming); returns what happened."""
     t0 = time.perf_counter()
     last_say = t0
@@ -259,27 +286,43 @@ async def wait_for_index(opts: Options, conn: asyncpg.Connection, service: Servi
             first = valid[0]
             pre = time.perf_counter() - t0 < 0.01 and not seen_build
             return {
-                "present": True, "valid": True, "name": first["name"], "bytes": first["bytes"],
-                "definition": first["definition"], "pre_existing": pre,
+                "present": True,
+                "valid": True,
+                "name": first["name"],
+                "bytes": first["bytes"],
+                "definition": first["definition"],
+                "pre_existing": pre,
                 "ready_after_service_start_s": None if pre else round(since_start, 1),
                 "summary": f"{first['name']} ({first['bytes'] / 2**20:,.0f} MiB), "
-                           + ("already built" if pre else f"valid {since_start:.0f} s after service start"),
+                + ("already built" if pre else f"valid {since_start:.0f} s after service start"),
             }
         building = await db.build_progress(conn)
         seen_build = seen_build or bool(indexes) or bool(building)
         waited = time.perf_counter() - t0
         if not indexes and not building and waited > opts.index_appear:
-            return {"present": False, "summary": f"none appeared within {opts.index_appear:.0f} s "
-                                                 "(the service does not build one yet?)"}
+            return {
+                "present": False,
+                "summary": f"none appeared within {opts.index_appear:.0f} s "
+                "(the service does not build one yet?)",
+            }
         if waited > opts.index_timeout:
-            return {"present": bool(indexes), "valid": False, "timed_out": True,
-                    "summary": f"not valid after {opts.index_timeout:.0f} s; measured anyway"}
+            return {
+                "present": bool(indexes),
+                "valid": False,
+                "timed_out": True,
+                "summary": f"not valid after {opts.index_timeout:.0f} s; measured anyway",
+            }
         if time.perf_counter() - last_say > 10:
             last_say = time.perf_counter()
-            detail = "; ".join(
-                f"{b['phase']} tuples {b['tuples_done']}/{b['tuples_total']} blocks {b['blocks_done']}/{b['blocks_total']}"
-                for b in building
-            ) or ", ".join(i["name"] for i in indexes) or "waiting"
+            detail = (
+                "; ".join(
+                    f"{b['phase']} tuples {b['tuples_done']}/{b['tuples_total']} "
+                    f"blocks {b['blocks_done']}/{b['blocks_total']}"
+                    for b in building
+                )
+                or ", ".join(i["name"] for i in indexes)
+                or "waiting"
+            )
             progress.say(f"  HNSW index: {detail} ({since_start:.0f} s since service start)")
         await asyncio.sleep(1.0)
 
@@ -307,6 +350,7 @@ class Bench:
     truth: dict[str, VisibleRows]
     progress: Progress
     secret: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    calibration: dict[str, Any] = field(default_factory=dict)
 
     def tokens(self) -> dict[str, str]:
         """A token for each namespace."""
@@ -315,7 +359,9 @@ class Bench:
     def service(self, cfg: Configuration, suffix: str = "") -> ServiceProcess:
         """A (not yet started) service process for `cfg`."""
         return ServiceProcess(
-            dsn=self.dsn, jwt_secret=self.secret, data_dir=self.root / "service-data",
+            dsn=self.dsn,
+            jwt_secret=self.secret,
+            data_dir=self.root / "service-data",
             log_path=self.root / f"service-{cfg.name}{suffix}.log",
             settings={"COLLECTION_NAME": self.opts.collection, **cfg.env},
         )
@@ -330,7 +376,12 @@ class Bench:
 
     async def run_configuration(self, cfg: Configuration, *, fanout: bool) -> dict[str, Any]:
         """Start the service with `cfg`, measure everything, stop it; then the plan pass."""
-        out: dict[str, Any] = {"description": cfg.description, "env": cfg.env}
+        # other work on this machine (tests, builds) skews every figure: note how busy it was
+        out: dict[str, Any] = {
+            "description": cfg.description,
+            "env": cfg.env,
+            "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+        }
         opts, progress = self.opts, self.progress
         service = self.service(cfg)
         client: Client | None = None
@@ -341,9 +392,16 @@ class Bench:
                 with progress.phase(f"{cfg.name}: wait for HNSW index"):
                     out["index"] = await wait_for_index(opts, self.conn, service, progress)
                 progress.say(f"  HNSW index: {out['index']['summary']}")
+                if out["index"].get("valid"):
+                    if not out["index"].get("pre_existing"):
+                        with progress.phase(f"{cfg.name}: CHECKPOINT after the index build"):
+                            await db.checkpoint(self.superuser_dsn)
+                    await self.calibrate(out["index"]["definition"])
             else:
-                out["index"] = {"summary": "not requested (VECTOR_INDEX=none)",
-                                "existing": [i["name"] for i in await db.hnsw_indexes(self.conn)]}
+                out["index"] = {
+                    "summary": "not requested (VECTOR_INDEX=none)",
+                    "existing": [i["name"] for i in await db.hnsw_indexes(self.conn)],
+                }
             out["quiet_wait_s"] = await wait_quiet(self.conn)
             out["db_state"] = await db_state(self.conn)
             client = Client(service.base_url, self.tokens(), kind=self.opts.client)
@@ -354,14 +412,20 @@ class Bench:
             with progress.phase(f"{cfg.name}: latency + recall"):
                 for s in self.scenarios:
                     data = await measure_latency(
-                        client, s, self.truth[s.name], self.corpus.texts, self.corpus.vectors,
-                        timed=opts.timed, k=opts.k,
+                        client,
+                        s,
+                        self.truth[s.name],
+                        self.corpus.texts,
+                        self.corpus.vectors,
+                        timed=opts.timed,
+                        k=opts.k,
                     )
                     out["latency"][s.name] = data
                     st = data["server_timing"].get("total") or data["server_timing"].get("db") or {}
                     progress.say(
-                        f"  {s.name:>20}: visible {data['visible_rows']:>7,}  client p50 {data['client_ms']['p50']:7.2f}"
-                        f" p95 {data['client_ms']['p95']:7.2f} ms  server(total|db) p50 {st.get('p50', float('nan')):7.2f} ms"
+                        f"  {s.name:>20}: visible {data['visible_rows']:>7,}  "
+                        f"client p50 {data['client_ms']['p50']:7.2f} p95 {data['client_ms']['p95']:7.2f} ms  "
+                        f"server(total|db) p50 {st.get('p50', float('nan')):7.2f} ms"
                         f"  recall {data['recall']['mean']:.3f} (min {data['recall']['min']:.2f})"
                         f"  statuses {data['statuses']}"
                     )
@@ -370,11 +434,19 @@ class Bench:
                 out["throughput"] = []
                 with progress.phase(f"{cfg.name}: throughput"):
                     for c in opts.concurrency:
-                        t = await measure_throughput(client, target, self.corpus.texts, concurrency=c,
-                                                     seconds=opts.tp_seconds, k=opts.k)
+                        t = await measure_throughput(
+                            client,
+                            target,
+                            self.corpus.texts,
+                            concurrency=c,
+                            seconds=opts.tp_seconds,
+                            k=opts.k,
+                        )
                         out["throughput"].append(t)
-                        progress.say(f"  {target.name} c={c:>3}: {t['req_per_s']:8.1f} req/s  p50 "
-                                     f"{t['client_ms'].get('p50', 0):.1f} ms  errors {t['errors']}")
+                        progress.say(
+                            f"  {target.name} c={c:>3}: {t['req_per_s']:8.1f} req/s  p50 "
+                            f"{t['client_ms'].get('p50', 0):.1f} ms  errors {t['errors']}"
+                        )
             if fanout:
                 out["fanout"] = await self.fanout(client)
         finally:
@@ -383,8 +455,25 @@ class Bench:
             out["memory"] = await service.stop()
         if opts.explain:
             with progress.phase(f"{cfg.name}: plan capture (auto_explain)"):
-                out["plans"] = await self.capture_plans(cfg)
+                try:
+                    out["plans"] = await self.capture_plans(cfg)
+                except (RuntimeError, OSError, asyncpg.PostgresError) as exc:
+                    out["plans_error"] = f"{type(exc).__name__}: {exc}"
         return out
+
+    async def calibrate(self, index_definition: str) -> None:
+        """Once per run: the raw (unfiltered, service-free) recall of the HNSW index on this corpus."""
+        if "raw_hnsw_recall" in self.calibration:
+            return
+        with self.progress.phase("calibration: raw HNSW recall, unfiltered"):
+            queries = self.corpus.vectors[: min(30, len(self.corpus.vectors))]
+            try:
+                self.calibration["raw_hnsw_recall"] = await db.raw_hnsw_recall(
+                    self.conn, self.corpus.collection_id, index_definition, queries, self.opts.k
+                )
+            except asyncpg.PostgresError as exc:
+                self.calibration["raw_hnsw_recall"] = {"error": f"{type(exc).__name__}: {exc}"}
+        self.progress.say(f"  raw HNSW recall@{self.opts.k}: {self.calibration['raw_hnsw_recall']}")
 
     async def fanout(self, client: Client) -> dict[str, Any]:
         """LibreChat's per-file fan-out over the fan-out list, and its ratio to the batched call."""
@@ -393,20 +482,44 @@ class Bench:
         scenario = self.scenario(name)
         if scenario is None:  # a list size not among --lists: measure its batched call here too
             base = self.largest_own()
-            scenario = Scenario(name, opts.fanout_files, base.file_ids[: opts.fanout_files], base.user, None,
-                                base.visible_owners)
-            self.truth[name] = await db.visible_rows(self.conn, self.corpus.collection_id, scenario.file_ids,
-                                                     scenario.visible_owners)
+            scenario = Scenario(
+                name,
+                opts.fanout_files,
+                base.file_ids[: opts.fanout_files],
+                base.user,
+                None,
+                base.visible_owners,
+            )
+            self.truth[name] = await db.visible_rows(
+                self.conn, self.corpus.collection_id, scenario.file_ids, scenario.visible_owners
+            )
         with self.progress.phase(f"fan-out: {len(scenario.file_ids)} parallel /query x {opts.fanout_reps}"):
-            fan = await measure_fanout(client, scenario, self.truth[name], self.corpus.texts, self.corpus.vectors,
-                                       reps=opts.fanout_reps, k_per_file=5, top=opts.k)
-            batched = await measure_latency(client, scenario, self.truth[name], self.corpus.texts,
-                                            self.corpus.vectors, timed=max(opts.timed, 30), k=opts.k)
+            fan = await measure_fanout(
+                client,
+                scenario,
+                self.truth[name],
+                self.corpus.texts,
+                self.corpus.vectors,
+                reps=opts.fanout_reps,
+                k_per_file=5,
+                top=opts.k,
+            )
+            batched = await measure_latency(
+                client,
+                scenario,
+                self.truth[name],
+                self.corpus.texts,
+                self.corpus.vectors,
+                timed=max(opts.timed, 30),
+                k=opts.k,
+            )
         fan["batched_p50_ms"] = batched["client_ms"]["p50"]
         fan["batched_p95_ms"] = batched["client_ms"]["p95"]
         fan["ratio_to_batched_p50"] = round(fan["wall_ms"]["p50"] / max(batched["client_ms"]["p50"], 1e-9), 1)
-        self.progress.say(f"  fan-out p50 {fan['wall_ms']['p50']:.0f} ms vs batched p50 {fan['batched_p50_ms']:.2f} ms"
-                          f" -> {fan['ratio_to_batched_p50']:.0f}x")
+        self.progress.say(
+            f"  fan-out p50 {fan['wall_ms']['p50']:.0f} ms vs batched p50 {fan['batched_p50_ms']:.2f} ms"
+            f" -> {fan['ratio_to_batched_p50']:.0f}x"
+        )
         return fan
 
     async def capture_plans(self, cfg: Configuration) -> dict[str, Any]:
@@ -432,8 +545,11 @@ class Bench:
                 if found:
                     inner = [p for p in found if not p["wrapper"]] or found
                     slowest = max(inner, key=lambda p: p["duration_ms"])
-                    plans[s.name] = {**slowest, "statements_per_request": round(len(found) / per_list, 2),
-                                     "all": found[: 4 * per_list]}
+                    plans[s.name] = {
+                        **slowest,
+                        "statements_per_request": round(len(found) / per_list, 2),
+                        "all": found[: 4 * per_list],
+                    }
         finally:
             if client is not None:
                 await client.aclose()
@@ -447,7 +563,7 @@ async def bench(opts: Options, root: Path, info: Any, progress: Progress, result
     conn = await db.connect(info.dsn)
     try:
         result["postgres"] = await db.server_facts(conn)
-        corpus, facts = await prepare_corpus(opts, root, info.dsn, conn, progress)
+        corpus, facts = await prepare_corpus(opts, root, info.dsn, info.superuser_dsn, conn, progress)
         with progress.phase("corpus: table statistics"):
             facts["table"] = await db.table_stats(conn)
             facts["rows"] = facts["table"].get("rows", opts.chunks)
@@ -457,24 +573,50 @@ async def bench(opts: Options, root: Path, info: Any, progress: Progress, result
         truth: dict[str, VisibleRows] = {}
         with progress.phase("truth: fetch visible rows"):
             for s in scenarios:
-                truth[s.name] = await db.visible_rows(conn, corpus.collection_id, s.file_ids, s.visible_owners)
-        result["scenarios"] = {s.name: {"files": len(s.file_ids), "requested": s.requested, "user": s.user,
-                                        "entity_id": s.entity_id, "visible_rows": len(truth[s.name]),
-                                        "distances": distance_profile(truth[s.name], corpus.vectors, opts.k)}
-                               for s in scenarios}
-        state = Bench(opts, root, info.dsn, info.superuser_dsn, info.user, conn, corpus, scenarios, truth, progress)
+                truth[s.name] = await db.visible_rows(
+                    conn, corpus.collection_id, s.file_ids, s.visible_owners
+                )
+        result["scenarios"] = {
+            s.name: {
+                "files": len(s.file_ids),
+                "requested": s.requested,
+                "user": s.user,
+                "entity_id": s.entity_id,
+                "visible_rows": len(truth[s.name]),
+                "distances": distance_profile(truth[s.name], corpus.vectors, opts.k),
+            }
+            for s in scenarios
+        }
+        state = Bench(
+            opts, root, info.dsn, info.superuser_dsn, info.user, conn, corpus, scenarios, truth, progress
+        )
         result["throughput_files"] = len(state.largest_own().file_ids)
         cfgs = configurations(opts.configs, opts.service_env)
         fanout_cfg = "auto" if "auto" in opts.configs else opts.configs[0]
         result["configs"] = {}
+        result["calibration"] = state.calibration
         for cfg in cfgs:
             if cfg.name == "index" and not any(i["valid"] for i in await db.hnsw_indexes(conn)):
-                result["configs"][cfg.name] = {"description": cfg.description, "env": cfg.env,
-                                               "skipped": "no valid HNSW index in the database"}
+                result["configs"][cfg.name] = {
+                    "description": cfg.description,
+                    "env": cfg.env,
+                    "skipped": "no valid HNSW index in the database",
+                }
                 progress.say("skipping config 'index': no valid HNSW index exists")
                 continue
             progress.say(f"=== configuration '{cfg.name}': {cfg.description}")
-            result["configs"][cfg.name] = await state.run_configuration(cfg, fanout=cfg.name == fanout_cfg)
+            try:
+                result["configs"][cfg.name] = await state.run_configuration(
+                    cfg, fanout=cfg.name == fanout_cfg
+                )
+            except (RuntimeError, OSError, asyncpg.PostgresError) as exc:
+                # a broken configuration (e.g. the service does not start) must not cost the others
+                progress.say(f"configuration '{cfg.name}' failed: {type(exc).__name__}: {exc}")
+                result["configs"][cfg.name] = {
+                    "description": cfg.description,
+                    "env": cfg.env,
+                    "error": f"{type(exc).__name__}: {exc}",
+                }
     finally:
         await conn.close()
 
@@ -491,6 +633,12 @@ def run(opts: Options) -> int:
         "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()},
         "machine": machine_facts(),
     }
+    result["loadavg_at_start"] = [round(x, 2) for x in os.getloadavg()]
+    if result["loadavg_at_start"][0] > 0.5:
+        progress.say(
+            f"warning: load average {result['loadavg_at_start']} before we start anything: other work "
+            "on this machine will skew the figures"
+        )
     root, temporary = data_root(opts)
     result["data_dir"] = str(root)
     progress.say(f"data folder {root}{' (temporary)' if temporary else ''}")
@@ -501,6 +649,8 @@ def run(opts: Options) -> int:
         with progress.phase("postgres: start"):
             info = server.start()
         asyncio.run(bench(opts, root, info, progress, result))
+        if any(cfg.get("error") for cfg in result.get("configs", {}).values()):
+            code = 1
     except KeyboardInterrupt:
         progress.say("interrupted: stopping the service and the database")
         result["interrupted"] = True
@@ -516,6 +666,7 @@ def run(opts: Options) -> int:
         if temporary:
             shutil.rmtree(root, ignore_errors=True)
         signal.signal(signal.SIGTERM, previous)
+    result["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     result["phases"] = progress.phases
     result["total_s"] = round(progress.elapsed(), 1)
     result["targets"] = report.evaluate_targets(result)
@@ -538,7 +689,3 @@ def parse_env_pairs(pairs: list[str]) -> dict[str, str]:
             raise ValueError(f"--service-env expects KEY=VALUE, got {pair!r}")
         out[key] = value
     return out
-
-
-if __name__ == "__main__":  # pragma: no cover - use `python -m benchmarks`
-    sys.exit("use: python -m benchmarks")

@@ -24,10 +24,15 @@ HUGE_ROWS = "1000000000"  # EXACT_SCAN_MAX_ROWS above any estimate: the exact sc
 
 # Settings the benchmark passes per configuration (the service ignores names it does not know).
 CONFIGURATIONS: dict[str, tuple[dict[str, str], str]] = {
-    "exact": ({"EXACT_SCAN_MAX_ROWS": HUGE_ROWS, "VECTOR_INDEX": "none"},
-              "exact scan forced (EXACT_SCAN_MAX_ROWS huge, VECTOR_INDEX=none)"),
+    "exact": (
+        {"EXACT_SCAN_MAX_ROWS": HUGE_ROWS, "VECTOR_INDEX": "none"},
+        "exact scan forced (EXACT_SCAN_MAX_ROWS huge, VECTOR_INDEX=none)",
+    ),
     "auto": ({}, "service defaults: exact below EXACT_SCAN_MAX_ROWS, HNSW above"),
-    "index": ({"EXACT_SCAN_MAX_ROWS": "0"}, "index path forced wherever the index exists (EXACT_SCAN_MAX_ROWS=0)"),
+    "index": (
+        {"EXACT_SCAN_MAX_ROWS": "0"},
+        "EXACT_SCAN_MAX_ROWS=0: the index path wherever the service allows it",
+    ),
 }
 _LIVE: set[ServiceProcess] = set()  # for the last-resort cleanup in `terminate_all`
 
@@ -127,26 +132,32 @@ class ServiceProcess:
 
     def environment(self) -> dict[str, str]:
         """The complete environment of the subprocess."""
-        return service_environment({
-            "DATABASE_URL": self.dsn,
-            "JWT_SECRET": self.jwt_secret,
-            "RAG_HOST": "127.0.0.1",
-            "RAG_PORT": str(self.port),
-            "DATA_DIR": str(self.data_dir),
-            "EMBEDDINGS_PROVIDER": "local",
-            **self.settings,
-        })
+        return service_environment(
+            {
+                "DATABASE_URL": self.dsn,
+                "JWT_SECRET": self.jwt_secret,
+                "RAG_HOST": "127.0.0.1",
+                "RAG_PORT": str(self.port),
+                "DATA_DIR": str(self.data_dir),
+                "EMBEDDINGS_PROVIDER": "local",
+                **self.settings,
+            }
+        )
 
-    async def start(self, timeout: float) -> float:
+    async def start(self, within_s: float) -> float:
         """Start the process and wait for `GET /health` -> UP; returns seconds to healthy."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         try:
-            self.process = subprocess.Popen(
+            # Popen returns at once; a synchronous handle lets `terminate_all` clean up even after
+            # the event loop is gone (Ctrl-C)
+            self.process = subprocess.Popen(  # noqa: ASYNC220
                 [sys.executable, "-m", "app"],
                 cwd=str(self.data_dir),  # not the checkout: its .env must not configure the run
                 env=self.environment(),
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,  # Ctrl-C reaches us; we stop the service in order
             )
         finally:
@@ -155,7 +166,7 @@ class ServiceProcess:
         self.started_at = time.perf_counter()
         self.sampler = MemorySampler(self.process.pid)
         self.sampler.start()
-        deadline = self.started_at + timeout
+        deadline = self.started_at + within_s
         async with httpx.AsyncClient(timeout=2.0) as client:
             while True:
                 if self.process.poll() is not None:
@@ -167,7 +178,9 @@ class ServiceProcess:
                     if reply.status_code == 200 and reply.json().get("status") == "UP":
                         return time.perf_counter() - self.started_at
                 if time.perf_counter() > deadline:
-                    raise RuntimeError(f"the service was not healthy after {timeout:.0f} s:\n{self.log_tail()}")
+                    raise RuntimeError(
+                        f"the service was not healthy after {within_s:.0f} s:\n{self.log_tail()}"
+                    )
                 await asyncio.sleep(0.2)
 
     def vm_hwm_bytes(self) -> int | None:
@@ -182,7 +195,7 @@ class ServiceProcess:
             return None
         return None
 
-    async def stop(self, timeout: float = 30.0) -> dict[str, Any]:
+    async def stop(self, within_s: float = 30.0) -> dict[str, Any]:
         """SIGTERM, wait, SIGKILL if needed; returns memory figures and the exit code."""
         facts: dict[str, Any] = {"vm_hwm_bytes": self.vm_hwm_bytes()}
         if self.sampler is not None:
@@ -192,12 +205,11 @@ class ServiceProcess:
         proc = self.process
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
-            deadline = time.perf_counter() + timeout
-            while proc.poll() is None and time.perf_counter() < deadline:
-                await asyncio.sleep(0.1)
-            if proc.poll() is None:
+            try:
+                await asyncio.to_thread(proc.wait, within_s)
+            except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.wait(timeout=10)
+                await asyncio.to_thread(proc.wait, 10)
         facts["exit_code"] = proc.returncode if proc is not None else None
         _LIVE.discard(self)
         return facts

@@ -57,23 +57,31 @@ class Reply:
 class Client:
     """Requests as a namespace's user over the lean client (default) or httpx, timed one by one."""
 
-    def __init__(self, base_url: str, tokens: dict[str, str], *, kind: str = "lean",
-                 max_connections: int = 1024) -> None:
+    def __init__(
+        self, base_url: str, tokens: dict[str, str], *, kind: str = "lean", max_connections: int = 1024
+    ) -> None:
         url = httpx.URL(base_url)
         self.kind = kind
         self.lean = LeanHTTP(url.host, url.port or 80, max_connections) if kind == "lean" else None
-        self.http = None if kind == "lean" else httpx.AsyncClient(
-            base_url=base_url,
-            timeout=httpx.Timeout(120.0),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        self.http = (
+            None
+            if kind == "lean"
+            else httpx.AsyncClient(
+                base_url=base_url,
+                timeout=httpx.Timeout(120.0),
+                limits=httpx.Limits(
+                    max_connections=max_connections, max_keepalive_connections=max_connections
+                ),
+            )
         )
         self.headers = {
             user: {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
             for user, token in tokens.items()
         }
 
-    async def _send(self, method: str, path: str, content: bytes, headers: dict[str, str]
-                    ) -> tuple[int, str | None, bytes]:
+    async def _send(
+        self, method: str, path: str, content: bytes, headers: dict[str, str]
+    ) -> tuple[int, str | None, bytes]:
         if self.lean is not None:
             r = await self.lean.request(method, path, content, headers)
             return r.status, r.headers.get("server-timing"), r.content
@@ -152,12 +160,22 @@ def _judgements(judged: Sequence[Judgement]) -> dict[str, Any]:
 
 
 async def measure_latency(
-    client: Client, scenario: Scenario, rows: VisibleRows, texts: Sequence[str], vectors: np.ndarray,
-    *, timed: int, k: int, offset: int = 0, warmup: int = 3,
+    client: Client,
+    scenario: Scenario,
+    rows: VisibleRows,
+    texts: Sequence[str],
+    vectors: np.ndarray,
+    *,
+    timed: int,
+    k: int,
+    offset: int = 0,
+    warmup: int = 3,
 ) -> dict[str, Any]:
     """Sequential `/query_multiple` calls: client and server latency, recall@k of every answer."""
     for i in range(warmup):
-        await client.post("/query_multiple", scenario.body(texts[(offset + i) % len(texts)], k), scenario.user)
+        await client.post(
+            "/query_multiple", scenario.body(texts[(offset + i) % len(texts)], k), scenario.user
+        )
     replies: list[Reply] = []
     picks: list[int] = []
     for i in range(timed):
@@ -178,7 +196,13 @@ async def measure_latency(
 
 
 async def measure_throughput(
-    client: Client, scenario: Scenario, texts: Sequence[str], *, concurrency: int, seconds: float, k: int,
+    client: Client,
+    scenario: Scenario,
+    texts: Sequence[str],
+    *,
+    concurrency: int,
+    seconds: float,
+    k: int,
     warmup: float = 1.0,
 ) -> dict[str, Any]:
     """`concurrency` closed-loop workers for `warmup + seconds`; counts replies completed in the window."""
@@ -190,7 +214,9 @@ async def measure_throughput(
     async def worker() -> None:
         while time.perf_counter() < window_end:
             i = next(counter)
-            reply = await client.post("/query_multiple", scenario.body(texts[i % len(texts)], k), scenario.user)
+            reply = await client.post(
+                "/query_multiple", scenario.body(texts[i % len(texts)], k), scenario.user
+            )
             if window_start <= time.perf_counter() <= window_end:
                 replies.append(reply)
 
@@ -208,8 +234,16 @@ async def measure_throughput(
 
 
 async def measure_fanout(
-    client: Client, scenario: Scenario, rows: VisibleRows, texts: Sequence[str], vectors: np.ndarray,
-    *, reps: int, k_per_file: int, top: int, offset: int = 0,
+    client: Client,
+    scenario: Scenario,
+    rows: VisibleRows,
+    texts: Sequence[str],
+    vectors: np.ndarray,
+    *,
+    reps: int,
+    k_per_file: int,
+    top: int,
+    offset: int = 0,
 ) -> dict[str, Any]:
     """LibreChat's pattern: one `/query` per file, all at once, merged by distance, best `top` kept."""
     walls: list[float] = []
