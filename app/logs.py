@@ -94,6 +94,9 @@ class RequestContextMiddleware:
                 status = message["status"]
                 headers = list(message.get("headers", []))
                 headers.append((b"x-request-id", rid.encode()))
+                # time to the first byte of the answer, as the server saw it
+                total = (time.perf_counter() - started) * 1000
+                headers.append((b"server-timing", f"total;dur={total:.2f}".encode()))
                 message["headers"] = headers
             await send(message)
 

@@ -87,6 +87,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         indexes = VectorIndexManager(settings, dsn, info)
         stack.push_async_callback(indexes.close)
         indexes.start(embedder.dimensions)
+        ingest.on_stored = indexes.note_ingest
         app.state.resources = Resources(
             settings=settings,
             pool=pool,

@@ -12,7 +12,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,6 +94,8 @@ class IngestService:
         self.embedder = embedder
         self.blobs = blobs
         self.model_id = model_identity(settings)
+        # told of every stored file (dimension, chunks): keeps the search statistics current
+        self.on_stored: Callable[[int | None, int], None] | None = None
         # Parsing is CPU work in threads; the semaphore bounds whole ingests so a burst of uploads
         # cannot hold dozens of parsed documents in memory at once.
         self._executor = ThreadPoolExecutor(
@@ -190,6 +192,8 @@ class IngestService:
                     orphan = previous
             if orphan:
                 await self._delete_blob_quietly(orphan)
+        if self.on_stored is not None:
+            self.on_stored(record.embedding_dim, len(new_chunks))
         logger.info(
             "Ingested file %s: %d chunks (%d embedded, %d reused), load %.0f ms, embed %.0f ms, total %.0f ms",
             file_id, len(new_chunks), embedded, reused,

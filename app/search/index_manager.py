@@ -14,6 +14,7 @@ import time
 import asyncpg
 
 from app.config import Settings
+from app.store.chunks import CatalogueStats, catalogue_stats
 from app.store.db import StoreInfo
 from app.store.vector_index import (
     IndexSpec,
@@ -27,6 +28,7 @@ from app.store.vector_index import (
 logger = logging.getLogger(__name__)
 
 RECHECK_SECONDS = 30.0
+STATS_SECONDS = 60.0
 
 
 class VectorIndexManager:
@@ -41,12 +43,21 @@ class VectorIndexManager:
         self._tasks: set[asyncio.Task[None]] = set()
         self._last_check: dict[int, float] = {}
         self.catalog_ready = asyncio.Event()
+        self.stats = CatalogueStats()
 
     def start(self, dims_hint: int | None) -> None:
-        """Backfill the file catalogue, then build the index for `dims_hint` if it is known."""
-        self._spawn(self._backfill())
+        """Backfill the file catalogue, keep its statistics fresh, build the index for `dims_hint`."""
+        self._spawn(self._backfill_then_watch())
         if dims_hint:
             self.note_dims(dims_hint)
+
+    def note_ingest(self, dims: int | None, chunks: int) -> None:
+        """Account for a file this process just stored, until the next statistics refresh."""
+        s = self.stats
+        uniform = s.uniform_dims if (s.files == 0 or s.uniform_dims == dims) else None
+        if s.files == 0:
+            uniform = dims
+        self.stats = CatalogueStats(s.files + 1, s.chunks + chunks, uniform)
 
     def note_dims(self, dims: int) -> None:
         """Make sure the index for `dims` exists (first sight of a dimension starts a build)."""
@@ -63,10 +74,6 @@ class VectorIndexManager:
         """The valid index for `dims`, or None (then searches are exact)."""
         return self._valid.get(dims)
 
-    async def wait_idle(self) -> None:
-        """Wait for every background job (tests and the benchmark use this)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def close(self) -> None:
         """Cancel background work."""
@@ -81,7 +88,7 @@ class VectorIndexManager:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _backfill(self) -> None:
+    async def _backfill_then_watch(self) -> None:
         try:
             conn = await asyncpg.connect(self.dsn)
             try:
@@ -92,9 +99,21 @@ class VectorIndexManager:
             finally:
                 await conn.close()
         except (OSError, asyncpg.PostgresError) as exc:
-            logger.warning("Catalogue backfill failed (%s); path estimates may be low", type(exc).__name__)
-        finally:
+            logger.warning("Catalogue backfill failed (%s); path estimates may be off", type(exc).__name__)
+        while True:
+            await self._refresh_stats()
             self.catalog_ready.set()
+            await asyncio.sleep(STATS_SECONDS)
+
+    async def _refresh_stats(self) -> None:
+        try:
+            conn = await asyncpg.connect(self.dsn)
+            try:
+                self.stats = await catalogue_stats(conn, self.info)
+            finally:
+                await conn.close()
+        except (OSError, asyncpg.PostgresError) as exc:
+            logger.warning("Catalogue statistics refresh failed (%s)", type(exc).__name__)
 
     async def _ensure(self, spec: IndexSpec) -> None:
         try:

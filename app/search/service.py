@@ -55,11 +55,15 @@ class SearchService:
         self.embedder = embedder
         self.indexes = indexes
 
-    def plan(self, dims: int) -> store.SearchPlan:
-        """Search settings for a query vector of `dims` dimensions."""
+    def plan(self, dims: int, files: int) -> store.SearchPlan:
+        """Search settings for a query vector of `dims` dimensions over `files` distinct files."""
         spec = self.indexes.usable(dims) if self.indexes else None
+        stats = self.indexes.stats if self.indexes else store.CatalogueStats()
         return store.SearchPlan(
             exact_max_rows=self.settings.exact_scan_max_rows,
+            estimate=round(files * stats.chunks_per_file),
+            # rows of one dimension only: skip the per-row check (the database rechecks on a mismatch)
+            check_dims=stats.uniform_dims != dims or self.settings.legacy_unowned_readable,
             index_function=spec.function_name if spec else None,
             index_dims=spec.dims if spec else 0,
             cost_factor=self.settings.hnsw_cost_factor,
@@ -85,7 +89,7 @@ class SearchService:
         async with self.pool.acquire(timeout=timeout) as conn:
             result = await store.search(
                 conn, self.info, vector=vector, file_ids=ids, owners=owners, k=k,
-                plan=self.plan(dims), timeout=timeout,
+                plan=self.plan(dims, len(ids)), timeout=timeout,
             )
         t2 = time.perf_counter()
         hits = result.hits

@@ -36,6 +36,8 @@ class SearchPlan:
     """How a search may run: the exact-scan threshold and the usable HNSW index, if any."""
 
     exact_max_rows: int
+    estimate: int = 0  # visible rows expected (files x average chunks per file)
+    check_dims: bool = True  # False when every catalogued row has the query's dimension
     index_function: str | None = None  # the valid HNSW index's walk function; None = exact only
     index_dims: int = 0
     cost_factor: float = 1.0
@@ -132,8 +134,8 @@ async def search(
     rows = await conn.fetch(
         queries.SEARCH_FUNCTION,
         vector, info.collection_id, list(file_ids), list(owners), k, plan.legacy_unowned,
-        plan.exact_max_rows, plan.index_function, plan.index_dims, plan.ef_search, plan.max_scan_tuples,
-        plan.cost_factor,
+        plan.estimate, plan.check_dims, plan.exact_max_rows, plan.index_function, plan.index_dims,
+        plan.ef_search, plan.max_scan_tuples, plan.cost_factor,
         timeout=timeout,
     )
     hits = [
@@ -164,6 +166,27 @@ async def search_exact_reference(
         ChunkHit(r["uuid"], r["custom_id"], r["document"] or "", _meta(r["cmetadata"]), float(r["distance"]))
         for r in rows
     ]
+
+
+@dataclass(frozen=True)
+class CatalogueStats:
+    """Sizes and dimensions of one collection's files, for the search path choice."""
+
+    files: int = 0
+    chunks: int = 0
+    uniform_dims: int | None = None  # the single dimension of every catalogued file, if there is one
+
+    @property
+    def chunks_per_file(self) -> float:
+        """Average chunks per file (20 before anything is known: rag_api's typical file)."""
+        return self.chunks / self.files if self.files else 20.0
+
+
+async def catalogue_stats(conn: asyncpg.Connection, info: StoreInfo) -> CatalogueStats:
+    """Current catalogue statistics of the collection."""
+    row = await conn.fetchrow(queries.CATALOGUE_STATS, info.collection_id)
+    uniform = row["dims"] if row["dim_kinds"] == 1 and not row["unknown_dims"] else None
+    return CatalogueStats(int(row["files"]), int(row["chunks"]), uniform)
 
 
 async def documents(

@@ -42,7 +42,15 @@ VECTOR_VERSION = "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
 # scan or the HNSW index, and returns top-k without vectors.
 SEARCH_FUNCTION = """
     SELECT uuid, custom_id, document, cmetadata, distance, path, visible_estimate
-    FROM ragoverlay_search_v1($1, $2, $3::text[], $4::text[], $5, $6, $7, $8, $9, $10, $11, $12)
+    FROM ragoverlay_search_v1($1, $2, $3::text[], $4::text[], $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+"""
+
+# Catalogue statistics the search path choice uses (refreshed in the background, not per request).
+CATALOGUE_STATS = """
+    SELECT count(*) AS files, coalesce(sum(chunk_count), 0) AS chunks,
+           count(DISTINCT embedding_dim) AS dim_kinds, bool_or(embedding_dim IS NULL) AS unknown_dims,
+           min(embedding_dim) AS dims
+    FROM ragoverlay_files WHERE collection_id = $1
 """
 
 # Exact top-k over exactly the caller's rows (reference implementation, used by tests).

@@ -128,3 +128,12 @@ async def test_librechat_parallel_query_pattern(client: httpx.AsyncClient) -> No
     # without entity_id the Agent's files are out of scope
     r = await query(client, "photosynthesis", kb[1], h, k=5)
     assert r.json() == []
+
+
+async def test_server_timing_reports_embedding_database_and_total(client: httpx.AsyncClient) -> None:
+    user, fid = new_id("user"), new_id()
+    assert (await upload(client, fid, "t.txt", paragraphs(FACTS[0]), auth(user))).status_code == 200
+    r = await query(client, "Eiffel Tower", fid, auth(user))
+    timing = r.headers["server-timing"]
+    assert "embed;dur=" in timing and "db;dur=" in timing and "total;dur=" in timing
+    assert 'desc="exact"' in timing  # a one-file search scans exactly

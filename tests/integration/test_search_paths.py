@@ -92,7 +92,8 @@ async def run(database: Database, corpus: Corpus, q: np.ndarray, files: list[str
     await register_vector(conn)
     try:
         # cost_factor 0: above exact_max the index path is taken however small the visible share
-        plan = store.SearchPlan(exact_max_rows=exact_max, index_function=SPEC.function_name, index_dims=DIMS,
+        plan = store.SearchPlan(exact_max_rows=exact_max, estimate=len(set(files)) * PER_FILE,
+                                index_function=SPEC.function_name, index_dims=DIMS,
                                 cost_factor=0.0, ef_search=ef, max_scan_tuples=50_000)
         return await store.search(conn, corpus.info, vector=q, file_ids=files, owners=[OWNER], k=k, plan=plan)
     finally:
@@ -169,7 +170,8 @@ async def test_index_path_really_walks_the_hnsw_index(database: Database, corpus
     await register_vector(conn)
     try:
         before = await index_scans(observer)
-        plan = store.SearchPlan(exact_max_rows=0, index_function=SPEC.function_name, index_dims=DIMS, cost_factor=0)
+        plan = store.SearchPlan(exact_max_rows=0, estimate=FILES * PER_FILE, index_function=SPEC.function_name,
+                                index_dims=DIMS, cost_factor=0)
         result = await store.search(conn, corpus.info, vector=corpus.queries[1], file_ids=corpus.file_ids,
                                     owners=[OWNER], k=10, plan=plan)
         assert result.path == "index"
@@ -192,21 +194,49 @@ async def test_cost_rule_keeps_small_visible_shares_exact(database: Database, co
     conn = await asyncpg.connect(database.dsn)
     await register_vector(conn)
     try:
-        plan = store.SearchPlan(exact_max_rows=0, index_function=SPEC.function_name, index_dims=DIMS,
-                                cost_factor=1.0, ef_search=100)
+        def plan(files: int) -> store.SearchPlan:
+            return store.SearchPlan(exact_max_rows=0, estimate=files * PER_FILE, index_function=SPEC.function_name,
+                                    index_dims=DIMS, cost_factor=1.0, ef_search=100)
+
         q = corpus.queries[2]
         # 20 of ~2,000 rows: 20^2 = 400 < 2,000 x 100, so the exact scan answers
         small = await store.search(conn, corpus.info, vector=q, file_ids=corpus.file_ids[:1], owners=[OWNER],
-                                   k=10, plan=plan)
+                                   k=10, plan=plan(1))
         assert small.path == "exact"
         # 1,600 of ~2,000 rows: 1,600^2 = 2.56M >= 2,000 x 100, so the index walks
         large = await store.search(conn, corpus.info, vector=q, file_ids=corpus.file_ids[:80], owners=[OWNER],
-                                   k=10, plan=plan)
+                                   k=10, plan=plan(80))
         assert large.path == "index"
         # a query vector of another dimension never reaches the index function
         other = unit(np.ones(8, dtype=np.float32))
         mismatch = await store.search(conn, corpus.info, vector=other, file_ids=corpus.file_ids, owners=[OWNER],
-                                      k=10, plan=plan)
+                                      k=10, plan=plan(FILES))
         assert mismatch.hits == []
     finally:
+        await conn.close()
+
+
+async def test_stale_uniform_dimension_is_rechecked(database: Database, corpus: Corpus) -> None:
+    """The service skips the per-row dimension check when its statistics say every row matches;
+    a row of another dimension (statistics out of date) makes the database recheck, not fail."""
+    conn = await asyncpg.connect(database.dsn)
+    await register_vector(conn)
+    odd = "file-odd-dims"
+    try:
+        async with conn.transaction():
+            ids = uuid7_batch(2)
+            new = [store.NewChunk(ids[j], unit(np.ones(8, dtype=np.float32)), f"odd {j}",
+                                  {"file_id": odd, "user_id": OWNER, "digest": f"o{j}", "source": "o"})
+                   for j in range(2)]
+            await store.replace_file(conn, corpus.info, store.FileRecord(odd, OWNER, OWNER, "o", None, 1, None,
+                                                                         None, 2, "other-model", 8), new)
+        plan = store.SearchPlan(exact_max_rows=10**9, estimate=60, check_dims=False)
+        result = await store.search(conn, corpus.info, vector=corpus.queries[0], file_ids=[odd, *corpus.file_ids[:2]],
+                                    owners=[OWNER], k=10, plan=plan)
+        assert len(result.hits) == 10
+        assert all(h.file_id != odd for h in result.hits)
+    finally:
+        async with conn.transaction():
+            await store.delete_files(conn, corpus.info, file_ids=[odd], owners=[OWNER], uploader=OWNER,
+                                     any_owner=False)
         await conn.close()
