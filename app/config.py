@@ -105,7 +105,9 @@ class Settings(BaseSettings):
     blob_dir: Path | None = Field(None, validation_alias=_env("BLOB_DIR"))
     s3_bucket: str | None = Field(None, validation_alias=_env("S3_BUCKET"))
     s3_endpoint_url: str | None = Field(None, validation_alias=_env("S3_ENDPOINT_URL"))
-    s3_region: str = Field("us-east-1", validation_alias=_env("S3_REGION", "AWS_REGION", "AWS_DEFAULT_REGION"))
+    s3_region: str = Field(
+        "us-east-1", validation_alias=_env("S3_REGION", "AWS_REGION", "AWS_DEFAULT_REGION")
+    )
     s3_access_key_id: str | None = Field(None, validation_alias=_env("S3_ACCESS_KEY_ID", "AWS_ACCESS_KEY_ID"))
     s3_secret_access_key: str | None = Field(
         None, validation_alias=_env("S3_SECRET_ACCESS_KEY", "AWS_SECRET_ACCESS_KEY")
@@ -117,7 +119,9 @@ class Settings(BaseSettings):
     # --- embeddings ---------------------------------------------------------------------------
     embeddings_provider: Provider | None = Field(None, validation_alias=_env("EMBEDDINGS_PROVIDER"))
     embeddings_model: str | None = Field(None, validation_alias=_env("EMBEDDINGS_MODEL"))
-    embeddings_dimensions: int | None = Field(None, ge=1, le=16000, validation_alias=_env("EMBEDDINGS_DIMENSIONS"))
+    embeddings_dimensions: int | None = Field(
+        None, ge=1, le=16000, validation_alias=_env("EMBEDDINGS_DIMENSIONS")
+    )
     openai_api_key: str | None = Field(None, validation_alias=_env("RAG_OPENAI_API_KEY", "OPENAI_API_KEY"))
     openai_base_url: str | None = Field(None, validation_alias=_env("RAG_OPENAI_BASEURL"))
     openai_proxy: str | None = Field(None, validation_alias=_env("RAG_OPENAI_PROXY"))
@@ -130,8 +134,12 @@ class Settings(BaseSettings):
     azure_api_version: str = Field("2024-10-21", validation_alias=_env("RAG_AZURE_OPENAI_API_VERSION"))
     ollama_base_url: str = Field("http://ollama:11434", validation_alias=_env("OLLAMA_BASE_URL"))
     hf_token: str | None = Field(None, validation_alias=_env("HF_TOKEN"))
-    embedding_batch_size: int = Field(0, ge=0, validation_alias=_env("EMBEDDING_BATCH_SIZE", "EMBEDDINGS_CHUNK_SIZE"))
-    embedding_batch_max_chars: int = Field(200_000, ge=1000, validation_alias=_env("EMBEDDING_BATCH_MAX_CHARS"))
+    embedding_batch_size: int = Field(
+        0, ge=0, validation_alias=_env("EMBEDDING_BATCH_SIZE", "EMBEDDINGS_CHUNK_SIZE")
+    )
+    embedding_batch_max_chars: int = Field(
+        200_000, ge=1000, validation_alias=_env("EMBEDDING_BATCH_MAX_CHARS")
+    )
     embedding_concurrency: int = Field(4, ge=1, le=64, validation_alias=_env("EMBEDDING_CONCURRENCY"))
     embedding_timeout_s: float = Field(60.0, gt=0, validation_alias=_env("EMBEDDING_TIMEOUT"))
     embedding_max_retries: int = Field(4, ge=0, le=20, validation_alias=_env("EMBEDDING_MAX_RETRIES"))
@@ -146,7 +154,9 @@ class Settings(BaseSettings):
     hnsw_cost_factor: float = Field(4.0, ge=0.0, le=1000.0, validation_alias=_env("HNSW_COST_FACTOR"))
     hnsw_m: int = Field(16, ge=2, le=100, validation_alias=_env("HNSW_M"))
     hnsw_ef_construction: int = Field(64, ge=4, le=1000, validation_alias=_env("HNSW_EF_CONSTRUCTION"))
-    hnsw_build_memory: str = Field("1GB", pattern=r"^\d+(kB|MB|GB)$", validation_alias=_env("HNSW_BUILD_MEMORY"))
+    hnsw_build_memory: str = Field(
+        "1GB", pattern=r"^\d+(kB|MB|GB)$", validation_alias=_env("HNSW_BUILD_MEMORY")
+    )
     rag_distance_threshold: float | None = Field(
         None, ge=0.0, le=2.0, validation_alias=_env("RAG_DISTANCE_THRESHOLD")
     )
@@ -157,9 +167,22 @@ class Settings(BaseSettings):
         return _csv(value)
 
     @field_validator(
-        "jwt_secret", "jwt_audience", "database_url", "db_host", "s3_bucket", "s3_endpoint_url",
-        "s3_access_key_id", "s3_secret_access_key", "s3_session_token", "embeddings_model", "openai_api_key",
-        "openai_base_url", "openai_proxy", "azure_api_key", "azure_endpoint", "hf_token",
+        "jwt_secret",
+        "jwt_audience",
+        "database_url",
+        "db_host",
+        "s3_bucket",
+        "s3_endpoint_url",
+        "s3_access_key_id",
+        "s3_secret_access_key",
+        "s3_session_token",
+        "embeddings_model",
+        "openai_api_key",
+        "openai_base_url",
+        "openai_proxy",
+        "azure_api_key",
+        "azure_endpoint",
+        "hf_token",
         mode="before",
     )
     @classmethod
@@ -261,7 +284,7 @@ class Settings(BaseSettings):
             # SQLAlchemy-style URLs (rag_api docs use them) are not understood by asyncpg.
             for prefix in ("postgresql+psycopg2://", "postgresql+psycopg://", "postgresql+asyncpg://"):
                 if url.startswith(prefix):
-                    url = "postgresql://" + url[len(prefix):]
+                    url = "postgresql://" + url[len(prefix) :]
             return url
         user = quote_plus(self.postgres_user)
         password = quote_plus(self.postgres_password)

@@ -112,15 +112,22 @@ class RequestContextMiddleware:
             if response_started:
                 raise
             body = json.dumps({"detail": "Internal server error", "request_id": rid}).encode()
-            await send_wrapper({
-                "type": "http.response.start",
-                "status": 500,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-            })
+            await send_wrapper(
+                {
+                    "type": "http.response.start",
+                    "status": 500,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                    ],
+                }
+            )
             await send_wrapper({"type": "http.response.body", "body": body})
         finally:
             elapsed = (time.perf_counter() - started) * 1000
             # path only: query strings may carry ids, and bodies are never logged
             level = logging.DEBUG if scope.get("path") == "/health" else logging.INFO
-            access_logger.log(level, "%s %s %s %.1fms", scope.get("method"), scope.get("path"), status, elapsed)
+            access_logger.log(
+                level, "%s %s %s %.1fms", scope.get("method"), scope.get("path"), status, elapsed
+            )
             request_id_var.reset(token)

@@ -107,7 +107,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             stack.callback(task.cancel)
         logger.info(
             "ragoverlay ready: collection=%s provider=%s model=%s blobs=%s auth=%s",
-            info.collection_name, settings.provider, settings.model, blobs.kind,
+            info.collection_name,
+            settings.provider,
+            settings.model,
+            blobs.kind,
             "on" if settings.auth_enabled else "OFF",
         )
         yield
@@ -143,10 +146,12 @@ def install_error_handlers(app: FastAPI) -> None:
                 {"detail": exc.errors, "message": "Request validation failed"}, status_code=422
             )
         if exc.status_code >= 500:
-            logger.warning("%s (%s) on %s %s", type(exc).__name__, exc.status_code, request.method,
-                           request.url.path)
-        return JSONResponse(_error_body(exc.detail, exc.status_code), status_code=exc.status_code,
-                            headers=headers)
+            logger.warning(
+                "%s (%s) on %s %s", type(exc).__name__, exc.status_code, request.method, request.url.path
+            )
+        return JSONResponse(
+            _error_body(exc.detail, exc.status_code), status_code=exc.status_code, headers=headers
+        )
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -157,8 +162,12 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse(_error_body(exc.detail, exc.status_code), status_code=exc.status_code,
-                            headers=getattr(exc, "headers", None))
+        return JSONResponse(
+            _error_body(exc.detail, exc.status_code),
+            status_code=exc.status_code,
+            headers=getattr(exc, "headers", None),
+        )
+
     # Unhandled exceptions are answered by RequestContextMiddleware (it knows the request id).
 
 

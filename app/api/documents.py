@@ -50,7 +50,9 @@ async def query(body: QueryRequest, principal: CurrentPrincipal, search: SearchD
 
 
 @router.post("/query_multiple", response_model=list[tuple[dict[str, Any], float]])
-async def query_multiple(body: QueryMultipleRequest, principal: CurrentPrincipal, search: SearchDep) -> Response:
+async def query_multiple(
+    body: QueryMultipleRequest, principal: CurrentPrincipal, search: SearchDep
+) -> Response:
     """Global top-k across up to 1,000 files in one request; 404 when nothing matches."""
     ids = list(dict.fromkeys(body.file_ids))
     if not ids:
@@ -86,7 +88,9 @@ async def delete_documents(
     principal: CurrentPrincipal,
     ingest: IngestDep,
     settings: SettingsDep,
-    file_ids: Annotated[list[Annotated[str, StringConstraints(max_length=MAX_FILE_ID_CHARS)]], Body(max_length=MAX_FILE_IDS)],
+    file_ids: Annotated[
+        list[Annotated[str, StringConstraints(max_length=MAX_FILE_ID_CHARS)]], Body(max_length=MAX_FILE_IDS)
+    ],
     entity_id: EntityQuery = None,
 ) -> MessageResponse:
     """Delete files (chunks, index rows, originals) in the caller's delete scope."""
@@ -100,7 +104,9 @@ async def delete_documents(
     if any(i not in found for i in ids):
         raise NotFound("One or more IDs not found")
     count = len(ids)
-    return MessageResponse(message=f"Documents for {count} file{'s' if count > 1 else ''} deleted successfully")
+    return MessageResponse(
+        message=f"Documents for {count} file{'s' if count > 1 else ''} deleted successfully"
+    )
 
 
 @router.get("/documents/{file_id}/context", response_model=str)
@@ -115,6 +121,8 @@ async def document_context(
 
 
 @router.get("/ids", response_model=list[str])
-async def list_ids(principal: CurrentPrincipal, search: SearchDep, entity_id: EntityQuery = None) -> list[str]:
+async def list_ids(
+    principal: CurrentPrincipal, search: SearchDep, entity_id: EntityQuery = None
+) -> list[str]:
     """File ids in the caller's scope. **Decision**: rag_api lists every id in the collection."""
     return await search.file_ids(read_namespaces(principal, entity_id))

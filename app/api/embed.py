@@ -58,10 +58,15 @@ def _file_id(fields: dict[str, str]) -> str:
     if not value:
         raise InvalidInput([{"type": "missing", "loc": ["body", "file_id"], "msg": "Field required"}])
     if len(value) > MAX_FILE_ID_CHARS:
-        raise InvalidInput([{
-            "type": "string_too_long", "loc": ["body", "file_id"],
-            "msg": f"String should have at most {MAX_FILE_ID_CHARS} characters",
-        }])
+        raise InvalidInput(
+            [
+                {
+                    "type": "string_too_long",
+                    "loc": ["body", "file_id"],
+                    "msg": f"String should have at most {MAX_FILE_ID_CHARS} characters",
+                }
+            ]
+        )
     return value
 
 
@@ -74,10 +79,15 @@ def _storage_metadata(fields: dict[str, str]) -> dict[str, Any] | None:
     except json.JSONDecodeError:
         value = None
     if not isinstance(value, dict):
-        raise InvalidInput([{
-            "type": "json_invalid", "loc": ["body", "storage_metadata"],
-            "msg": "storage_metadata must be a JSON object encoded as a string",
-        }])
+        raise InvalidInput(
+            [
+                {
+                    "type": "json_invalid",
+                    "loc": ["body", "storage_metadata"],
+                    "msg": "storage_metadata must be a JSON object encoded as a string",
+                }
+            ]
+        )
     return value
 
 

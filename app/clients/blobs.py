@@ -272,14 +272,24 @@ class LocalBlobStore:
 
 # --- S3 -------------------------------------------------------------------------------------------
 
-_AUTH_CODES = frozenset({
-    "AccessDenied", "AllAccessDisabled", "SignatureDoesNotMatch", "InvalidAccessKeyId", "InvalidToken",
-    "ExpiredToken", "TokenRefreshRequired", "AuthorizationHeaderMalformed", "InvalidSecurity",
-})
+_AUTH_CODES = frozenset(
+    {
+        "AccessDenied",
+        "AllAccessDisabled",
+        "SignatureDoesNotMatch",
+        "InvalidAccessKeyId",
+        "InvalidToken",
+        "ExpiredToken",
+        "TokenRefreshRequired",
+        "AuthorizationHeaderMalformed",
+        "InvalidSecurity",
+    }
+)
 _MISSING_BUCKET_CODES = frozenset({"NoSuchBucket"})
 _MISSING_KEY_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
-_THROTTLE_CODES = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
-                             "ServiceUnavailable", "InternalError"})
+_THROTTLE_CODES = frozenset(
+    {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "ServiceUnavailable", "InternalError"}
+)
 
 
 class S3BlobStore:
@@ -388,7 +398,9 @@ class S3BlobStore:
             if self._head(object_key):
                 return
             self.client().upload_file(
-                str(path), self.bucket, object_key,
+                str(path),
+                self.bucket,
+                object_key,
                 ExtraArgs={"ContentType": content_type or "application/octet-stream"},
                 Config=self._transfer_config,
             )
@@ -483,8 +495,9 @@ def _map_s3_error(exc: BaseException, action: str) -> BlobStoreError:
             )
         if status >= 500 or status == 429 or code in _THROTTLE_CODES:
             return BlobStoreError(f"The S3 service is unavailable (HTTP {status or '?'})", retryable=True)
-        return BlobStoreError(f"The S3 service rejected the {action} request (HTTP {status or '?'})",
-                              retryable=False)
+        return BlobStoreError(
+            f"The S3 service rejected the {action} request (HTTP {status or '?'})", retryable=False
+        )
     logger.warning("S3 %s failed: %s", action, type(exc).__name__)
     if isinstance(exc, (boto.NoCredentialsError, boto.PartialCredentialsError)):
         return BlobStoreError(

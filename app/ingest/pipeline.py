@@ -113,7 +113,10 @@ class IngestService:
         return await loop.run_in_executor(
             self._executor,
             functools.partial(
-                load_document, source.path, source.filename, source.content_type,
+                load_document,
+                source.path,
+                source.filename,
+                source.content_type,
                 pdf_extract_images=self.settings.pdf_extract_images,
             ),
         )
@@ -158,7 +161,9 @@ class IngestService:
                 if not text.strip():
                     continue
                 texts.append(text)
-                metas.append(chunk_metadata(piece, file_id=file_id, owner=owner, source=source_name, text=text))
+                metas.append(
+                    chunk_metadata(piece, file_id=file_id, owner=owner, source=source_name, text=text)
+                )
 
             vectors, embedded, reused = await self._vectors_for(file_id, owner, texts, metas)
             embedded_at = time.perf_counter()
@@ -167,9 +172,7 @@ class IngestService:
             await self.blobs.put_file(key, source.path, content_type=source.content_type or doc.content_type)
 
             ids = uuid7_batch(len(texts))
-            new_chunks = [
-                store.NewChunk(ids[i], vectors[i], texts[i], metas[i]) for i in range(len(texts))
-            ]
+            new_chunks = [store.NewChunk(ids[i], vectors[i], texts[i], metas[i]) for i in range(len(texts))]
             dim = int(vectors.shape[1]) if len(texts) else self.embedder.dimensions
             record = store.FileRecord(
                 file_id=file_id,
@@ -195,9 +198,14 @@ class IngestService:
         if self.on_stored is not None:
             self.on_stored(record.embedding_dim, len(new_chunks))
         logger.info(
-            "Ingested file %s: %d chunks (%d embedded, %d reused), load %.0f ms, embed %.0f ms, total %.0f ms",
-            file_id, len(new_chunks), embedded, reused,
-            (loaded_at - started) * 1000, (embedded_at - loaded_at) * 1000,
+            "Ingested file %s: %d chunks (%d embedded, %d reused), load %.0f ms, embed %.0f ms, "
+            "total %.0f ms",
+            file_id,
+            len(new_chunks),
+            embedded,
+            reused,
+            (loaded_at - started) * 1000,
+            (embedded_at - loaded_at) * 1000,
             (time.perf_counter() - started) * 1000,
         )
         return EmbedOutcome(file_id, source.filename, len(new_chunks), embedded, reused)
@@ -247,8 +255,13 @@ class IngestService:
         """Delete files in the caller's delete scope (chunks, catalogue rows, unreferenced originals)."""
         async with self.pool.acquire() as conn, conn.transaction():
             result = await store.delete_files(
-                conn, self.info, file_ids=file_ids, owners=owners, uploader=uploader,
-                any_owner=any_owner, legacy_unowned=self.settings.legacy_unowned_readable,
+                conn,
+                self.info,
+                file_ids=file_ids,
+                owners=owners,
+                uploader=uploader,
+                any_owner=any_owner,
+                legacy_unowned=self.settings.legacy_unowned_readable,
             )
         for key in result.orphan_blob_keys:
             await self._delete_blob_quietly(key)

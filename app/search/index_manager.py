@@ -74,7 +74,6 @@ class VectorIndexManager:
         """The valid index for `dims`, or None (then searches are exact)."""
         return self._valid.get(dims)
 
-
     async def close(self) -> None:
         """Cancel background work."""
         for task in list(self._tasks):
@@ -120,7 +119,10 @@ class VectorIndexManager:
             conn = await asyncpg.connect(self.dsn)
             try:
                 valid = await build_index(
-                    conn, spec, m=self.settings.hnsw_m, ef_construction=self.settings.hnsw_ef_construction,
+                    conn,
+                    spec,
+                    m=self.settings.hnsw_m,
+                    ef_construction=self.settings.hnsw_ef_construction,
                     memory=self.settings.hnsw_build_memory,
                 )
                 while not valid:
@@ -131,7 +133,9 @@ class VectorIndexManager:
                         await ensure_function(conn, spec)
                     elif await index_state(conn, spec) == "missing":
                         valid = await build_index(
-                            conn, spec, m=self.settings.hnsw_m,
+                            conn,
+                            spec,
+                            m=self.settings.hnsw_m,
                             ef_construction=self.settings.hnsw_ef_construction,
                             memory=self.settings.hnsw_build_memory,
                         )

@@ -88,8 +88,14 @@ class SearchService:
         timeout = self.settings.query_timeout_ms / 1000
         async with self.pool.acquire(timeout=timeout) as conn:
             result = await store.search(
-                conn, self.info, vector=vector, file_ids=ids, owners=owners, k=k,
-                plan=self.plan(dims, len(ids)), timeout=timeout,
+                conn,
+                self.info,
+                vector=vector,
+                file_ids=ids,
+                owners=owners,
+                k=k,
+                plan=self.plan(dims, len(ids)),
+                timeout=timeout,
             )
         t2 = time.perf_counter()
         hits = result.hits
@@ -97,10 +103,18 @@ class SearchService:
         if threshold is not None:
             # a relevance cut on already-authorised rows, not an authorisation filter
             hits = [h for h in hits if h.distance <= threshold]
-        outcome = SearchOutcome(hits, result.path, result.visible_estimate, (t1 - t0) * 1000, (t2 - t1) * 1000)
+        outcome = SearchOutcome(
+            hits, result.path, result.visible_estimate, (t1 - t0) * 1000, (t2 - t1) * 1000
+        )
         logger.debug(
             "search files=%d k=%d hits=%d path=%s estimate=%d embed_ms=%.1f db_ms=%.1f",
-            len(ids), k, len(hits), outcome.path, outcome.visible_estimate, outcome.embed_ms, outcome.db_ms,
+            len(ids),
+            k,
+            len(hits),
+            outcome.path,
+            outcome.visible_estimate,
+            outcome.embed_ms,
+            outcome.db_ms,
         )
         return outcome
 
@@ -108,15 +122,22 @@ class SearchService:
         """All chunks of `file_ids` the caller may read, grouped by file in document order."""
         async with self.pool.acquire() as conn:
             return await store.documents(
-                conn, self.info, file_ids=list(dict.fromkeys(file_ids)), owners=owners,
-                limit=MAX_DOCUMENT_ROWS, legacy_unowned=self.settings.legacy_unowned_readable,
+                conn,
+                self.info,
+                file_ids=list(dict.fromkeys(file_ids)),
+                owners=owners,
+                limit=MAX_DOCUMENT_ROWS,
+                legacy_unowned=self.settings.legacy_unowned_readable,
             )
 
     async def file_ids(self, owners: Sequence[str]) -> list[str]:
         """Distinct file ids in the caller's namespaces."""
         async with self.pool.acquire() as conn:
             return await store.list_file_ids(
-                conn, self.info, owners=owners, limit=MAX_IDS,
+                conn,
+                self.info,
+                owners=owners,
+                limit=MAX_IDS,
                 legacy_unowned=self.settings.legacy_unowned_readable,
             )
 

@@ -128,14 +128,25 @@ async def search(
     owners: Sequence[str],
     k: int,
     plan: SearchPlan,
-    timeout: float | None = None,
+    timeout: float | None = None,  # noqa: ASYNC109 - asyncpg's own per-statement timeout
 ) -> SearchResult:
     """Top-`k` chunks nearest to `vector` among the caller's rows of `file_ids`, in one round trip."""
     rows = await conn.fetch(
         queries.SEARCH_FUNCTION,
-        vector, info.collection_id, list(file_ids), list(owners), k, plan.legacy_unowned,
-        plan.estimate, plan.check_dims, plan.exact_max_rows, plan.index_function, plan.index_dims,
-        plan.ef_search, plan.max_scan_tuples, plan.cost_factor,
+        vector,
+        info.collection_id,
+        list(file_ids),
+        list(owners),
+        k,
+        plan.legacy_unowned,
+        plan.estimate,
+        plan.check_dims,
+        plan.exact_max_rows,
+        plan.index_function,
+        plan.index_dims,
+        plan.ef_search,
+        plan.max_scan_tuples,
+        plan.cost_factor,
         timeout=timeout,
     )
     hits = [
@@ -247,16 +258,31 @@ async def replace_file(
             "langchain_pg_embedding",
             columns=list(queries.EMBEDDING_COPY_COLUMNS),
             records=[
-                (c.id, info.collection_id, c.embedding, c.text, json.dumps(c.metadata, ensure_ascii=False),
-                 record.file_id)
+                (
+                    c.id,
+                    info.collection_id,
+                    c.embedding,
+                    c.text,
+                    json.dumps(c.metadata, ensure_ascii=False),
+                    record.file_id,
+                )
                 for c in chunks
             ],
         )
     await conn.execute(
         queries.UPSERT_FILE,
-        info.collection_id, record.file_id, record.owner, record.uploader, record.filename,
-        record.content_type, record.size_bytes, record.sha256, record.blob_key, record.chunk_count,
-        record.embedding_model, record.embedding_dim,
+        info.collection_id,
+        record.file_id,
+        record.owner,
+        record.uploader,
+        record.filename,
+        record.content_type,
+        record.size_bytes,
+        record.sha256,
+        record.blob_key,
+        record.chunk_count,
+        record.embedding_model,
+        record.embedding_dim,
         json.dumps(record.storage_metadata) if record.storage_metadata is not None else None,
     )
     return str(previous_blob) if previous_blob and previous_blob != record.blob_key else None

@@ -109,8 +109,9 @@ class EmbeddedPostgres:
         if not self.started_here:
             return
         with contextlib.suppress(subprocess.SubprocessError, OSError):
-            self._run([str(_bin_dir() / "pg_ctl"), "-D", str(self.pgdata), "-m", "fast", "-w", "stop"],
-                      timeout=60)
+            self._run(
+                [str(_bin_dir() / "pg_ctl"), "-D", str(self.pgdata), "-m", "fast", "-w", "stop"], timeout=60
+            )
         self.started_here = False
 
     # --- internals ----------------------------------------------------------------------------
@@ -121,7 +122,8 @@ class EmbeddedPostgres:
         except KeyError:
             subprocess.run(
                 ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", self._run_as],
-                check=True, capture_output=True,
+                check=True,
+                capture_output=True,
             )
         # The server must traverse to its binaries and its data folder.
         _make_traversable(_bin_dir())
@@ -159,9 +161,16 @@ class EmbeddedPostgres:
             pwfile.chmod(0o600)
             self._run(
                 [
-                    str(_bin_dir() / "initdb"), "-D", str(self.pgdata), "-U", "postgres",
-                    "--auth-local=scram-sha-256", "--auth-host=scram-sha-256",
-                    f"--pwfile={pwfile}", "--encoding=UTF8", "--locale=C.UTF-8",
+                    str(_bin_dir() / "initdb"),
+                    "-D",
+                    str(self.pgdata),
+                    "-U",
+                    "postgres",
+                    "--auth-local=scram-sha-256",
+                    "--auth-host=scram-sha-256",
+                    f"--pwfile={pwfile}",
+                    "--encoding=UTF8",
+                    "--locale=C.UTF-8",
                 ],
                 timeout=180,
             )
@@ -214,8 +223,19 @@ class EmbeddedPostgres:
         )
         try:
             self._run(
-                [str(_bin_dir() / "pg_ctl"), "-D", str(self.pgdata), "-l", str(self.log_file),
-                 "-o", opts, "-w", "-t", str(int(timeout)), "start"],
+                [
+                    str(_bin_dir() / "pg_ctl"),
+                    "-D",
+                    str(self.pgdata),
+                    "-l",
+                    str(self.log_file),
+                    "-o",
+                    opts,
+                    "-w",
+                    "-t",
+                    str(int(timeout)),
+                    "start",
+                ],
                 timeout=timeout + 10,
             )
         except subprocess.CalledProcessError as exc:
@@ -230,31 +250,68 @@ class EmbeddedPostgres:
     def _ensure_database(self, port: int, creds: dict[str, str]) -> None:
         """Create our login role, database and extensions (idempotent), as the superuser."""
         env = {**os.environ, "PGPASSWORD": creds["superuser_password"]}
-        psql = [str(_bin_dir() / "psql"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
-                "-v", "ON_ERROR_STOP=1", "-qAt"]
+        psql = [
+            str(_bin_dir() / "psql"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-U",
+            "postgres",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-qAt",
+        ]
         exists = subprocess.run(
             [*psql, "-d", "postgres", "-c", f"SELECT 1 FROM pg_roles WHERE rolname = '{DB_USER}'"],
-            env=env, check=True, capture_output=True, text=True,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
         ).stdout.strip()
         if not exists:
             subprocess.run(
-                [*psql, "-d", "postgres", "-c",
-                 f"CREATE ROLE {DB_USER} LOGIN PASSWORD '{creds['password']}'"],
-                env=env, check=True, capture_output=True, text=True,
+                [
+                    *psql,
+                    "-d",
+                    "postgres",
+                    "-c",
+                    f"CREATE ROLE {DB_USER} LOGIN PASSWORD '{creds['password']}'",
+                ],
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
             )
         has_db = subprocess.run(
             [*psql, "-d", "postgres", "-c", f"SELECT 1 FROM pg_database WHERE datname = '{DB_NAME}'"],
-            env=env, check=True, capture_output=True, text=True,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
         ).stdout.strip()
         if not has_db:
-            subprocess.run([*psql, "-d", "postgres", "-c", f"CREATE DATABASE {DB_NAME} OWNER {DB_USER}"],
-                           env=env, check=True, capture_output=True, text=True)
+            subprocess.run(
+                [*psql, "-d", "postgres", "-c", f"CREATE DATABASE {DB_NAME} OWNER {DB_USER}"],
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
         # Extensions need a superuser; the service itself connects as an ordinary role.
         subprocess.run(
-            [*psql, "-d", DB_NAME, "-c",
-             "CREATE EXTENSION IF NOT EXISTS vector; CREATE EXTENSION IF NOT EXISTS pg_trgm; "
-             "CREATE EXTENSION IF NOT EXISTS unaccent;"],
-            env=env, check=True, capture_output=True, text=True,
+            [
+                *psql,
+                "-d",
+                DB_NAME,
+                "-c",
+                "CREATE EXTENSION IF NOT EXISTS vector; CREATE EXTENSION IF NOT EXISTS pg_trgm; "
+                "CREATE EXTENSION IF NOT EXISTS unaccent;",
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
         )
 
     def _run(self, cmd: list[str], timeout: float) -> None:
@@ -264,8 +321,13 @@ class EmbeddedPostgres:
             kwargs["group"] = pwd.getpwnam(self._run_as).pw_gid
             kwargs["extra_groups"] = []
         proc = subprocess.run(
-            cmd, check=False, capture_output=True, text=True, timeout=timeout,
-            cwd=str(self.pgdata.parent), **kwargs,  # type: ignore[call-overload]
+            cmd,
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=str(self.pgdata.parent),
+            **kwargs,  # type: ignore[call-overload]
         )
         if proc.returncode != 0:
             logger.error("%s failed: %s", Path(cmd[0]).name, (proc.stderr or proc.stdout).strip()[-2000:])

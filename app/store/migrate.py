@@ -121,7 +121,9 @@ async def migrate(conn: asyncpg.Connection) -> list[int]:
 async def _record(conn: asyncpg.Connection, mig: Migration) -> None:
     await conn.execute(
         "INSERT INTO ragoverlay_migrations (version, name, checksum) VALUES ($1, $2, $3)",
-        mig.version, mig.name, mig.checksum,
+        mig.version,
+        mig.name,
+        mig.checksum,
     )
 
 

@@ -26,6 +26,7 @@ def with_owner_predicate(template: str, param: int, *, legacy_unowned: bool) -> 
     predicate = _OWNER_PREDICATE_WITH_LEGACY if legacy_unowned else _OWNER_PREDICATE
     return template.format(owner_predicate=predicate.replace("{n}", str(param)))
 
+
 # --- collection ------------------------------------------------------------------------------
 SELECT_COLLECTION = "SELECT uuid FROM langchain_pg_collection WHERE name = $1 ORDER BY uuid LIMIT 1"
 INSERT_COLLECTION = "INSERT INTO langchain_pg_collection (uuid, name, cmetadata) VALUES ($1, $2, NULL)"

@@ -32,7 +32,12 @@ async def upload(
 
 
 async def query(
-    client: httpx.AsyncClient, text: str, file_id: str, headers: dict[str, str], *, k: int = 4,
+    client: httpx.AsyncClient,
+    text: str,
+    file_id: str,
+    headers: dict[str, str],
+    *,
+    k: int = 4,
     entity_id: str | None = None,
 ) -> httpx.Response:
     """`POST /query` as LibreChat's file_search tool sends it."""

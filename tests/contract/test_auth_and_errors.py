@@ -20,7 +20,11 @@ ROUTES = [
     ("GET", "/documents/f/context", {}),
     ("GET", "/ids", {}),
     ("POST", "/embed", {"files": {"file": ("a.txt", b"a", "text/plain")}, "data": {"file_id": "f"}}),
-    ("POST", "/embed-upload", {"files": {"uploaded_file": ("a.txt", b"a", "text/plain")}, "data": {"file_id": "f"}}),
+    (
+        "POST",
+        "/embed-upload",
+        {"files": {"uploaded_file": ("a.txt", b"a", "text/plain")}, "data": {"file_id": "f"}},
+    ),
     ("POST", "/text", {"files": {"file": ("a.txt", b"a", "text/plain")}, "data": {"file_id": "f"}}),
     ("POST", "/local/embed", {"json": {"filepath": "a", "filename": "a", "file_id": "f"}}),
 ]
@@ -38,7 +42,9 @@ def bad_tokens() -> dict[str, str]:
 
 
 @pytest.mark.parametrize(("method", "path", "kwargs"), ROUTES)
-async def test_every_route_needs_a_token(client: httpx.AsyncClient, method: str, path: str, kwargs: dict) -> None:
+async def test_every_route_needs_a_token(
+    client: httpx.AsyncClient, method: str, path: str, kwargs: dict
+) -> None:
     r = await client.request(method, path, **kwargs)
     assert r.status_code == 401
     assert r.json() == {"detail": "Missing or invalid Authorization header"}
@@ -47,7 +53,9 @@ async def test_every_route_needs_a_token(client: httpx.AsyncClient, method: str,
 @pytest.mark.parametrize("kind", ["expired", "no_exp", "other_secret", "alg_none", "garbage"])
 async def test_bad_tokens_are_401(client: httpx.AsyncClient, kind: str) -> None:
     token = bad_tokens()[kind]
-    r = await client.post("/query", json={"query": "q", "file_id": "f"}, headers={"Authorization": f"Bearer {token}"})
+    r = await client.post(
+        "/query", json={"query": "q", "file_id": "f"}, headers={"Authorization": f"Bearer {token}"}
+    )
     assert r.status_code == 401
     assert r.json()["detail"].startswith("Invalid token: ")
 

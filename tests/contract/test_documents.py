@@ -68,7 +68,9 @@ async def test_delete_body_must_be_an_array(client: httpx.AsyncClient) -> None:
 async def test_delete_by_uploader_without_entity_id(client: httpx.AsyncClient) -> None:
     """LibreChat deletes knowledge-base files with the uploader's token and no entity_id."""
     uploader, other, agent, fid = new_id("user"), new_id("user"), new_id("agent"), new_id()
-    assert (await upload(client, fid, "kb.txt", b"Agent knowledge.", auth(uploader), entity_id=agent)).status_code == 200
+    assert (
+        await upload(client, fid, "kb.txt", b"Agent knowledge.", auth(uploader), entity_id=agent)
+    ).status_code == 200
     r = await client.request("DELETE", "/documents", json=[fid], headers=auth(other))
     assert r.status_code == 404  # another user: as if the file did not exist
     r = await client.request("DELETE", "/documents", json=[fid], headers=auth(uploader))
@@ -86,9 +88,12 @@ async def test_delete_scope_caller_restores_upstream(settings_factory) -> None: 
 
 async def test_context_is_a_json_string_with_pages(client: httpx.AsyncClient, tmp_path: Path) -> None:
     user, fid = new_id("user"), new_id()
-    pdf = make_pdf(tmp_path / "guide.pdf", ["First page text about sailing.", "Second page text about knots."])
-    assert (await upload(client, fid, "guide.pdf", pdf.read_bytes(), auth(user),
-                         content_type="application/pdf")).status_code == 200
+    pdf = make_pdf(
+        tmp_path / "guide.pdf", ["First page text about sailing.", "Second page text about knots."]
+    )
+    assert (
+        await upload(client, fid, "guide.pdf", pdf.read_bytes(), auth(user), content_type="application/pdf")
+    ).status_code == 200
     r = await client.get(f"/documents/{fid}/context", headers=auth(user))
     assert r.status_code == 200
     text = r.json()

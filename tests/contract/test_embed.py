@@ -21,8 +21,14 @@ PAGE_TEXTS = [
 
 async def test_embed_success_shape(client: httpx.AsyncClient) -> None:
     fid = new_id()
-    r = await upload(client, fid, "notes.md", b"# Notes\n\nSome text about kayaks.", auth(new_id("user")),
-                     content_type="text/markdown")
+    r = await upload(
+        client,
+        fid,
+        "notes.md",
+        b"# Notes\n\nSome text about kayaks.",
+        auth(new_id("user")),
+        content_type="text/markdown",
+    )
     assert r.status_code == 200
     assert r.json() == {
         "status": True,
@@ -36,8 +42,15 @@ async def test_embed_success_shape(client: httpx.AsyncClient) -> None:
 async def test_embed_with_storage_metadata_and_entity(client: httpx.AsyncClient) -> None:
     user, agent, fid = new_id("user"), new_id("agent"), new_id()
     meta = '{"storage_type": "s3", "storage_key": "uploads/u/x.txt", "region": "eu-west-1", "bucket": "lc"}'
-    r = await upload(client, fid, "kb.txt", b"Knowledge base text about otters.", auth(user),
-                     entity_id=agent, storage_metadata=meta)
+    r = await upload(
+        client,
+        fid,
+        "kb.txt",
+        b"Knowledge base text about otters.",
+        auth(user),
+        entity_id=agent,
+        storage_metadata=meta,
+    )
     assert r.status_code == 200 and r.json()["status"] is True
     pairs = (await query(client, "otters", fid, auth(user), entity_id=agent)).json()
     assert pairs and pairs[0][0]["metadata"]["user_id"] == agent
@@ -51,7 +64,9 @@ async def test_embed_bad_storage_metadata_is_422(client: httpx.AsyncClient) -> N
 
 async def test_embed_missing_fields_are_422(client: httpx.AsyncClient) -> None:
     h = auth(new_id("user"))
-    r = await client.post("/embed", data={"file_id": "x"}, files={"other": ("a.txt", b"a", "text/plain")}, headers=h)
+    r = await client.post(
+        "/embed", data={"file_id": "x"}, files={"other": ("a.txt", b"a", "text/plain")}, headers=h
+    )
     assert r.status_code == 422
     assert r.json()["message"] == "Request validation failed"
     assert r.json()["detail"][0]["loc"] == ["body", "file"]
@@ -64,8 +79,15 @@ async def test_embed_missing_fields_are_422(client: httpx.AsyncClient) -> None:
 
 async def test_embed_upload_uses_uploaded_file_field(client: httpx.AsyncClient) -> None:
     user, fid = new_id("user"), new_id()
-    r = await upload(client, fid, "walrus.txt", b"Walruses use their tusks to haul out onto ice.", auth(user),
-                     route="/embed-upload", field="uploaded_file")
+    r = await upload(
+        client,
+        fid,
+        "walrus.txt",
+        b"Walruses use their tusks to haul out onto ice.",
+        auth(user),
+        route="/embed-upload",
+        field="uploaded_file",
+    )
     assert r.status_code == 200 and r.json()["file_id"] == fid
     assert (await query(client, "walrus tusks", fid, auth(user))).json()
 
@@ -96,8 +118,15 @@ async def test_oversized_upload_is_413_before_parsing(settings_factory) -> None:
         assert r.status_code == 413
         assert "MAX_UPLOAD_BYTES" in r.json()["detail"]
         # declared length far over the limit: refused from the header alone
-        r = await small.post("/embed", content=b"x", headers={**auth(user), "Content-Length": str(50 * 2**20),
-                                                             "Content-Type": "multipart/form-data; boundary=b"})
+        r = await small.post(
+            "/embed",
+            content=b"x",
+            headers={
+                **auth(user),
+                "Content-Length": str(50 * 2**20),
+                "Content-Type": "multipart/form-data; boundary=b",
+            },
+        )
         assert r.status_code == 413
         assert fid not in (await small.get("/ids", headers=auth(user))).json()
 
@@ -106,8 +135,12 @@ async def test_text_returns_text_and_stores_nothing(client: httpx.AsyncClient) -
     user, fid = new_id("user"), new_id()
     r = await upload(client, fid, "memo.txt", "Café opening hours: 8–16.".encode(), auth(user), route="/text")
     assert r.status_code == 200
-    assert r.json() == {"text": "Café opening hours: 8–16.", "file_id": fid, "filename": "memo.txt",
-                        "known_type": True}
+    assert r.json() == {
+        "text": "Café opening hours: 8–16.",
+        "file_id": fid,
+        "filename": "memo.txt",
+        "known_type": True,
+    }
     assert (await query(client, "opening hours", fid, auth(user))).json() == []
 
 
@@ -119,8 +152,12 @@ async def test_local_embed(settings_factory) -> None:  # type: ignore[no-untyped
     outside.write_text("must not be read")
     async with running_app(settings) as c:
         user = new_id("user")
-        body = {"filepath": "inside.txt", "filename": "inside.txt", "file_content_type": "text/plain",
-                "file_id": new_id()}
+        body = {
+            "filepath": "inside.txt",
+            "filename": "inside.txt",
+            "file_content_type": "text/plain",
+            "file_id": new_id(),
+        }
         r = await c.post("/local/embed", json=body, headers=auth(user))
         assert r.status_code == 200 and r.json()["status"] is True
         r = await c.post("/local/embed", json={**body, "filepath": "../outside.txt"}, headers=auth(user))

@@ -23,15 +23,20 @@ async def test_foreign_nearest_chunk_never_appears(client: httpx.AsyncClient) ->
     victim, attacker, agent = new_id("victim"), new_id("attacker"), new_id("agent")
     foreign = new_id("foreign")
     shared_id = new_id("shared")  # the same file id exists in both namespaces
-    assert (await upload(client, foreign, "secret.txt", SECRET_TEXT.encode(), auth(victim))).status_code == 200
-    assert (await upload(client, shared_id, "secret.txt", SECRET_TEXT.encode(), auth(victim),
-                         entity_id=agent)).status_code == 200
+    assert (
+        await upload(client, foreign, "secret.txt", SECRET_TEXT.encode(), auth(victim))
+    ).status_code == 200
+    assert (
+        await upload(client, shared_id, "secret.txt", SECRET_TEXT.encode(), auth(victim), entity_id=agent)
+    ).status_code == 200
     mine = []
     for text in ALLOWED:
         fid = new_id("mine")
         mine.append(fid)
         assert (await upload(client, fid, "mine.txt", text.encode(), auth(attacker))).status_code == 200
-    assert (await upload(client, shared_id, "mine.txt", ALLOWED[0].encode(), auth(attacker))).status_code == 200
+    assert (
+        await upload(client, shared_id, "mine.txt", ALLOWED[0].encode(), auth(attacker))
+    ).status_code == 200
     h = auth(attacker)
 
     # /query on the foreign file: nothing, not an error
@@ -42,8 +47,11 @@ async def test_foreign_nearest_chunk_never_appears(client: httpx.AsyncClient) ->
     assert [p[0]["metadata"]["user_id"] for p in r.json()] == [attacker]
 
     # /query_multiple with the foreign ids mixed in: k allowed rows, none foreign
-    r = await client.post("/query_multiple", json={"query": SECRET_TEXT, "file_ids": [foreign, shared_id, *mine],
-                                                   "k": 4}, headers=h)
+    r = await client.post(
+        "/query_multiple",
+        json={"query": SECRET_TEXT, "file_ids": [foreign, shared_id, *mine], "k": 4},
+        headers=h,
+    )
     assert r.status_code == 200
     pairs = r.json()
     assert len(pairs) == 4  # exactly k visible rows come back, even though the nearest is foreign
@@ -73,13 +81,19 @@ async def test_foreign_nearest_chunk_never_appears(client: httpx.AsyncClient) ->
 async def test_entity_and_user_scopes_combine(client: httpx.AsyncClient) -> None:
     user, agent = new_id("user"), new_id("agent")
     kb, own = new_id("kb"), new_id("own")
-    assert (await upload(client, kb, "kb.txt", ALLOWED[1].encode(), auth(user), entity_id=agent)).status_code == 200
+    assert (
+        await upload(client, kb, "kb.txt", ALLOWED[1].encode(), auth(user), entity_id=agent)
+    ).status_code == 200
     assert (await upload(client, own, "own.txt", ALLOWED[2].encode(), auth(user))).status_code == 200
-    r = await client.post("/query_multiple", json={"query": "bread", "file_ids": [kb, own], "k": 5,
-                                                   "entity_id": agent}, headers=auth(user))
+    r = await client.post(
+        "/query_multiple",
+        json={"query": "bread", "file_ids": [kb, own], "k": 5, "entity_id": agent},
+        headers=auth(user),
+    )
     assert {p[0]["metadata"]["file_id"] for p in r.json()} == {kb, own}
-    r = await client.post("/query_multiple", json={"query": "bread", "file_ids": [kb, own], "k": 5},
-                          headers=auth(user))
+    r = await client.post(
+        "/query_multiple", json={"query": "bread", "file_ids": [kb, own], "k": 5}, headers=auth(user)
+    )
     assert {p[0]["metadata"]["file_id"] for p in r.json()} == {own}
     ids = (await client.get("/ids", params={"entity_id": agent}, headers=auth(user))).json()
     assert {kb, own} <= set(ids)

@@ -28,20 +28,34 @@ PASSAGES = [
 
 
 async def insert_rag_api_rows(
-    conn: asyncpg.Connection, collection: str, file_id: str, owner: str | None, vectors: np.ndarray,
-    *, json_type: str = "jsonb",
+    conn: asyncpg.Connection,
+    collection: str,
+    file_id: str,
+    owner: str | None,
+    vectors: np.ndarray,
+    *,
+    json_type: str = "jsonb",
 ) -> None:
     """Insert a file the way rag_api does."""
     coll = await conn.fetchval("SELECT uuid FROM langchain_pg_collection WHERE name = $1", collection)
     for page, (text, vec) in enumerate(zip(PASSAGES, vectors, strict=True)):
-        meta = {"file_id": file_id, "digest": hashlib.md5(text.encode()).hexdigest(),
-                "source": f"/app/uploads/{owner}/handbook_3f2a.pdf", "page": page}
+        meta = {
+            "file_id": file_id,
+            "digest": hashlib.md5(text.encode()).hexdigest(),
+            "source": f"/app/uploads/{owner}/handbook_3f2a.pdf",
+            "page": page,
+        }
         if owner is not None:
             meta["user_id"] = owner
         await conn.execute(
-            f"INSERT INTO langchain_pg_embedding (uuid, collection_id, embedding, document, cmetadata, custom_id) "
-            f"VALUES ($1, $2, $3, $4, $5::{json_type}, $6)",
-            uuid.uuid4(), coll, vec, text, json.dumps(meta), file_id,
+            "INSERT INTO langchain_pg_embedding (uuid, collection_id, embedding, document, cmetadata, "
+            f"custom_id) VALUES ($1, $2, $3, $4, $5::{json_type}, $6)",
+            uuid.uuid4(),
+            coll,
+            vec,
+            text,
+            json.dumps(meta),
+            file_id,
         )
 
 
@@ -71,7 +85,9 @@ async def test_rag_api_rows_are_found(client: httpx.AsyncClient, database: Datab
 
 
 async def test_unowned_legacy_rows_hidden_unless_enabled(
-    client: httpx.AsyncClient, database: Database, settings_factory  # type: ignore[no-untyped-def]
+    client: httpx.AsyncClient,
+    database: Database,
+    settings_factory,  # type: ignore[no-untyped-def]
 ) -> None:
     settings = settings_factory(legacy_unowned_readable=True)
     async with running_app(settings) as legacy:
@@ -91,13 +107,17 @@ async def test_unowned_legacy_rows_hidden_unless_enabled(
 
 async def test_our_rows_have_rag_api_format(client: httpx.AsyncClient, database: Database) -> None:
     user, fid = new_id("user"), new_id()
-    assert (await upload(client, fid, "policy.txt", "\n\n".join(PASSAGES).encode(), auth(user))).status_code == 200
+    assert (
+        await upload(client, fid, "policy.txt", "\n\n".join(PASSAGES).encode(), auth(user))
+    ).status_code == 200
     conn = await asyncpg.connect(database.dsn)
     try:
         rows = await conn.fetch(
             "SELECT uuid, collection_id, embedding::text AS emb, document, cmetadata, custom_id, "
             "       vector_dims(embedding) AS dims "
-            "FROM langchain_pg_embedding WHERE custom_id = $1", fid)
+            "FROM langchain_pg_embedding WHERE custom_id = $1",
+            fid,
+        )
     finally:
         await conn.close()
     assert rows
@@ -156,4 +176,6 @@ async def test_json_metadata_deployment(settings_factory, json_metadata_db: str)
         finally:
             await conn.close()
         assert (await query(c, "kitchen", other, auth(user))).json()
-        assert (await c.request("DELETE", "/documents", json=[fid, other], headers=auth(user))).status_code == 200
+        assert (
+            await c.request("DELETE", "/documents", json=[fid, other], headers=auth(user))
+        ).status_code == 200

@@ -40,12 +40,21 @@ def served() -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
     data_dir = Path(tempfile.mkdtemp(prefix="ragoverlay-e2e-"))
     data_dir.chmod(0o755)  # the embedded server may run as another user when tests run as root
     port = free_port()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("RAG_", "JWT_", "DB_", "POSTGRES_", "DATABASE_", "EMBEDDINGS_", "S3_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RAG_", "JWT_", "DB_", "POSTGRES_", "DATABASE_", "EMBEDDINGS_", "S3_"))
+    }
     env.update({"RAG_PORT": str(port), "DATA_DIR": str(data_dir)})
     log = (data_dir / "serve.log").open("wb")
-    proc = subprocess.Popen([str(ROOT / "scripts" / "serve")], cwd=ROOT, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(ROOT / "scripts" / "serve")],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 240
     try:
@@ -83,26 +92,36 @@ def test_readme_curl_flow(served: tuple[str, Path, subprocess.Popen[bytes]], tmp
     base, data_dir, _ = served
     pdf = make_pdf(tmp_path / "harbour.pdf", PAGES)
     with pdf.open("rb") as fh:
-        r = httpx.post(f"{base}/embed", data={"file_id": "harbour-1"},
-                       files={"file": ("harbour.pdf", fh, "application/pdf")}, timeout=120)
+        r = httpx.post(
+            f"{base}/embed",
+            data={"file_id": "harbour-1"},
+            files={"file": ("harbour.pdf", fh, "application/pdf")},
+            timeout=120,
+        )
     assert r.status_code == 200, r.text
     assert r.json()["status"] is True
-    r = httpx.post(f"{base}/query", json={"query": "How long did the storm last?", "file_id": "harbour-1", "k": 1},
-                   timeout=60)
+    r = httpx.post(
+        f"{base}/query",
+        json={"query": "How long did the storm last?", "file_id": "harbour-1", "k": 1},
+        timeout=60,
+    )
     assert r.status_code == 200
     doc, distance = r.json()[0]
     assert doc["metadata"]["page"] == 2
+    assert 0.0 <= distance < 1.0
     assert "nine days" in doc["page_content"]
     # the original is kept under its SHA-256 in the local blob folder
     assert any(p.is_file() for p in (data_dir / "blobs").rglob("*"))
     r = httpx.request("DELETE", f"{base}/documents", json=["harbour-1"], timeout=30)
     assert r.status_code == 200
-    assert httpx.post(f"{base}/query", json={"query": "storm", "file_id": "harbour-1"}, timeout=30).json() == []
+    assert (
+        httpx.post(f"{base}/query", json={"query": "storm", "file_id": "harbour-1"}, timeout=30).json() == []
+    )
     assert not any(p.is_file() for p in (data_dir / "blobs").rglob("*"))
 
 
 def test_sigterm_stops_service_and_database(served: tuple[str, Path, subprocess.Popen[bytes]]) -> None:
-    base, data_dir, proc = served
+    _, data_dir, proc = served
     pidfile = data_dir / "postgres" / "postmaster.pid"
     assert pidfile.exists()
     proc.send_signal(signal.SIGTERM)  # the service only: it must stop its database itself

@@ -17,9 +17,13 @@ pytestmark = pytest.mark.s3
 async def test_originals_live_in_s3(settings_factory, s3_server: S3Server) -> None:  # type: ignore[no-untyped-def]
     prefix = f"it-{uuid.uuid4().hex[:8]}/"
     settings = settings_factory(
-        s3_bucket=s3_server.bucket, s3_endpoint_url=s3_server.endpoint_url, s3_region=s3_server.region,
-        s3_access_key_id=s3_server.access_key, s3_secret_access_key=s3_server.secret_key,
-        s3_force_path_style=True, s3_prefix=prefix,
+        s3_bucket=s3_server.bucket,
+        s3_endpoint_url=s3_server.endpoint_url,
+        s3_region=s3_server.region,
+        s3_access_key_id=s3_server.access_key,
+        s3_secret_access_key=s3_server.secret_key,
+        s3_force_path_style=True,
+        s3_prefix=prefix,
     )
     s3 = s3_server.client()
     content = b"Originals of uploaded files are kept in S3 under their SHA-256."
@@ -28,7 +32,9 @@ async def test_originals_live_in_s3(settings_factory, s3_server: S3Server) -> No
         user, a, b = new_id("user"), new_id(), new_id()
         assert (await upload(c, a, "s3.txt", content, auth(user))).status_code == 200
         assert (await upload(c, b, "copy.txt", content, auth(user))).status_code == 200  # same bytes
-        keys = [o["Key"] for o in s3.list_objects_v2(Bucket=s3_server.bucket, Prefix=prefix).get("Contents", [])]
+        keys = [
+            o["Key"] for o in s3.list_objects_v2(Bucket=s3_server.bucket, Prefix=prefix).get("Contents", [])
+        ]
         assert keys == [f"{prefix}sha256/{digest[:2]}/{digest[2:4]}/{digest}"]  # stored once
         assert (await query(c, "where are originals kept", a, auth(user))).json()
         assert (await c.request("DELETE", "/documents", json=[a], headers=auth(user))).status_code == 200
@@ -38,10 +44,16 @@ async def test_originals_live_in_s3(settings_factory, s3_server: S3Server) -> No
         assert s3.list_objects_v2(Bucket=s3_server.bucket, Prefix=prefix).get("KeyCount") == 0
 
 
-async def test_wrong_s3_credentials_fail_uploads_not_the_service(settings_factory, s3_server: S3Server) -> None:  # type: ignore[no-untyped-def]
+async def test_wrong_s3_credentials_fail_uploads_not_the_service(
+    settings_factory, s3_server: S3Server
+) -> None:  # type: ignore[no-untyped-def]
     settings = settings_factory(
-        s3_bucket=s3_server.bucket, s3_endpoint_url=s3_server.endpoint_url, s3_region=s3_server.region,
-        s3_access_key_id=s3_server.access_key, s3_secret_access_key="wrong-secret", s3_force_path_style=True,
+        s3_bucket=s3_server.bucket,
+        s3_endpoint_url=s3_server.endpoint_url,
+        s3_region=s3_server.region,
+        s3_access_key_id=s3_server.access_key,
+        s3_secret_access_key="wrong-secret",
+        s3_force_path_style=True,
     )
     async with running_app(settings) as c:
         # searches keep working while the blob store is misconfigured or down; uploads say why

@@ -50,8 +50,9 @@ def source_file(folder: Path, content: bytes, name: str = "upload.bin") -> tuple
 def count_calls(store: S3BlobStore, operation: str) -> list[str]:
     """A list that grows by one entry for each call of an S3 operation (e.g. "PutObject")."""
     calls: list[str] = []
-    store.client().meta.events.register(f"before-call.s3.{operation}",
-                                        lambda **kwargs: calls.append(operation))
+    store.client().meta.events.register(
+        f"before-call.s3.{operation}", lambda **kwargs: calls.append(operation)
+    )
     return calls
 
 
@@ -145,9 +146,16 @@ async def test_unreachable_endpoint() -> None:
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    store = S3BlobStore(bucket="b", endpoint_url=f"http://127.0.0.1:{port}", region="us-east-1",
-                        access_key_id="a", secret_access_key="s", force_path_style=True, max_attempts=1,
-                        connect_timeout_s=1)
+    store = S3BlobStore(
+        bucket="b",
+        endpoint_url=f"http://127.0.0.1:{port}",
+        region="us-east-1",
+        access_key_id="a",
+        secret_access_key="s",
+        force_path_style=True,
+        max_attempts=1,
+        connect_timeout_s=1,
+    )
     try:
         with pytest.raises(BlobStoreError, match="S3_ENDPOINT_URL") as caught:
             await store.check()

@@ -23,28 +23,57 @@ async def test_backfill_counts_dims_and_keeps_delete_rights(database: Database) 
         rows = []
         for fid, owner, dims, n in [("a", "u1", 4, 3), ("b", "agent_x", 4, 2), ("c", "u1", 6, 1)]:
             for i in range(n):
-                meta = {"file_id": fid, "user_id": owner, "digest": f"{fid}{i}", "source": f"/app/uploads/{owner}/{fid}.pdf"}
-                rows.append((uuid.uuid4(), info.collection_id, np.ones(dims, dtype=np.float32), f"text {i}",
-                             json.dumps(meta), fid))
+                meta = {
+                    "file_id": fid,
+                    "user_id": owner,
+                    "digest": f"{fid}{i}",
+                    "source": f"/app/uploads/{owner}/{fid}.pdf",
+                }
+                rows.append(
+                    (
+                        uuid.uuid4(),
+                        info.collection_id,
+                        np.ones(dims, dtype=np.float32),
+                        f"text {i}",
+                        json.dumps(meta),
+                        fid,
+                    )
+                )
         await conn.copy_records_to_table(
-            "langchain_pg_embedding", records=rows,
-            columns=["uuid", "collection_id", "embedding", "document", "cmetadata", "custom_id"])
+            "langchain_pg_embedding",
+            records=rows,
+            columns=["uuid", "collection_id", "embedding", "document", "cmetadata", "custom_id"],
+        )
         assert await backfill_catalog(conn, info.collection_id) == 3
         assert await backfill_catalog(conn, info.collection_id) == 0  # idempotent
-        got = {r["file_id"]: dict(r) for r in await conn.fetch(
-            "SELECT file_id, owner, uploader, filename, status, chunk_count, embedding_dim FROM ragoverlay_files "
-            "WHERE collection_id = $1", info.collection_id)}
-        assert got["a"] == {"file_id": "a", "owner": "u1", "uploader": "", "filename": "a.pdf", "status": "legacy",
-                            "chunk_count": 3, "embedding_dim": 4}
+        got = {
+            r["file_id"]: dict(r)
+            for r in await conn.fetch(
+                "SELECT file_id, owner, uploader, filename, status, chunk_count, embedding_dim "
+                "FROM ragoverlay_files WHERE collection_id = $1",
+                info.collection_id,
+            )
+        }
+        assert got["a"] == {
+            "file_id": "a",
+            "owner": "u1",
+            "uploader": "",
+            "filename": "a.pdf",
+            "status": "legacy",
+            "chunk_count": 3,
+            "embedding_dim": 4,
+        }
         assert got["c"]["embedding_dim"] == 6
         # the unknown uploader ('') grants nothing: only the owner's namespaces delete
         async with conn.transaction():
-            result = await store.delete_files(conn, info, file_ids=["b"], owners=["u2"], uploader="u2",
-                                              any_owner=False)
+            result = await store.delete_files(
+                conn, info, file_ids=["b"], owners=["u2"], uploader="u2", any_owner=False
+            )
         assert result.found == set()
         async with conn.transaction():
-            result = await store.delete_files(conn, info, file_ids=["b"], owners=["agent_x"], uploader="u2",
-                                              any_owner=False)
+            result = await store.delete_files(
+                conn, info, file_ids=["b"], owners=["agent_x"], uploader="u2", any_owner=False
+            )
         assert result.found == {"b"}
     finally:
         await conn.close()

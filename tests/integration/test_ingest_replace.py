@@ -12,7 +12,10 @@ from app.errors import BlobStoreError
 from tests.contract.helpers import query, upload
 from tests.fixtures.service import auth, new_id
 
-PARAS = [f"Section {i}: the migration of eels to the Sargasso Sea, part {i}. " + ("detail " * 200) for i in range(6)]
+PARAS = [
+    f"Section {i}: the migration of eels to the Sargasso Sea, part {i}. " + ("detail " * 200)
+    for i in range(6)
+]
 
 
 def doc(paras: list[str]) -> bytes:

@@ -57,12 +57,17 @@ async def corpus(database: Database) -> AsyncIterator[Corpus]:
             vecs = unit(centres[rng.integers(0, 12)] + 0.35 * rng.normal(size=(PER_FILE, DIMS)))
             ids = uuid7_batch(PER_FILE)
             new = [
-                store.NewChunk(ids[j], vecs[j], f"{fid} chunk {j}",
-                               {"file_id": fid, "user_id": OWNER, "digest": f"{fid}-{j}", "source": f"{fid}.txt"})
+                store.NewChunk(
+                    ids[j],
+                    vecs[j],
+                    f"{fid} chunk {j}",
+                    {"file_id": fid, "user_id": OWNER, "digest": f"{fid}-{j}", "source": f"{fid}.txt"},
+                )
                 for j in range(PER_FILE)
             ]
-            record = store.FileRecord(fid, OWNER, OWNER, f"{fid}.txt", "text/plain", 1, None, None, PER_FILE,
-                                      "test", DIMS)
+            record = store.FileRecord(
+                fid, OWNER, OWNER, f"{fid}.txt", "text/plain", 1, None, None, PER_FILE, "test", DIMS
+            )
             async with conn.transaction():
                 await store.replace_file(conn, info, record, new)
         queries = unit(centres[:6] + 0.3 * rng.normal(size=(6, DIMS)))
@@ -70,13 +75,21 @@ async def corpus(database: Database) -> AsyncIterator[Corpus]:
         foreign = "file-000"  # same id as an allowed file, other owner
         ids = uuid7_batch(len(queries))
         new = [
-            store.NewChunk(ids[j], queries[j], f"FOREIGN {j}",
-                           {"file_id": foreign, "user_id": FOREIGN, "digest": f"f-{j}", "source": "x"})
+            store.NewChunk(
+                ids[j],
+                queries[j],
+                f"FOREIGN {j}",
+                {"file_id": foreign, "user_id": FOREIGN, "digest": f"f-{j}", "source": "x"},
+            )
             for j in range(len(queries))
         ]
         async with conn.transaction():
-            await store.replace_file(conn, info, store.FileRecord(foreign, FOREIGN, FOREIGN, "x", None, 1, None,
-                                                                  None, len(new), "test", DIMS), new)
+            await store.replace_file(
+                conn,
+                info,
+                store.FileRecord(foreign, FOREIGN, FOREIGN, "x", None, 1, None, None, len(new), "test", DIMS),
+                new,
+            )
         await conn.execute("ANALYZE langchain_pg_embedding")
         spec = index_spec(DIMS)
         assert spec is not None
@@ -86,15 +99,29 @@ async def corpus(database: Database) -> AsyncIterator[Corpus]:
     yield Corpus(info, file_ids, foreign, queries)
 
 
-async def run(database: Database, corpus: Corpus, q: np.ndarray, files: list[str], k: int, *,
-              exact_max: int, ef: int = 100) -> store.SearchResult:
+async def run(
+    database: Database,
+    corpus: Corpus,
+    q: np.ndarray,
+    files: list[str],
+    k: int,
+    *,
+    exact_max: int,
+    ef: int = 100,
+) -> store.SearchResult:
     conn = await asyncpg.connect(database.dsn)
     await register_vector(conn)
     try:
         # cost_factor 0: above exact_max the index path is taken however small the visible share
-        plan = store.SearchPlan(exact_max_rows=exact_max, estimate=len(set(files)) * PER_FILE,
-                                index_function=SPEC.function_name, index_dims=DIMS,
-                                cost_factor=0.0, ef_search=ef, max_scan_tuples=50_000)
+        plan = store.SearchPlan(
+            exact_max_rows=exact_max,
+            estimate=len(set(files)) * PER_FILE,
+            index_function=SPEC.function_name,
+            index_dims=DIMS,
+            cost_factor=0.0,
+            ef_search=ef,
+            max_scan_tuples=50_000,
+        )
         return await store.search(conn, corpus.info, vector=q, file_ids=files, owners=[OWNER], k=k, plan=plan)
     finally:
         await conn.close()
@@ -104,7 +131,9 @@ async def reference(database: Database, corpus: Corpus, q: np.ndarray, files: li
     conn = await asyncpg.connect(database.dsn)
     await register_vector(conn)
     try:
-        hits = await store.search_exact_reference(conn, corpus.info, vector=q, file_ids=files, owners=[OWNER], k=k)
+        hits = await store.search_exact_reference(
+            conn, corpus.info, vector=q, file_ids=files, owners=[OWNER], k=k
+        )
         return [str(h.id) for h in hits]
     finally:
         await conn.close()
@@ -126,7 +155,9 @@ async def test_exact_and_index_paths_agree(database: Database, corpus: Corpus) -
 
 
 @pytest.mark.parametrize("exact_max", [0, 10**9])
-async def test_k_rows_for_a_one_percent_allow_list(database: Database, corpus: Corpus, exact_max: int) -> None:
+async def test_k_rows_for_a_one_percent_allow_list(
+    database: Database, corpus: Corpus, exact_max: int
+) -> None:
     files = [corpus.file_ids[37]]  # 20 of ~2,000 rows: 1 %
     for q in corpus.queries:
         result = await run(database, corpus, q, files, 10, exact_max=exact_max)
@@ -136,7 +167,9 @@ async def test_k_rows_for_a_one_percent_allow_list(database: Database, corpus: C
 
 
 @pytest.mark.parametrize("exact_max", [0, 10**9])
-async def test_foreign_nearest_chunks_never_returned(database: Database, corpus: Corpus, exact_max: int) -> None:
+async def test_foreign_nearest_chunks_never_returned(
+    database: Database, corpus: Corpus, exact_max: int
+) -> None:
     files = [corpus.foreign_file, *corpus.file_ids[1:30]]
     for q in corpus.queries:
         result = await run(database, corpus, q, files, 10, exact_max=exact_max)
@@ -160,8 +193,11 @@ async def index_scans(conn: asyncpg.Connection) -> int:
     await conn.execute("SELECT pg_stat_clear_snapshot()")
     spec = index_spec(DIMS)
     assert spec is not None
-    return int(await conn.fetchval(
-        "SELECT coalesce(sum(idx_scan), 0) FROM pg_stat_user_indexes WHERE indexrelname = $1", spec.name))
+    return int(
+        await conn.fetchval(
+            "SELECT coalesce(sum(idx_scan), 0) FROM pg_stat_user_indexes WHERE indexrelname = $1", spec.name
+        )
+    )
 
 
 async def test_index_path_really_walks_the_hnsw_index(database: Database, corpus: Corpus) -> None:
@@ -170,18 +206,39 @@ async def test_index_path_really_walks_the_hnsw_index(database: Database, corpus
     await register_vector(conn)
     try:
         before = await index_scans(observer)
-        plan = store.SearchPlan(exact_max_rows=0, estimate=FILES * PER_FILE, index_function=SPEC.function_name,
-                                index_dims=DIMS, cost_factor=0)
-        result = await store.search(conn, corpus.info, vector=corpus.queries[1], file_ids=corpus.file_ids,
-                                    owners=[OWNER], k=10, plan=plan)
+        plan = store.SearchPlan(
+            exact_max_rows=0,
+            estimate=FILES * PER_FILE,
+            index_function=SPEC.function_name,
+            index_dims=DIMS,
+            cost_factor=0,
+        )
+        result = await store.search(
+            conn,
+            corpus.info,
+            vector=corpus.queries[1],
+            file_ids=corpus.file_ids,
+            owners=[OWNER],
+            k=10,
+            plan=plan,
+        )
         assert result.path == "index"
         await conn.execute("SELECT pg_stat_force_next_flush()")
         await conn.execute("SELECT 1")
         after = await index_scans(observer)
         assert after > before
-        exact_plan = store.SearchPlan(exact_max_rows=10**9, index_function=SPEC.function_name, index_dims=DIMS)
-        await store.search(conn, corpus.info, vector=corpus.queries[1], file_ids=corpus.file_ids,
-                           owners=[OWNER], k=10, plan=exact_plan)
+        exact_plan = store.SearchPlan(
+            exact_max_rows=10**9, index_function=SPEC.function_name, index_dims=DIMS
+        )
+        await store.search(
+            conn,
+            corpus.info,
+            vector=corpus.queries[1],
+            file_ids=corpus.file_ids,
+            owners=[OWNER],
+            k=10,
+            plan=exact_plan,
+        )
         await conn.execute("SELECT pg_stat_force_next_flush()")
         await conn.execute("SELECT 1")
         assert await index_scans(observer) == after  # the exact path never touches it
@@ -194,23 +251,33 @@ async def test_cost_rule_keeps_small_visible_shares_exact(database: Database, co
     conn = await asyncpg.connect(database.dsn)
     await register_vector(conn)
     try:
+
         def plan(files: int) -> store.SearchPlan:
-            return store.SearchPlan(exact_max_rows=0, estimate=files * PER_FILE, index_function=SPEC.function_name,
-                                    index_dims=DIMS, cost_factor=1.0, ef_search=100)
+            return store.SearchPlan(
+                exact_max_rows=0,
+                estimate=files * PER_FILE,
+                index_function=SPEC.function_name,
+                index_dims=DIMS,
+                cost_factor=1.0,
+                ef_search=100,
+            )
 
         q = corpus.queries[2]
         # 20 of ~2,000 rows: 20^2 = 400 < 2,000 x 100, so the exact scan answers
-        small = await store.search(conn, corpus.info, vector=q, file_ids=corpus.file_ids[:1], owners=[OWNER],
-                                   k=10, plan=plan(1))
+        small = await store.search(
+            conn, corpus.info, vector=q, file_ids=corpus.file_ids[:1], owners=[OWNER], k=10, plan=plan(1)
+        )
         assert small.path == "exact"
         # 1,600 of ~2,000 rows: 1,600^2 = 2.56M >= 2,000 x 100, so the index walks
-        large = await store.search(conn, corpus.info, vector=q, file_ids=corpus.file_ids[:80], owners=[OWNER],
-                                   k=10, plan=plan(80))
+        large = await store.search(
+            conn, corpus.info, vector=q, file_ids=corpus.file_ids[:80], owners=[OWNER], k=10, plan=plan(80)
+        )
         assert large.path == "index"
         # a query vector of another dimension never reaches the index function
         other = unit(np.ones(8, dtype=np.float32))
-        mismatch = await store.search(conn, corpus.info, vector=other, file_ids=corpus.file_ids, owners=[OWNER],
-                                      k=10, plan=plan(FILES))
+        mismatch = await store.search(
+            conn, corpus.info, vector=other, file_ids=corpus.file_ids, owners=[OWNER], k=10, plan=plan(FILES)
+        )
         assert mismatch.hits == []
     finally:
         await conn.close()
@@ -225,18 +292,36 @@ async def test_stale_uniform_dimension_is_rechecked(database: Database, corpus: 
     try:
         async with conn.transaction():
             ids = uuid7_batch(2)
-            new = [store.NewChunk(ids[j], unit(np.ones(8, dtype=np.float32)), f"odd {j}",
-                                  {"file_id": odd, "user_id": OWNER, "digest": f"o{j}", "source": "o"})
-                   for j in range(2)]
-            await store.replace_file(conn, corpus.info, store.FileRecord(odd, OWNER, OWNER, "o", None, 1, None,
-                                                                         None, 2, "other-model", 8), new)
+            new = [
+                store.NewChunk(
+                    ids[j],
+                    unit(np.ones(8, dtype=np.float32)),
+                    f"odd {j}",
+                    {"file_id": odd, "user_id": OWNER, "digest": f"o{j}", "source": "o"},
+                )
+                for j in range(2)
+            ]
+            await store.replace_file(
+                conn,
+                corpus.info,
+                store.FileRecord(odd, OWNER, OWNER, "o", None, 1, None, None, 2, "other-model", 8),
+                new,
+            )
         plan = store.SearchPlan(exact_max_rows=10**9, estimate=60, check_dims=False)
-        result = await store.search(conn, corpus.info, vector=corpus.queries[0], file_ids=[odd, *corpus.file_ids[:2]],
-                                    owners=[OWNER], k=10, plan=plan)
+        result = await store.search(
+            conn,
+            corpus.info,
+            vector=corpus.queries[0],
+            file_ids=[odd, *corpus.file_ids[:2]],
+            owners=[OWNER],
+            k=10,
+            plan=plan,
+        )
         assert len(result.hits) == 10
         assert all(h.file_id != odd for h in result.hits)
     finally:
         async with conn.transaction():
-            await store.delete_files(conn, corpus.info, file_ids=[odd], owners=[OWNER], uploader=OWNER,
-                                     any_owner=False)
+            await store.delete_files(
+                conn, corpus.info, file_ids=[odd], owners=[OWNER], uploader=OWNER, any_owner=False
+            )
         await conn.close()

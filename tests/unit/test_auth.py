@@ -93,8 +93,9 @@ def test_aud_must_match_when_set() -> None:
 
 
 def test_admin_by_id_or_role() -> None:
-    assert verify_token(bearer(token(fresh())), secret=SECRET, audience=None,
-                        admin_user_ids={"user-1"}).is_admin
+    assert verify_token(
+        bearer(token(fresh())), secret=SECRET, audience=None, admin_user_ids={"user-1"}
+    ).is_admin
     assert verify_token(bearer(token(fresh(role="ADMIN"))), secret=SECRET, audience=None).is_admin
     assert not verify_token(bearer(token(fresh(role="USER"))), secret=SECRET, audience=None).is_admin
     with pytest.raises(Forbidden):

@@ -81,8 +81,9 @@ async def test_put_is_idempotent_and_skips_existing_keys(store: LocalBlobStore, 
     assert await store.get_bytes(key) == b"original"
 
 
-async def test_a_failed_write_leaves_nothing_behind(store: LocalBlobStore, tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_failed_write_leaves_nothing_behind(
+    store: LocalBlobStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     src, key = source_file(tmp_path, b"x" * 100_000)
 
     def broken_copy(fsrc: object, fdst: object, length: int = 0) -> None:
@@ -105,8 +106,19 @@ async def test_a_missing_source_is_the_callers_bug(store: LocalBlobStore, tmp_pa
 
 @pytest.mark.parametrize(
     "key",
-    ["../escape", "/etc/passwd", "sha256/../../x", "a//b", ".hidden", "a/.tmp-x.part", "a\\b", "", "a/",
-     "a/./b", "x" * 600],
+    [
+        "../escape",
+        "/etc/passwd",
+        "sha256/../../x",
+        "a//b",
+        ".hidden",
+        "a/.tmp-x.part",
+        "a\\b",
+        "",
+        "a/",
+        "a/./b",
+        "x" * 600,
+    ],
 )
 async def test_unsafe_keys_are_rejected(store: LocalBlobStore, tmp_path: Path, key: str) -> None:
     src, _ = source_file(tmp_path, b"x")

@@ -50,8 +50,11 @@ def test_same_chunks_as_split_documents() -> None:
 
 def test_never_across_sections() -> None:
     # Two tiny pages fit one 1,000-char chunk together, but each page stays its own chunk.
-    chunks = split_sections([Section(text="alpha page", page=0), Section(text="beta page", page=1)],
-                            chunk_size=1000, chunk_overlap=100)
+    chunks = split_sections(
+        [Section(text="alpha page", page=0), Section(text="beta page", page=1)],
+        chunk_size=1000,
+        chunk_overlap=100,
+    )
     assert [(c.text, c.page) for c in chunks] == [("alpha page", 0), ("beta page", 1)]
 
 
@@ -95,7 +98,7 @@ def test_clean_text() -> None:
 
 @pytest.mark.parametrize("text", ["hello", "", "Grüße 🙂"])
 def test_md5_digest(text: str) -> None:
-    assert md5_digest(text) == hashlib.md5(text.encode("utf-8")).hexdigest()  # noqa: S324 (rag_api's digest)
+    assert md5_digest(text) == hashlib.md5(text.encode("utf-8")).hexdigest()
 
 
 def test_md5_digest_ignores_unencodable() -> None:
@@ -104,8 +107,9 @@ def test_md5_digest_ignores_unencodable() -> None:
 
 
 def test_loaded_document_text_joins_sections() -> None:
-    doc = LoadedDocument(sections=[Section(text="a"), Section(text="b")], blocks=[], kind="csv",
-                         content_type="text/csv")
+    doc = LoadedDocument(
+        sections=[Section(text="a"), Section(text="b")], blocks=[], kind="csv", content_type="text/csv"
+    )
     assert doc.text == "a\nb"
     assert LoadedDocument(sections=[], blocks=[], kind="text", content_type="text/plain").text == ""
 

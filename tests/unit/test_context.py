@@ -32,5 +32,7 @@ def test_context_pages_and_overlaps() -> None:
 
 
 def test_context_without_pages_joins_chunks() -> None:
-    out = build_context("notes.txt", [ContextChunk("first", None), ContextChunk("second", None)], max_overlap=10)
+    out = build_context(
+        "notes.txt", [ContextChunk("first", None), ContextChunk("second", None)], max_overlap=10
+    )
     assert out == "notes.txt\nfirst\nsecond"

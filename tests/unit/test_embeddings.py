@@ -119,10 +119,24 @@ async def test_local_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
     ("overrides", "cls", "provider", "model"),
     [
         ({"openai_api_key": "sk-test"}, OpenAIEmbedder, "openai", "text-embedding-3-small"),
-        ({"embeddings_provider": "azure", "azure_endpoint": "https://x.example", "azure_api_key": "k",
-          "embeddings_model": "my-deployment"}, AzureEmbedder, "azure", "my-deployment"),
+        (
+            {
+                "embeddings_provider": "azure",
+                "azure_endpoint": "https://x.example",
+                "azure_api_key": "k",
+                "embeddings_model": "my-deployment",
+            },
+            AzureEmbedder,
+            "azure",
+            "my-deployment",
+        ),
         ({"embeddings_provider": "ollama"}, OllamaEmbedder, "ollama", "nomic-embed-text"),
-        ({"embeddings_provider": "huggingfacetei"}, TEIEmbedder, "huggingfacetei", "http://huggingfacetei:3000"),
+        (
+            {"embeddings_provider": "huggingfacetei"},
+            TEIEmbedder,
+            "huggingfacetei",
+            "http://huggingfacetei:3000",
+        ),
     ],
 )
 async def test_provider_selection(overrides: dict[str, object], cls: type, provider: str, model: str) -> None:

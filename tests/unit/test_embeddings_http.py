@@ -39,8 +39,12 @@ def make_settings(**overrides: Any) -> Settings:
 
 def openai(fake: FakeProvider, **kwargs: Any) -> OpenAIEmbedder:
     """An OpenAI-compatible embedder aimed at the fake, with fast backoff."""
-    options: dict[str, Any] = {"model": "text-embedding-3-small", "base_url": fake.url + "/v1",
-                               "api_key": "sk-test", **FAST}
+    options: dict[str, Any] = {
+        "model": "text-embedding-3-small",
+        "base_url": fake.url + "/v1",
+        "api_key": "sk-test",
+        **FAST,
+    }
     options.update(kwargs)
     return OpenAIEmbedder(**options)
 
@@ -77,8 +81,9 @@ async def test_openai_request_and_reply(fake_provider: FakeProvider) -> None:
 
 
 async def test_openai_sends_dimensions_only_when_configured(fake_provider: FakeProvider) -> None:
-    settings = make_settings(openai_api_key="sk-test", openai_base_url=fake_provider.url + "/v1",
-                             embeddings_dimensions=DIMS)
+    settings = make_settings(
+        openai_api_key="sk-test", openai_base_url=fake_provider.url + "/v1", embeddings_dimensions=DIMS
+    )
     embedder = build_embedder(settings)
     try:
         await embedder.embed_documents(["x"])
@@ -88,8 +93,9 @@ async def test_openai_sends_dimensions_only_when_configured(fake_provider: FakeP
 
 
 async def test_openai_without_key_sends_no_authorization(fake_provider: FakeProvider) -> None:
-    embedder = build_embedder(make_settings(embeddings_provider="openai",
-                                            openai_base_url=fake_provider.url + "/v1"))
+    embedder = build_embedder(
+        make_settings(embeddings_provider="openai", openai_base_url=fake_provider.url + "/v1")
+    )
     try:
         await embedder.embed_documents(["x"])
     finally:
@@ -101,8 +107,9 @@ async def test_openai_reply_may_carry_base64_vectors(fake_provider: FakeProvider
     import base64
 
     vector = np.arange(4, dtype="<f4")
-    fake_provider.script(Reply(json={"data": [{"index": 0, "embedding":
-                                               base64.b64encode(vector.tobytes()).decode()}]}))
+    fake_provider.script(
+        Reply(json={"data": [{"index": 0, "embedding": base64.b64encode(vector.tobytes()).decode()}]})
+    )
     embedder = openai(fake_provider)
     try:
         np.testing.assert_array_equal(await embedder.embed_documents(["x"]), vector[None, :])
@@ -111,9 +118,13 @@ async def test_openai_reply_may_carry_base64_vectors(fake_provider: FakeProvider
 
 
 async def test_azure_request(fake_provider: FakeProvider) -> None:
-    settings = make_settings(embeddings_provider="azure", azure_endpoint=fake_provider.url + "/",
-                             azure_api_key="azure-key", embeddings_model="my-deployment",
-                             azure_api_version="2024-10-21")
+    settings = make_settings(
+        embeddings_provider="azure",
+        azure_endpoint=fake_provider.url + "/",
+        azure_api_key="azure-key",
+        embeddings_model="my-deployment",
+        azure_api_version="2024-10-21",
+    )
     embedder = build_embedder(settings)
     try:
         vectors = await embedder.embed_documents(["one", "two"])
@@ -129,8 +140,13 @@ async def test_azure_request(fake_provider: FakeProvider) -> None:
 
 
 async def test_ollama_request(fake_provider: FakeProvider) -> None:
-    embedder = build_embedder(make_settings(embeddings_provider="ollama", ollama_base_url=fake_provider.url,
-                                            embeddings_model="nomic-embed-text"))
+    embedder = build_embedder(
+        make_settings(
+            embeddings_provider="ollama",
+            ollama_base_url=fake_provider.url,
+            embeddings_model="nomic-embed-text",
+        )
+    )
     try:
         vectors = await embedder.embed_documents(["one", "two"])
     finally:
@@ -143,8 +159,11 @@ async def test_ollama_request(fake_provider: FakeProvider) -> None:
 
 async def test_tei_request(fake_provider: FakeProvider) -> None:
     # rag_api passes the TEI URL as EMBEDDINGS_MODEL
-    embedder = build_embedder(make_settings(embeddings_provider="huggingfacetei",
-                                            embeddings_model=fake_provider.url, hf_token="hf-token"))
+    embedder = build_embedder(
+        make_settings(
+            embeddings_provider="huggingfacetei", embeddings_model=fake_provider.url, hf_token="hf-token"
+        )
+    )
     try:
         vectors = await embedder.embed_documents(["one", "two"])
     finally:
@@ -169,8 +188,11 @@ async def test_empty_strings_are_sent_as_a_space(fake_provider: FakeProvider) ->
 
 async def test_proxy_setting_routes_openai_through_the_proxy(fake_provider: FakeProvider) -> None:
     # the fake acts as the HTTP proxy; the provider host never resolves, so nothing leaves the machine
-    settings = make_settings(openai_api_key="sk-test", openai_base_url="http://embeddings.invalid/v1",
-                             openai_proxy=fake_provider.url)
+    settings = make_settings(
+        openai_api_key="sk-test",
+        openai_base_url="http://embeddings.invalid/v1",
+        openai_proxy=fake_provider.url,
+    )
     embedder = build_embedder(settings)
     try:
         await embedder.embed_documents(["x"])
@@ -571,8 +593,9 @@ async def test_an_owned_client_is_closed(fake_provider: FakeProvider) -> None:
 async def test_every_provider_retries(fake_provider: FakeProvider, cls: type[HttpEmbedder]) -> None:
     fake_provider.script(Reply(status=503))
     if cls is AzureEmbedder:
-        embedder: HttpEmbedder = AzureEmbedder(model="d", endpoint=fake_provider.url, api_key="k",
-                                               api_version="2024-10-21", **FAST)
+        embedder: HttpEmbedder = AzureEmbedder(
+            model="d", endpoint=fake_provider.url, api_key="k", api_version="2024-10-21", **FAST
+        )
     elif cls is OllamaEmbedder:
         embedder = OllamaEmbedder(model="m", base_url=fake_provider.url, **FAST)
     else:

@@ -25,8 +25,10 @@ SENTENCES = [
 
 def words(n: int, seed: int = 0) -> str:
     """`n` distinct-ish English words (one WordPiece token each, give or take)."""
-    vocab = ("river mountain policy engine garden market letter window doctor summer history "
-             "language camera energy kitchen station writer machine island student").split()
+    vocab = (
+        "river mountain policy engine garden market letter window doctor summer history "
+        "language camera energy kitchen station writer machine island student"
+    ).split()
     return " ".join(vocab[(i * 7 + seed) % len(vocab)] for i in range(n))
 
 
@@ -112,8 +114,9 @@ async def test_a_query_does_not_wait_behind_an_ingest(local: LocalEmbedder) -> N
     assert latency < 1.0
 
 
-async def test_a_cache_hit_does_not_touch_a_thread_pool(local: LocalEmbedder,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_cache_hit_does_not_touch_a_thread_pool(
+    local: LocalEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     first = await local.embed_query("cached question")
     calls: list[Any] = []
     real = local._in_thread

@@ -1,5 +1,6 @@
 """UUIDv7 chunk ids and the migration files (pure)."""
 
+import itertools
 import uuid
 
 from app.store.ids import uuid7_batch
@@ -9,7 +10,7 @@ from app.store.migrate import load_migrations, split_statements
 def test_uuid7_batch_is_strictly_increasing_and_version_7() -> None:
     ids = uuid7_batch(10_000)  # crosses the 4,096-per-millisecond counter twice
     assert all(isinstance(i, uuid.UUID) and i.version == 7 for i in ids)
-    assert all(a < b for a, b in zip(ids, ids[1:], strict=False))
+    assert all(a < b for a, b in itertools.pairwise(ids))
     assert len(set(ids)) == len(ids)
     later = uuid7_batch(3)
     assert ids[-1] < later[0]

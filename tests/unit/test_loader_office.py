@@ -67,11 +67,14 @@ def test_empty_docx_has_no_sections(tmp_path: Path) -> None:
 
 
 def test_pptx_one_section_per_slide(tmp_path: Path) -> None:
-    path = make_pptx(tmp_path / "deck.pptx", [
-        {"title": "Welcome", "body": ["Agenda item one", "Agenda item two"], "notes": "Say hello"},
-        {"title": ""},  # an empty slide makes no section, but keeps its number
-        {"title": "Numbers", "table": [["Quarter", "Sales"], ["Q1", "10"], ["Q2", "12"]]},
-    ])
+    path = make_pptx(
+        tmp_path / "deck.pptx",
+        [
+            {"title": "Welcome", "body": ["Agenda item one", "Agenda item two"], "notes": "Say hello"},
+            {"title": ""},  # an empty slide makes no section, but keeps its number
+            {"title": "Numbers", "table": [["Quarter", "Sales"], ["Q1", "10"], ["Q2", "12"]]},
+        ],
+    )
     doc = load_document(path, "deck.pptx")
     assert doc.kind == "pptx"
     assert [dict(s.metadata) for s in doc.sections] == [{"slide": 1}, {"slide": 3}]
@@ -87,23 +90,30 @@ def test_odt(tmp_path: Path) -> None:
     doc = load_document(make_odt(tmp_path / "a.odt", [(1, "Title"), "Body text.", (2, "Part")]), "a.odt")
     assert doc.kind == "odt"
     assert [(b.kind, b.level, b.text) for b in doc.blocks] == [
-        ("heading", 1, "Title"), ("paragraph", None, "Body text."), ("heading", 2, "Part")]
+        ("heading", 1, "Title"),
+        ("paragraph", None, "Body text."),
+        ("heading", 2, "Part"),
+    ]
     assert doc.text == "# Title\n\nBody text.\n\n## Part"
 
 
 def test_epub_chapters_in_spine_order(tmp_path: Path) -> None:
-    path = make_epub(tmp_path / "book.epub", [("Chapter One", "It began."), ("Chapter Two", "It ended.")],
-                     title="A Book")
+    path = make_epub(
+        tmp_path / "book.epub", [("Chapter One", "It began."), ("Chapter Two", "It ended.")], title="A Book"
+    )
     doc = load_document(path, "book.epub")
     assert doc.kind == "epub" and doc.title == "A Book"
     assert [s.text for s in doc.sections] == ["# Chapter One\n\nIt began.", "# Chapter Two\n\nIt ended."]
 
 
-@pytest.mark.parametrize(("name", "expected"), [
-    ("broken.docx", "could not be read as a Word document (.docx)"),
-    ("broken.pptx", "could not be read as a PowerPoint presentation (.pptx)"),
-    ("broken.xlsx", "could not be read as an Excel workbook (.xlsx)"),
-])
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("broken.docx", "could not be read as a Word document (.docx)"),
+        ("broken.pptx", "could not be read as a PowerPoint presentation (.pptx)"),
+        ("broken.xlsx", "could not be read as an Excel workbook (.xlsx)"),
+    ],
+)
 def test_zip_that_is_not_the_format_is_415(tmp_path: Path, name: str, expected: str) -> None:
     path = tmp_path / name
     with zipfile.ZipFile(path, "w") as archive:
@@ -156,7 +166,8 @@ def test_docx_renamed_pdf_is_read_as_docx(tmp_path: Path) -> None:
     doc = load_document(path, "letter.pdf", "application/pdf")
     assert doc.kind == "docx" and doc.text == "Dear reader,"
     assert doc.warnings == [
-        "the file is named like a PDF file but is a DOCX file; it was read as a DOCX file"]
+        "the file is named like a PDF file but is a DOCX file; it was read as a DOCX file"
+    ]
 
 
 def test_docx_named_doc_is_read_as_docx(tmp_path: Path) -> None:
@@ -176,24 +187,33 @@ def _retype(source: Path, target: Path, old: str, new: str) -> Path:
     return target
 
 
-@pytest.mark.parametrize(("name", "content_type"), [
-    ("macro.docm", "application/vnd.ms-word.document.macroEnabled.main+xml"),
-    ("template.dotx", "application/vnd.openxmlformats-officedocument.wordprocessingml.template.main+xml"),
-])
+@pytest.mark.parametrize(
+    ("name", "content_type"),
+    [
+        ("macro.docm", "application/vnd.ms-word.document.macroEnabled.main+xml"),
+        ("template.dotx", "application/vnd.openxmlformats-officedocument.wordprocessingml.template.main+xml"),
+    ],
+)
 def test_word_templates_and_macro_documents(tmp_path: Path, name: str, content_type: str) -> None:
     source = make_docx(tmp_path / "plain.docx", ["Body of the template."])
-    path = _retype(source, tmp_path / name,
-                   "application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml",
-                   content_type)
+    path = _retype(
+        source,
+        tmp_path / name,
+        "application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml",
+        content_type,
+    )
     doc = load_document(path, name)
     assert doc.kind == "docx" and doc.text == "Body of the template."
 
 
 def test_slide_show(tmp_path: Path) -> None:
     source = make_pptx(tmp_path / "plain.pptx", [{"title": "Show time"}])
-    path = _retype(source, tmp_path / "deck.ppsx",
-                   "application/vnd.openxmlformats-officedocument.presentationml.presentation.main+xml",
-                   "application/vnd.openxmlformats-officedocument.presentationml.slideshow.main+xml")
+    path = _retype(
+        source,
+        tmp_path / "deck.ppsx",
+        "application/vnd.openxmlformats-officedocument.presentationml.presentation.main+xml",
+        "application/vnd.openxmlformats-officedocument.presentationml.slideshow.main+xml",
+    )
     doc = load_document(path, "deck.ppsx")
     assert doc.kind == "pptx" and doc.text == "# Show time"
 

@@ -77,10 +77,13 @@ def test_password_protected_pdf_is_refused(tmp_path: Path) -> None:
     assert info.value.detail == "locked.pdf is password-protected. Remove the password and upload it again"
 
 
-@pytest.mark.parametrize("content", [
-    b"%PDF-1.4\nthis is not really a pdf\n",
-    b"%PDF-1.7\n" + bytes(range(256)) * 20,
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"%PDF-1.4\nthis is not really a pdf\n",
+        b"%PDF-1.7\n" + bytes(range(256)) * 20,
+    ],
+)
 def test_damaged_pdf_is_415_with_a_fixed_detail(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "broken.pdf"
     path.write_bytes(content)
@@ -164,4 +167,5 @@ def test_cipher_without_crypto_support_is_415(tmp_path: Path, monkeypatch: pytes
         load_document(path, "locked.pdf")
     assert info.value.detail == (
         "locked.pdf is encrypted with a cipher this server cannot open. "
-        "Remove the encryption (for example, print it to a new PDF) and upload it again")
+        "Remove the encryption (for example, print it to a new PDF) and upload it again"
+    )

@@ -85,23 +85,30 @@ def test_csv_cell_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         load_document(path, "many.csv")
     assert info.value.status_code == 413
     assert info.value.detail == (
-        "many.csv has more than 10 cells; split it into smaller files and upload them separately")
+        "many.csv has more than 10 cells; split it into smaller files and upload them separately"
+    )
 
 
 def test_xlsx_one_section_per_sheet(tmp_path: Path) -> None:
-    path = make_xlsx(tmp_path / "book.xlsx", {
-        "Sales": [
-            ["Quarterly sales"],  # a title above the header row
-            [],
-            ["Customer", "Year", "Revenue", "Paid"],
-            ["ACME", 2023, 1200.5, True],
-            [None, None, None, None],  # empty rows are skipped
-            ["Beta", 2024, 800.0, None],
-        ],
-        "Empty": [],
-        "Dates": [["When", "What"], [dt.datetime(2024, 3, 1), "launch"],
-                  [dt.datetime(2024, 3, 2, 14, 30), "party"]],
-    })
+    path = make_xlsx(
+        tmp_path / "book.xlsx",
+        {
+            "Sales": [
+                ["Quarterly sales"],  # a title above the header row
+                [],
+                ["Customer", "Year", "Revenue", "Paid"],
+                ["ACME", 2023, 1200.5, True],
+                [None, None, None, None],  # empty rows are skipped
+                ["Beta", 2024, 800.0, None],
+            ],
+            "Empty": [],
+            "Dates": [
+                ["When", "What"],
+                [dt.datetime(2024, 3, 1), "launch"],
+                [dt.datetime(2024, 3, 2, 14, 30), "party"],
+            ],
+        },
+    )
     doc = load_document(path, "book.xlsx")
     assert doc.kind == "xlsx"
     assert [dict(s.metadata) for s in doc.sections] == [{"sheet": "Sales"}, {"sheet": "Dates"}]
@@ -111,7 +118,8 @@ def test_xlsx_one_section_per_sheet(tmp_path: Path) -> None:
         "Customer: Beta\nYear: 2024\nRevenue: 800"
     )
     assert doc.sections[1].text == (
-        "## Sheet: Dates\n\nWhen: 2024-03-01\nWhat: launch\n\nWhen: 2024-03-02 14:30:00\nWhat: party")
+        "## Sheet: Dates\n\nWhen: 2024-03-01\nWhat: launch\n\nWhen: 2024-03-02 14:30:00\nWhat: party"
+    )
     sales = doc.blocks[0]
     assert sales.kind == "table" and sales.title == "Sales"
     assert sales.headers == ["Customer", "Year", "Revenue", "Paid"]
@@ -151,11 +159,23 @@ def test_header_row_index() -> None:
     assert header_row_index([["only"]]) == 0
 
 
-@pytest.mark.parametrize(("value", "text"), [
-    (None, ""), (True, "TRUE"), (False, "FALSE"), (3, "3"), (3.0, "3"), (0.1, "0.1"), (1e20, "1e+20"),
-    (dt.datetime(2024, 1, 2), "2024-01-02"), (dt.datetime(2024, 1, 2, 3, 4, 5), "2024-01-02 03:04:05"),
-    (dt.date(2024, 1, 2), "2024-01-02"), (dt.time(9, 30), "09:30:00"), ("  two\nlines ", "two lines"),
-])
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (None, ""),
+        (True, "TRUE"),
+        (False, "FALSE"),
+        (3, "3"),
+        (3.0, "3"),
+        (0.1, "0.1"),
+        (1e20, "1e+20"),
+        (dt.datetime(2024, 1, 2), "2024-01-02"),
+        (dt.datetime(2024, 1, 2, 3, 4, 5), "2024-01-02 03:04:05"),
+        (dt.date(2024, 1, 2), "2024-01-02"),
+        (dt.time(9, 30), "09:30:00"),
+        ("  two\nlines ", "two lines"),
+    ],
+)
 def test_cell_text(value: object, text: str) -> None:
     assert cell_text(value) == text
 
@@ -165,10 +185,13 @@ def test_legacy_xls(tmp_path: Path) -> None:
     pytest.importorskip("xlwt")
     from tests.fixtures.documents import make_xls
 
-    path = make_xls(tmp_path / "old.xls", {
-        "Sales": [["Customer", "When", "Amount", "Paid"], ["ACME", dt.datetime(2024, 3, 1), 12.5, True]],
-        "Blank": [],
-    })
+    path = make_xls(
+        tmp_path / "old.xls",
+        {
+            "Sales": [["Customer", "When", "Amount", "Paid"], ["ACME", dt.datetime(2024, 3, 1), 12.5, True]],
+            "Blank": [],
+        },
+    )
     doc = load_document(path, "old.xls")
     assert doc.kind == "xls"
     (section,) = doc.sections

@@ -15,14 +15,17 @@ from tests.fixtures.documents import make_html, make_text
 GERMAN = "Grüße aus Köln: Straße, Äpfel, Öl und Übermut.\nZweite Zeile mit ß."
 
 
-@pytest.mark.parametrize(("encoding", "reported"), [
-    ("utf-8", "utf-8"),
-    ("utf-8-sig", "utf-8"),
-    ("utf-16", "utf-16-le"),  # Python writes a BOM and little-endian
-    ("utf-16-be", "utf-16-be"),  # no BOM: recognised by its zero high bytes
-    ("utf-32", "utf-32-le"),
-    ("cp1252", "cp1252"),
-])
+@pytest.mark.parametrize(
+    ("encoding", "reported"),
+    [
+        ("utf-8", "utf-8"),
+        ("utf-8-sig", "utf-8"),
+        ("utf-16", "utf-16-le"),  # Python writes a BOM and little-endian
+        ("utf-16-be", "utf-16-be"),  # no BOM: recognised by its zero high bytes
+        ("utf-32", "utf-32-le"),
+        ("cp1252", "cp1252"),
+    ],
+)
 def test_text_encodings(tmp_path: Path, encoding: str, reported: str) -> None:
     doc = load_document(make_text(tmp_path / "g.txt", GERMAN, encoding=encoding), "g.txt")
     assert doc.text == GERMAN  # no BOM character left at the start
@@ -68,8 +71,10 @@ def test_source_code_blocks(tmp_path: Path) -> None:
     code = "import os\n\n\ndef main():\n    return os.getcwd()\n"
     doc = load_document(make_text(tmp_path / "m.py", code), "m.py")
     assert doc.text == code
-    assert [(b.kind, b.text) for b in doc.blocks] == [("code", "import os"),
-                                                       ("code", "def main():\n    return os.getcwd()")]
+    assert [(b.kind, b.text) for b in doc.blocks] == [
+        ("code", "import os"),
+        ("code", "def main():\n    return os.getcwd()"),
+    ]
 
 
 def test_dockerfile_without_extension_is_text(tmp_path: Path) -> None:
@@ -111,8 +116,11 @@ def test_markdown_keeps_text_and_parses_blocks(tmp_path: Path) -> None:
 def test_markdown_edge_cases() -> None:
     # "a | b" over "---" is a setext heading, not a table (cell counts differ); "#5" is no heading.
     blocks = parse_markdown("a | b\n---\n\n#5 is a tag\n\n```\nunclosed")
-    assert [(b.kind, b.text) for b in blocks] == [("paragraph", "a | b\n---"), ("paragraph", "#5 is a tag"),
-                                                  ("code", "unclosed")]
+    assert [(b.kind, b.text) for b in blocks] == [
+        ("paragraph", "a | b\n---"),
+        ("paragraph", "#5 is a tag"),
+        ("code", "unclosed"),
+    ]
     assert split_pipe_row("| x | y |") == ["x", "y"]
     assert split_pipe_row("x|y") == ["x", "y"]
 
@@ -170,18 +178,23 @@ def test_xml_text_content(tmp_path: Path) -> None:
 def test_xml_external_entities_are_not_resolved(tmp_path: Path) -> None:
     secret = tmp_path / "secret.txt"
     secret.write_text("TOP-SECRET")
-    xml = (f'<?xml version="1.0"?>\n<!DOCTYPE r [<!ENTITY xxe SYSTEM "file://{secret}">]>'
-           "<r><a>before &xxe; after</a></r>")
+    xml = (
+        f'<?xml version="1.0"?>\n<!DOCTYPE r [<!ENTITY xxe SYSTEM "file://{secret}">]>'
+        "<r><a>before &xxe; after</a></r>"
+    )
     doc = load_document(make_text(tmp_path / "x.xml", xml), "x.xml")
     assert "TOP-SECRET" not in doc.text
     assert "before" in doc.text
 
 
 def test_xml_entity_expansion_is_not_performed(tmp_path: Path) -> None:
-    lol = ('<?xml version="1.0"?>\n<!DOCTYPE lolz [<!ENTITY lol "lol">'
-           + "".join(f'<!ENTITY lol{i} "{("&lol" + str(i - 1) + ";") * 10 if i else "&lol;" * 10}">'
-                     for i in range(10))
-           + ']><lolz>&lol9;</lolz>')
+    lol = (
+        '<?xml version="1.0"?>\n<!DOCTYPE lolz [<!ENTITY lol "lol">'
+        + "".join(
+            f'<!ENTITY lol{i} "{("&lol" + str(i - 1) + ";") * 10 if i else "&lol;" * 10}">' for i in range(10)
+        )
+        + "]><lolz>&lol9;</lolz>"
+    )
     doc = load_document(make_text(tmp_path / "lol.xml", lol), "lol.xml")
     assert len(doc.text) < 1000
 

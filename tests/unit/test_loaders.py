@@ -22,8 +22,10 @@ from tests.fixtures.documents import (
     make_xlsx,
 )
 
-BINARY_DETAIL = ("{name} looks like binary data (not text, PDF, or an Office document); upload a supported "
-                 "type: PDF, DOCX, PPTX, XLSX, CSV, HTML, Markdown, text, JSON or source code")
+BINARY_DETAIL = (
+    "{name} looks like binary data (not text, PDF, or an Office document); upload a supported "
+    "type: PDF, DOCX, PPTX, XLSX, CSV, HTML, Markdown, text, JSON or source code"
+)
 OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 
 
@@ -77,13 +79,16 @@ def test_extension_beats_content_type(tmp_path: Path) -> None:
     assert load_document(path, "p.csv", "application/vnd.ms-excel").kind == "csv"
 
 
-@pytest.mark.parametrize(("builder", "kind"), [
-    (lambda p: make_pdf(p, ["x"]), "pdf"),
-    (lambda p: make_docx(p, ["x"]), "docx"),
-    (lambda p: make_pptx(p, ["x"]), "pptx"),
-    (lambda p: make_xlsx(p, {"S": [["x"]]}), "xlsx"),
-    (lambda p: make_epub(p, [("x", "y")]), "epub"),
-])
+@pytest.mark.parametrize(
+    ("builder", "kind"),
+    [
+        (lambda p: make_pdf(p, ["x"]), "pdf"),
+        (lambda p: make_docx(p, ["x"]), "docx"),
+        (lambda p: make_pptx(p, ["x"]), "pptx"),
+        (lambda p: make_xlsx(p, {"S": [["x"]]}), "xlsx"),
+        (lambda p: make_epub(p, [("x", "y")]), "epub"),
+    ],
+)
 def test_binary_formats_sniffed_without_a_name(tmp_path: Path, builder: object, kind: str) -> None:
     path = builder(tmp_path / "upload")  # type: ignore[operator]
     assert sniff_kind(path) == kind
@@ -93,12 +98,15 @@ def test_binary_formats_sniffed_without_a_name(tmp_path: Path, builder: object, 
 # ---------------------------------------------------------------------------------- refusals
 
 
-@pytest.mark.parametrize(("name", "stream", "needle"), [
-    ("old.doc", "WordDocument", "save it as .docx or PDF"),
-    ("old.ppt", "PowerPoint Document", "save it as .pptx or PDF"),
-    ("mystery.bin", "WordDocument", "legacy Word document (.doc)"),
-    ("mail.msg", "__substg1.0_0037001F", "Outlook message"),
-])
+@pytest.mark.parametrize(
+    ("name", "stream", "needle"),
+    [
+        ("old.doc", "WordDocument", "save it as .docx or PDF"),
+        ("old.ppt", "PowerPoint Document", "save it as .pptx or PDF"),
+        ("mystery.bin", "WordDocument", "legacy Word document (.doc)"),
+        ("mail.msg", "__substg1.0_0037001F", "Outlook message"),
+    ],
+)
 # .xls is read with xlrd when installed: see test_loader_tabular.py.
 def test_legacy_office_is_415_with_conversion_advice(
     tmp_path: Path, name: str, stream: str, needle: str
@@ -115,21 +123,26 @@ def test_password_protected_office_file(tmp_path: Path) -> None:
     path.write_bytes(ole2("EncryptedPackage"))
     assert refusal(path, "secret.xlsx") == (
         "secret.xlsx is a password-protected Office document. "
-        "Remove the password, save it, and upload it again")
+        "Remove the password, save it, and upload it again"
+    )
 
 
-@pytest.mark.parametrize(("name", "head"), [
-    ("photo.png", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"),
-    ("photo.jpg", b"\xff\xd8\xff\xe0\x00\x10JFIF\x00"),
-    ("scan.txt", b"\xff\xd8\xff\xe0\x00\x10JFIF\x00"),  # an image whatever its name says
-    ("pic.webp", b"RIFF\x24\x00\x00\x00WEBPVP8 "),
-])
+@pytest.mark.parametrize(
+    ("name", "head"),
+    [
+        ("photo.png", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"),
+        ("photo.jpg", b"\xff\xd8\xff\xe0\x00\x10JFIF\x00"),
+        ("scan.txt", b"\xff\xd8\xff\xe0\x00\x10JFIF\x00"),  # an image whatever its name says
+        ("pic.webp", b"RIFF\x24\x00\x00\x00WEBPVP8 "),
+    ],
+)
 def test_images_are_415_no_ocr(tmp_path: Path, name: str, head: bytes) -> None:
     path = tmp_path / name
     path.write_bytes(head + b"\x00" * 200)
     assert refusal(path, name) == (
         f"{name} is an image; text in images cannot be read (OCR is not supported). "
-        "Upload a PDF with selectable text, or the text itself")
+        "Upload a PDF with selectable text, or the text itself"
+    )
 
 
 def test_zip_archive_is_415(tmp_path: Path) -> None:
@@ -137,7 +150,8 @@ def test_zip_archive_is_415(tmp_path: Path) -> None:
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("a.txt", "hello")
     assert refusal(path, "docs.zip") == (
-        "docs.zip is an archive (zip, gzip, tar...); upload the documents inside it one by one")
+        "docs.zip is an archive (zip, gzip, tar...); upload the documents inside it one by one"
+    )
 
 
 def test_gzip_named_txt_is_415(tmp_path: Path) -> None:
@@ -202,22 +216,25 @@ def test_damaged_files_never_leak_library_errors(tmp_path: Path, name: str) -> N
 # ----------------------------------------------------------------------------- file names
 
 
-@pytest.mark.parametrize(("raw", "safe"), [
-    ("report.pdf", "report.pdf"),
-    ("../../etc/passwd", "passwd"),
-    ("C:\\Users\\me\\Desktop\\report.pdf", "report.pdf"),
-    ("a/b\\c.txt", "c.txt"),
-    ("", "upload"),
-    ("/", "upload"),
-    ("dir/", "upload"),
-    ("..", "upload"),
-    ("bad\x00na\x1fme\x7f.txt", "badname.txt"),
-    ("  spaced name.txt \n", "spaced name.txt"),
-    ("invoice\u202efdp.exe", "invoicefdp.exe"),  # no right-to-left override to disguise the extension
-    ("e\u0301te\u0301.txt", "été.txt"),  # NFC
-    ("Dockerfile", "Dockerfile"),
-    (".env", ".env"),
-])
+@pytest.mark.parametrize(
+    ("raw", "safe"),
+    [
+        ("report.pdf", "report.pdf"),
+        ("../../etc/passwd", "passwd"),
+        ("C:\\Users\\me\\Desktop\\report.pdf", "report.pdf"),
+        ("a/b\\c.txt", "c.txt"),
+        ("", "upload"),
+        ("/", "upload"),
+        ("dir/", "upload"),
+        ("..", "upload"),
+        ("bad\x00na\x1fme\x7f.txt", "badname.txt"),
+        ("  spaced name.txt \n", "spaced name.txt"),
+        ("invoice\u202efdp.exe", "invoicefdp.exe"),  # no right-to-left override to disguise the extension
+        ("e\u0301te\u0301.txt", "été.txt"),  # NFC
+        ("Dockerfile", "Dockerfile"),
+        (".env", ".env"),
+    ],
+)
 def test_safe_basename(raw: str, safe: str) -> None:
     assert safe_basename(raw) == safe
 
@@ -232,9 +249,16 @@ def test_safe_basename_caps_bytes_and_keeps_extension() -> None:
     assert len(safe_basename("x" * 400).encode()) == 255
 
 
-@pytest.mark.parametrize(("name", "ext"), [
-    ("a.PDF", "pdf"), ("archive.tar.gz", "gz"), ("Dockerfile", "dockerfile"), (".env", "env"), ("x.", ""),
-])
+@pytest.mark.parametrize(
+    ("name", "ext"),
+    [
+        ("a.PDF", "pdf"),
+        ("archive.tar.gz", "gz"),
+        ("Dockerfile", "dockerfile"),
+        (".env", "env"),
+        ("x.", ""),
+    ],
+)
 def test_extension(name: str, ext: str) -> None:
     assert extension(name) == ext
 
@@ -252,11 +276,14 @@ def test_text_mentioning_pdf_header_is_not_a_pdf(tmp_path: Path) -> None:
     assert load_document(path, "notes.md").kind == "markdown"
 
 
-@pytest.mark.parametrize(("name", "needle"), [
-    ("empty.pdf", "could not be read as a PDF"),
-    ("empty.docx", "is damaged: its zip container cannot be read"),
-    ("empty.xls", "legacy Excel workbook"),
-])
+@pytest.mark.parametrize(
+    ("name", "needle"),
+    [
+        ("empty.pdf", "could not be read as a PDF"),
+        ("empty.docx", "is damaged: its zip container cannot be read"),
+        ("empty.xls", "legacy Excel workbook"),
+    ],
+)
 def test_empty_binary_formats_are_415(tmp_path: Path, name: str, needle: str) -> None:
     path = tmp_path / name
     path.write_bytes(b"")

@@ -1,13 +1,13 @@
 """Embedding providers behind one `Embedder` protocol, chosen from Settings by `build_embedder`.
 
-    Embedder (protocol)
-    └── BaseEmbedder          empty input, vector checks, dimension learning, query LRU + single flight
-        ├── LocalEmbedder     all-MiniLM-L6-v2 int8 ONNX, in-process (the default)
-        └── HttpEmbedder      shared client, batching, bounded concurrency, retries
-            ├── OpenAIEmbedder     (and any OpenAI-compatible server)
-            │   └── AzureEmbedder
-            ├── OllamaEmbedder
-            └── TEIEmbedder
+Embedder (protocol)
+└── BaseEmbedder          empty input, vector checks, dimension learning, query LRU + single flight
+    ├── LocalEmbedder     all-MiniLM-L6-v2 int8 ONNX, in-process (the default)
+    └── HttpEmbedder      shared client, batching, bounded concurrency, retries
+        ├── OpenAIEmbedder     (and any OpenAI-compatible server)
+        │   └── AzureEmbedder
+        ├── OllamaEmbedder
+        └── TEIEmbedder
 """
 
 from __future__ import annotations

@@ -193,14 +193,19 @@ class HttpEmbedder(BaseEmbedder):
                     wait = min(retry_after, self._retry_after_max_s)
             if attempt >= attempts:
                 if attempts > 1:
-                    error = EmbeddingProviderError(f"{error.detail}; gave up after {attempts} attempts",
-                                                   retryable=True)
+                    error = EmbeddingProviderError(
+                        f"{error.detail}; gave up after {attempts} attempts", retryable=True
+                    )
                 raise error
             if wait is None:
                 wait = self._backoff(attempt)
             logger.warning(
                 "Embedding request to %s failed (%s); retry %d of %d in %.2f s",
-                self.provider, reason, attempt, self._max_retries, wait,
+                self.provider,
+                reason,
+                attempt,
+                self._max_retries,
+                wait,
             )
             await asyncio.sleep(wait)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -250,8 +255,9 @@ class OpenAIEmbedder(HttpEmbedder):
     auth_hint = "check RAG_OPENAI_API_KEY"
     url_hint = "check RAG_OPENAI_BASEURL"
 
-    def __init__(self, *, base_url: str = OPENAI_DEFAULT_BASE_URL, api_key: str | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *, base_url: str = OPENAI_DEFAULT_BASE_URL, api_key: str | None = None, **kwargs: Any
+    ) -> None:
         kwargs.setdefault("provider", "openai")
         super().__init__(**kwargs)
         self._url = base_url.rstrip("/") + "/embeddings"

@@ -37,9 +37,13 @@ logger = logging.getLogger(__name__)
 
 LOCAL_MODEL = "all-MiniLM-L6-v2"
 # Names under which operators (or rag_api docs) refer to the same model.
-LOCAL_MODEL_ALIASES = frozenset({
-    LOCAL_MODEL, "sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2-onnx-int8",
-})
+LOCAL_MODEL_ALIASES = frozenset(
+    {
+        LOCAL_MODEL,
+        "sentence-transformers/all-MiniLM-L6-v2",
+        "all-MiniLM-L6-v2-onnx-int8",
+    }
+)
 LOCAL_DIMENSIONS = 384
 MAX_TOKENS = 256  # the model's trained max_seq_length (the shipped tokenizer.json says 128)
 DEFAULT_SLICE = 8  # texts per thread-pool job: small, so concurrent ingests interleave
@@ -237,8 +241,10 @@ class LocalEmbedder(BaseEmbedder):
         self._slice = min(batch_size or DEFAULT_SLICE, MAX_SLICE)
         self._max_chars = batch_max_chars
         self._doc_pool = ThreadPoolExecutor(
-            self.threads, thread_name_prefix="embed-docs",
-            initializer=_lower_priority, initargs=(doc_thread_nice,),
+            self.threads,
+            thread_name_prefix="embed-docs",
+            initializer=_lower_priority,
+            initargs=(doc_thread_nice,),
         )
         self._query_pool = ThreadPoolExecutor(1, thread_name_prefix="embed-query")
         self._closed = False
@@ -267,8 +273,12 @@ class LocalEmbedder(BaseEmbedder):
         return self._accept(vectors, 1)
 
     async def _in_thread(
-        self, pool: ThreadPoolExecutor, fn: Callable[[list[str]], np.ndarray], texts: list[str],
-        *, convert: bool = True,
+        self,
+        pool: ThreadPoolExecutor,
+        fn: Callable[[list[str]], np.ndarray],
+        texts: list[str],
+        *,
+        convert: bool = True,
     ) -> np.ndarray:
         if self._closed:
             raise EmbeddingProviderError("The embedding service is shutting down", retryable=True)

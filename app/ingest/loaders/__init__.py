@@ -31,37 +31,196 @@ from app.ingest.types import LoadedDocument
 __all__ = ["KNOWN_SOURCE_EXT", "extension", "load_document", "safe_basename"]
 
 # rag_api's list: these are read as text (and count as a known type) whatever their content type.
-KNOWN_SOURCE_EXT = frozenset({
-    "go", "py", "java", "sh", "bat", "ps1", "cmd", "js", "ts", "css", "cpp", "hpp", "h", "c", "cs",
-    "sql", "log", "ini", "pl", "pm", "r", "dart", "dockerfile", "env", "php", "hs", "hsc", "lua",
-    "nginxconf", "conf", "m", "mm", "plsql", "perl", "rb", "rs", "db2", "scala", "bash", "swift", "vue",
-    "svelte", "yml", "yaml", "eml", "ex", "exs", "erl", "tsx", "jsx", "lhs",
-})
-_PLAIN_EXT = frozenset({
-    "txt", "text", "rst", "tex", "toml", "cfg", "properties", "jsonl", "ndjson", "srt", "vtt", "adoc",
-    "asciidoc", "org", "makefile", "gitignore", "editorconfig", "csproj", "gradle", "kt", "kts", "zsh",
-    "fish", "psm1", "vb", "fs", "clj", "cljs", "elm", "ml", "mli", "nim", "zig", "jl", "groovy",
-    "tf", "hcl", "proto", "graphql", "gql", "scss", "sass", "less", "mjs", "cjs", "ipynb", "diff", "patch",
-    "bib", "sty", "cls", "ltx", "lock", "mdc", "sol", "v", "sv", "vhd", "asm", "s", "cmake", "rtf",
-})
+KNOWN_SOURCE_EXT = frozenset(
+    {
+        "go",
+        "py",
+        "java",
+        "sh",
+        "bat",
+        "ps1",
+        "cmd",
+        "js",
+        "ts",
+        "css",
+        "cpp",
+        "hpp",
+        "h",
+        "c",
+        "cs",
+        "sql",
+        "log",
+        "ini",
+        "pl",
+        "pm",
+        "r",
+        "dart",
+        "dockerfile",
+        "env",
+        "php",
+        "hs",
+        "hsc",
+        "lua",
+        "nginxconf",
+        "conf",
+        "m",
+        "mm",
+        "plsql",
+        "perl",
+        "rb",
+        "rs",
+        "db2",
+        "scala",
+        "bash",
+        "swift",
+        "vue",
+        "svelte",
+        "yml",
+        "yaml",
+        "eml",
+        "ex",
+        "exs",
+        "erl",
+        "tsx",
+        "jsx",
+        "lhs",
+    }
+)
+_PLAIN_EXT = frozenset(
+    {
+        "txt",
+        "text",
+        "rst",
+        "tex",
+        "toml",
+        "cfg",
+        "properties",
+        "jsonl",
+        "ndjson",
+        "srt",
+        "vtt",
+        "adoc",
+        "asciidoc",
+        "org",
+        "makefile",
+        "gitignore",
+        "editorconfig",
+        "csproj",
+        "gradle",
+        "kt",
+        "kts",
+        "zsh",
+        "fish",
+        "psm1",
+        "vb",
+        "fs",
+        "clj",
+        "cljs",
+        "elm",
+        "ml",
+        "mli",
+        "nim",
+        "zig",
+        "jl",
+        "groovy",
+        "tf",
+        "hcl",
+        "proto",
+        "graphql",
+        "gql",
+        "scss",
+        "sass",
+        "less",
+        "mjs",
+        "cjs",
+        "ipynb",
+        "diff",
+        "patch",
+        "bib",
+        "sty",
+        "cls",
+        "ltx",
+        "lock",
+        "mdc",
+        "sol",
+        "v",
+        "sv",
+        "vhd",
+        "asm",
+        "s",
+        "cmake",
+        "rtf",
+    }
+)
 _CODE_EXT = KNOWN_SOURCE_EXT - {"log", "eml", "env", "ini", "conf", "nginxconf"}
 
 _EXT_KINDS: dict[str, str] = {
     "pdf": "pdf",
-    "docx": "docx", "docm": "docx", "dotx": "docx", "dotm": "docx",
-    "pptx": "pptx", "pptm": "pptx", "ppsx": "pptx", "potx": "pptx",
-    "xlsx": "xlsx", "xlsm": "xlsx", "xltx": "xlsx", "xltm": "xlsx",
-    "csv": "csv", "tsv": "tsv", "tab": "tsv",
-    "html": "html", "htm": "html", "xhtml": "html", "xht": "html", "shtml": "html",
-    "md": "markdown", "markdown": "markdown", "mdown": "markdown", "mkd": "markdown", "mdx": "markdown",
-    "json": "json", "xml": "xml", "svg": "xml", "xsd": "xml", "xsl": "xml", "rss": "xml", "atom": "xml",
-    "epub": "epub", "odt": "odt",
-    "doc": "doc", "dot": "doc", "xls": "xls", "xlt": "xls", "ppt": "ppt", "pps": "ppt", "pot": "ppt",
-    "msg": "msg", "ods": "ods", "odp": "odp",
-    "png": "image", "jpg": "image", "jpeg": "image", "gif": "image", "bmp": "image", "tif": "image",
-    "tiff": "image", "webp": "image", "heic": "image", "heif": "image", "avif": "image", "ico": "image",
-    "zip": "archive", "gz": "archive", "tgz": "archive", "bz2": "archive", "xz": "archive", "7z": "archive",
-    "rar": "archive", "tar": "archive", "zst": "archive",
+    "docx": "docx",
+    "docm": "docx",
+    "dotx": "docx",
+    "dotm": "docx",
+    "pptx": "pptx",
+    "pptm": "pptx",
+    "ppsx": "pptx",
+    "potx": "pptx",
+    "xlsx": "xlsx",
+    "xlsm": "xlsx",
+    "xltx": "xlsx",
+    "xltm": "xlsx",
+    "csv": "csv",
+    "tsv": "tsv",
+    "tab": "tsv",
+    "html": "html",
+    "htm": "html",
+    "xhtml": "html",
+    "xht": "html",
+    "shtml": "html",
+    "md": "markdown",
+    "markdown": "markdown",
+    "mdown": "markdown",
+    "mkd": "markdown",
+    "mdx": "markdown",
+    "json": "json",
+    "xml": "xml",
+    "svg": "xml",
+    "xsd": "xml",
+    "xsl": "xml",
+    "rss": "xml",
+    "atom": "xml",
+    "epub": "epub",
+    "odt": "odt",
+    "doc": "doc",
+    "dot": "doc",
+    "xls": "xls",
+    "xlt": "xls",
+    "ppt": "ppt",
+    "pps": "ppt",
+    "pot": "ppt",
+    "msg": "msg",
+    "ods": "ods",
+    "odp": "odp",
+    "png": "image",
+    "jpg": "image",
+    "jpeg": "image",
+    "gif": "image",
+    "bmp": "image",
+    "tif": "image",
+    "tiff": "image",
+    "webp": "image",
+    "heic": "image",
+    "heif": "image",
+    "avif": "image",
+    "ico": "image",
+    "zip": "archive",
+    "gz": "archive",
+    "tgz": "archive",
+    "bz2": "archive",
+    "xz": "archive",
+    "7z": "archive",
+    "rar": "archive",
+    "tar": "archive",
+    "zst": "archive",
 }
 _CONTENT_TYPE_KINDS: dict[str, str] = {
     "application/pdf": "pdf",
@@ -100,30 +259,28 @@ _OLE_KINDS = frozenset({"doc", "xls", "ppt", "msg"})
 _SUPPORTED = "PDF, DOCX, PPTX, XLSX, CSV, HTML, Markdown, text, JSON or source code"
 _REFUSALS: dict[str, str] = {
     "doc": "{name} is a legacy Word document (.doc), which is not supported. "
-           "Open it in Word, save it as .docx or PDF, and upload that",
+    "Open it in Word, save it as .docx or PDF, and upload that",
     "xls": "{name} is a legacy Excel workbook (.xls), which is not supported. "
-           "Open it in Excel, save it as .xlsx or CSV, and upload that",
+    "Open it in Excel, save it as .xlsx or CSV, and upload that",
     "ppt": "{name} is a legacy PowerPoint presentation (.ppt), which is not supported. "
-           "Open it in PowerPoint, save it as .pptx or PDF, and upload that",
+    "Open it in PowerPoint, save it as .pptx or PDF, and upload that",
     "msg": "{name} is an Outlook message (.msg), which is not supported. "
-           "Save it as .eml or PDF and upload that",
+    "Save it as .eml or PDF and upload that",
     "ole": "{name} is an old binary Office file, which is not supported. "
-           "Save it as .docx, .xlsx, .pptx or PDF and upload that",
+    "Save it as .docx, .xlsx, .pptx or PDF and upload that",
     "office-encrypted": "{name} is a password-protected Office document. "
-                        "Remove the password, save it, and upload it again",
+    "Remove the password, save it, and upload it again",
     "ods": "{name} is an OpenDocument spreadsheet, which is not supported. "
-           "Save it as .xlsx or CSV and upload that",
+    "Save it as .xlsx or CSV and upload that",
     "odp": "{name} is an OpenDocument presentation, which is not supported. "
-           "Save it as .pptx or PDF and upload that",
+    "Save it as .pptx or PDF and upload that",
     "image": "{name} is an image; text in images cannot be read (OCR is not supported). "
-             "Upload a PDF with selectable text, or the text itself",
+    "Upload a PDF with selectable text, or the text itself",
     "archive": "{name} is an archive (zip, gzip, tar...); upload the documents inside it one by one",
-    "executable": "{name} is a program, not a document; "
-                  f"upload a supported type: {_SUPPORTED}",
-    "media": "{name} is audio or video, which is not supported; "
-             f"upload a supported type: {_SUPPORTED}",
+    "executable": f"{{name}} is a program, not a document; upload a supported type: {_SUPPORTED}",
+    "media": f"{{name}} is audio or video, which is not supported; upload a supported type: {_SUPPORTED}",
     "binary": "{name} looks like binary data (not text, PDF, or an Office document); "
-              f"upload a supported type: {_SUPPORTED}",
+    f"upload a supported type: {_SUPPORTED}",
 }
 
 _MAX_NAME_BYTES = 255
@@ -175,8 +332,11 @@ def load_document(
             raise UnsupportedFileType(_REFUSALS[kind].format(name=name))
         doc = _load_container(path, name, kind, pdf_extract_images)
         if claimed is not None and kind != claimed:
-            doc.warnings.insert(0, f"the file is named like {_article(claimed)} but is {_article(kind)}; "
-                                   f"it was read as {_article(kind)}")
+            doc.warnings.insert(
+                0,
+                f"the file is named like {_article(claimed)} but is {_article(kind)}; "
+                f"it was read as {_article(kind)}",
+            )
         return doc
     if claimed is None or claimed in _TEXT_KINDS:
         return _load_text_file(path, name, claimed, ext)
@@ -194,8 +354,9 @@ def load_document(
         raise UnsupportedFileType(_REFUSALS[claimed].format(name=name)) from None
     kind = sniff_markup(text) or ("csv" if claimed == "xls" else "text")
     doc = _load_decoded(text, encoding, name, kind, ext)
-    doc.warnings.insert(0, f"the file is named like {_article(claimed)} but holds text; "
-                           f"it was read as {_article(kind)}")
+    doc.warnings.insert(
+        0, f"the file is named like {_article(claimed)} but holds text; it was read as {_article(kind)}"
+    )
     return doc
 
 
@@ -219,14 +380,24 @@ def _same_family(claimed: str, sniffed: str) -> bool:
 
     The claimed kind's loader, or its refusal, then explains the problem better than "an archive".
     """
-    return (claimed == sniffed or (sniffed == "archive" and claimed in _ZIP_KINDS)
-            or (sniffed == "ole" and claimed in _OLE_KINDS))
+    return (
+        claimed == sniffed
+        or (sniffed == "archive" and claimed in _ZIP_KINDS)
+        or (sniffed == "ole" and claimed in _OLE_KINDS)
+    )
 
 
 def _article(kind: str) -> str:
-    label = {"image": "image", "archive": "archive", "office-encrypted": "encrypted Office file",
-             "ole": "binary Office file", "text": "text file", "markdown": "Markdown file",
-             "executable": "program", "media": "media file"}.get(kind, kind.upper() + " file")
+    label = {
+        "image": "image",
+        "archive": "archive",
+        "office-encrypted": "encrypted Office file",
+        "ole": "binary Office file",
+        "text": "text file",
+        "markdown": "Markdown file",
+        "executable": "program",
+        "media": "media file",
+    }.get(kind, kind.upper() + " file")
     # Acronyms take "an" by their spoken first letter: "an XLS file", "an HTML file", "a PDF file".
     acronym = label.split()[0].isupper()
     vowel_sound = label[0] in ("AEFHILMNORSX" if acronym else "aeiouAEIOU")

@@ -38,8 +38,9 @@ def check_zip(path: Path, filename: str, *, streaming: bool = False) -> None:
     check_zip_infos(infos, path.stat().st_size, filename, streaming=streaming)
 
 
-def check_zip_infos(infos: list[zipfile.ZipInfo], compressed_size: int, filename: str, *,
-                    streaming: bool = False) -> None:
+def check_zip_infos(
+    infos: list[zipfile.ZipInfo], compressed_size: int, filename: str, *, streaming: bool = False
+) -> None:
     """Check declared member sizes against the caps (`streaming`: the reader never holds a whole part)."""
     if len(infos) > MAX_MEMBERS:
         raise UnsupportedFileType(_bomb_detail(filename, f"it holds more than {MAX_MEMBERS:,} files"))
@@ -47,15 +48,22 @@ def check_zip_infos(infos: list[zipfile.ZipInfo], compressed_size: int, filename
     if total > MAX_TOTAL_BYTES:
         raise UnsupportedFileType(_bomb_detail(filename, f"it unpacks to more than {_mib(MAX_TOTAL_BYTES)}"))
     if total > RATIO_FLOOR_BYTES and total > MAX_RATIO * max(compressed_size, 1):
-        raise UnsupportedFileType(_bomb_detail(
-            filename, f"it unpacks to {_mib(total)}, over {MAX_RATIO} times its size"))
+        raise UnsupportedFileType(
+            _bomb_detail(filename, f"it unpacks to {_mib(total)}, over {MAX_RATIO} times its size")
+        )
     if not streaming:
-        largest = max((i.file_size for i in infos if i.filename.lower().endswith((".xml", ".rels", ".xhtml",
-                                                                                   ".html", ".htm"))),
-                      default=0)
+        largest = max(
+            (
+                i.file_size
+                for i in infos
+                if i.filename.lower().endswith((".xml", ".rels", ".xhtml", ".html", ".htm"))
+            ),
+            default=0,
+        )
         if largest > MAX_XML_PART_BYTES:
-            raise UnsupportedFileType(_bomb_detail(
-                filename, f"one of its parts unpacks to {_mib(largest)} of XML"))
+            raise UnsupportedFileType(
+                _bomb_detail(filename, f"one of its parts unpacks to {_mib(largest)} of XML")
+            )
 
 
 def _mib(size: int) -> str:
@@ -63,5 +71,7 @@ def _mib(size: int) -> str:
 
 
 def _bomb_detail(filename: str, reason: str) -> str:
-    return (f"{filename} was refused: {reason} (a possible zip bomb). "
-            "Split the document into smaller files and upload them separately")
+    return (
+        f"{filename} was refused: {reason} (a possible zip bomb). "
+        "Split the document into smaller files and upload them separately"
+    )

@@ -20,17 +20,61 @@ from app.ingest.types import Block, BlockKind, LoadedDocument, Section
 logger = logging.getLogger(__name__)
 
 # Page chrome and non-text content; their text would only add noise to every chunk.
-_DROP = frozenset({
-    "script", "style", "nav", "noscript", "template", "iframe", "object", "embed", "canvas", "svg",
-    "math", "head", "select", "button", "-comment", "-doctype",
-})
+_DROP = frozenset(
+    {
+        "script",
+        "style",
+        "nav",
+        "noscript",
+        "template",
+        "iframe",
+        "object",
+        "embed",
+        "canvas",
+        "svg",
+        "math",
+        "head",
+        "select",
+        "button",
+        "-comment",
+        "-doctype",
+    }
+)
 _HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 _PARAGRAPHS = frozenset({"p", "dt", "dd", "caption", "figcaption", "legend", "summary", "address"})
-_CONTAINERS = frozenset({
-    "html", "body", "div", "section", "article", "main", "header", "footer", "aside", "blockquote",
-    "figure", "form", "fieldset", "details", "dl", "hgroup", "center", "dialog", "search", "ul", "ol",
-    "menu", "dir", "tbody", "thead", "tfoot", "tr", "td", "th",
-})
+_CONTAINERS = frozenset(
+    {
+        "html",
+        "body",
+        "div",
+        "section",
+        "article",
+        "main",
+        "header",
+        "footer",
+        "aside",
+        "blockquote",
+        "figure",
+        "form",
+        "fieldset",
+        "details",
+        "dl",
+        "hgroup",
+        "center",
+        "dialog",
+        "search",
+        "ul",
+        "ol",
+        "menu",
+        "dir",
+        "tbody",
+        "thead",
+        "tfoot",
+        "tr",
+        "td",
+        "th",
+    }
+)
 # Beyond this nesting depth a subtree is read as flat text (no recursion limit to hit).
 _MAX_DEPTH = 150
 _SPACE = re.compile(r"\s+")
@@ -69,8 +113,9 @@ class _Walker:
                 self.flush()
                 text = _inline_text(child)
                 if text:
-                    self.blocks.append(Block(kind="heading", text=text, page=self._page,
-                                             level=_HEADINGS[tag]))
+                    self.blocks.append(
+                        Block(kind="heading", text=text, page=self._page, level=_HEADINGS[tag])
+                    )
             elif tag == "pre":
                 self.flush()
                 code = (child.text(deep=True) or "").strip("\n")
@@ -151,12 +196,19 @@ def load_html(text: str, encoding: str | None) -> LoadedDocument:
     blocks, title = html_blocks(text)
     body = render_blocks(blocks)
     sections = [Section(text=body)] if body.strip() else []
-    return LoadedDocument(sections=sections, blocks=blocks, kind="html", content_type="text/html",
-                          encoding=encoding, title=title)
+    return LoadedDocument(
+        sections=sections,
+        blocks=blocks,
+        kind="html",
+        content_type="text/html",
+        encoding=encoding,
+        title=title,
+    )
 
 
-_SAFE_XML = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False, remove_comments=True,
-                            remove_pis=True)
+_SAFE_XML = etree.XMLParser(
+    resolve_entities=False, no_network=True, huge_tree=False, remove_comments=True, remove_pis=True
+)
 _CONTAINER_NS = {"c": "urn:oasis:names:tc:opendocument:xmlns:container"}
 _OPF_NS = {"opf": "http://www.idpf.org/2007/opf", "dc": "http://purl.org/dc/elements/1.1/"}
 
@@ -182,8 +234,9 @@ def load_epub(path: Path, filename: str) -> LoadedDocument:
             f"{filename} could not be read as an EPUB (damaged or DRM-protected). "
             "Convert it to PDF or HTML and upload it again"
         ) from None
-    return LoadedDocument(sections=sections, blocks=blocks, kind="epub", content_type="application/epub+zip",
-                          title=title)
+    return LoadedDocument(
+        sections=sections, blocks=blocks, kind="epub", content_type="application/epub+zip", title=title
+    )
 
 
 def _epub_spine(archive: zipfile.ZipFile) -> tuple[list[str], str | None]:
@@ -198,8 +251,11 @@ def _epub_spine(archive: zipfile.ZipFile) -> tuple[list[str], str | None]:
         for item in opf.xpath("//opf:manifest/opf:item", namespaces=_OPF_NS)
         if "html" in (item.get("media-type") or "")
     }
-    spine = [manifest[ref] for ref in opf.xpath("//opf:spine/opf:itemref/@idref", namespaces=_OPF_NS)
-             if ref in manifest]
+    spine = [
+        manifest[ref]
+        for ref in opf.xpath("//opf:spine/opf:itemref/@idref", namespaces=_OPF_NS)
+        if ref in manifest
+    ]
     title = opf.xpath("string(//dc:title)", namespaces=_OPF_NS).strip() or None
     return spine, title
 

@@ -58,8 +58,9 @@ def parse_markdown(text: str) -> list[Block]:
                 body.append(lines[i])
                 i += 1
             i += 1
-            blocks.append(Block(kind="code", text="\n".join(body), page=None,
-                                title=fence.group(2).strip() or None))
+            blocks.append(
+                Block(kind="code", text="\n".join(body), page=None, title=fence.group(2).strip() or None)
+            )
             continue
         heading = _HEADING.match(line)
         if heading:
@@ -77,8 +78,9 @@ def parse_markdown(text: str) -> list[Block]:
             while i < len(lines) and "|" in lines[i] and lines[i].strip():
                 rows.append(split_pipe_row(lines[i]))
                 i += 1
-            blocks.append(Block(kind="table", text=render_table(rows, headers), page=None, rows=rows,
-                                headers=headers))
+            blocks.append(
+                Block(kind="table", text=render_table(rows, headers), page=None, rows=rows, headers=headers)
+            )
             continue
         item = _LIST_ITEM.match(line)
         if item:
@@ -86,8 +88,12 @@ def parse_markdown(text: str) -> list[Block]:
             parts = [item.group(1).strip()]
             i += 1
             # Indented lines that are not items themselves continue the item.
-            while (i < len(lines) and lines[i].strip() and lines[i][:1] in (" ", "\t")
-                   and not _LIST_ITEM.match(lines[i])):
+            while (
+                i < len(lines)
+                and lines[i].strip()
+                and lines[i][:1] in (" ", "\t")
+                and not _LIST_ITEM.match(lines[i])
+            ):
                 parts.append(lines[i].strip())
                 i += 1
             blocks.append(Block(kind="list_item", text=" ".join(parts), page=None))
@@ -106,5 +112,11 @@ def load_markdown(text: str, encoding: str) -> LoadedDocument:
     blocks = parse_markdown(text)
     title = next((b.text for b in blocks if b.kind == "heading" and b.level == 1), None)
     sections = [Section(text=text)] if text.strip() else []
-    return LoadedDocument(sections=sections, blocks=blocks, kind="markdown", content_type="text/markdown",
-                          encoding=encoding, title=title)
+    return LoadedDocument(
+        sections=sections,
+        blocks=blocks,
+        kind="markdown",
+        content_type="text/markdown",
+        encoding=encoding,
+        title=title,
+    )

@@ -79,9 +79,13 @@ def load_docx(path: Path, filename: str) -> LoadedDocument:
         ) from None
     text = render_blocks(blocks)
     sections = [Section(text=text)] if text.strip() else []
-    return LoadedDocument(sections=sections, blocks=blocks, kind="docx",
-                          content_type="application/vnd.openxmlformats-officedocument.wordprocessingml.document",
-                          title=title)
+    return LoadedDocument(
+        sections=sections,
+        blocks=blocks,
+        kind="docx",
+        content_type="application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+        title=title,
+    )
 
 
 class _DocxReader:
@@ -210,9 +214,13 @@ def load_pptx(path: Path, filename: str) -> LoadedDocument:
             f"{filename} could not be read as a PowerPoint presentation (.pptx): the file is damaged "
             "or not a PPTX. Open it in PowerPoint, save it as .pptx and upload it again"
         ) from None
-    return LoadedDocument(sections=sections, blocks=blocks, kind="pptx",
-                          content_type="application/vnd.openxmlformats-officedocument.presentationml.presentation",
-                          title=title)
+    return LoadedDocument(
+        sections=sections,
+        blocks=blocks,
+        kind="pptx",
+        content_type="application/vnd.openxmlformats-officedocument.presentationml.presentation",
+        title=title,
+    )
 
 
 def _slide_blocks(slide: Any) -> Iterator[Block]:
@@ -268,8 +276,9 @@ def _pptx_table(table: Any) -> Block | None:
 _ODF_TEXT = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
 _ODF_TABLE = "urn:oasis:names:tc:opendocument:xmlns:table:1.0"
 _ODF_OFFICE = "urn:oasis:names:tc:opendocument:xmlns:office:1.0"
-_SAFE_XML = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False, remove_comments=True,
-                            remove_pis=True)
+_SAFE_XML = etree.XMLParser(
+    resolve_entities=False, no_network=True, huge_tree=False, remove_comments=True, remove_pis=True
+)
 
 
 def _t(name: str) -> str:
@@ -292,8 +301,9 @@ def load_odt(path: Path, filename: str) -> LoadedDocument:
         ) from None
     text = render_blocks(blocks)
     sections = [Section(text=text)] if text.strip() else []
-    return LoadedDocument(sections=sections, blocks=blocks, kind="odt",
-                          content_type="application/vnd.oasis.opendocument.text")
+    return LoadedDocument(
+        sections=sections, blocks=blocks, kind="odt", content_type="application/vnd.oasis.opendocument.text"
+    )
 
 
 def _odt_blocks(element: Any, *, in_list: bool) -> Iterator[Block]:
@@ -303,8 +313,9 @@ def _odt_blocks(element: Any, *, in_list: bool) -> Iterator[Block]:
             text = _odf_text(child).strip()
             if text:
                 level = child.get(_t("outline-level"))
-                yield Block(kind="heading", text=text, page=None,
-                            level=int(level) if level and level.isdigit() else 1)
+                yield Block(
+                    kind="heading", text=text, page=None, level=int(level) if level and level.isdigit() else 1
+                )
         elif tag == _t("p"):
             text = _odf_text(child).strip()
             if text:
@@ -323,8 +334,9 @@ def _odt_table(table: Any) -> Block | None:
     rows: list[list[str]] = []
     header_rows = 0
     for row in table.iter(f"{{{_ODF_TABLE}}}table-row"):
-        cells = [" ".join(_odf_text(cell).split()) for cell in row
-                 if cell.tag == f"{{{_ODF_TABLE}}}table-cell"]
+        cells = [
+            " ".join(_odf_text(cell).split()) for cell in row if cell.tag == f"{{{_ODF_TABLE}}}table-cell"
+        ]
         if any(cells):
             if row.getparent().tag == f"{{{_ODF_TABLE}}}table-header-rows":
                 header_rows += 1

@@ -35,8 +35,10 @@ def load_pdf(path: Path, filename: str, *, extract_images: bool = False) -> Load
     """Load a PDF's text layer: one section per page that has text, metadata as PyPDFLoader's."""
     warnings: list[str] = []
     if extract_images:
-        warnings.append("PDF_EXTRACT_IMAGES is set, but reading text from images (OCR) is not supported; "
-                        "only the PDF's text layer was indexed")
+        warnings.append(
+            "PDF_EXTRACT_IMAGES is set, but reading text from images (OCR) is not supported; "
+            "only the PDF's text layer was indexed"
+        )
     reader = _open(path, filename)
     try:
         pages = list(reader.pages)
@@ -66,13 +68,23 @@ def load_pdf(path: Path, filename: str, *, extract_images: bool = False) -> Load
     if pages and len(failed) == len(pages):
         raise UnsupportedFileType(_damaged(filename))
     if failed:
-        warnings.append(f"{_pages(failed)} could not be read and {'was' if len(failed) == 1 else 'were'} "
-                        "skipped")
+        warnings.append(
+            f"{_pages(failed)} could not be read and {'was' if len(failed) == 1 else 'were'} skipped"
+        )
     if empty:
-        warnings.append(f"{_pages(empty)} {'has' if len(empty) == 1 else 'have'} no extractable text "
-                        "(scanned images? OCR is not supported)")
-    return LoadedDocument(sections=sections, blocks=blocks, kind="pdf", content_type="application/pdf",
-                          page_count=len(pages), title=_title(reader), warnings=warnings)
+        warnings.append(
+            f"{_pages(empty)} {'has' if len(empty) == 1 else 'have'} no extractable text "
+            "(scanned images? OCR is not supported)"
+        )
+    return LoadedDocument(
+        sections=sections,
+        blocks=blocks,
+        kind="pdf",
+        content_type="application/pdf",
+        page_count=len(pages),
+        title=_title(reader),
+        warnings=warnings,
+    )
 
 
 def _open(path: Path, filename: str) -> PdfReader:
@@ -103,8 +115,10 @@ def _open(path: Path, filename: str) -> PdfReader:
 
 
 def _damaged(filename: str) -> str:
-    return (f"{filename} could not be read as a PDF: the file is damaged or not a PDF. "
-            "Re-export or re-download it and upload it again")
+    return (
+        f"{filename} could not be read as a PDF: the file is damaged or not a PDF. "
+        "Re-export or re-download it and upload it again"
+    )
 
 
 def _page_labels(reader: PdfReader, count: int) -> list[str]:

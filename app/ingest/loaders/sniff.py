@@ -23,8 +23,12 @@ _SMALL_MEMBER = 1024 * 1024
 # workbook inside a DOCX), so only a main part decides.
 _OOXML_MAIN = (
     (re.compile(rb"(wordprocessingml\.(document|template)|ms-word\.[a-z.]+)\.main\+xml", re.I), "docx"),
-    (re.compile(rb"(presentationml\.(presentation|slideshow|template)|ms-powerpoint\.[a-z.]+)\.main\+xml",
-                re.I), "pptx"),
+    (
+        re.compile(
+            rb"(presentationml\.(presentation|slideshow|template)|ms-powerpoint\.[a-z.]+)\.main\+xml", re.I
+        ),
+        "pptx",
+    ),
     (re.compile(rb"(spreadsheetml\.(sheet|template)|ms-excel\.[a-z.]+)\.main\+xml", re.I), "xlsx"),
 )
 _OOXML_DIRS = (("word/", "docx"), ("ppt/", "pptx"), ("xl/", "xlsx"))
@@ -44,12 +48,16 @@ _OLE2_STREAMS = (
     ("Book", "xls"),  # BIFF5 workbooks; last, as the word may occur in other files' text
 )
 
-_IMAGE_MAGICS = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"II*\x00", b"MM\x00*",
-                 b"8BPS")
-_ARCHIVE_MAGICS = (b"\x1f\x8b", b"7z\xbc\xaf\x27\x1c", b"Rar!\x1a\x07", b"\xfd7zXZ\x00",
-                   b"\x28\xb5\x2f\xfd", b"BZh")
-_EXECUTABLE_MAGICS = (b"\x7fELF", b"\xcf\xfa\xed\xfe", b"\xce\xfa\xed\xfe", b"\xca\xfe\xba\xbe",
-                      b"\x00asm")
+_IMAGE_MAGICS = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"II*\x00", b"MM\x00*", b"8BPS")
+_ARCHIVE_MAGICS = (
+    b"\x1f\x8b",
+    b"7z\xbc\xaf\x27\x1c",
+    b"Rar!\x1a\x07",
+    b"\xfd7zXZ\x00",
+    b"\x28\xb5\x2f\xfd",
+    b"BZh",
+)
+_EXECUTABLE_MAGICS = (b"\x7fELF", b"\xcf\xfa\xed\xfe", b"\xce\xfa\xed\xfe", b"\xca\xfe\xba\xbe", b"\x00asm")
 _MEDIA_MAGICS = (b"ID3", b"OggS", b"fLaC", b"\x1aE\xdf\xa3")
 _FTYP_IMAGE_BRANDS = (b"heic", b"heix", b"mif1", b"msf1", b"avif", b"hevc")
 
@@ -91,7 +99,7 @@ def sniff_kind(path: Path) -> str | None:
 
 
 def sniff_markup(text: str) -> str | None:
-    """"html" or "xml" when decoded text is a markup document, else None."""
+    """ "html" or "xml" when decoded text is a markup document, else None."""
     start = text[:2048].lstrip("\ufeff \t\r\n").lower()
     if start.startswith(("<!doctype html", "<html")) or (start.startswith("<") and "<html" in start):
         return "html"

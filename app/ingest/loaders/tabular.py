@@ -74,9 +74,14 @@ def load_csv(text: str, encoding: str, filename: str, *, tsv: bool = False) -> L
         # Text that is not a well-formed table is still worth indexing.
         logger.debug("csv unparsable, indexing as text: %s", exc)
         doc = load_text(text, encoding)
-        return LoadedDocument(sections=doc.sections, blocks=doc.blocks, kind=kind, content_type=content_type,
-                              encoding=encoding,
-                              warnings=["the file is not a well-formed table; indexed as text"])
+        return LoadedDocument(
+            sections=doc.sections,
+            blocks=doc.blocks,
+            kind=kind,
+            content_type=content_type,
+            encoding=encoding,
+            warnings=["the file is not a well-formed table; indexed as text"],
+        )
     except _TooManyCells:
         raise _too_large(filename) from None
     if header is None:
@@ -89,17 +94,18 @@ def load_csv(text: str, encoding: str, filename: str, *, tsv: bool = False) -> L
         if any(value.strip() for value in row):
             sections.append(Section(text=content, metadata={"row": number}))
     table = Block(kind="table", text=render_table(rows, keys), page=None, rows=rows, headers=keys)
-    return LoadedDocument(sections=sections, blocks=[table], kind=kind, content_type=content_type,
-                          encoding=encoding)
+    return LoadedDocument(
+        sections=sections, blocks=[table], kind=kind, content_type=content_type, encoding=encoding
+    )
 
 
 def csv_row_text(keys: Sequence[str], row: Sequence[str]) -> str:
     """One data row as langchain's CSVLoader renders it: `key: value` lines."""
     lines = [f"{key}: {value.strip()}" for key, value in zip(keys, row, strict=False)]
     # Missing trailing fields render empty (langchain writes "None"); extra ones as CSVLoader does.
-    lines.extend(f"{key}: " for key in keys[len(row):])
+    lines.extend(f"{key}: " for key in keys[len(row) :])
     if len(row) > len(keys):
-        lines.append(f"None: {','.join(value.strip() for value in row[len(keys):])}")
+        lines.append(f"None: {','.join(value.strip() for value in row[len(keys) :])}")
     return "\n".join(lines)
 
 
@@ -152,9 +158,13 @@ def load_xlsx(path: Path, filename: str) -> LoadedDocument:
             title = workbook.properties.title or None
         finally:
             workbook.close()
-    return LoadedDocument(sections=sections, blocks=blocks, kind="xlsx",
-                          content_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-                          title=title)
+    return LoadedDocument(
+        sections=sections,
+        blocks=blocks,
+        kind="xlsx",
+        content_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        title=title,
+    )
 
 
 def _read_sheets(workbook: Any, filename: str) -> tuple[list[Section], list[Block]]:
@@ -202,7 +212,8 @@ def load_xls(path: Path, filename: str) -> LoadedDocument:
     if xlrd is None:
         raise UnsupportedFileType(
             f"{filename} is a legacy Excel workbook (.xls), which is not supported. "
-            "Open it in Excel, save it as .xlsx or CSV, and upload that")
+            "Open it in Excel, save it as .xlsx or CSV, and upload that"
+        )
     try:
         book = xlrd.open_workbook(str(path), on_demand=True)
     except Exception as exc:
@@ -210,7 +221,8 @@ def load_xls(path: Path, filename: str) -> LoadedDocument:
         if "encrypted" in str(exc).lower():
             raise UnsupportedFileType(
                 f"{filename} is a password-protected Office document. "
-                "Remove the password, save it, and upload it again") from None
+                "Remove the password, save it, and upload it again"
+            ) from None
         raise UnsupportedFileType(_damaged(filename, legacy=True)) from None
 
     def sheets() -> _Sheets:
@@ -228,8 +240,9 @@ def load_xls(path: Path, filename: str) -> LoadedDocument:
         raise UnsupportedFileType(_damaged(filename, legacy=True)) from None
     finally:
         book.release_resources()
-    return LoadedDocument(sections=sections, blocks=blocks, kind="xls",
-                          content_type="application/vnd.ms-excel")
+    return LoadedDocument(
+        sections=sections, blocks=blocks, kind="xls", content_type="application/vnd.ms-excel"
+    )
 
 
 def _xls_value(book: Any, cell: Any) -> Any:
@@ -248,14 +261,16 @@ def _xls_value(book: Any, cell: Any) -> Any:
 
 def _damaged(filename: str, *, legacy: bool = False) -> str:
     ext = ".xls" if legacy else ".xlsx"
-    return (f"{filename} could not be read as an Excel workbook ({ext}): the file is damaged or not an "
-            f"{ext[1:].upper()}. Open it in Excel, save it as .xlsx and upload it again")
+    return (
+        f"{filename} could not be read as an Excel workbook ({ext}): the file is damaged or not an "
+        f"{ext[1:].upper()}. Open it in Excel, save it as .xlsx and upload it again"
+    )
 
 
 def _sheet(name: str, rows: list[list[str]]) -> tuple[Section, Block]:
     """A sheet's section and table block; rows above the header row (titles, notes) lead as text."""
     at = header_row_index(rows)
-    preamble, header, data = rows[:at], rows[at], rows[at + 1:]
+    preamble, header, data = rows[:at], rows[at], rows[at + 1 :]
     width = max(len(row) for row in rows[at:])
     padded = header + [""] * (width - len(header))
     headers = [cell or get_column_letter(i + 1) for i, cell in enumerate(padded)]
@@ -268,8 +283,9 @@ def _sheet(name: str, rows: list[list[str]]) -> tuple[Section, Block]:
     else:
         parts.append(" | ".join(header))
     section = Section(text="\n\n".join(parts), metadata={"sheet": name})
-    block = Block(kind="table", text=render_table(data, headers), page=None, rows=data, headers=headers,
-                  title=name)
+    block = Block(
+        kind="table", text=render_table(data, headers), page=None, rows=data, headers=headers, title=name
+    )
     return section, block
 
 

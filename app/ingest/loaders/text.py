@@ -27,10 +27,18 @@ _NON_TEXT = re.compile("[\x00-\x08\x0b\x0e-\x1a\x1c-\x1f\x7f\ufffd]")
 _MAX_NON_TEXT_RATIO = 0.02
 _SAMPLE_CHARS = 65_536
 # charset-normalizer alphabets that a Western European (cp1252) text decodes into.
-_LATIN_ALPHABETS = frozenset({
-    "Basic Latin", "Latin-1 Supplement", "Latin Extended-A", "Latin Extended-B",
-    "Latin Extended Additional", "General Punctuation", "Currency Symbols", "Control character",
-})
+_LATIN_ALPHABETS = frozenset(
+    {
+        "Basic Latin",
+        "Latin-1 Supplement",
+        "Latin Extended-A",
+        "Latin Extended-B",
+        "Latin Extended Additional",
+        "General Punctuation",
+        "Currency Symbols",
+        "Control character",
+    }
+)
 _CP1252_MARGIN = 0.1
 _DETECTION_BYTES = 256 * 1024
 _NON_ASCII = re.compile(rb"[\x80-\xff]")
@@ -63,7 +71,7 @@ def normalise_newlines(text: str) -> str:
 def _decode(data: bytes) -> tuple[str, str]:
     for bom, encoding in _BOMS:
         if data.startswith(bom):
-            return data[len(bom):].decode(encoding, errors="replace"), encoding
+            return data[len(bom) :].decode(encoding, errors="replace"), encoding
     try:
         return data.decode("utf-8"), "utf-8"
     except UnicodeDecodeError as exc:
@@ -118,7 +126,7 @@ def _detection_sample(data: bytes) -> bytes:
             start = max(position, found.start() - _MAX_LINE)
         end = data.find(b"\n", found.start(), found.start() + _MAX_LINE)
         end = found.start() + _MAX_LINE if end == -1 else end
-        parts.append(data[max(start, position):end])
+        parts.append(data[max(start, position) : end])
         size += end - max(start, position)
         position = end + 1
     return b"\n".join(parts)
@@ -151,8 +159,9 @@ def load_text(text: str, encoding: str, *, kind: str = "text", code: bool = Fals
     sections = [Section(text=text)] if text.strip() else []
     blocks = paragraph_blocks(text, "code" if code else "paragraph")
     content_type = {"json": "application/json", "xml": "application/xml"}.get(kind, "text/plain")
-    return LoadedDocument(sections=sections, blocks=blocks, kind=kind, content_type=content_type,
-                          encoding=encoding)
+    return LoadedDocument(
+        sections=sections, blocks=blocks, kind=kind, content_type=content_type, encoding=encoding
+    )
 
 
 _XML_DECLARATION = re.compile(r"^\s*<\?xml[^>]*\?>")
@@ -161,8 +170,9 @@ _XML_DECLARATION = re.compile(r"^\s*<\?xml[^>]*\?>")
 def load_xml(text: str, encoding: str) -> LoadedDocument:
     """Load XML as its text content (no entity expansion, no network); malformed XML as raw text."""
     # resolve_entities=False: neither external (XXE) nor internal (billion laughs) entities expand.
-    parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False,
-                             remove_comments=True, remove_pis=True)
+    parser = etree.XMLParser(
+        resolve_entities=False, no_network=True, huge_tree=False, remove_comments=True, remove_pis=True
+    )
     warnings: list[str] = []
     try:
         # The text is decoded already; its declaration would name the original encoding.
@@ -171,12 +181,24 @@ def load_xml(text: str, encoding: str) -> LoadedDocument:
         logger.debug("xml parse failed, indexing raw text: %s", exc)
         warnings.append("the XML is not well-formed; indexed as plain text")
         doc = load_text(text, encoding, kind="xml")
-        return LoadedDocument(sections=doc.sections, blocks=doc.blocks, kind="xml",
-                              content_type="application/xml", encoding=encoding, warnings=warnings)
+        return LoadedDocument(
+            sections=doc.sections,
+            blocks=doc.blocks,
+            kind="xml",
+            content_type="application/xml",
+            encoding=encoding,
+            warnings=warnings,
+        )
     lines = [normalise_newlines(t).strip() for t in root.itertext()]
     lines = [line for line in lines if line]
     body = "\n".join(lines)
     sections = [Section(text=body)] if body else []
     blocks = [Block(kind="paragraph", text=line, page=None) for line in lines]
-    return LoadedDocument(sections=sections, blocks=blocks, kind="xml", content_type="application/xml",
-                          encoding=encoding, warnings=warnings)
+    return LoadedDocument(
+        sections=sections,
+        blocks=blocks,
+        kind="xml",
+        content_type="application/xml",
+        encoding=encoding,
+        warnings=warnings,
+    )
