@@ -103,6 +103,22 @@ async def test_query_multiple_limits(client: httpx.AsyncClient) -> None:
     assert r.json() == {"detail": "No documents found for the given query"}
 
 
+async def test_query_multiple_thousand_ids_with_a_real_one(client: httpx.AsyncClient) -> None:
+    user, fid = new_id("user"), new_id()
+    h = auth(user)
+    assert (await upload(client, fid, "real.txt", paragraphs(FACTS[1]), h)).status_code == 200
+    ids = [fid] + [f"missing-{i}" for i in range(999)]  # exactly 1,000 distinct
+    r = await client.post(
+        "/query_multiple", json={"query": "photosynthesis", "file_ids": ids + [fid] * 5}, headers=h
+    )
+    assert r.status_code == 200
+    assert {p[0]["metadata"]["file_id"] for p in r.json()} == {fid}
+    r = await client.post(
+        "/query_multiple", json={"query": "photosynthesis", "file_ids": [*ids, "one-more"]}, headers=h
+    )
+    assert r.status_code == 400
+
+
 async def test_librechat_parallel_query_pattern(client: httpx.AsyncClient) -> None:
     """Stock LibreChat: one /query per file in parallel, k=5, entity_id only on knowledge-base files."""
     user, agent = new_id("user"), new_id("agent")
