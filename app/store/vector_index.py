@@ -147,10 +147,6 @@ async def ensure_function(conn: asyncpg.Connection, spec: IndexSpec) -> None:
     # serialised: concurrent CREATE OR REPLACE of one function can fail with "tuple concurrently updated"
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", _BUILD_LOCK_KEY, -spec.dims)
-        # the text[] allow-list version of migration 0006 (searched linearly per tuple)
-        await conn.execute(
-            f"DROP FUNCTION IF EXISTS {spec.function_name}(vector, uuid, text[], text[], boolean, integer)"
-        )
         await conn.execute(spec.function_sql)
 
 
