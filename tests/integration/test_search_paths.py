@@ -200,6 +200,18 @@ async def index_scans(conn: asyncpg.Connection) -> int:
     )
 
 
+async def search_and_flush_stats(
+    conn: asyncpg.Connection, corpus: Corpus, plan: store.SearchPlan
+) -> store.SearchResult:
+    """Search all files, then make this backend publish its index statistics."""
+    result = await store.search(
+        conn, corpus.info, vector=corpus.queries[1], file_ids=corpus.file_ids, owners=[OWNER], k=10, plan=plan
+    )
+    await conn.execute("SELECT pg_stat_force_next_flush()")
+    await conn.execute("SELECT 1")  # the flush happens at the end of the next transaction
+    return result
+
+
 async def test_index_path_really_walks_the_hnsw_index(database: Database, corpus: Corpus) -> None:
     observer = await asyncpg.connect(database.dsn)
     conn = await asyncpg.connect(database.dsn)
@@ -213,34 +225,14 @@ async def test_index_path_really_walks_the_hnsw_index(database: Database, corpus
             index_dims=DIMS,
             cost_factor=0,
         )
-        result = await store.search(
-            conn,
-            corpus.info,
-            vector=corpus.queries[1],
-            file_ids=corpus.file_ids,
-            owners=[OWNER],
-            k=10,
-            plan=plan,
-        )
+        result = await search_and_flush_stats(conn, corpus, plan)
         assert result.path == "index"
-        await conn.execute("SELECT pg_stat_force_next_flush()")
-        await conn.execute("SELECT 1")
         after = await index_scans(observer)
         assert after > before
         exact_plan = store.SearchPlan(
             exact_max_rows=10**9, index_function=SPEC.function_name, index_dims=DIMS
         )
-        await store.search(
-            conn,
-            corpus.info,
-            vector=corpus.queries[1],
-            file_ids=corpus.file_ids,
-            owners=[OWNER],
-            k=10,
-            plan=exact_plan,
-        )
-        await conn.execute("SELECT pg_stat_force_next_flush()")
-        await conn.execute("SELECT 1")
+        await search_and_flush_stats(conn, corpus, exact_plan)
         assert await index_scans(observer) == after  # the exact path never touches it
     finally:
         await conn.close()
