@@ -151,9 +151,9 @@ class Settings(BaseSettings):
     exact_scan_max_rows: int = Field(4000, ge=0, validation_alias=_env("EXACT_SCAN_MAX_ROWS"))
     hnsw_ef_search: int = Field(100, ge=1, le=1000, validation_alias=_env("HNSW_EF_SEARCH"))
     hnsw_max_scan_tuples: int = Field(50_000, ge=100, validation_alias=_env("HNSW_MAX_SCAN_TUPLES"))
-    hnsw_cost_factor: float = Field(4.0, ge=0.0, le=1000.0, validation_alias=_env("HNSW_COST_FACTOR"))
-    hnsw_m: int = Field(16, ge=2, le=100, validation_alias=_env("HNSW_M"))
-    hnsw_ef_construction: int = Field(64, ge=4, le=1000, validation_alias=_env("HNSW_EF_CONSTRUCTION"))
+    hnsw_cost_factor: float = Field(20.0, ge=0.0, le=1000.0, validation_alias=_env("HNSW_COST_FACTOR"))
+    hnsw_m: int = Field(24, ge=2, le=100, validation_alias=_env("HNSW_M"))
+    hnsw_ef_construction: int = Field(128, ge=4, le=1000, validation_alias=_env("HNSW_EF_CONSTRUCTION"))
     hnsw_build_memory: str = Field(
         "1GB", pattern=r"^\d+(kB|MB|GB)$", validation_alias=_env("HNSW_BUILD_MEMORY")
     )

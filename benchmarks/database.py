@@ -82,14 +82,13 @@ HNSW_INDEXES = """
     SELECT c.relname AS name, i.indisvalid AS valid, i.indisready AS ready,
            pg_relation_size(c.oid) AS bytes, pg_get_indexdef(c.oid) AS definition
     FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-    WHERE i.indrelid = 'langchain_pg_embedding'::regclass
-      AND c.relname LIKE 'ragoverlay\\_emb\\_hnsw%'
+    WHERE i.indrelid = 'ragoverlay_vectors'::regclass AND c.relname LIKE 'ragoverlay\\_vec\\_hnsw%'
     ORDER BY c.relname
 """
 BUILD_PROGRESS = """
     SELECT p.command, p.phase, p.blocks_total, p.blocks_done, p.tuples_total, p.tuples_done
     FROM pg_stat_progress_create_index p
-    WHERE p.relid = 'langchain_pg_embedding'::regclass
+    WHERE p.relid = to_regclass('ragoverlay_vectors')
 """
 SERVER_FACTS = """
     SELECT version() AS version, current_setting('server_version') AS server_version,
@@ -232,6 +231,23 @@ async def hnsw_indexes(conn: asyncpg.Connection) -> list[dict[str, Any]]:
     return [dict(r) for r in await conn.fetch(HNSW_INDEXES)]
 
 
+async def vector_copy(conn: asyncpg.Connection) -> dict[str, Any]:
+    """State and size of the service's compact vector copy (`ragoverlay_vectors`), if it has one."""
+    exists = await conn.fetchval("SELECT to_regclass('ragoverlay_vector_copy') IS NOT NULL")
+    if not exists:
+        return {"state": "missing"}
+    row = await conn.fetchrow(
+        "SELECT (SELECT state FROM ragoverlay_vector_copy WHERE singleton) AS state, "
+        "pg_relation_size('ragoverlay_vectors') AS heap_bytes, "
+        "pg_indexes_size('ragoverlay_vectors') AS index_bytes"
+    )
+    return {
+        "state": row["state"] or "missing",
+        "heap_bytes": row["heap_bytes"],
+        "index_bytes": row["index_bytes"],
+    }
+
+
 async def build_progress(conn: asyncpg.Connection) -> list[dict[str, Any]]:
     """Index builds in progress on the table (pg_stat_progress_create_index)."""
     return [dict(r) for r in await conn.fetch(BUILD_PROGRESS)]
@@ -239,7 +255,7 @@ async def build_progress(conn: asyncpg.Connection) -> list[dict[str, Any]]:
 
 ALL_ROWS = "SELECT e.uuid::text AS id, e.embedding FROM langchain_pg_embedding e WHERE e.collection_id = $1"
 _HNSW_DEF = re.compile(
-    r"USING hnsw \((?P<expr>.+) (?P<type>vector|halfvec)_cosine_ops\)"
+    r" ON (?P<table>[\w.]+) USING hnsw \((?P<expr>.+) (?P<type>vector|halfvec)_cosine_ops\)"
     r"(?: WITH \([^)]*\))?(?: WHERE (?P<pred>.+))?$"
 )
 
@@ -262,9 +278,11 @@ async def raw_hnsw_recall(
     if match is None or dims is None:
         return {"error": "index definition not understood"}
     expr, vtype, pred = match.group("expr"), match.group("type"), match.group("pred") or "true"
+    # the index's own table (the service's vector copy, or rag_api's table in older layouts); both
+    # have uuid, collection_id and embedding columns
     sql = (
-        f"SELECT e.uuid::text AS id FROM langchain_pg_embedding e WHERE {pred} AND e.collection_id = $2 "
-        f"ORDER BY {expr.replace('(embedding)', '(e.embedding)')} <=> $1::{vtype}({dims.group(1)}) "
+        f"SELECT uuid::text AS id FROM {match.group('table')} WHERE {pred} AND collection_id = $2 "
+        f"ORDER BY {expr} <=> $1::vector::{vtype}({dims.group(1)}) "
         f"LIMIT {int(k)}"
     )
     records = await conn.fetch(ALL_ROWS, collection_id)

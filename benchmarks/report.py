@@ -208,6 +208,9 @@ def render(result: dict[str, Any]) -> str:
         index = cfg.get("index") or {}
         if index:
             add(f"HNSW index: {index.get('summary', '-')}")
+        copy = cfg.get("vector_copy") or {}
+        if copy:
+            add(f"vector copy (exact scans): {copy.get('summary', '-')}")
         if cfg.get("skipped") or cfg.get("error"):
             add(f"skipped: {cfg['skipped']}" if cfg.get("skipped") else f"**failed**: {cfg['error'][:500]}")
             add("")

@@ -271,6 +271,26 @@ async def wait_quiet(conn: asyncpg.Connection, limit: float = 120.0) -> float:
     return round(time.perf_counter() - t0, 2)
 
 
+async def wait_for_copy(conn: asyncpg.Connection, service: Any, limit_s: float) -> dict[str, Any]:
+    """Wait until the service's vector copy is backfilled (or is absent or disabled)."""
+    t0 = time.perf_counter()
+    while True:
+        state = await db.vector_copy(conn)
+        if state["state"] != "backfilling":
+            waited = time.perf_counter() - t0
+            await asyncio.sleep(1.0)  # the service reads the state right after its backfill
+            state["ready_after_service_start_s"] = round(time.perf_counter() - service.started_at, 1)
+            size = state.get("heap_bytes")
+            state["summary"] = f"{state['state']} after {waited:.0f} s wait" + (
+                f", heap {size / 2**20:,.0f} MiB" if size else ""
+            )
+            return state
+        if time.perf_counter() - t0 > limit_s:
+            state["summary"] = f"still backfilling after {limit_s:.0f} s; measured anyway"
+            return state
+        await asyncio.sleep(0.5)
+
+
 async def wait_for_index(
     opts: Options, conn: asyncpg.Connection, service: ServiceProcess, progress: Progress
 ) -> dict[str, Any]:
@@ -388,6 +408,9 @@ class Bench:
         try:
             with progress.phase(f"{cfg.name}: service start"):
                 out["start_s"] = round(await service.start(opts.start_timeout), 2)
+            with progress.phase(f"{cfg.name}: wait for the vector copy backfill"):
+                out["vector_copy"] = await wait_for_copy(self.conn, service, opts.index_timeout)
+            progress.say(f"  vector copy: {out['vector_copy']['summary']}")
             if cfg.env.get("VECTOR_INDEX") != "none":
                 with progress.phase(f"{cfg.name}: wait for HNSW index"):
                     out["index"] = await wait_for_index(opts, self.conn, service, progress)

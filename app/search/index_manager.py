@@ -14,12 +14,14 @@ import time
 import asyncpg
 
 from app.config import Settings
+from app.store import vector_copy
 from app.store.chunks import CatalogueStats, catalogue_stats
 from app.store.db import StoreInfo
 from app.store.vector_index import (
     IndexSpec,
     backfill_catalog,
     build_index,
+    drop_legacy_indexes,
     ensure_function,
     index_spec,
     index_state,
@@ -44,10 +46,14 @@ class VectorIndexManager:
         self._last_check: dict[int, float] = {}
         self.catalog_ready = asyncio.Event()
         self.stats = CatalogueStats()
+        # the compact vector copy: searches use it once it holds every row (state 'ready')
+        self.copy_state = "missing"
+        self.copy_ready = asyncio.Event()
 
     def start(self, dims_hint: int | None) -> None:
         """Backfill the file catalogue, keep its statistics fresh, build the index for `dims_hint`."""
         self._spawn(self._backfill_then_watch())
+        self._spawn(self._backfill_copy())
         if dims_hint:
             self.note_dims(dims_hint)
 
@@ -69,6 +75,11 @@ class VectorIndexManager:
             logger.warning("pgvector cannot index %d dimensions; searches stay exact", dims)
             return
         self._spawn(self._ensure(spec))
+
+    @property
+    def use_copy(self) -> bool:
+        """True when exact scans may rank on the compact vector copy."""
+        return self.copy_state == "ready"
 
     def usable(self, dims: int) -> IndexSpec | None:
         """The valid index for `dims`, or None (then searches are exact)."""
@@ -104,17 +115,54 @@ class VectorIndexManager:
             self.catalog_ready.set()
             await asyncio.sleep(STATS_SECONDS)
 
+    async def _backfill_copy(self) -> None:
+        """Copy pre-existing rows into the vector copy (another replica may be doing it)."""
+        while True:
+            try:
+                conn = await asyncpg.connect(self.dsn)
+                try:
+                    await conn.execute("SET statement_timeout = 0")
+                    started = time.monotonic()
+                    copied = await vector_copy.backfill(conn)
+                    if copied is not None:
+                        logger.info(
+                            "Vector copy backfilled: %d rows in %.1f s", copied, time.monotonic() - started
+                        )
+                    self._set_copy_state(await vector_copy.copy_state(conn))
+                finally:
+                    await conn.close()
+            except asyncio.CancelledError:
+                raise
+            except (OSError, asyncpg.PostgresError) as exc:
+                logger.warning("Vector copy backfill failed (%s); exact scans read rag_api's rows", exc)
+            if self.copy_state != "backfilling":
+                return
+            await asyncio.sleep(RECHECK_SECONDS)  # another replica holds the backfill lock
+
+    def _set_copy_state(self, state: str) -> None:
+        if state != self.copy_state:
+            logger.info("Vector copy state: %s", state)
+        self.copy_state = state
+        if state == "ready":
+            self.copy_ready.set()
+        else:
+            self.copy_ready.clear()
+
     async def _refresh_stats(self) -> None:
         try:
             conn = await asyncpg.connect(self.dsn)
             try:
                 self.stats = await catalogue_stats(conn, self.info)
+                self._set_copy_state(await vector_copy.copy_state(conn))
             finally:
                 await conn.close()
         except (OSError, asyncpg.PostgresError) as exc:
             logger.warning("Catalogue statistics refresh failed (%s)", type(exc).__name__)
 
     async def _ensure(self, spec: IndexSpec) -> None:
+        # the index lives on the vector copy: build it once the copy holds every row (a build
+        # during the backfill would work, but slower, and nothing may use it before then)
+        await self.copy_ready.wait()
         try:
             conn = await asyncpg.connect(self.dsn)
             try:
@@ -141,6 +189,13 @@ class VectorIndexManager:
                         )
                 self._valid[spec.dims] = spec
                 self._last_check[spec.dims] = time.monotonic()
+                try:
+                    dropped = await drop_legacy_indexes(conn)
+                except asyncpg.PostgresError as exc:
+                    logger.warning("Could not drop HNSW indexes of the previous layout (%s)", exc)
+                else:
+                    if dropped:
+                        logger.info("Dropped HNSW indexes of the previous layout: %s", ", ".join(dropped))
             finally:
                 await conn.close()
         except asyncio.CancelledError:

@@ -70,6 +70,7 @@ class SearchService:
             ef_search=self.settings.hnsw_ef_search,
             max_scan_tuples=self.settings.hnsw_max_scan_tuples,
             legacy_unowned=self.settings.legacy_unowned_readable,
+            use_copy=self.indexes.use_copy if self.indexes else False,
         )
 
     async def search(

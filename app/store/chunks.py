@@ -44,6 +44,7 @@ class SearchPlan:
     ef_search: int = 100
     max_scan_tuples: int = 20_000
     legacy_unowned: bool = False
+    use_copy: bool = False  # the compact vector copy (ragoverlay_vectors) is complete
 
 
 @dataclass
@@ -147,6 +148,7 @@ async def search(
         plan.ef_search,
         plan.max_scan_tuples,
         plan.cost_factor,
+        plan.use_copy,
         timeout=timeout,
     )
     hits = [

@@ -39,11 +39,13 @@ CMETADATA_TYPE = """
 VECTOR_VERSION = "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
 
 # --- search ----------------------------------------------------------------------------------
-# One round trip: ragoverlay_search_v1 (migration 0004) estimates the visible rows, picks the exact
-# scan or the HNSW index, and returns top-k without vectors.
+# One round trip: ragoverlay_search_v2 (migration 0007) estimates the visible rows, picks the exact
+# scan (on the compact vector copy when it is ready) or the HNSW index, and returns top-k without
+# vectors.
 SEARCH_FUNCTION = """
     SELECT uuid, custom_id, document, cmetadata, distance, path, visible_estimate
-    FROM ragoverlay_search_v1($1, $2, $3::text[], $4::text[], $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+    FROM ragoverlay_search_v2($1, $2, $3::text[], $4::text[], $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
+                              $15)
 """
 
 # Catalogue statistics the search path choice uses (refreshed in the background, not per request).

@@ -1,10 +1,12 @@
-"""The HNSW index on rag_api's dimensionless `embedding` column, and the file catalogue backfill.
+"""The HNSW index of each embedding dimension, on the compact vector copy, and the catalogue backfill.
 
-rag_api's `vector` column has no dimension, so the index is on an expression cast to the model's
-dimension, partial on `vector_dims(embedding) = d` (rows of another model never hit the cast), and
-the search function queries through the very same expression. Builds run CONCURRENTLY on a
-dedicated connection under an advisory lock: ingestion and searches go on, and only one replica
-builds.
+The index lives on `ragoverlay_vectors` (migration 0006), not on rag_api's table: its rows are small
+and inline, so each candidate the filtered walk meets is checked against plain "C"-collated columns
+instead of a TOASTed row and its JSON metadata (measured: ~6x faster at a 10 % allow-list, same
+recall). One halfvec index per dimension, partial on `dims = d`, on an expression cast to that
+dimension; the walk function queries through the very same expression. Builds run CONCURRENTLY on
+a dedicated connection under an advisory lock: ingestion and searches go on, and only one replica
+builds. Indexes of the previous layout (on rag_api's table) are dropped once the new one is valid.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ import asyncpg
 
 logger = logging.getLogger(__name__)
 
-# pgvector's limits for HNSW: vector up to 2,000 dimensions, halfvec up to 4,000.
-MAX_VECTOR_DIMS = 2000
-MAX_HALFVEC_DIMS = 4000
+# pgvector's HNSW limit for halfvec
+MAX_INDEX_DIMS = 4000
 _BUILD_LOCK_KEY = 0x72616769  # "ragi"
+LEGACY_INDEX_PREFIX = "ragoverlay_emb_hnsw_"  # 0.x layout: HNSW on langchain_pg_embedding
 
 
 @dataclass(frozen=True)
@@ -28,44 +30,44 @@ class IndexSpec:
     """Name and expression of the HNSW index for one dimension."""
 
     dims: int
-    type_name: str  # "vector" or "halfvec"
 
     @property
     def name(self) -> str:
-        """Index name (prefix `ragoverlay_emb_hnsw`)."""
-        return f"ragoverlay_emb_hnsw_{self.type_name}_{self.dims}"
+        """Index name (prefix `ragoverlay_vec_hnsw`)."""
+        return f"ragoverlay_vec_hnsw_{self.dims}"
 
     @property
     def function_name(self) -> str:
         """The per-dimension index-walk function the search function calls."""
-        return f"ragoverlay_hnsw_{self.type_name}_{self.dims}"
+        return f"ragoverlay_vec_walk_{self.dims}"
 
     @property
     def function_sql(self) -> str:
         """CREATE OR REPLACE of the index-walk function: static SQL through the index expression.
 
         plpgsql, not sql: a sql function would be inlined into the caller's dynamic statement and
-        planned on every call; plpgsql keeps one cached plan per connection.
+        planned on every call; plpgsql keeps one cached plan per connection. The query is made
+        unit length (as the copy's vectors are) once, in a variable, not per row.
         """
-        expr = f"(e.embedding::{self.type_name}({self.dims}))"
-        query = f"p_query::{self.type_name}({self.dims})"
+        expr = f"(v.embedding::halfvec({self.dims}))"
         return f"""
             CREATE OR REPLACE FUNCTION {self.function_name}(
                 p_query vector, p_collection uuid, p_fileset jsonb, p_owners text[],
                 p_legacy_unowned boolean, p_limit integer)
             RETURNS TABLE (id uuid, distance double precision)
             LANGUAGE plpgsql STABLE AS $fn$
+            DECLARE
+                unit_query halfvec({self.dims}) := l2_normalize(p_query)::halfvec({self.dims});
             BEGIN
                 RETURN QUERY
-                    SELECT e.uuid, {expr} <=> {query}
-                    FROM langchain_pg_embedding e
-                    WHERE vector_dims(e.embedding) = {self.dims}
-                      AND e.collection_id = p_collection
+                    SELECT v.uuid, ({expr} <=> unit_query)::double precision
+                    FROM ragoverlay_vectors v
+                    WHERE v.dims = {self.dims}
+                      AND v.collection_id = p_collection
                       -- jsonb `?` is a binary search over sorted keys: no linear scan per tuple
-                      AND p_fileset ? e.custom_id
-                      AND ((e.cmetadata ->> 'user_id') = ANY (p_owners)
-                           OR (p_legacy_unowned AND (e.cmetadata ->> 'user_id') IS NULL))
-                    ORDER BY {expr} <=> {query}
+                      AND p_fileset ? v.file_id
+                      AND (v.owner = ANY (p_owners) OR (p_legacy_unowned AND v.owner IS NULL))
+                    ORDER BY {expr} <=> unit_query
                     LIMIT p_limit;
             END;
             $fn$
@@ -73,25 +75,36 @@ class IndexSpec:
 
     @property
     def create_sql(self) -> str:
-        """CREATE INDEX CONCURRENTLY statement (dims and type are ours, never request data)."""
-        ops = "vector_cosine_ops" if self.type_name == "vector" else "halfvec_cosine_ops"
+        """CREATE INDEX CONCURRENTLY statement (dims are ours, never request data)."""
         return (
-            f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {self.name} ON langchain_pg_embedding "
-            f"USING hnsw ((embedding::{self.type_name}({self.dims})) {ops}) "
+            f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {self.name} ON ragoverlay_vectors "
+            f"USING hnsw ((embedding::halfvec({self.dims})) halfvec_cosine_ops) "
             f"WITH (m = $M, ef_construction = $EFC) "
-            f"WHERE vector_dims(embedding) = {self.dims}"
+            f"WHERE dims = {self.dims}"
         )
 
 
 def index_spec(dims: int) -> IndexSpec | None:
     """The index to build for `dims`, or None when pgvector cannot index that many dimensions."""
-    if dims <= 0:
-        return None
-    if dims <= MAX_VECTOR_DIMS:
-        return IndexSpec(dims, "vector")
-    if dims <= MAX_HALFVEC_DIMS:
-        return IndexSpec(dims, "halfvec")
+    if 0 < dims <= MAX_INDEX_DIMS:
+        return IndexSpec(dims)
     return None
+
+
+async def drop_legacy_indexes(conn: asyncpg.Connection) -> list[str]:
+    """Drop HNSW indexes of the previous layout on rag_api's table (CONCURRENTLY); return their names."""
+    names = [
+        r["relname"]
+        for r in await conn.fetch(
+            "SELECT c.relname FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid "
+            "WHERE i.indrelid = 'langchain_pg_embedding'::regclass AND starts_with(c.relname, $1)",
+            LEGACY_INDEX_PREFIX,
+        )
+    ]
+    for name in names:
+        # the name comes from the catalogue and carries our fixed prefix; quoted all the same
+        await conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+    return names
 
 
 async def index_state(conn: asyncpg.Connection, spec: IndexSpec) -> str:

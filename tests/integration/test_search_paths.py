@@ -1,7 +1,9 @@
-"""The exact and HNSW paths of ragoverlay_search_v1 against the real PostgreSQL + pgvector.
+"""The exact and HNSW paths of the search function against the real PostgreSQL + pgvector.
 
 A small clustered corpus is written through the store (so the file catalogue has chunk counts),
-the HNSW index is built, and each path is forced through the plan's threshold.
+the HNSW index is built, and each path is forced through the plan's threshold. The exact path runs
+twice: on rag_api's rows, and ranked on the compact vector copy (`use_copy`), which the triggers
+fill as the corpus is written.
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ async def run(
     *,
     exact_max: int,
     ef: int = 100,
+    use_copy: bool = False,
 ) -> store.SearchResult:
     conn = await asyncpg.connect(database.dsn)
     await register_vector(conn)
@@ -121,6 +124,7 @@ async def run(
             cost_factor=0.0,
             ef_search=ef,
             max_scan_tuples=50_000,
+            use_copy=use_copy,
         )
         return await store.search(conn, corpus.info, vector=q, file_ids=files, owners=[OWNER], k=k, plan=plan)
     finally:
@@ -143,50 +147,68 @@ async def test_exact_and_index_paths_agree(database: Database, corpus: Corpus) -
     files = corpus.file_ids[:50]  # 1,000 visible rows
     for q in corpus.queries:
         exact = await run(database, corpus, q, files, 10, exact_max=10**9)
-        index = await run(database, corpus, q, files, 10, exact_max=0, ef=400)
-        assert exact.path == "exact" and index.path == "index"
+        copy = await run(database, corpus, q, files, 10, exact_max=10**9, use_copy=True)
+        index = await run(database, corpus, q, files, 10, exact_max=0, ef=400, use_copy=True)
+        assert exact.path == "exact" and copy.path == "exact" and index.path == "index"
         assert exact.visible_estimate == 50 * PER_FILE
         want = await reference(database, corpus, q, files, 10)
         assert [str(h.id) for h in exact.hits] == want
+        # the copy ranks in halfvec, but the distances returned are the exact float32 ones
+        assert [str(h.id) for h in copy.hits] == want
+        assert [h.distance for h in copy.hits] == [h.distance for h in exact.hits]
         # with a generous ef_search the approximate path finds the same ten
         assert {str(h.id) for h in index.hits} == set(want)
         distances = [h.distance for h in index.hits]
         assert distances == sorted(distances)
 
 
-@pytest.mark.parametrize("exact_max", [0, 10**9])
+PATHS = [(0, True), (10**9, False), (10**9, True)]  # index, exact, exact on the copy
+
+
+@pytest.mark.parametrize(("exact_max", "use_copy"), PATHS)
 async def test_k_rows_for_a_one_percent_allow_list(
-    database: Database, corpus: Corpus, exact_max: int
+    database: Database, corpus: Corpus, exact_max: int, use_copy: bool
 ) -> None:
     files = [corpus.file_ids[37]]  # 20 of ~2,000 rows: 1 %
     for q in corpus.queries:
-        result = await run(database, corpus, q, files, 10, exact_max=exact_max)
+        result = await run(database, corpus, q, files, 10, exact_max=exact_max, use_copy=use_copy)
         assert len(result.hits) == 10
         assert {h.file_id for h in result.hits} == set(files)
         assert [str(h.id) for h in result.hits] == await reference(database, corpus, q, files, 10)
 
 
-@pytest.mark.parametrize("exact_max", [0, 10**9])
+@pytest.mark.parametrize(("exact_max", "use_copy"), PATHS)
 async def test_foreign_nearest_chunks_never_returned(
-    database: Database, corpus: Corpus, exact_max: int
+    database: Database, corpus: Corpus, exact_max: int, use_copy: bool
 ) -> None:
     files = [corpus.foreign_file, *corpus.file_ids[1:30]]
     for q in corpus.queries:
-        result = await run(database, corpus, q, files, 10, exact_max=exact_max)
+        result = await run(database, corpus, q, files, 10, exact_max=exact_max, use_copy=use_copy)
         assert len(result.hits) == 10
         assert all(h.metadata["user_id"] == OWNER for h in result.hits)
         assert all(not h.text.startswith("FOREIGN") for h in result.hits)
 
 
-async def test_fewer_visible_than_k(database: Database, corpus: Corpus) -> None:
-    result = await run(database, corpus, corpus.queries[0], [corpus.file_ids[5]], 50, exact_max=0)
+@pytest.mark.parametrize(("exact_max", "use_copy"), PATHS)
+async def test_fewer_visible_than_k(
+    database: Database, corpus: Corpus, exact_max: int, use_copy: bool
+) -> None:
+    q = corpus.queries[0]
+    result = await run(database, corpus, q, [corpus.file_ids[5]], 50, exact_max=exact_max, use_copy=use_copy)
     assert len(result.hits) == PER_FILE  # all 20 visible rows, no more
 
 
-async def test_unknown_files_and_dimension_mismatch(database: Database, corpus: Corpus) -> None:
-    assert (await run(database, corpus, corpus.queries[0], ["nope"], 10, exact_max=0)).hits == []
+@pytest.mark.parametrize(("exact_max", "use_copy"), PATHS)
+async def test_unknown_files_and_dimension_mismatch(
+    database: Database, corpus: Corpus, exact_max: int, use_copy: bool
+) -> None:
+    q = corpus.queries[0]
+    assert (await run(database, corpus, q, ["nope"], 10, exact_max=exact_max, use_copy=use_copy)).hits == []
     other_dims = unit(np.ones(8, dtype=np.float32))
-    assert (await run(database, corpus, other_dims, corpus.file_ids, 10, exact_max=0)).hits == []
+    found = await run(
+        database, corpus, other_dims, corpus.file_ids, 10, exact_max=exact_max, use_copy=use_copy
+    )
+    assert found.hits == []
 
 
 async def index_scans(conn: asyncpg.Connection) -> int:
@@ -224,13 +246,14 @@ async def test_index_path_really_walks_the_hnsw_index(database: Database, corpus
             index_function=SPEC.function_name,
             index_dims=DIMS,
             cost_factor=0,
+            use_copy=True,
         )
         result = await search_and_flush_stats(conn, corpus, plan)
         assert result.path == "index"
         after = await index_scans(observer)
         assert after > before
         exact_plan = store.SearchPlan(
-            exact_max_rows=10**9, index_function=SPEC.function_name, index_dims=DIMS
+            exact_max_rows=10**9, index_function=SPEC.function_name, index_dims=DIMS, use_copy=True
         )
         await search_and_flush_stats(conn, corpus, exact_plan)
         assert await index_scans(observer) == after  # the exact path never touches it
@@ -252,15 +275,16 @@ async def test_cost_rule_keeps_small_visible_shares_exact(database: Database, co
                 index_dims=DIMS,
                 cost_factor=1.0,
                 ef_search=100,
+                use_copy=True,
             )
 
         q = corpus.queries[2]
-        # 20 of ~2,000 rows: 20^2 = 400 < 2,000 x 100, so the exact scan answers
+        # 20 of ~2,000 rows: 20^2 = 400 < 2,000 x 30 candidates, so the exact scan answers
         small = await store.search(
             conn, corpus.info, vector=q, file_ids=corpus.file_ids[:1], owners=[OWNER], k=10, plan=plan(1)
         )
         assert small.path == "exact"
-        # 1,600 of ~2,000 rows: 1,600^2 = 2.56M >= 2,000 x 100, so the index walks
+        # 1,600 of ~2,000 rows: 1,600^2 = 2.56M >= 2,000 x 30, so the index walks
         large = await store.search(
             conn, corpus.info, vector=q, file_ids=corpus.file_ids[:80], owners=[OWNER], k=10, plan=plan(80)
         )

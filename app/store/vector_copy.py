@@ -1,0 +1,102 @@
+"""The compact vector copy (`ragoverlay_vectors`, migration 0006): its state and its backfill.
+
+Triggers mirror every write to rag_api's table from the moment the migration ran; rows that were
+there before are copied here, file by file in file-id order (so each file's rows sit together),
+in batches that each commit on their own: writers never wait for the whole backfill.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import asyncpg
+
+logger = logging.getLogger(__name__)
+
+_BACKFILL_LOCK_KEY = 0x72617663  # "ravc": one replica backfills at a time
+
+STATE = "SELECT state FROM ragoverlay_vector_copy WHERE singleton"
+
+COLLECTIONS = "SELECT uuid FROM langchain_pg_collection ORDER BY uuid"
+
+# Whole files per batch: the upper bound is the file id of the `$3`-th row after the cursor, and
+# every row up to and including that file is copied. ON CONFLICT DO NOTHING: a row the triggers
+# already copied is newer than ours.
+BACKFILL_BATCH = """
+    WITH bound AS (
+        SELECT max(s.custom_id) AS hi
+        FROM (SELECT e.custom_id FROM langchain_pg_embedding e
+              WHERE e.collection_id = $1 AND e.custom_id > $2
+              ORDER BY e.custom_id LIMIT $3) s
+    ), copied AS (
+        INSERT INTO ragoverlay_vectors (uuid, collection_id, file_id, owner, dims, embedding)
+        SELECT e.uuid, e.collection_id, e.custom_id, e.cmetadata ->> 'user_id', vector_dims(e.embedding),
+               l2_normalize(e.embedding)::halfvec
+        FROM langchain_pg_embedding e, bound b
+        WHERE e.collection_id = $1 AND e.custom_id > $2 AND e.custom_id <= b.hi
+          AND e.embedding IS NOT NULL
+        ORDER BY e.custom_id
+        ON CONFLICT (uuid) DO NOTHING
+        RETURNING uuid
+    )
+    SELECT (SELECT hi FROM bound) AS hi, coalesce(array_agg(uuid), '{}') AS ids FROM copied
+"""
+
+# A row deleted after the batch read it but before the batch committed would otherwise linger
+# (its delete trigger found nothing to remove). Searches re-read every candidate's own row, so a
+# leftover could never be returned; this keeps the copy exact anyway.
+DROP_ORPHANS = """
+    DELETE FROM ragoverlay_vectors v
+    WHERE v.uuid = ANY($1::uuid[])
+      AND NOT EXISTS (SELECT 1 FROM langchain_pg_embedding e WHERE e.uuid = v.uuid)
+"""
+
+MARK_READY = """
+    UPDATE ragoverlay_vector_copy SET state = 'ready', detail = NULL, updated_at = now()
+    WHERE singleton AND state = 'backfilling'
+"""
+
+
+async def copy_state(conn: asyncpg.Connection) -> str:
+    """'backfilling', 'ready', 'disabled', or 'missing' (the migration has not run)."""
+    try:
+        state = await conn.fetchval(STATE)
+    except asyncpg.UndefinedTableError:
+        return "missing"
+    return str(state) if state else "missing"
+
+
+async def backfill(conn: asyncpg.Connection, *, batch_rows: int = 5000) -> int | None:
+    """Copy rows written before the triggers existed; mark the copy ready. Returns rows copied.
+
+    None when another session holds the backfill lock or there is nothing to do. `conn` must not
+    be inside a transaction: each batch commits on its own.
+    """
+    if await copy_state(conn) != "backfilling":
+        return None
+    got = await conn.fetchval("SELECT pg_try_advisory_lock($1)", _BACKFILL_LOCK_KEY)
+    if not got:
+        return None
+    try:
+        if await copy_state(conn) != "backfilling":
+            return None
+        total = 0
+        collections: list[uuid.UUID] = [r["uuid"] for r in await conn.fetch(COLLECTIONS)]
+        for collection_id in collections:
+            cursor = ""
+            while True:
+                row = await conn.fetchrow(BACKFILL_BATCH, collection_id, cursor, batch_rows)
+                if row is None or row["hi"] is None:
+                    break
+                ids = list(row["ids"])
+                if ids:
+                    await conn.execute(DROP_ORPHANS, ids)
+                total += len(ids)
+                cursor = row["hi"]
+        await conn.execute(MARK_READY)
+        # planner statistics (and the path choice's table size) for the freshly filled copy
+        await conn.execute("ANALYZE ragoverlay_vectors")
+        return total
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", _BACKFILL_LOCK_KEY)

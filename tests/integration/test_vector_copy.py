@@ -1,0 +1,227 @@
+"""The compact vector copy (migration 0006): triggers mirror rag_api-style writes, the backfill copies
+rows that predate the triggers, and a search on the copy trusts nothing but the row itself."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import numpy as np
+import pytest
+from pgvector.asyncpg import register_vector
+
+from app.store import chunks as store
+from app.store import vector_copy
+from app.store.db import StoreInfo, bootstrap
+from app.store.vector_index import drop_legacy_indexes
+from tests.fixtures.service import Database
+
+DIMS = 8
+
+
+def with_database(dsn: str, name: str) -> str:
+    parts = urlsplit(dsn)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+@pytest.fixture
+async def fresh_dsn(database: Database) -> AsyncIterator[str]:
+    """A database of its own (TRUNCATE and a disabled trigger must not touch other tests' rows)."""
+    name = f"vc_{uuid.uuid4().hex[:10]}"
+    owner = urlsplit(database.dsn).username
+    su = await asyncpg.connect(database.superuser_dsn)
+    try:
+        await su.execute(f'CREATE DATABASE {name} OWNER "{owner}"')
+        ext = await asyncpg.connect(with_database(database.superuser_dsn, name))
+        try:
+            await ext.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        finally:
+            await ext.close()
+        yield with_database(database.dsn, name)
+    finally:
+        await su.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        await su.close()
+
+
+async def connect(dsn: str) -> asyncpg.Connection:
+    conn = await asyncpg.connect(dsn)
+    await register_vector(conn)
+    return conn
+
+
+def rag_api_row(
+    info: StoreInfo, file_id: str | None, owner: str | None, vector: np.ndarray, text: str = "t"
+) -> tuple[object, ...]:
+    """A row as rag_api writes it (random v4 uuid, json metadata text, custom_id = file id)."""
+    meta: dict[str, object] = {"file_id": file_id, "digest": text, "source": f"/app/uploads/{file_id}.pdf"}
+    if owner is not None:
+        meta["user_id"] = owner
+    return (uuid.uuid4(), info.collection_id, vector.astype(np.float32), text, json.dumps(meta), file_id)
+
+
+COLUMNS = ["uuid", "collection_id", "embedding", "document", "cmetadata", "custom_id"]
+
+
+async def copy_rows(conn: asyncpg.Connection) -> dict[uuid.UUID, asyncpg.Record]:
+    rows = await conn.fetch(
+        "SELECT uuid, collection_id, file_id, owner, dims, embedding FROM ragoverlay_vectors"
+    )
+    return {r["uuid"]: r for r in rows}
+
+
+async def test_triggers_mirror_inserts_updates_deletes_and_truncate(fresh_dsn: str) -> None:
+    info = await bootstrap(fresh_dsn, "vc")
+    conn = await connect(fresh_dsn)
+    try:
+        rng = np.random.default_rng(1)
+        big = rng.normal(size=DIMS) * 1e6  # far outside halfvec's range: stored at unit length
+        rows = [
+            rag_api_row(info, "f1", "u1", big),
+            rag_api_row(info, "f1", "u1", rng.normal(size=DIMS)),
+            rag_api_row(info, "f2", None, rng.normal(size=DIMS)),  # legacy, no owner
+            rag_api_row(info, None, "u1", rng.normal(size=DIMS)),  # no file id: never searchable
+            rag_api_row(info, "f3", "u2", rng.normal(size=4)),  # another model's dimension
+        ]
+        await conn.copy_records_to_table("langchain_pg_embedding", records=rows[:3], columns=COLUMNS)
+        await conn.executemany(
+            "INSERT INTO langchain_pg_embedding (uuid, collection_id, embedding, document, cmetadata, "
+            "custom_id) VALUES ($1, $2, $3, $4, $5, $6)",
+            rows[3:],
+        )
+        got = await copy_rows(conn)
+        assert set(got) == {rows[i][0] for i in (0, 1, 2, 4)}
+        first = got[rows[0][0]]
+        assert (first["collection_id"], first["file_id"], first["owner"], first["dims"]) == (
+            info.collection_id,
+            "f1",
+            "u1",
+            DIMS,
+        )
+        stored = np.asarray(first["embedding"].to_numpy(), dtype=np.float32)
+        np.testing.assert_allclose(stored, big / np.linalg.norm(big), atol=1e-3)
+        assert got[rows[2][0]]["owner"] is None
+        assert got[rows[4][0]]["dims"] == 4
+
+        # an owner change follows; losing the file id drops the row from the copy
+        # cmetadata is json in rag_api's schema, jsonb in langchain's newer one
+        cast = "::json" if await _is_json(conn) else ""
+        await conn.execute(
+            "UPDATE langchain_pg_embedding "
+            f"SET cmetadata = jsonb_set(cmetadata::jsonb, '{{user_id}}', '\"u9\"'){cast} WHERE uuid = $1",
+            rows[1][0],
+        )
+        await conn.execute("UPDATE langchain_pg_embedding SET custom_id = NULL WHERE uuid = $1", rows[2][0])
+        await conn.execute("UPDATE langchain_pg_embedding SET custom_id = 'f1' WHERE uuid = $1", rows[3][0])
+        got = await copy_rows(conn)
+        assert got[rows[1][0]]["owner"] == "u9"
+        assert rows[2][0] not in got
+        assert got[rows[3][0]]["file_id"] == "f1"
+
+        await conn.execute("DELETE FROM langchain_pg_embedding WHERE uuid = $1", rows[0][0])
+        assert rows[0][0] not in await copy_rows(conn)
+        await conn.execute("TRUNCATE langchain_pg_embedding")
+        assert await copy_rows(conn) == {}
+    finally:
+        await conn.close()
+
+
+async def _is_json(conn: asyncpg.Connection) -> bool:
+    kind = await conn.fetchval(
+        "SELECT data_type FROM information_schema.columns "
+        "WHERE table_name = 'langchain_pg_embedding' AND column_name = 'cmetadata'"
+    )
+    return kind == "json"
+
+
+async def test_backfill_copies_rows_written_before_the_triggers(fresh_dsn: str) -> None:
+    info = await bootstrap(fresh_dsn, "vc")
+    other = await bootstrap(fresh_dsn, "vc-other")  # a second collection is copied too
+    conn = await connect(fresh_dsn)
+    try:
+        rng = np.random.default_rng(2)
+        # rows from before the migration: written while the triggers did not exist
+        await conn.execute("ALTER TABLE langchain_pg_embedding DISABLE TRIGGER USER")
+        rows = [
+            rag_api_row(target, f"file-{i % 7}", f"u{i % 2}", rng.normal(size=DIMS), f"t{i}")
+            for target in (info, other)
+            for i in range(40)
+        ]
+        rows.append(rag_api_row(info, None, "u1", rng.normal(size=DIMS)))
+        await conn.copy_records_to_table("langchain_pg_embedding", records=rows, columns=COLUMNS)
+        await conn.execute("ALTER TABLE langchain_pg_embedding ENABLE TRIGGER USER")
+        await conn.execute("UPDATE ragoverlay_vector_copy SET state = 'backfilling'")
+        assert await copy_rows(conn) == {}
+        # and one row written after the triggers came: copied by them, not twice by the backfill
+        late = rag_api_row(info, "file-3", "u1", rng.normal(size=DIMS), "late")
+        await conn.copy_records_to_table("langchain_pg_embedding", records=[late], columns=COLUMNS)
+
+        # 3 rows per batch: files of ~6 rows straddle every batch boundary
+        copied = await vector_copy.backfill(conn, batch_rows=3)
+        assert copied == 80
+        got = await copy_rows(conn)
+        assert set(got) == {r[0] for r in rows if r[5] is not None} | {late[0]}
+        assert await vector_copy.copy_state(conn) == "ready"
+        assert await vector_copy.backfill(conn) is None  # nothing left to do
+        for r in rows[:-1]:
+            assert (got[r[0]]["file_id"], got[r[0]]["owner"], got[r[0]]["collection_id"]) == (
+                r[5],
+                json.loads(r[4])["user_id"],
+                r[1],
+            )
+    finally:
+        await conn.close()
+
+
+async def test_search_on_the_copy_rechecks_each_candidate_row(fresh_dsn: str) -> None:
+    """A wrong copy row (stale owner, a row gone) can cost a candidate, never leak one."""
+    info = await bootstrap(fresh_dsn, "vc")
+    conn = await connect(fresh_dsn)
+    try:
+        rng = np.random.default_rng(3)
+        q = rng.normal(size=DIMS).astype(np.float32)
+        mine = [rag_api_row(info, "mine", "me", rng.normal(size=DIMS), f"mine {i}") for i in range(12)]
+        theirs = [
+            rag_api_row(info, "mine", "them", q + 0.01 * rng.normal(size=DIMS), f"theirs {i}")
+            for i in range(3)
+        ]
+        await conn.copy_records_to_table("langchain_pg_embedding", records=mine + theirs, columns=COLUMNS)
+        # the copy claims their rows (nearest to the query of all) are mine
+        await conn.execute("UPDATE ragoverlay_vectors SET owner = 'me' WHERE owner = 'them'")
+        # and one of my rows vanished from rag_api's table without the copy noticing
+        await conn.execute("ALTER TABLE langchain_pg_embedding DISABLE TRIGGER USER")
+        await conn.execute("DELETE FROM langchain_pg_embedding WHERE uuid = $1", mine[0][0])
+        await conn.execute("ALTER TABLE langchain_pg_embedding ENABLE TRIGGER USER")
+
+        plan = store.SearchPlan(exact_max_rows=10**9, estimate=15, use_copy=True)
+        result = await store.search(conn, info, vector=q, file_ids=["mine"], owners=["me"], k=5, plan=plan)
+        assert result.path == "exact"
+        assert len(result.hits) == 5
+        assert all(h.text.startswith("mine ") for h in result.hits)
+        assert all(h.id != mine[0][0] for h in result.hits)
+        want = await store.search_exact_reference(conn, info, vector=q, file_ids=["mine"], owners=["me"], k=5)
+        assert [h.id for h in result.hits] == [h.id for h in want]
+    finally:
+        await conn.close()
+
+
+async def test_indexes_of_the_previous_layout_are_dropped(fresh_dsn: str) -> None:
+    await bootstrap(fresh_dsn, "vc")
+    conn = await connect(fresh_dsn)
+    try:
+        # the 0.x layout's HNSW index on rag_api's table (a btree stands in: only the name matters)
+        await conn.execute("CREATE INDEX ragoverlay_emb_hnsw_vector_8 ON langchain_pg_embedding (custom_id)")
+        await conn.execute("CREATE INDEX keep_me ON langchain_pg_embedding (document)")
+        assert await drop_legacy_indexes(conn) == ["ragoverlay_emb_hnsw_vector_8"]
+        left = {
+            r["indexname"]
+            for r in await conn.fetch(
+                "SELECT indexname FROM pg_indexes WHERE tablename = 'langchain_pg_embedding'"
+            )
+        }
+        assert "keep_me" in left and "ragoverlay_emb_hnsw_vector_8" not in left
+        assert await drop_legacy_indexes(conn) == []
+    finally:
+        await conn.close()
