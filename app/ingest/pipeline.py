@@ -95,7 +95,8 @@ class IngestService:
         self.blobs = blobs
         self.model_id = model_identity(settings)
         # told of every stored file (dimension, chunks): keeps the search statistics current
-        self.on_stored: Callable[[int | None, int], None] | None = None
+        # (file id, owner, dimension, chunks) of each stored file: feeds the search path statistics
+        self.on_stored: Callable[[str, str, int | None, int], None] | None = None
         # Parsing is CPU work in threads; the semaphore bounds whole ingests so a burst of uploads
         # cannot hold dozens of parsed documents in memory at once.
         self._executor = ThreadPoolExecutor(
@@ -196,7 +197,7 @@ class IngestService:
             if orphan:
                 await self._delete_blob_quietly(orphan)
         if self.on_stored is not None:
-            self.on_stored(record.embedding_dim, len(new_chunks))
+            self.on_stored(record.file_id, record.owner, record.embedding_dim, len(new_chunks))
         logger.info(
             "Ingested file %s: %d chunks (%d embedded, %d reused), load %.0f ms, embed %.0f ms, "
             "total %.0f ms",

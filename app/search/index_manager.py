@@ -57,13 +57,9 @@ class VectorIndexManager:
         if dims_hint:
             self.note_dims(dims_hint)
 
-    def note_ingest(self, dims: int | None, chunks: int) -> None:
+    def note_ingest(self, file_id: str, owner: str, dims: int | None, chunks: int) -> None:
         """Account for a file this process just stored, until the next statistics refresh."""
-        s = self.stats
-        uniform = s.uniform_dims if (s.files == 0 or s.uniform_dims == dims) else None
-        if s.files == 0:
-            uniform = dims
-        self.stats = CatalogueStats(s.files + 1, s.chunks + chunks, uniform)
+        self.stats = self.stats.with_file(file_id, owner, dims, chunks)
 
     def note_dims(self, dims: int) -> None:
         """Make sure the index for `dims` exists (first sight of a dimension starts a build)."""

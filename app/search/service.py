@@ -55,13 +55,13 @@ class SearchService:
         self.embedder = embedder
         self.indexes = indexes
 
-    def plan(self, dims: int, files: int) -> store.SearchPlan:
-        """Search settings for a query vector of `dims` dimensions over `files` distinct files."""
+    def plan(self, dims: int, file_ids: Sequence[str], owners: Sequence[str]) -> store.SearchPlan:
+        """Search settings for a query vector of `dims` dimensions over distinct `file_ids`."""
         spec = self.indexes.usable(dims) if self.indexes else None
         stats = self.indexes.stats if self.indexes else store.CatalogueStats()
         return store.SearchPlan(
             exact_max_rows=self.settings.exact_scan_max_rows,
-            estimate=round(files * stats.chunks_per_file),
+            estimate=stats.estimate(file_ids, owners),
             # rows of one dimension only: skip the per-row check (the database rechecks on a mismatch)
             check_dims=stats.uniform_dims != dims or self.settings.legacy_unowned_readable,
             index_function=spec.function_name if spec else None,
@@ -95,7 +95,7 @@ class SearchService:
                 file_ids=ids,
                 owners=owners,
                 k=k,
-                plan=self.plan(dims, len(ids)),
+                plan=self.plan(dims, ids, owners),
                 timeout=timeout,
             )
         t2 = time.perf_counter()

@@ -181,6 +181,11 @@ async def search_exact_reference(
     ]
 
 
+# Per-file chunk counts are kept in memory for the path choice up to this many catalogued files
+# (~200 bytes each); above it the estimate falls back to files x average chunks per file.
+FILE_MAP_MAX = 100_000
+
+
 @dataclass(frozen=True)
 class CatalogueStats:
     """Sizes and dimensions of one collection's files, for the search path choice."""
@@ -188,18 +193,61 @@ class CatalogueStats:
     files: int = 0
     chunks: int = 0
     uniform_dims: int | None = None  # the single dimension of every catalogued file, if there is one
+    # file id -> owner -> chunk count; None when the catalogue is larger than FILE_MAP_MAX
+    file_chunks: dict[str, dict[str, int]] | None = None
 
     @property
     def chunks_per_file(self) -> float:
         """Average chunks per file (20 before anything is known: rag_api's typical file)."""
         return self.chunks / self.files if self.files else 20.0
 
+    def estimate(self, file_ids: Sequence[str], owners: Sequence[str]) -> int:
+        """Rows of `file_ids` that `owners` can see, as far as the catalogue knows.
+
+        Only the path choice uses this; authorisation is the database's. A listed file catalogued
+        under other owners counts 0 (a knowledge base listed without its `entity_id` sees none of
+        the Agent's files); a file the catalogue has not seen yet counts the average.
+        """
+        if self.file_chunks is None:
+            return round(len(file_ids) * self.chunks_per_file)
+        total = 0.0
+        for file_id in file_ids:
+            by_owner = self.file_chunks.get(file_id)
+            if by_owner is None:
+                total += self.chunks_per_file
+                continue
+            for owner in owners:
+                total += by_owner.get(owner, 0)
+        return round(total)
+
+    def with_file(self, file_id: str, owner: str, dims: int | None, chunks: int) -> CatalogueStats:
+        """These statistics plus (or with a new version of) one stored file."""
+        uniform = self.uniform_dims if (self.files == 0 or self.uniform_dims == dims) else None
+        if self.files == 0:
+            uniform = dims
+        file_chunks = self.file_chunks
+        previous = 0
+        if file_chunks is not None:
+            # replaced in place: requests read the map on the event loop, between awaits
+            previous = file_chunks.setdefault(file_id, {}).get(owner, 0)
+            file_chunks[file_id][owner] = chunks
+        new_file = previous == 0
+        return CatalogueStats(
+            self.files + (1 if new_file else 0), self.chunks + chunks - previous, uniform, file_chunks
+        )
+
 
 async def catalogue_stats(conn: asyncpg.Connection, info: StoreInfo) -> CatalogueStats:
-    """Current catalogue statistics of the collection."""
+    """Current catalogue statistics of the collection (with per-file counts when small enough)."""
     row = await conn.fetchrow(queries.CATALOGUE_STATS, info.collection_id)
     uniform = row["dims"] if row["dim_kinds"] == 1 and not row["unknown_dims"] else None
-    return CatalogueStats(int(row["files"]), int(row["chunks"]), uniform)
+    files = int(row["files"])
+    file_chunks: dict[str, dict[str, int]] | None = None
+    if files <= FILE_MAP_MAX:
+        file_chunks = {}
+        for r in await conn.fetch(queries.CATALOGUE_FILE_CHUNKS, info.collection_id):
+            file_chunks.setdefault(r["file_id"], {})[r["owner"]] = int(r["chunk_count"])
+    return CatalogueStats(files, int(row["chunks"]), uniform, file_chunks)
 
 
 async def documents(

@@ -56,6 +56,11 @@ CATALOGUE_STATS = """
     FROM ragoverlay_files WHERE collection_id = $1
 """
 
+# Per-file chunk counts for the visible-row estimate (when the catalogue is small enough).
+CATALOGUE_FILE_CHUNKS = """
+    SELECT file_id, owner, chunk_count FROM ragoverlay_files WHERE collection_id = $1
+"""
+
 # Exact top-k over exactly the caller's rows (reference implementation, used by tests).
 SEARCH_TEMPLATE = """
     SELECT e.uuid, e.custom_id, e.document, e.cmetadata::text AS cmetadata,
