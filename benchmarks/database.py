@@ -321,6 +321,31 @@ async def checkpoint(superuser_dsn: str) -> None:
         await conn.close()
 
 
+async def prewarm(superuser_dsn: str) -> dict[str, Any]:
+    """Load the service's vector copy, its indexes and the HNSW indexes into shared buffers.
+
+    A server that has been answering for a while holds them there; a `--reuse` run starts from a
+    restarted PostgreSQL whose buffers are empty, and a run that just built the index holds it. Either
+    way the measurements then start from the same warm state. Returns pages loaded per relation.
+    """
+    conn = await asyncpg.connect(superuser_dsn)
+    try:
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
+        rows = await conn.fetch(
+            """
+            SELECT c.relname, pg_prewarm(c.oid) AS pages
+            FROM pg_class c
+            WHERE c.relname IN ('ragoverlay_vectors', 'ragoverlay_vectors_file_idx',
+                                'ragoverlay_vectors_pkey')
+               OR c.relname LIKE 'ragoverlay\\_vec\\_hnsw%'
+            ORDER BY c.relname
+            """
+        )
+        return {r["relname"]: int(r["pages"]) for r in rows}
+    finally:
+        await conn.close()
+
+
 class PlanCapture:
     """Turns auto_explain on for the service's role (new sessions only) and reads the plans it logs."""
 

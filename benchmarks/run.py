@@ -425,6 +425,8 @@ class Bench:
                     "summary": "not requested (VECTOR_INDEX=none)",
                     "existing": [i["name"] for i in await db.hnsw_indexes(self.conn)],
                 }
+            with progress.phase(f"{cfg.name}: prewarm the vector copy and its indexes"):
+                out["prewarm_pages"] = await db.prewarm(self.superuser_dsn)
             out["quiet_wait_s"] = await wait_quiet(self.conn)
             out["db_state"] = await db_state(self.conn)
             client = Client(service.base_url, self.tokens(), kind=self.opts.client)
