@@ -82,7 +82,8 @@ async def test_query_multiple_global_k_and_no_duplicates(client: httpx.AsyncClie
     pairs = r.json()
     assert len(pairs) == 3  # k is global, not per file
     assert len({p[0]["id"] for p in pairs}) == 3
-    assert "Everest" in pairs[0][0]["page_content"]
+    # each file holds its fact twice, once upper-cased: the same vector for an uncased model
+    assert "everest" in pairs[0][0]["page_content"].lower()
     distances = [p[1] for p in pairs]
     assert distances == sorted(distances)
 

@@ -5,7 +5,9 @@
 --   2k + 10 allowed rows in relaxed order;
 -- and either way each candidate's own row in langchain_pg_embedding is read back, its scope
 -- (collection, file allow-list, owner) checked again, and the k nearest by the exact float32
--- distance returned. Without the copy, v1's exact scan on rag_api's rows answers.
+-- distance returned (equal distances in uuid order: the same text twice, or the same text in
+-- another case for an uncased model, embeds identically). Without the copy, v1's exact scan on
+-- rag_api's rows answers.
 -- v1 stays, so a service one release older keeps working against this schema.
 CREATE OR REPLACE FUNCTION ragoverlay_search_v2(
     p_query vector,
@@ -81,7 +83,7 @@ BEGIN
                 WHERE e.collection_id = p_collection AND fileset ? e.custom_id
                   AND ((e.cmetadata ->> 'user_id') = ANY (p_owners)
                        OR (p_legacy_unowned AND (e.cmetadata ->> 'user_id') IS NULL))
-                ORDER BY e.embedding <=> p_query
+                ORDER BY e.embedding <=> p_query, e.uuid
                 LIMIT p_k;
             RETURN;
         END IF;
@@ -106,7 +108,7 @@ BEGIN
             WHERE e.collection_id = p_collection AND e.custom_id = c.file_id
               AND ((e.cmetadata ->> 'user_id') = ANY (p_owners)
                    OR (p_legacy_unowned AND (e.cmetadata ->> 'user_id') IS NULL))
-            ORDER BY e.embedding <=> p_query
+            ORDER BY e.embedding <=> p_query, e.uuid
             LIMIT p_k;
         RETURN;
     END IF;
