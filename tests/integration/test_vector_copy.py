@@ -3,9 +3,10 @@ rows that predate the triggers, and a search on the copy trusts nothing but the 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -13,11 +14,12 @@ import numpy as np
 import pytest
 from pgvector.asyncpg import register_vector
 
+from app.config import Settings
 from app.store import chunks as store
 from app.store import vector_copy
 from app.store.db import StoreInfo, bootstrap
 from app.store.vector_index import drop_legacy_indexes
-from tests.fixtures.service import Database
+from tests.fixtures.service import Database, auth, new_id, running_app
 
 DIMS = 8
 
@@ -223,5 +225,65 @@ async def test_indexes_of_the_previous_layout_are_dropped(fresh_dsn: str) -> Non
         }
         assert "keep_me" in left and "ragoverlay_emb_hnsw_vector_8" not in left
         assert await drop_legacy_indexes(conn) == []
+    finally:
+        await conn.close()
+
+
+async def test_the_service_backfills_the_copy_then_searches_it_through_its_index(
+    fresh_dsn: str, settings_factory: Callable[..., Settings]
+) -> None:
+    """A rag_api deployment switched over: rows from before, a 0.x index; the service takes it from there."""
+    info = await bootstrap(fresh_dsn, "switched")
+    conn = await connect(fresh_dsn)
+    rng = np.random.default_rng(4)
+    user = new_id("user")
+    files = [new_id() for _ in range(6)]
+    try:
+        await conn.execute("ALTER TABLE langchain_pg_embedding DISABLE TRIGGER USER")
+        rows = [rag_api_row(info, f, user, rng.normal(size=384), f"{f} {i}") for f in files for i in range(5)]
+        await conn.copy_records_to_table("langchain_pg_embedding", records=rows, columns=COLUMNS)
+        await conn.execute("ALTER TABLE langchain_pg_embedding ENABLE TRIGGER USER")
+        await conn.execute(
+            "CREATE INDEX ragoverlay_emb_hnsw_vector_384 ON langchain_pg_embedding (custom_id)"
+        )
+    finally:
+        await conn.close()
+
+    settings = settings_factory(database_url=fresh_dsn, collection_name="switched")
+    async with running_app(settings) as client:
+        resources = client.app.state.resources  # type: ignore[attr-defined]
+        indexes = resources.indexes
+        await asyncio.wait_for(indexes.copy_ready.wait(), 60)
+        for _ in range(600):  # the index build runs in the background
+            if indexes.usable(384) is not None and not await _index_exists(
+                fresh_dsn, "ragoverlay_emb_hnsw_vector_384"
+            ):
+                break
+            await asyncio.sleep(0.1)
+        assert indexes.usable(384) is not None
+        assert not await _index_exists(fresh_dsn, "ragoverlay_emb_hnsw_vector_384")  # the 0.x index is gone
+        conn = await connect(fresh_dsn)
+        try:
+            assert await conn.fetchval("SELECT count(*) FROM ragoverlay_vectors") == len(rows)
+            query = "anything at all"
+            vector = await resources.embedder.embed_query(query)
+            plan = resources.search.plan(384, files, [user])
+            assert plan.use_copy and plan.index_function == "ragoverlay_vec_walk_384"
+            want = await store.search_exact_reference(
+                conn, info, vector=vector, file_ids=files, owners=[user], k=7
+            )
+        finally:
+            await conn.close()
+        r = await client.post(
+            "/query_multiple", json={"query": query, "file_ids": files, "k": 7}, headers=auth(user)
+        )
+        assert r.status_code == 200
+        assert [p[0]["id"] for p in r.json()] == [str(h.id) for h in want]
+
+
+async def _index_exists(dsn: str, name: str) -> bool:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return bool(await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", name))
     finally:
         await conn.close()
