@@ -31,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 RECHECK_SECONDS = 30.0
 STATS_SECONDS = 60.0
+# drift check of the vector copy: a count of both tables, so not every minute on large tables
+RECONCILE_SECONDS = 3600.0
 
 
 class VectorIndexManager:
@@ -112,7 +114,7 @@ class VectorIndexManager:
             await asyncio.sleep(STATS_SECONDS)
 
     async def _backfill_copy(self) -> None:
-        """Copy pre-existing rows into the vector copy (another replica may be doing it)."""
+        """Copy pre-existing rows into the vector copy, then check it for drift now and then."""
         while True:
             try:
                 conn = await asyncpg.connect(self.dsn)
@@ -125,15 +127,22 @@ class VectorIndexManager:
                             "Vector copy backfilled: %d rows in %.1f s", copied, time.monotonic() - started
                         )
                     self._set_copy_state(await vector_copy.copy_state(conn))
+                    if self.copy_state == "ready":
+                        repaired = await vector_copy.reconcile(conn)
+                        if repaired and any(repaired):
+                            logger.warning("Vector copy repaired: %d rows added, %d removed", *repaired)
                 finally:
                     await conn.close()
             except asyncio.CancelledError:
                 raise
             except (OSError, asyncpg.PostgresError) as exc:
-                logger.warning("Vector copy backfill failed (%s); exact scans read rag_api's rows", exc)
-            if self.copy_state != "backfilling":
+                logger.warning(
+                    "Vector copy backfill or check failed (%s); exact scans read rag_api's rows", exc
+                )
+            if self.copy_state == "disabled":
                 return
-            await asyncio.sleep(RECHECK_SECONDS)  # another replica holds the backfill lock
+            # backfilling: another replica holds the lock; ready: the next drift check
+            await asyncio.sleep(RECONCILE_SECONDS if self.copy_state == "ready" else RECHECK_SECONDS)
 
     def _set_copy_state(self, state: str) -> None:
         if state != self.copy_state:

@@ -52,6 +52,34 @@ DROP_ORPHANS = """
       AND NOT EXISTS (SELECT 1 FROM langchain_pg_embedding e WHERE e.uuid = v.uuid)
 """
 
+# Drift check: both counts in one statement, so one snapshot (the triggers write in the writer's
+# own transaction, so a consistent copy always matches exactly).
+COUNTS = """
+    SELECT (SELECT count(*) FROM langchain_pg_embedding e
+            WHERE e.collection_id = $1 AND e.custom_id IS NOT NULL AND e.embedding IS NOT NULL)
+               AS source_rows,
+           (SELECT count(*) FROM ragoverlay_vectors v WHERE v.collection_id = $1) AS copied_rows
+"""
+
+REPAIR_ORPHANS = """
+    DELETE FROM ragoverlay_vectors v
+    WHERE v.collection_id = $1
+      AND NOT EXISTS (SELECT 1 FROM langchain_pg_embedding e
+                      WHERE e.uuid = v.uuid AND e.collection_id = v.collection_id
+                        AND e.custom_id IS NOT NULL AND e.embedding IS NOT NULL)
+"""
+
+REPAIR_MISSING = """
+    INSERT INTO ragoverlay_vectors (uuid, collection_id, file_id, owner, dims, embedding)
+    SELECT e.uuid, e.collection_id, e.custom_id, e.cmetadata ->> 'user_id', vector_dims(e.embedding),
+           l2_normalize(e.embedding)::halfvec
+    FROM langchain_pg_embedding e
+    WHERE e.collection_id = $1 AND e.custom_id IS NOT NULL AND e.embedding IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM ragoverlay_vectors v WHERE v.uuid = e.uuid)
+    ORDER BY e.custom_id
+    ON CONFLICT (uuid) DO NOTHING
+"""
+
 MARK_READY = """
     UPDATE ragoverlay_vector_copy SET state = 'ready', detail = NULL, updated_at = now()
     WHERE singleton AND state = 'backfilling'
@@ -100,3 +128,45 @@ async def backfill(conn: asyncpg.Connection, *, batch_rows: int = 5000) -> int |
         return total
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", _BACKFILL_LOCK_KEY)
+
+
+async def reconcile(conn: asyncpg.Connection) -> tuple[int, int] | None:
+    """Compare the copy with rag_api's table per collection; repair drift. Returns (added, removed).
+
+    Drift needs someone to bypass the triggers (`DISABLE TRIGGER`, `session_replication_role =
+    replica` during a bulk load, a partial restore). Counts catch rows added or removed behind
+    the copy's back; an owner or vector edited with triggers off keeps the same count and is not
+    seen. Searches re-check every candidate's own row, so drift can cost results, never leak them.
+    None when the copy is not ready or another session holds the lock.
+    """
+    if await copy_state(conn) != "ready":
+        return None
+    got = await conn.fetchval("SELECT pg_try_advisory_lock($1)", _BACKFILL_LOCK_KEY)
+    if not got:
+        return None
+    try:
+        added = removed = 0
+        for record in await conn.fetch(COLLECTIONS):
+            collection_id = record["uuid"]
+            counts = await conn.fetchrow(COUNTS, collection_id)
+            if counts["source_rows"] == counts["copied_rows"]:
+                continue
+            logger.warning(
+                "Vector copy drift in collection %s: %d rows, %d copied; repairing",
+                collection_id,
+                counts["source_rows"],
+                counts["copied_rows"],
+            )
+            removed += _count(await conn.execute(REPAIR_ORPHANS, collection_id))
+            added += _count(await conn.execute(REPAIR_MISSING, collection_id))
+        return added, removed
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", _BACKFILL_LOCK_KEY)
+
+
+def _count(status: str | None) -> int:
+    """Row count from an asyncpg command status such as 'INSERT 0 12' or 'DELETE 3'."""
+    try:
+        return int((status or "").split()[-1])
+    except (IndexError, ValueError):
+        return 0

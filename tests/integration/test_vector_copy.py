@@ -287,3 +287,30 @@ async def _index_exists(dsn: str, name: str) -> bool:
         return bool(await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", name))
     finally:
         await conn.close()
+
+
+async def test_reconcile_repairs_rows_written_or_removed_behind_the_triggers(fresh_dsn: str) -> None:
+    info = await bootstrap(fresh_dsn, "vc")
+    conn = await connect(fresh_dsn)
+    try:
+        rng = np.random.default_rng(5)
+        kept = [rag_api_row(info, "f1", "u1", rng.normal(size=DIMS)) for _ in range(4)]
+        await conn.copy_records_to_table("langchain_pg_embedding", records=kept, columns=COLUMNS)
+        await conn.execute("UPDATE ragoverlay_vector_copy SET state = 'ready'")
+        assert await vector_copy.reconcile(conn) == (0, 0)  # in step: nothing to do
+
+        # a bulk load and a delete with the triggers off
+        await conn.execute("ALTER TABLE langchain_pg_embedding DISABLE TRIGGER USER")
+        behind = [rag_api_row(info, "f2", "u1", rng.normal(size=DIMS)) for _ in range(3)]
+        await conn.copy_records_to_table("langchain_pg_embedding", records=behind, columns=COLUMNS)
+        await conn.execute("DELETE FROM langchain_pg_embedding WHERE uuid = $1", kept[0][0])
+        await conn.execute("ALTER TABLE langchain_pg_embedding ENABLE TRIGGER USER")
+
+        assert await vector_copy.reconcile(conn) == (3, 1)
+        assert set(await copy_rows(conn)) == {r[0] for r in kept[1:] + behind}
+        assert await vector_copy.reconcile(conn) == (0, 0)
+        # not while the copy is still being filled
+        await conn.execute("UPDATE ragoverlay_vector_copy SET state = 'backfilling'")
+        assert await vector_copy.reconcile(conn) is None
+    finally:
+        await conn.close()
