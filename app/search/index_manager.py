@@ -76,7 +76,7 @@ class VectorIndexManager:
 
     @property
     def use_copy(self) -> bool:
-        """True when exact scans may rank on the compact vector copy."""
+        """True when searches may rank on the compact vector copy (exact scans and its HNSW index)."""
         return self.copy_state == "ready"
 
     def usable(self, dims: int) -> IndexSpec | None:
