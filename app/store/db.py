@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import asyncpg
@@ -25,6 +27,26 @@ class StoreInfo:
     collection_name: str
     metadata_type: str  # "jsonb" (rag_api default) or "json" (older deployments)
     pgvector_version: str
+
+
+def rows_affected(status: str | None) -> int:
+    """Row count from an asyncpg command status such as 'INSERT 0 12' or 'UPDATE 3'."""
+    try:
+        return int((status or "").split()[-1])
+    except (IndexError, ValueError):
+        return 0
+
+
+@contextlib.asynccontextmanager
+async def try_advisory_lock(conn: asyncpg.Connection, *key: int) -> AsyncIterator[bool]:
+    """Hold the session advisory lock `key` (one or two ints) if it is free; yields whether it was."""
+    placeholders = ", ".join(f"${i}" for i in range(1, len(key) + 1))
+    got = bool(await conn.fetchval(f"SELECT pg_try_advisory_lock({placeholders})", *key))
+    try:
+        yield got
+    finally:
+        if got:
+            await conn.execute(f"SELECT pg_advisory_unlock({placeholders})", *key)
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:

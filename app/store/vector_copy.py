@@ -12,6 +12,8 @@ import uuid
 
 import asyncpg
 
+from app.store.db import rows_affected, try_advisory_lock
+
 logger = logging.getLogger(__name__)
 
 _BACKFILL_LOCK_KEY = 0x72617663  # "ravc": one replica backfills at a time
@@ -20,19 +22,24 @@ STATE = "SELECT state FROM ragoverlay_vector_copy WHERE singleton"
 
 COLLECTIONS = "SELECT uuid FROM langchain_pg_collection ORDER BY uuid"
 
+# The copy's row for a row `e` of langchain_pg_embedding (the triggers of 0006 write the same).
+_INSERT_COPY = """
+    INSERT INTO ragoverlay_vectors (uuid, collection_id, file_id, owner, dims, embedding)
+    SELECT e.uuid, e.collection_id, e.custom_id, e.cmetadata ->> 'user_id', vector_dims(e.embedding),
+           l2_normalize(e.embedding)::halfvec
+""".strip()
+
 # Whole files per batch: the upper bound is the file id of the `$3`-th row after the cursor, and
 # every row up to and including that file is copied. ON CONFLICT DO NOTHING: a row the triggers
 # already copied is newer than ours.
-BACKFILL_BATCH = """
+BACKFILL_BATCH = f"""
     WITH bound AS (
         SELECT max(s.custom_id) AS hi
         FROM (SELECT e.custom_id FROM langchain_pg_embedding e
               WHERE e.collection_id = $1 AND e.custom_id > $2
               ORDER BY e.custom_id LIMIT $3) s
     ), copied AS (
-        INSERT INTO ragoverlay_vectors (uuid, collection_id, file_id, owner, dims, embedding)
-        SELECT e.uuid, e.collection_id, e.custom_id, e.cmetadata ->> 'user_id', vector_dims(e.embedding),
-               l2_normalize(e.embedding)::halfvec
+        {_INSERT_COPY}
         FROM langchain_pg_embedding e, bound b
         WHERE e.collection_id = $1 AND e.custom_id > $2 AND e.custom_id <= b.hi
           AND e.embedding IS NOT NULL
@@ -40,7 +47,7 @@ BACKFILL_BATCH = """
         ON CONFLICT (uuid) DO NOTHING
         RETURNING uuid
     )
-    SELECT (SELECT hi FROM bound) AS hi, coalesce(array_agg(uuid), '{}') AS ids FROM copied
+    SELECT (SELECT hi FROM bound) AS hi, coalesce(array_agg(uuid), '{{}}') AS ids FROM copied
 """
 
 # A row deleted after the batch read it but before the batch committed would otherwise linger
@@ -69,10 +76,8 @@ REPAIR_ORPHANS = """
                         AND e.custom_id IS NOT NULL AND e.embedding IS NOT NULL)
 """
 
-REPAIR_MISSING = """
-    INSERT INTO ragoverlay_vectors (uuid, collection_id, file_id, owner, dims, embedding)
-    SELECT e.uuid, e.collection_id, e.custom_id, e.cmetadata ->> 'user_id', vector_dims(e.embedding),
-           l2_normalize(e.embedding)::halfvec
+REPAIR_MISSING = f"""
+    {_INSERT_COPY}
     FROM langchain_pg_embedding e
     WHERE e.collection_id = $1 AND e.custom_id IS NOT NULL AND e.embedding IS NOT NULL
       AND NOT EXISTS (SELECT 1 FROM ragoverlay_vectors v WHERE v.uuid = e.uuid)
@@ -103,11 +108,8 @@ async def backfill(conn: asyncpg.Connection, *, batch_rows: int = 5000) -> int |
     """
     if await copy_state(conn) != "backfilling":
         return None
-    got = await conn.fetchval("SELECT pg_try_advisory_lock($1)", _BACKFILL_LOCK_KEY)
-    if not got:
-        return None
-    try:
-        if await copy_state(conn) != "backfilling":
+    async with try_advisory_lock(conn, _BACKFILL_LOCK_KEY) as got:
+        if not got or await copy_state(conn) != "backfilling":
             return None
         total = 0
         collections: list[uuid.UUID] = [r["uuid"] for r in await conn.fetch(COLLECTIONS)]
@@ -126,8 +128,6 @@ async def backfill(conn: asyncpg.Connection, *, batch_rows: int = 5000) -> int |
         # planner statistics (and the path choice's table size) for the freshly filled copy
         await conn.execute("ANALYZE ragoverlay_vectors")
         return total
-    finally:
-        await conn.execute("SELECT pg_advisory_unlock($1)", _BACKFILL_LOCK_KEY)
 
 
 async def reconcile(conn: asyncpg.Connection) -> tuple[int, int] | None:
@@ -141,10 +141,9 @@ async def reconcile(conn: asyncpg.Connection) -> tuple[int, int] | None:
     """
     if await copy_state(conn) != "ready":
         return None
-    got = await conn.fetchval("SELECT pg_try_advisory_lock($1)", _BACKFILL_LOCK_KEY)
-    if not got:
-        return None
-    try:
+    async with try_advisory_lock(conn, _BACKFILL_LOCK_KEY) as got:
+        if not got:
+            return None
         added = removed = 0
         for record in await conn.fetch(COLLECTIONS):
             collection_id = record["uuid"]
@@ -157,16 +156,6 @@ async def reconcile(conn: asyncpg.Connection) -> tuple[int, int] | None:
                 counts["source_rows"],
                 counts["copied_rows"],
             )
-            removed += _count(await conn.execute(REPAIR_ORPHANS, collection_id))
-            added += _count(await conn.execute(REPAIR_MISSING, collection_id))
+            removed += rows_affected(await conn.execute(REPAIR_ORPHANS, collection_id))
+            added += rows_affected(await conn.execute(REPAIR_MISSING, collection_id))
         return added, removed
-    finally:
-        await conn.execute("SELECT pg_advisory_unlock($1)", _BACKFILL_LOCK_KEY)
-
-
-def _count(status: str | None) -> int:
-    """Row count from an asyncpg command status such as 'INSERT 0 12' or 'DELETE 3'."""
-    try:
-        return int((status or "").split()[-1])
-    except (IndexError, ValueError):
-        return 0

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from app.store.db import rows_affected, try_advisory_lock
+
 logger = logging.getLogger(__name__)
 
 # pgvector's HNSW limit for halfvec
@@ -129,11 +131,10 @@ async def build_index(
 
     `conn` must be a dedicated connection outside any transaction (CONCURRENTLY needs that).
     """
-    got = await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", _BUILD_LOCK_KEY, spec.dims)
-    if not got:
-        logger.info("Another session is building %s", spec.name)
-        return False
-    try:
+    async with try_advisory_lock(conn, _BUILD_LOCK_KEY, spec.dims) as got:
+        if not got:
+            logger.info("Another session is building %s", spec.name)
+            return False
         state = await index_state(conn, spec)
         if state == "building":
             # we hold the build lock, so nobody is building it: a crash left it invalid
@@ -151,8 +152,6 @@ async def build_index(
         if valid:
             await ensure_function(conn, spec)
         return valid
-    finally:
-        await conn.execute("SELECT pg_advisory_unlock($1, $2)", _BUILD_LOCK_KEY, spec.dims)
 
 
 async def ensure_function(conn: asyncpg.Connection, spec: IndexSpec) -> None:
@@ -207,14 +206,4 @@ async def backfill_catalog(conn: asyncpg.Connection, collection_id: uuid.UUID) -
         """,
         collection_id,
     )
-    return _count(added) + _count(completed)
-
-
-def _count(status: str | None) -> int:
-    """Row count from an asyncpg command status such as 'INSERT 0 12' or 'UPDATE 3'."""
-    if not status:
-        return 0
-    try:
-        return int(status.split()[-1])
-    except ValueError:
-        return 0
+    return rows_affected(added) + rows_affected(completed)

@@ -37,37 +37,25 @@ CREATE TABLE IF NOT EXISTS ragoverlay_vector_copy (
     updated_at timestamptz NOT NULL DEFAULT now()
 );
 
+-- INSERT and UPDATE (an upsert fires both): rows that lost their file id or vector leave the copy,
+-- every valid new row is written (a changed owner, file id or vector replaces the copy's row).
 CREATE OR REPLACE FUNCTION ragoverlay_vectors_put() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        DELETE FROM ragoverlay_vectors v
+        USING ragoverlay_old_rows o
+        WHERE v.uuid = o.uuid
+          AND NOT EXISTS (SELECT 1 FROM ragoverlay_new_rows n
+                          WHERE n.uuid = o.uuid AND n.custom_id IS NOT NULL AND n.collection_id IS NOT NULL
+                            AND n.embedding IS NOT NULL);
+    END IF;
     INSERT INTO ragoverlay_vectors AS v (uuid, collection_id, file_id, owner, dims, embedding)
     SELECT n.uuid, n.collection_id, n.custom_id, n.cmetadata ->> 'user_id', vector_dims(n.embedding),
            l2_normalize(n.embedding)::halfvec
     FROM ragoverlay_new_rows n
     WHERE n.custom_id IS NOT NULL AND n.collection_id IS NOT NULL AND n.embedding IS NOT NULL
     ORDER BY n.collection_id, n.custom_id
-    ON CONFLICT (uuid) DO UPDATE
-        SET collection_id = excluded.collection_id, file_id = excluded.file_id, owner = excluded.owner,
-            dims = excluded.dims, embedding = excluded.embedding;
-    RETURN NULL;
-END;
-$$;
-
-CREATE OR REPLACE FUNCTION ragoverlay_vectors_update() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    -- rows whose key changed, or that lost their file id or vector, leave the copy
-    DELETE FROM ragoverlay_vectors v
-    USING ragoverlay_old_rows o
-    WHERE v.uuid = o.uuid
-      AND NOT EXISTS (SELECT 1 FROM ragoverlay_new_rows n
-                      WHERE n.uuid = o.uuid AND n.custom_id IS NOT NULL AND n.collection_id IS NOT NULL
-                        AND n.embedding IS NOT NULL);
-    INSERT INTO ragoverlay_vectors AS v (uuid, collection_id, file_id, owner, dims, embedding)
-    SELECT n.uuid, n.collection_id, n.custom_id, n.cmetadata ->> 'user_id', vector_dims(n.embedding),
-           l2_normalize(n.embedding)::halfvec
-    FROM ragoverlay_new_rows n
-    WHERE n.custom_id IS NOT NULL AND n.collection_id IS NOT NULL AND n.embedding IS NOT NULL
     ON CONFLICT (uuid) DO UPDATE
         SET collection_id = excluded.collection_id, file_id = excluded.file_id, owner = excluded.owner,
             dims = excluded.dims, embedding = excluded.embedding;
@@ -102,7 +90,7 @@ BEGIN
     DROP TRIGGER IF EXISTS ragoverlay_vectors_update ON langchain_pg_embedding;
     CREATE TRIGGER ragoverlay_vectors_update AFTER UPDATE ON langchain_pg_embedding
         REFERENCING OLD TABLE AS ragoverlay_old_rows NEW TABLE AS ragoverlay_new_rows
-        FOR EACH STATEMENT EXECUTE FUNCTION ragoverlay_vectors_update();
+        FOR EACH STATEMENT EXECUTE FUNCTION ragoverlay_vectors_put();
     DROP TRIGGER IF EXISTS ragoverlay_vectors_delete ON langchain_pg_embedding;
     CREATE TRIGGER ragoverlay_vectors_delete AFTER DELETE ON langchain_pg_embedding
         REFERENCING OLD TABLE AS ragoverlay_old_rows

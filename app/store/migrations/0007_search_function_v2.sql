@@ -39,16 +39,21 @@ DECLARE
     use_index boolean := false;
     fileset jsonb;
     hit_ids uuid[];
-    check_dims boolean := p_check_dims;
     exact_path text := 'exact';
     unit_query halfvec;
 BEGIN
+    IF NOT p_use_copy THEN
+        -- without the copy: v1's exact scan of rag_api's rows (the index lives on the copy)
+        RETURN QUERY SELECT * FROM ragoverlay_search_v1(
+            p_query, p_collection, p_files, p_owners, p_k, p_legacy_unowned, p_estimate, p_check_dims,
+            p_exact_max, NULL, NULL, p_ef_search, p_max_scan_tuples, p_cost_factor);
+        RETURN;
+    END IF;
+
     -- cached generic plans: the shape of these statements never depends on the values
     PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
 
-    -- the index is on the vector copy: usable only while the copy holds every row
-    IF p_use_copy AND p_index_function IS NOT NULL AND p_index_dims = query_dims
-       AND p_estimate > p_exact_max THEN
+    IF p_index_function IS NOT NULL AND p_index_dims = query_dims AND p_estimate > p_exact_max THEN
         -- the copy mirrors rag_api's table: whichever was analysed more recently knows the size
         SELECT greatest(max(c.reltuples), 1) INTO table_rows FROM pg_class c
         WHERE c.oid IN ('ragoverlay_vectors'::regclass, 'langchain_pg_embedding'::regclass);
@@ -74,7 +79,8 @@ BEGIN
         -- fewer than k allowed rows met before max_scan_tuples: only the exact scan can tell
         -- whether more exist
         IF coalesce(cardinality(hit_ids), 0) >= p_k THEN
-            -- each candidate's own row: scope checked again, ordered by the exact float32 distance
+            -- each candidate's own row: scope checked again (the walk's allow-list is the jsonb
+            -- key set), ordered by the exact float32 distance
             RETURN QUERY
                 SELECT e.uuid, e.custom_id, e.document, e.cmetadata::text, e.embedding <=> p_query,
                        'index'::text, p_estimate
@@ -90,52 +96,25 @@ BEGIN
         exact_path := 'exact-fallback';
     END IF;
 
-    IF p_use_copy THEN
-        -- rank on the compact copy (no TOAST, "C" comparisons), then re-read each candidate's own
-        -- row, check its scope again and order by the exact float32 distance
-        unit_query := l2_normalize(p_query)::halfvec;
-        RETURN QUERY
-            SELECT e.uuid, e.custom_id, e.document, e.cmetadata::text, e.embedding <=> p_query,
-                   exact_path, p_estimate
-            FROM (SELECT v.uuid, v.file_id
-                  FROM (SELECT DISTINCT u.id FROM unnest(p_files) AS u(id)) r
-                  JOIN ragoverlay_vectors v ON v.collection_id = p_collection AND v.file_id = r.id
-                  WHERE v.dims = query_dims
-                    AND (v.owner = ANY (p_owners) OR (p_legacy_unowned AND v.owner IS NULL))
-                  ORDER BY v.embedding <=> unit_query
-                  LIMIT candidates) c
-            JOIN langchain_pg_embedding e ON e.uuid = c.uuid
-            WHERE e.collection_id = p_collection AND e.custom_id = c.file_id
-              AND ((e.cmetadata ->> 'user_id') = ANY (p_owners)
-                   OR (p_legacy_unowned AND (e.cmetadata ->> 'user_id') IS NULL))
-            ORDER BY e.embedding <=> p_query, e.uuid
-            LIMIT p_k;
-        RETURN;
-    END IF;
-
-    LOOP
-        BEGIN
-            RETURN QUERY
-                SELECT e.uuid, e.custom_id, e.document, e.cmetadata::text, t.distance, exact_path, p_estimate
-                FROM (SELECT x.uuid, x.embedding <=> p_query AS distance
-                      FROM (SELECT DISTINCT u.id FROM unnest(p_files) AS u(id)) r
-                      JOIN langchain_pg_embedding x ON x.collection_id = p_collection AND x.custom_id = r.id
-                      WHERE ((x.cmetadata ->> 'user_id') = ANY (p_owners)
-                             OR (p_legacy_unowned AND (x.cmetadata ->> 'user_id') IS NULL))
-                        -- checking the dimension reads each (possibly TOASTed) vector twice
-                        AND (NOT check_dims OR vector_dims(x.embedding) = query_dims)
-                      ORDER BY x.embedding <=> p_query
-                      LIMIT p_k) t
-                JOIN langchain_pg_embedding e ON e.uuid = t.uuid
-                ORDER BY t.distance;
-            RETURN;
-        EXCEPTION WHEN data_exception THEN
-            -- a row of another dimension: the service's statistics were stale; check row by row
-            IF check_dims THEN
-                RAISE;
-            END IF;
-            check_dims := true;
-        END;
-    END LOOP;
+    -- rank on the compact copy (no TOAST, "C" comparisons), then re-read each candidate's own row,
+    -- check its scope again (its file id came from the allow-list join) and order by the exact
+    -- float32 distance
+    unit_query := l2_normalize(p_query)::halfvec;
+    RETURN QUERY
+        SELECT e.uuid, e.custom_id, e.document, e.cmetadata::text, e.embedding <=> p_query,
+               exact_path, p_estimate
+        FROM (SELECT v.uuid, v.file_id
+              FROM (SELECT DISTINCT u.id FROM unnest(p_files) AS u(id)) r
+              JOIN ragoverlay_vectors v ON v.collection_id = p_collection AND v.file_id = r.id
+              WHERE v.dims = query_dims
+                AND (v.owner = ANY (p_owners) OR (p_legacy_unowned AND v.owner IS NULL))
+              ORDER BY v.embedding <=> unit_query
+              LIMIT candidates) c
+        JOIN langchain_pg_embedding e ON e.uuid = c.uuid
+        WHERE e.collection_id = p_collection AND e.custom_id = c.file_id
+          AND ((e.cmetadata ->> 'user_id') = ANY (p_owners)
+               OR (p_legacy_unowned AND (e.cmetadata ->> 'user_id') IS NULL))
+        ORDER BY e.embedding <=> p_query, e.uuid
+        LIMIT p_k;
 END;
 $$;
