@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -16,6 +15,7 @@ import httpx
 import pytest
 
 from tests.fixtures.documents import make_pdf
+from tests.fixtures.serve import free_port, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [
@@ -29,12 +29,6 @@ PAGES = [
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def served() -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
     data_dir = Path(tempfile.mkdtemp(prefix="ragoverlay-e2e-"))
@@ -46,38 +40,10 @@ def served() -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
         if not k.startswith(("RAG_", "JWT_", "DB_", "POSTGRES_", "DATABASE_", "EMBEDDINGS_", "S3_"))
     }
     env.update({"RAG_PORT": str(port), "DATA_DIR": str(data_dir)})
-    log = (data_dir / "serve.log").open("wb")
-    proc = subprocess.Popen(
-        [str(ROOT / "scripts" / "serve")],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 240
     try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"scripts/serve exited early:\n{(data_dir / 'serve.log').read_text()[-4000:]}")
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"scripts/serve not healthy:\n{(data_dir / 'serve.log').read_text()[-4000:]}")
-            time.sleep(0.5)
-        yield base, data_dir, proc
+        with serving(env, data_dir / "serve.log", timeout_s=240) as proc:
+            yield f"http://127.0.0.1:{port}", data_dir, proc
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
         shutil.rmtree(data_dir, ignore_errors=True)
 
 

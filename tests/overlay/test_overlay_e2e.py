@@ -15,8 +15,6 @@ import hmac
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import threading
 import time
@@ -30,8 +28,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fixtures.serve import SERVE, free_port, serving
+
 REPO = Path(__file__).resolve().parents[2]
-SERVE = REPO / "scripts" / "serve"
 NODE_DIR = REPO / "tests" / "node"
 DRIVER = NODE_DIR / "e2e_driver.js"
 
@@ -64,14 +63,6 @@ def make_token(user_id: str, lifetime_s: int = 300) -> str:
     payload = b64(json.dumps({"id": user_id, "iat": now, "exp": now + lifetime_s}).encode())
     signature = hmac.new(SECRET.encode(), f"{header}.{payload}".encode(), hashlib.sha256).digest()
     return f"{header}.{payload}.{b64(signature)}"
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass(frozen=True)
@@ -234,42 +225,8 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         # Lets a service that already has /query_v2 serve our V2 Agent; ignored otherwise.
         "RAG_V2_NAMESPACE_IDS": AGENT_V2,
     }
-    log_path = data_dir / "serve.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            ["bash", str(SERVE)],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            if process.poll() is not None:
-                tail = log_path.read_text(errors="replace")[-4000:]
-                pytest.fail(f"scripts/serve exited with {process.returncode}:\n{tail}")
-            with contextlib.suppress(httpx.HTTPError):
-                health = httpx.get(f"{url}/health", timeout=2.0)
-                if health.status_code == 200 and health.json() == {"status": "UP"}:
-                    break
-            if time.monotonic() > deadline:
-                tail = log_path.read_text(errors="replace")[-4000:]
-                pytest.fail(f"GET /health not UP after {STARTUP_TIMEOUT_S:.0f}s:\n{tail}")
-            time.sleep(0.5)
-        yield url
-    finally:
-        # The service runs in its own session: stop exactly that process group.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
+    with serving(env, data_dir / "serve.log", timeout_s=STARTUP_TIMEOUT_S):
+        yield f"http://127.0.0.1:{port}"
 
 
 def upload(service: str, user_id: str, doc: Doc, entity_id: str | None) -> None:
