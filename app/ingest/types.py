@@ -14,7 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-BlockKind = Literal["heading", "paragraph", "table", "list_item", "code"]
+BlockKind = Literal["heading", "paragraph", "table", "list_item", "code", "definition"]
+
+# Why a loader marked a block as page furniture rather than content (V2 keeps it out of every
+# embedded and lexical text; V1 is unaffected).
+BoilerplateKind = Literal["nav", "header", "footer", "toc", "prev_next", "repeated"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +41,14 @@ class Block:
 
     Tables carry their cells in `rows` (data rows only) and `headers` (the header row, when the
     format has one); `text` is always a readable rendering, so a consumer that ignores the cells
-    still has the content. `level` is the heading depth (1 = top). `title` names a table's sheet,
-    or a fenced code block's language.
+    still has the content. `level` is the heading depth (1 = top) or a list item's nesting depth.
+    `title` names a table's caption or sheet, or a fenced code block's language. `page` is the
+    0-based page index (PDF, form-feed pages of plain text); `page_label` the printed page label
+    when the document has one. A `definition` block is one definition-list entry: `term` is the
+    term and `text` its definition. `footnotes` are notes attached to a table. `boilerplate` is set
+    when the loader recognised page furniture (navigation, header/footer bars, previous/next links,
+    a table of contents); such blocks stay in the model so a consumer can decide, but V2 never
+    indexes them.
     """
 
     kind: BlockKind
@@ -48,6 +58,10 @@ class Block:
     rows: list[list[str]] | None = None
     headers: list[str] | None = None
     title: str | None = None
+    page_label: str | None = None
+    term: str | None = None
+    footnotes: tuple[str, ...] = ()
+    boilerplate: BoilerplateKind | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +81,10 @@ class LoadedDocument:
     page_count: int | None = None
     title: str | None = None
     warnings: list[str] = field(default_factory=list)
+    # 0-based indexes of pages that hold no text layer (a scanned page): reported, never indexed
+    unreadable_pages: list[int] = field(default_factory=list)
+    # document properties a format carries (author, created, subject, language, ...), as strings
+    properties: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def text(self) -> str:
