@@ -51,12 +51,26 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:  # run as a file from any folder, with the project's venv
+if str(REPO_ROOT) not in sys.path:  # run as a file from any folder
     sys.path.insert(0, str(REPO_ROOT))
 
-import httpx  # noqa: E402
+
+def _use_project_venv() -> None:
+    """Started by another Python that lacks our dependencies: re-run with the project's .venv."""
+    venv = REPO_ROOT / ".venv"
+    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    if python.exists() and Path(sys.prefix).resolve() != venv.resolve():
+        os.execv(str(python), [str(python), str(Path(__file__).resolve()), *sys.argv[1:]])  # noqa: S606
+
+
+try:
+    import httpx
+    import yaml
+except ImportError:  # pragma: no cover - depends on how the script was started
+    _use_project_venv()
+    raise
+
 import jwt  # noqa: E402
-import yaml  # noqa: E402
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 MAX_FILE_IDS = 1000
