@@ -1,0 +1,178 @@
+"""LibreChat's rule for which of an Agent's files a user may search (CONTRACT.md section 7).
+
+Pure functions on plain mappings shaped like LibreChat's MongoDB documents (`users`, `groups`,
+`agents`, `aclentries`, `files`), so the rule is tested without a database. Ids may be bson
+`ObjectId`s or strings: they are compared by their string form, as LibreChat does with `toString()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+VIEW = 1
+EDIT = 2
+DELETE = 4
+SHARE = 8
+
+AGENT_RESOURCE = "agent"
+PRINCIPAL_USER = "user"
+PRINCIPAL_GROUP = "group"
+PRINCIPAL_ROLE = "role"
+PRINCIPAL_PUBLIC = "public"
+
+# LibreChat names the per-chat agent it builds from the chat's own settings "ephemeral"
+# (Constants.EPHEMERAL_AGENT_ID); it has no catalogue record, so nothing is checked for it.
+EPHEMERAL_AGENT_PREFIX = "ephemeral"
+
+Document = Mapping[str, Any]
+
+
+def id_text(value: Any) -> str | None:
+    """The string form of an ObjectId or string id; None for a missing one."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def is_ephemeral_agent_id(agent_id: str | None) -> bool:
+    """True for LibreChat's per-chat ephemeral agent ids, which have no catalogue record."""
+    return bool(agent_id) and str(agent_id).startswith(EPHEMERAL_AGENT_PREFIX)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """One identity an ACL entry can name: (`user`, id), (`group`, id), (`role`, name), (`public`, None)."""
+
+    type: str
+    id: str | None
+
+
+def user_principals(
+    user_id: str,
+    *,
+    role: str | None = None,
+    groups: Iterable[Document] = (),
+    id_on_the_source: str | None = None,
+) -> frozenset[Principal]:
+    """Every principal a user acts as: themselves, their role, their groups, and `public`.
+
+    A group counts when its `memberIds` holds the user's id or, for Entra users, their
+    `idOnTheSource`.
+    """
+    member_keys = {user_id} | ({id_on_the_source} if id_on_the_source else set())
+    principals = {Principal(PRINCIPAL_USER, user_id), Principal(PRINCIPAL_PUBLIC, None)}
+    if role:
+        principals.add(Principal(PRINCIPAL_ROLE, role))
+    for group in groups:
+        members = {id_text(m) for m in group.get("memberIds") or ()}
+        group_id = id_text(group.get("_id"))
+        if group_id and members & member_keys:
+            principals.add(Principal(PRINCIPAL_GROUP, group_id))
+    return frozenset(principals)
+
+
+def entry_principal(entry: Document) -> Principal:
+    """The principal an ACL entry grants to (`public` entries carry no id)."""
+    kind = str(entry.get("principalType") or "")
+    if kind == PRINCIPAL_PUBLIC:
+        return Principal(PRINCIPAL_PUBLIC, None)
+    return Principal(kind, id_text(entry.get("principalId")))
+
+
+def entry_active(entry: Document, now: datetime) -> bool:
+    """False once an entry's `expiredAt` has passed."""
+    expired_at = entry.get("expiredAt")
+    if not isinstance(expired_at, datetime):
+        return True
+    if expired_at.tzinfo is None:  # pymongo returns naive UTC datetimes by default
+        expired_at = expired_at.replace(tzinfo=UTC)
+    return expired_at > now
+
+
+def permission_bits(
+    entries: Iterable[Document],
+    principals: frozenset[Principal],
+    *,
+    resource_id: Any,
+    resource_type: str = AGENT_RESOURCE,
+    now: datetime | None = None,
+) -> int:
+    """The union of permission bits the principals hold on one resource."""
+    moment = now or datetime.now(UTC)
+    wanted = id_text(resource_id)
+    bits = 0
+    for entry in entries:
+        if entry.get("resourceType") != resource_type or id_text(entry.get("resourceId")) != wanted:
+            continue
+        if not entry_active(entry, moment) or entry_principal(entry) not in principals:
+            continue
+        try:
+            bits |= int(entry.get("permBits") or 0)
+        except (TypeError, ValueError):
+            continue
+    return bits
+
+
+def attached_file_ids(agent: Document) -> set[str]:
+    """Every file id attached to an Agent, over all of its `tool_resources`."""
+    found: set[str] = set()
+    resources = agent.get("tool_resources") or {}
+    if not isinstance(resources, Mapping):
+        return found
+    for resource in resources.values():
+        ids = resource.get("file_ids") if isinstance(resource, Mapping) else None
+        if isinstance(ids, list):
+            found.update(str(i) for i in ids if i is not None)
+    return found
+
+
+def file_search_ids(agent: Document) -> list[str]:
+    """The Agent's knowledge base: `tool_resources.file_search.file_ids`, in order."""
+    resources = agent.get("tool_resources") or {}
+    resource = resources.get("file_search") if isinstance(resources, Mapping) else None
+    ids = resource.get("file_ids") if isinstance(resource, Mapping) else None
+    return [str(i) for i in ids if i is not None] if isinstance(ids, list) else []
+
+
+def searchable_file_ids(
+    *,
+    user_id: str,
+    requested: Iterable[str],
+    files: Iterable[Document],
+    agent_id: str | None,
+    agent: Document | None,
+    acl_entries: Iterable[Document] = (),
+    principals: frozenset[Principal] | None = None,
+    now: datetime | None = None,
+) -> frozenset[str]:
+    """The requested file ids this user may search through this Agent, by LibreChat's rule.
+
+    - A file must have a catalogue record (`files`); unknown ids are denied.
+    - Files the user owns (`files.user`) are always allowed.
+    - An ephemeral agent is not checked: every known requested file is allowed.
+    - An unknown Agent denies everything else.
+    - The Agent's author may use every attached file (any `tool_resources.*.file_ids`) whose owner is set.
+    - Anyone else needs the VIEW bit on the Agent (`aclentries.resourceId` is the Agent's `_id`)
+      for one of their principals, and then gets the attached files.
+    """
+    wanted = {str(r) for r in requested}
+    records = {str(f.get("file_id")): f for f in files if str(f.get("file_id")) in wanted}
+    known = set(records)
+    owned = {fid for fid, f in records.items() if id_text(f.get("user")) == user_id}
+    if agent_id is None or is_ephemeral_agent_id(agent_id):
+        return frozenset(known if agent_id else owned)
+    if agent is None:
+        return frozenset(owned)
+    attached = attached_file_ids(agent) & known
+    if id_text(agent.get("author")) == user_id:
+        with_owner = {fid for fid in attached if id_text(records[fid].get("user"))}
+        return frozenset(owned | with_owner)
+    who = principals if principals is not None else user_principals(user_id)
+    bits = permission_bits(acl_entries, who, resource_id=agent.get("_id"), now=now)
+    if bits & VIEW:
+        return frozenset(owned | attached)
+    return frozenset(owned)
