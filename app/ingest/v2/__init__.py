@@ -1,0 +1,1 @@
+"""V2 index side: normalisation, entities, boilerplate, structure-aware chunking (pure)."""
