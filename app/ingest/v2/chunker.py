@@ -342,8 +342,17 @@ class _Chunker:
             if not current or cost([*current, unit]) <= budget:
                 current.append(unit)
                 continue
-            self.flush_units(current, block)
-            current = [*self.overlap(current, unit, budget, cost), unit]
+            # the chunk is full in the middle of a list item or definition: when the entry's start
+            # fits the next chunk, the whole entry moves there, so no chunk starts inside it
+            carry: list[_Unit] = []
+            if not unit.first and self.kind_of(unit) in ("list_item", "definition"):
+                carry = [u for u in current if u.block == unit.block]
+                if len(carry) == len(current) or not carry[0].first or cost([*carry, unit]) > budget:
+                    carry = []
+            done = current[: len(current) - len(carry)]
+            self.flush_units(done, block)
+            overlap = [] if carry else self.overlap(done, unit, budget, cost)
+            current = [*overlap, *carry, unit]
         self.flush_units(current, block)
 
     def overlap(self, previous: list[_Unit], following: _Unit, budget: int, cost: object) -> list[_Unit]:
@@ -370,7 +379,13 @@ class _Chunker:
             # token counts of parts add up for word-piece tokenizers; the exact count decides
             while take > 1 and not self.fits(f"{self.prefix()}\n{self.render(pending[:take])}"):
                 take -= 1
-            self.emit(kind="prose", block=block, content=self.render(pending[:take]))
+            content = self.render(pending[:take])
+            if take == 1 and not self.fits(f"{self.prefix()}\n{content}"):
+                # a tokenizer whose counts do not add up across a join: cut this one unit again
+                for piece in self.cut(content, self.budget() - 2):
+                    self.emit(kind="prose", block=block, content=piece)
+            else:
+                self.emit(kind="prose", block=block, content=content)
             pending = pending[take:]
 
     # --- tables --------------------------------------------------------------------------------

@@ -73,15 +73,31 @@ def test_sections_and_pages_are_never_crossed() -> None:
 
 
 def test_chunks_start_on_list_items_not_inside_them() -> None:
-    # items of 4-5 tokens, budget 20 - 3 = 17: three items per chunk; the overlap (8 tokens) repeats
-    # whole items only, so every chunk starts with "- "
-    items = [Block("list_item", f"item {i} has words", 0) for i in range(9)]
-    chunks = chunk([Block("heading", "H", 0, level=1), *items], chunk_tokens=20, overlap_tokens=8)
-    assert len(chunks) >= 3
-    assert all(c.content.startswith("- item") for c in chunks)
-    assert all(c.tokens <= 20 for c in chunks)
-    covered = " ".join(c.content for c in chunks)
-    assert all(f"item {i} has words" in covered for i in range(9))
+    # each item is two sentences: "- item i." (4 tokens) and "more i." (3 tokens) = 7 tokens.
+    # Budget 20 - 3 = 17: two items per chunk. The overlap budget (4 tokens) would fit the last
+    # sentence "more i." alone, which would start the next chunk inside an item: it is not taken.
+    items = [Block("list_item", f"item {i}. more {i}.", 0) for i in range(6)]
+    chunks = chunk([Block("heading", "H", 0, level=1), *items], chunk_tokens=20, overlap_tokens=4)
+    assert [c.content for c in chunks] == [
+        f"- item {i}. more {i}.\n- item {i + 1}. more {i + 1}." for i in (0, 2, 4)
+    ]
+    # with room for a whole item (7 tokens), the overlap repeats it whole
+    chunks = chunk([Block("heading", "H", 0, level=1), *items], chunk_tokens=20, overlap_tokens=7)
+    assert chunks[1].content.startswith("- item 1. more 1.\n- item 2.")
+    assert all(c.content.startswith("- item") and c.tokens <= 20 for c in chunks)
+
+
+def test_an_entry_that_would_be_cut_moves_to_the_next_chunk_whole() -> None:
+    # a paragraph of 10 tokens, then an item of three sentences of 3 tokens ("- x." 3, "y z." 3,
+    # "w v." 3 = 9). Budget 20 - 3 = 17: after the paragraph and two sentences of the item (16),
+    # the third does not fit; the item's start fits the next chunk, so the whole item moves.
+    blocks = [
+        Block("heading", "H", 0, level=1),
+        Block("paragraph", "one two three four five six seven eight nine.", 0),
+        Block("list_item", "x. y z. w v.", 0),
+    ]
+    chunks = chunk(blocks, chunk_tokens=20, overlap_tokens=0)
+    assert [c.content for c in chunks] == ["one two three four five six seven eight nine.", "- x. y z. w v."]
 
 
 def test_a_long_definition_repeats_its_term_when_split() -> None:

@@ -136,3 +136,39 @@ def test_language_detection() -> None:
         detect_language("The machine is connected to the controller and is operated from the menu.") == "en"
     )
     assert detect_language("K 28 B-DETECTION 12 mm") is None  # no stopwords: unknown
+
+
+def test_document_metadata() -> None:
+    from app.ingest.types import Block, LoadedDocument
+    from app.ingest.v2.metadata import document_metadata
+
+    blocks = [
+        Block("paragraph", "Doc. No. 4711-A Rev. C", 0, boilerplate="footer"),
+        Block("paragraph", "Home", 0, boilerplate="nav"),  # navigation is never read for metadata
+        Block("heading", "Betriebsanleitung", 0, level=1),
+        Block(
+            "paragraph", "Ausgabe vom 5. März 2024. Die Maschine ist für den Betrieb in Hallen bestimmt.", 0
+        ),
+    ]
+    document = LoadedDocument(sections=[], blocks=blocks, kind="pdf", content_type="application/pdf")
+    meta = document_metadata(document, "manual.pdf")
+    assert meta.title == "Betriebsanleitung"
+    assert (meta.language, meta.document_number, meta.revision) == ("de", "4711-A", "C")
+    assert meta.publication_date == "2024-03-05"
+    declared = LoadedDocument(
+        sections=[],
+        blocks=[Block("paragraph", "Just text", 0)],
+        kind="docx",
+        content_type="x",
+        title="Spec",
+        properties={"language": "en-GB", "created": "2021-06-01T10:00:00Z"},
+    )
+    meta = document_metadata(declared, "spec.docx")
+    assert (meta.title, meta.language, meta.publication_date, meta.revision) == (
+        "Spec",
+        "en",
+        "2021-06-01",
+        None,
+    )
+    bare = LoadedDocument(sections=[], blocks=[], kind="txt", content_type="text/plain")
+    assert document_metadata(bare, "notes.txt").title == "notes"
