@@ -202,10 +202,18 @@ class _Chunker:
         self.headings: list[_Heading] = []
         self.tables = 0
         self._caption = re.compile(config.caption_pattern, re.IGNORECASE)
+        self._counts: dict[str, int] = {}
+        self._prefix: tuple[tuple[str, ...], str] | None = None
 
     # --- sizes -------------------------------------------------------------------------------
     def tokens(self, text: str) -> int:
-        return self.counter.count(text)
+        # breadcrumbs and the final embedded text are counted more than once: remember counts
+        count = self._counts.get(text)
+        if count is None:
+            if len(self._counts) > 4096:
+                self._counts.clear()
+            count = self._counts[text] = self.counter.count(text)
+        return count
 
     def fits(self, text: str) -> bool:
         return self.tokens(text) + self.counter.special_tokens <= self.limit
@@ -213,12 +221,15 @@ class _Chunker:
     def prefix(self) -> str:
         """The breadcrumb of the current section, shortened until it takes at most its share."""
         section = [h.text for h in self.headings]
+        if self._prefix is not None and self._prefix[0] == tuple(section):
+            return self._prefix[1]
         allowed = int(self.limit * self.config.breadcrumb_share)
         text = breadcrumb(self.title, section)
         max_chars = 120
         while self.tokens(text) > allowed and max_chars > 8:
             text = breadcrumb(self.title, section, max_chars)
             max_chars //= 2
+        self._prefix = (tuple(section), text)
         return text
 
     # --- emitting ------------------------------------------------------------------------------

@@ -84,6 +84,9 @@ DEFAULT_MONTHS: dict[str, int] = {
 }  # fmt: skip
 
 
+_YEAR = re.compile(r"\d{4}")
+
+
 class EntityConfig(BaseModel):
     """What counts as an entity; every list is configurable (no product names in code)."""
 
@@ -286,6 +289,8 @@ class EntityExtractor:
 
     def _find_dates(self, text: str, language: str | None) -> list[Entity]:
         out: list[Entity] = []
+        if not _YEAR.search(text):  # every date form holds a four-digit year: skip the month scans
+            return out
         for form, pattern in self._dates:
             for match in pattern.finditer(text):
                 iso = self._date_key(form, match.groups(), language)
@@ -329,6 +334,8 @@ class EntityExtractor:
                     out.append(self._identifier(match.group(0), match.start()))
         for match in self._token.finditer(text):
             raw = match.group(0)
+            if raw.isalpha() and raw[1:].islower():
+                continue  # a plain word ("Motor", "the"): most tokens, decided without the full test
             if len(raw) >= min_chars and _identifier_like(raw):
                 out.append(self._identifier(raw, match.start()))
         if self.config.code_with_number:
