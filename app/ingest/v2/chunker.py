@@ -25,7 +25,7 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -203,6 +203,7 @@ class _Chunker:
         self.tables = 0
         self._caption = re.compile(config.caption_pattern, re.IGNORECASE)
         self._counts: dict[str, int] = {}
+        self._kinds: dict[int, str] = {}
         self._prefix: tuple[tuple[str, ...], str] | None = None
 
     # --- sizes -------------------------------------------------------------------------------
@@ -315,7 +316,7 @@ class _Chunker:
                         term=term,
                     )
                 )
-        return [u for u in units if u.text.strip()] or []
+        return [u for u in units if u.text.strip()]
 
     def cut(self, text: str, budget: int) -> list[str]:
         """`text` whole when it fits `budget`, else pieces cut on token boundaries."""
@@ -366,13 +367,15 @@ class _Chunker:
             current = [*overlap, *carry, unit]
         self.flush_units(current, block)
 
-    def overlap(self, previous: list[_Unit], following: _Unit, budget: int, cost: object) -> list[_Unit]:
+    def overlap(
+        self, previous: list[_Unit], following: _Unit, budget: int, cost: Callable[[list[_Unit]], int]
+    ) -> list[_Unit]:
         """Trailing units of the previous chunk to repeat: whole, and never a fragment of an entry."""
         limit = self.config.overlap_tokens
         taken: list[_Unit] = []
         for unit in reversed(previous):
             candidate = [unit, *taken]
-            if sum(u.tokens for u in candidate) > limit or cost([*candidate, following]) > budget:  # type: ignore[operator]
+            if sum(u.tokens for u in candidate) > limit or cost([*candidate, following]) > budget:
                 break
             taken = candidate
         # a list item or definition is repeated whole or not at all
@@ -421,6 +424,10 @@ class _Chunker:
             "footnotes": footnotes,
         }
         if not rows and not raw_headers:
+            # a loader that gave the table as text only: index that text, with the caption
+            text = "\n".join(filter(None, [caption, block.text.strip()]))
+            for piece in self.cut(text, self.budget()) if text else []:
+                self.emit(kind="prose", block=block, content=piece, **common)
             return
         if rows and len(rows) <= self.config.small_table_rows:
             lines = [caption] if caption else []

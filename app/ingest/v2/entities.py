@@ -228,10 +228,6 @@ class EntityExtractor:
         def free(start: int, end: int) -> bool:
             return all(end <= a or start >= b for a, b in taken)
 
-        def add_all(entities: list[Entity]) -> None:
-            for entity in entities:
-                add(entity)
-
         def add(entity: Entity) -> None:
             taken.append((entity.start, entity.end))
             found.append(entity)
@@ -256,7 +252,8 @@ class EntityExtractor:
         for group in self._find_quantities(text, language):
             # a range ("10-20 mm") is two quantities sharing one unit: both or neither
             if group and free(group[0].start, group[-1].end):
-                add_all(group)
+                for entity in group:
+                    add(entity)
         for entity in self._find_identifiers(text):
             if free(entity.start, entity.end):
                 add(entity)

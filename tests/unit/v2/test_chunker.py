@@ -203,6 +203,11 @@ def test_long_footnotes_become_one_chunk_instead_of_joining_every_row() -> None:
     assert chunks[2].content.startswith("Notes: n0")
 
 
+def test_a_table_given_as_text_only_is_still_indexed() -> None:
+    chunks = chunk([Block("table", "a | 1\nb | 2", 0, title="Cap")])
+    assert [(c.kind, c.content, c.table_caption) for c in chunks] == [("prose", "Cap\na | 1\nb | 2", "Cap")]
+
+
 def test_boilerplate_never_reaches_a_chunk() -> None:
     blocks = [
         Block("list_item", "Home", 0, boilerplate="nav"),

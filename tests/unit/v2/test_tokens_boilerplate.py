@@ -18,6 +18,7 @@ from app.ingest.v2.tokens import (
     fits,
     local_model_counter,
     pool_windows,
+    pooled_embedding,
     window_texts,
     window_weights,
 )
@@ -49,6 +50,19 @@ def test_pool_windows_is_the_weighted_normalised_mean() -> None:
         pool_windows(np.array([[1.0, 0.0], [-1.0, 0.0]]))  # they cancel out
     with pytest.raises(ValueError):
         pool_windows(vectors, [1.0])
+
+
+def test_pooled_embedding_lets_every_window_count() -> None:
+    # 10 words, window 4 (no special tokens): windows of 4, 4 and 2 words. The stand-in model maps a
+    # window to e1 when it holds "w0", else e2: pooled = (4 * e1 + 6 * e2) / 10, normalised.
+    def embed(texts: list[str]) -> np.ndarray:
+        return np.array([[1.0, 0.0] if "w0 " in t + " " else [0.0, 1.0] for t in texts])
+
+    pooled = pooled_embedding(words(10), SimpleTokenCounter(), window=4, embed=embed)
+    norm = (0.4**2 + 0.6**2) ** 0.5
+    assert pooled == pytest.approx([0.4 / norm, 0.6 / norm], abs=1e-6)
+    # a text that fits is embedded once, as is
+    assert pooled_embedding(words(3), SimpleTokenCounter(), 4, embed) == pytest.approx([1.0, 0.0])
 
 
 def test_window_weights_are_token_counts() -> None:
