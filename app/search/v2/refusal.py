@@ -5,15 +5,19 @@ Hard reasons (any one refuses):
     missing_identifier   an identifier, standard or document number of the query occurs in no candidate
     missing_phrase       a quoted phrase occurs in no candidate
     missing_quantity     a number with a unit occurs in no candidate
-Soft signals (`soft_signals_to_refuse` of them refuse, two by default):
+Soft signals, weighed (`signal_weights`); their weights summing to `refuse_at` refuse:
     weak_rerank          the best reranker score is under `min_rerank_score`
     no_agreement         none of the top `agreement_depth` candidates was found by two channels
                          (counted only when at least two channels ran)
-    rare_terms_missing   at least `rare_missing_share` of the query's rare words (idf at least
-                         `rare_idf`, corpus statistics given) occur in no candidate
+    rare_terms_missing   at least `rare_missing_share` of the query's rare words (in at most
+                         `rare_share` of the chunks, or in none; corpus statistics given) occur
+                         in no candidate
     low_coverage         the best candidate holds under `min_coverage` of the query's terms
 
-The decision and every signal are data, for `debug`.
+By default every signal weighs 1 except low_coverage (0.5, it mostly repeats what rare_terms_missing
+says), and 2 refuse: the words alone (a paraphrase misses words, "attach" for "mount") never refuse
+without a weak reranker score or disagreeing channels. The decision and every signal are data, for
+`debug`; the weights and thresholds are for the quality benchmark to set.
 """
 
 from __future__ import annotations
@@ -25,7 +29,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.ingest.v2.normalize import contains_phrase, normalize
 from app.search.v2.analysis import QueryAnalysis
-from app.search.v2.bm25 import idf
 from app.search.v2.records import Fused
 
 SAFE_REFUSAL = "I could not find this in the documents available to you, so I cannot answer it from them."
@@ -38,10 +41,19 @@ class RefusalPolicy(BaseModel):
 
     min_rerank_score: float = Field(0.35, ge=0, le=1)
     agreement_depth: int = Field(5, ge=1)
-    rare_idf: float = Field(3.0, ge=0)
+    # a share, not an idf cut: "rare" must mean the same in a corpus of 10 chunks and of 10 million
+    rare_share: float = Field(0.01, ge=0, le=1)
     rare_missing_share: float = Field(0.5, gt=0, le=1)
     min_coverage: float = Field(0.5, ge=0, le=1)
-    soft_signals_to_refuse: int = Field(2, ge=1)
+    signal_weights: dict[str, float] = Field(
+        default_factory=lambda: {
+            "weak_rerank": 1.0,
+            "no_agreement": 1.0,
+            "rare_terms_missing": 1.0,
+            "low_coverage": 0.5,
+        }
+    )
+    refuse_at: float = Field(2.0, gt=0)
     # how many of the best candidates the term checks look at (the window the reranker saw)
     depth: int = Field(50, ge=1)
 
@@ -118,7 +130,7 @@ def decide_refusal(
         signals.append(Reason("no_agreement"))
     checked: dict[str, object] = {"best_score": round(best, 4), "candidates": len(pool)}
     if document_frequency is not None and documents > 0:
-        rare = [t for t in query.terms if idf(documents, document_frequency.get(t, 0)) >= policy.rare_idf]
+        rare = [t for t in query.terms if document_frequency.get(t, 0) <= policy.rare_share * documents]
         missing = [t for t in rare if not any(t in item.candidate.search_text.split() for item in pool)]
         checked["rare_terms"] = rare
         if rare and len(missing) / len(rare) >= policy.rare_missing_share:
@@ -129,5 +141,7 @@ def decide_refusal(
         checked["coverage"] = round(coverage, 4)
         if coverage < policy.min_coverage:
             signals.append(Reason("low_coverage", round(coverage, 4)))
-    refuse = bool(reasons) or len(signals) >= policy.soft_signals_to_refuse
+    weight = sum(policy.signal_weights.get(signal.code, 1.0) for signal in signals)
+    checked["signal_weight"] = round(weight, 4)
+    refuse = bool(reasons) or weight >= policy.refuse_at - 1e-9
     return RefusalDecision(refuse, tuple(reasons), tuple(signals), checked)

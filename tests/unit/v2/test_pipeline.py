@@ -129,6 +129,35 @@ async def test_a_foreign_file_gives_no_evidence_and_alone_means_refusal() -> Non
     assert allowed.results[0].file_id == "secret"
 
 
+async def test_a_question_whose_words_occur_nowhere_is_refused() -> None:
+    response = await answer("What is the warranty period?", ["manual"])
+    assert response.results == [] and response.safe_refusal == SAFE_REFUSAL
+    assert response.debug["reasons"] == [{"code": "no_candidates", "value": None}]
+
+
+async def test_missing_words_are_reported_even_when_answered() -> None:
+    # "warranty" and "period" occur nowhere, "unit" matches the mounting chunk, and both channels rank
+    # it first: the words alone do not refuse (a paraphrase looks the same to lexical evidence), but
+    # the signal is there for the reranker-backed decision and for debug
+    query = analyze_query("What is the warranty period of the unit?")
+    visible = [c for c in corpus() if c.file_id == "manual"]
+    documents = {c.chunk_id: c.search_text.split() for c in visible}
+    stats = bm25.corpus_stats(documents.values())
+    by_id = {c.chunk_id: c for c in visible}
+    fused = fuse(
+        {
+            "lexical": [Scored(by_id[i], s) for i, s in bm25.rank(list(query.terms), documents)],
+            "vector": cosine_channel(query.terms, visible),
+        }
+    )
+    outcome = await rerank_window(query, fused, FeatureReranker())
+    decision = decide_refusal(
+        query, outcome.items, document_frequency=stats.document_frequency, documents=stats.documents
+    )
+    assert [s.code for s in decision.signals][:1] == ["rare_terms_missing"]
+    assert decision.signals[0].value == "warranty period"
+
+
 async def test_an_answerable_prose_question() -> None:
     response = await answer("Which mode needs the guard closed?", ["manual"])
     assert response.results and response.results[0].section == ["Safety"]

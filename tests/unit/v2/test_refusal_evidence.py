@@ -87,15 +87,13 @@ def test_soft_signals_need_company() -> None:
     assert [
         s.code for s in decide_refusal(analyze_query("length type"), [lonely], channels_run=1).signals
     ] == ["weak_rerank"]
-    # the count is configurable
-    assert not decide_refusal(
-        analyze_query("length type"), [lonely], RefusalPolicy(soft_signals_to_refuse=3)
-    ).refuse
+    # the threshold is configurable
+    assert not decide_refusal(analyze_query("length type"), [lonely], RefusalPolicy(refuse_at=2.5)).refuse
 
 
 def test_rare_terms_and_coverage() -> None:
-    # corpus of 1,000 chunks: "zylinderkopf" in none (idf = ln(1 + 1000.5/0.5) = 7.6), "length" in 400
-    # (idf = ln(1 + 600.5/400.5) = 0.92): the rare term is missing from every candidate;
+    # corpus of 1,000 chunks: "zylinderkopf" in none (rare: 0 <= 0.01 * 1000), "length" in 400 (not
+    # rare: 400 > 10): the rare term is missing from every candidate;
     # coverage of the best candidate: "length" yes, "zylinderkopf" no -> 1/2 = 0.5, not under 0.5
     query = analyze_query("zylinderkopf length")
     item = strong(channels=("vector",), rerank=0.9)
@@ -103,9 +101,31 @@ def test_rare_terms_and_coverage() -> None:
     assert [s.code for s in decision.signals] == ["no_agreement", "rare_terms_missing"]
     assert decision.refuse
     assert decision.checked["rare_terms"] == ["zylinderkopf"] and decision.checked["coverage"] == 0.5
-    # without the rare word, coverage 1/3 < 0.5 is the second signal
+    # without corpus statistics: coverage 1/3 < 0.5 weighs 0.5; with no agreement 1.5 < 2, answered
     low = decide_refusal(analyze_query("flange gasket length"), [item])
-    assert [s.code for s in low.signals] == ["no_agreement", "low_coverage"] and low.refuse
+    assert [s.code for s in low.signals] == ["no_agreement", "low_coverage"] and not low.refuse
+    assert low.checked["signal_weight"] == 1.5
+    # a weak reranker score on top: 2.5, refused
+    weak = decide_refusal(analyze_query("flange gasket length"), [replace(item, rerank=0.2)])
+    assert [s.code for s in weak.signals] == ["weak_rerank", "no_agreement", "low_coverage"] and weak.refuse
+
+
+def test_rare_is_a_share_of_the_corpus() -> None:
+    # 1,000 chunks, rare_share 0.01: df 10 is rare (10 <= 10), df 11 is not
+    query = analyze_query("gamma delta")
+    item = strong(cand("z", "f1", "nothing relevant"))
+    ten = decide_refusal(query, [item], document_frequency={"gamma": 10, "delta": 11}, documents=1000)
+    assert ten.checked["rare_terms"] == ["gamma"]
+
+
+def test_missing_words_alone_never_refuse() -> None:
+    # a paraphrase: "attach" and "device" occur nowhere in the corpus (rare, missing) and cover 1/3,
+    # but the channels agree and the reranker is confident: 1 + 0.5 = 1.5 < 2, answered
+    query = analyze_query("attach device wall")
+    item = strong(cand("w", "f1", "Mount the unit on a flat wall."), channels=("lexical", "vector"))
+    decision = decide_refusal(query, [item], document_frequency={"wall": 3}, documents=1000)
+    assert [s.code for s in decision.signals] == ["rare_terms_missing", "low_coverage"]
+    assert not decision.refuse
 
 
 def test_the_safe_refusal_is_one_fixed_english_sentence() -> None:
