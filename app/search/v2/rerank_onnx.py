@@ -69,7 +69,9 @@ class OnnxCrossEncoder:
             if not {"input_ids", "attention_mask"} <= inputs:
                 raise ConfigError(f"The reranker in {self.folder} lacks input_ids/attention_mask inputs")
             tokenizer.enable_truncation(max_length=self.max_tokens)
-            tokenizer.enable_padding()
+            if tokenizer.padding is None:
+                # the model's own padding (XLM-R pads with id 1) wins; else BERT's [PAD] = 0
+                tokenizer.enable_padding()
             self._inputs = inputs
             self._tokenizer = tokenizer
             self._session = session
