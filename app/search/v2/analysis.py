@@ -1,0 +1,137 @@
+"""Query analysis: what a question asks for, in the index's own normalised terms.
+
+    analyze_query("Max. length of K 28 in table 3?") ->
+        terms ("max", "length", "k", "28", "table", "3"), identifiers ("k 28",), intents {"table_lookup"}
+
+Terms are the normalised tokens minus a small stopword list (English and German), in order and
+unique. Identifiers, standards, quantities and dates come from the same entity extractor the index
+uses; quoted phrases ("...", “...”, „...“, «...») are kept as normalised phrases. Intents are
+found from configurable trigger words: `table_lookup`, `document_lookup`, `citation_request`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.ingest.v2.entities import Entity, EntityExtractor, default_extractor, detect_language
+from app.ingest.v2.lexicon import STOPWORDS_DE, STOPWORDS_EN
+from app.ingest.v2.normalize import contains_phrase, normalize, tokenize
+from app.search.v2.bm25 import idf
+
+TABLE_LOOKUP = "table_lookup"
+DOCUMENT_LOOKUP = "document_lookup"
+CITATION_REQUEST = "citation_request"
+
+DEFAULT_INTENT_TRIGGERS: dict[str, tuple[str, ...]] = {
+    TABLE_LOOKUP: (
+        "table", "tables", "row", "column", "value", "values", "rating", "rated", "maximum", "minimum",
+        "how much", "how many", "specification", "tabelle", "zeile", "spalte", "wert", "werte",
+        "wie viel", "wie viele", "höchstwert", "mindestwert",
+    ),
+    DOCUMENT_LOOKUP: (
+        "document", "documents", "file", "files", "manual", "datasheet", "data sheet", "guide",
+        "handbook", "which document", "dokument", "dokumente", "datei", "handbuch", "anleitung",
+        "datenblatt", "in welchem dokument",
+    ),
+    CITATION_REQUEST: (
+        "cite", "citation", "quote", "source", "sources", "reference", "page", "where does it say",
+        "where is it written", "zitat", "zitiere", "zitieren", "quelle", "quellen", "seite",
+        "fundstelle", "beleg", "wo steht",
+    ),
+}  # fmt: skip
+
+_QUOTES = re.compile(r'"([^"]{2,})"|“([^”]{2,})”|„([^“”]{2,})[“”]|«([^»]{2,})»|‚([^‘’]{2,})[‘’]')
+
+
+class QueryConfig(BaseModel):
+    """Stopwords and intent triggers of query analysis."""
+
+    model_config = ConfigDict(frozen=True)
+
+    stopwords: frozenset[str] = STOPWORDS_EN | STOPWORDS_DE
+    intent_triggers: dict[str, tuple[str, ...]] = Field(default_factory=lambda: dict(DEFAULT_INTENT_TRIGGERS))
+
+
+@dataclass(frozen=True, slots=True)
+class QueryAnalysis:
+    """Everything V2 reads from a question, normalised like the index."""
+
+    raw: str
+    normalized: str
+    tokens: tuple[str, ...]
+    terms: tuple[str, ...]
+    identifiers: tuple[Entity, ...] = ()
+    standards: tuple[Entity, ...] = ()
+    quantities: tuple[Entity, ...] = ()
+    dates: tuple[Entity, ...] = ()
+    document_numbers: tuple[Entity, ...] = ()
+    phrases: tuple[str, ...] = ()
+    intents: frozenset[str] = frozenset()
+    language: str | None = None
+
+    @property
+    def exact_keys(self) -> tuple[str, ...]:
+        """Normalised names the exact channel looks up (identifiers, standards, document numbers)."""
+        seen: dict[str, None] = {}
+        for entity in (*self.identifiers, *self.standards, *self.document_numbers):
+            seen.setdefault(entity.normalized, None)
+        return tuple(seen)
+
+
+def analyze_query(
+    text: str, config: QueryConfig | None = None, extractor: EntityExtractor | None = None
+) -> QueryAnalysis:
+    """Analyse a question (pure: same text and configuration, same analysis)."""
+    config = config or QueryConfig()
+    extractor = extractor or default_extractor()
+    language = detect_language(text, min_hits=1, min_ratio=1.0)
+    tokens = tuple(tokenize(text))
+    terms = tuple(dict.fromkeys(token for token in tokens if token not in config.stopwords))
+    entities = extractor.extract(text, language)
+
+    def of(kind: str) -> tuple[Entity, ...]:
+        unique: dict[str, Entity] = {}
+        for entity in entities:
+            if entity.kind == kind:
+                unique.setdefault(entity.normalized, entity)
+        return tuple(unique.values())
+
+    phrases = []
+    for match in _QUOTES.finditer(text):
+        phrase = normalize(next(group for group in match.groups() if group))
+        if phrase and phrase not in phrases:
+            phrases.append(phrase)
+    normalized = " ".join(tokens)
+    intents = {
+        intent
+        for intent, triggers in config.intent_triggers.items()
+        if any(contains_phrase(normalized, normalize(trigger)) for trigger in triggers)
+    }
+    document_numbers = of("document_number")
+    if document_numbers or of("standard"):
+        intents.add(DOCUMENT_LOOKUP)
+    return QueryAnalysis(
+        raw=text,
+        normalized=normalized,
+        tokens=tokens,
+        terms=terms,
+        identifiers=of("identifier"),
+        standards=of("standard"),
+        quantities=of("quantity"),
+        dates=of("date"),
+        document_numbers=document_numbers,
+        phrases=tuple(phrases),
+        intents=frozenset(intents),
+        language=language,
+    )
+
+
+def term_weights(
+    terms: tuple[str, ...], document_frequency: Mapping[str, int], documents: int
+) -> dict[str, float]:
+    """Inverse document frequencies of the query terms (BM25's idf; unseen terms get the highest)."""
+    return {term: idf(documents, document_frequency.get(term, 0)) for term in terms}

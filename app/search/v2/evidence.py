@@ -1,0 +1,91 @@
+"""Evidence: ranked candidates shaped as the contract's `/query_v2` results, and the last allow-list check.
+
+`page` is 1-based: the printed page number when the document prints a plain number there, else
+the physical page; `page_label` always carries the printed label when there is one. `score` is the
+reranker's score when the window was reranked, else the fused score, clipped to 0..1.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Sequence
+
+from app.search.v2.records import Fused
+from app.search.v2.schemas import EvidenceItem
+
+logger = logging.getLogger(__name__)
+
+
+def citation_id(rank: int) -> str:
+    """ "V2-<rank>", rank 1-based."""
+    return f"V2-{rank}"
+
+
+def display_page(page: int | None, page_label: str | None) -> int | None:
+    """The page to show: the printed number when the label is a plain positive number, else `page`."""
+    if page_label is not None and page_label.strip().isdigit() and int(page_label) > 0:
+        return int(page_label)
+    return page if page is None or page >= 1 else None
+
+
+def allowed_only(items: Sequence[Fused], allowed_file_ids: Collection[str]) -> tuple[list[Fused], int]:
+    """The items whose file is in the request's allow-list, and how many were not (should be 0)."""
+    allowed = set(allowed_file_ids)
+    kept = [item for item in items if item.candidate.file_id in allowed]
+    dropped = len(items) - len(kept)
+    if dropped:
+        # the SQL predicate should make this impossible; a non-zero count is a bug worth an alarm
+        logger.error("V2 evidence held %d item(s) outside the request's allow-list; dropped", dropped)
+    return kept, dropped
+
+
+def build_evidence(items: Sequence[Fused], allowed_file_ids: Collection[str], k: int) -> list[EvidenceItem]:
+    """Up to k results, re-checked against the allow-list, numbered V2-1, V2-2, ... in order."""
+    kept, _ = allowed_only(items, allowed_file_ids)
+    out: list[EvidenceItem] = []
+    for rank, item in enumerate(kept[:k], start=1):
+        c = item.candidate
+        score = item.rerank if item.rerank is not None else item.score
+        metadata = dict(c.metadata)
+        metadata.setdefault("chunk_id", c.chunk_id)
+        if c.page is not None:
+            metadata.setdefault("physical_page", c.page)
+        out.append(
+            EvidenceItem(
+                citation_id=citation_id(rank),
+                file_id=c.file_id,
+                filename=c.filename,
+                title=c.title,
+                content=c.content,
+                page=display_page(c.page, c.page_label),
+                page_label=c.page_label,
+                section=list(c.section),
+                chunk_kind="table_row" if c.kind == "table_row" else "prose",
+                table_title=c.table_caption,
+                row_label=c.row_label,
+                headers=list(c.headers),
+                row_values=list(c.row_values),
+                units=list(c.units),
+                footnotes=list(c.footnotes),
+                source_type=c.source_type,
+                channels=list(item.channels),
+                score=min(max(float(score), 0.0), 1.0),
+                language=c.language,
+                publication_date=c.publication_date,
+                metadata=metadata,
+            )
+        )
+    return out
+
+
+def recheck_allow_list(
+    results: Sequence[EvidenceItem], allowed_file_ids: Collection[str]
+) -> list[EvidenceItem]:
+    """Final check on built results: foreign files removed and citation ids renumbered in order."""
+    allowed = set(allowed_file_ids)
+    kept = [item for item in results if item.file_id in allowed]
+    if len(kept) != len(results):
+        logger.error("V2 results held %d item(s) outside the allow-list; dropped", len(results) - len(kept))
+    return [
+        item.model_copy(update={"citation_id": citation_id(rank)}) for rank, item in enumerate(kept, start=1)
+    ]

@@ -1,0 +1,151 @@
+"""Reciprocal rank fusion of the exact, lexical and vector channels.
+
+    fused(d) = Σ_c  w_c / (k + rank_c(d))   +   exact_boost · exact(d) / (k + 1)
+
+`rank_c(d)` is d's 1-based rank in channel c (channels that did not find d add nothing) and
+`exact(d)` the exact channel's match weight in 0..1 (a row label match weighs more than a title
+match; the channel decides). The boost is counted in first-place votes: `exact_boost = 1` adds as
+much as one more channel ranking d first. `score = fused / best possible` puts it in 0..1, where the
+best possible is every channel that returned anything ranking d first, plus the full boost.
+
+After fusion: candidates at the same location (file, page, table, row, section and the first
+characters of normalised content) collapse into the best one, which keeps every channel that
+found any of them; candidates under `min_score` are dropped; then diversity caps demote (never
+drop) candidates beyond `per_file_cap` per file and `per_page_cap` per page, so one long document
+cannot fill the top of the list while others have evidence, and a single-file request still gets k.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.ingest.v2.normalize import normalize
+from app.search.v2.records import CHANNELS, Candidate, Fused, Scored
+
+
+class FusionConfig(BaseModel):
+    """Knobs of fusion; the defaults are the literature's (k = 60) until the benchmark tunes them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rrf_k: float = Field(60.0, gt=0)
+    weights: dict[str, float] = Field(default_factory=lambda: dict.fromkeys(CHANNELS, 1.0))
+    exact_boost: float = Field(1.0, ge=0)
+    min_score: float = Field(0.0, ge=0, le=1)
+    per_file_cap: int = Field(3, ge=1)
+    per_page_cap: int = Field(2, ge=1)
+    dedupe_prefix_chars: int = Field(160, ge=1)
+
+
+def location_key(candidate: Candidate, prefix_chars: int) -> Hashable:
+    """Where a candidate sits: two candidates with the same key are the same evidence."""
+    return (
+        candidate.file_id,
+        candidate.page,
+        candidate.table_index,
+        candidate.row_index,
+        candidate.section,
+        normalize(candidate.content)[:prefix_chars],
+    )
+
+
+def _order(item: Fused) -> tuple[float, int, str]:
+    # best fused score first; ties go to the better best rank, then the id (deterministic)
+    return (-item.fused, min(item.ranks.values(), default=1 << 30), item.candidate.chunk_id)
+
+
+def fuse(channels: Mapping[str, Sequence[Scored]], config: FusionConfig | None = None) -> list[Fused]:
+    """Fuse ranked channel lists into one list (see the module docstring)."""
+    config = config or FusionConfig()
+    k = config.rrf_k
+    totals: dict[str, float] = {}
+    ranks: dict[str, dict[str, int]] = {}
+    exact: dict[str, float] = {}
+    candidates: dict[str, Candidate] = {}
+    for channel, hits in channels.items():
+        weight = config.weights.get(channel, 1.0)
+        rank = 0
+        seen: set[str] = set()
+        for hit in hits:
+            chunk = hit.candidate.chunk_id
+            if chunk in seen:  # a channel votes once per chunk, at its best rank
+                continue
+            seen.add(chunk)
+            rank += 1
+            candidates.setdefault(chunk, hit.candidate)
+            totals[chunk] = totals.get(chunk, 0.0) + weight / (k + rank)
+            ranks.setdefault(chunk, {})[channel] = rank
+            if channel == "exact":
+                exact[chunk] = max(exact.get(chunk, 0.0), min(max(hit.score, 0.0), 1.0))
+    # the best possible: every channel that found anything ranks it first (a channel with nothing
+    # to say, such as exact for a question without names, does not deflate everyone's score)
+    answered = [c for c, hits in channels.items() if hits]
+    best = sum(max(config.weights.get(c, 1.0), 0.0) for c in answered) / (k + 1)
+    best += config.exact_boost / (k + 1) if "exact" in answered else 0.0
+    fused: list[Fused] = []
+    for chunk, total in totals.items():
+        value = total + config.exact_boost * exact.get(chunk, 0.0) / (k + 1)
+        fused.append(
+            Fused(
+                candidate=candidates[chunk],
+                fused=value,
+                score=min(value / best, 1.0) if best > 0 else 0.0,
+                channels=_provenance(ranks[chunk]),
+                ranks=dict(ranks[chunk]),
+                exact=exact.get(chunk, 0.0),
+            )
+        )
+    fused.sort(key=_order)
+    fused = dedupe(fused, config.dedupe_prefix_chars)
+    fused = [item for item in fused if item.score >= config.min_score]
+    return apply_caps(fused, config.per_file_cap, config.per_page_cap)
+
+
+def _provenance(ranks: Mapping[str, int]) -> tuple[str, ...]:
+    known = [c for c in CHANNELS if c in ranks]
+    return (*known, *sorted(c for c in ranks if c not in CHANNELS))
+
+
+def dedupe(items: Sequence[Fused], prefix_chars: int) -> list[Fused]:
+    """Keep the best item per location; it inherits the channels and best ranks of the others."""
+    kept: dict[Hashable, Fused] = {}
+    for item in items:
+        key = location_key(item.candidate, prefix_chars)
+        first = kept.get(key)
+        if first is None:
+            kept[key] = item
+            continue
+        ranks = dict(first.ranks)
+        for channel, rank in item.ranks.items():
+            ranks[channel] = min(rank, ranks.get(channel, rank))
+        kept[key] = Fused(
+            candidate=first.candidate,
+            fused=first.fused,
+            score=first.score,
+            channels=_provenance(ranks),
+            ranks=ranks,
+            exact=max(first.exact, item.exact),
+            rerank=first.rerank,
+        )
+    return list(kept.values())
+
+
+def apply_caps(items: Sequence[Fused], per_file: int, per_page: int) -> list[Fused]:
+    """The items in order, those beyond a file's or a page's cap moved behind all the others."""
+    files: dict[str, int] = {}
+    pages: dict[tuple[str, int | None], int] = {}
+    within: list[Fused] = []
+    beyond: list[Fused] = []
+    for item in items:
+        file_id = item.candidate.file_id
+        page = (file_id, item.candidate.page)
+        page_full = item.candidate.page is not None and pages.get(page, 0) >= per_page
+        if files.get(file_id, 0) >= per_file or page_full:
+            beyond.append(item)
+            continue
+        files[file_id] = files.get(file_id, 0) + 1
+        pages[page] = pages.get(page, 0) + 1
+        within.append(item)
+    return within + beyond

@@ -1,0 +1,69 @@
+"""Typed records of the V2 query path, from channel hits to ranked evidence.
+
+    channels -> {name: [Scored(candidate, score), ...]}   each list in its channel's rank order
+    fuse(...) -> [Fused]          reciprocal rank fusion, de-duplicated, capped, thresholded
+    rerank_window(...) -> [Fused] the window reordered (never grown) with `rerank` set
+    build_evidence(...) -> [EvidenceItem]   the contract's result shape
+
+Pages are 1-based everywhere in V2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# Channel names in the order provenance is reported.
+CHANNELS = ("exact", "lexical", "vector")
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One chunk as a channel returns it: location, display fields and normalised search text."""
+
+    chunk_id: str
+    file_id: str
+    content: str
+    search_text: str
+    kind: str = "prose"
+    filename: str = ""
+    title: str | None = None
+    page: int | None = None
+    page_label: str | None = None
+    section: tuple[str, ...] = ()
+    table_caption: str | None = None
+    table_index: int | None = None
+    row_index: int | None = None
+    row_label: str | None = None
+    headers: tuple[str, ...] = ()
+    row_values: tuple[str, ...] = ()
+    units: tuple[str | None, ...] = ()
+    footnotes: tuple[str, ...] = ()
+    # normalised entity keys of the chunk ("k 28", "12 mm", "iso 9001"), as the index stores them
+    entity_keys: frozenset[str] = frozenset()
+    language: str | None = None
+    publication_date: str | None = None
+    source_type: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """A candidate with its channel's own score (BM25, cosine similarity, exact-match weight 0..1)."""
+
+    candidate: Candidate
+    score: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Fused:
+    """A candidate after fusion: its fused score, the channels that found it and their ranks."""
+
+    candidate: Candidate
+    fused: float
+    score: float  # `fused` scaled to 0..1 by the best score fusion can give
+    channels: tuple[str, ...]
+    ranks: Mapping[str, int]
+    exact: float = 0.0  # the exact channel's weight for it, 0 when that channel did not find it
+    rerank: float | None = None  # the reranker's score in 0..1, once reranked

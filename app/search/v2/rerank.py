@@ -1,0 +1,199 @@
+"""Bounded reranking: a pluggable reranker reorders the fused window, never grows it.
+
+    outcome = await rerank_window(query, fused, reranker, window=25, per_file_cap=3, per_page_cap=2)
+
+A `Reranker` returns one score in 0..1 per window item. The default `FeatureReranker` is
+deterministic and needs no model: a weighted mean of features in 0..1, each counted only when the
+query makes it applicable (a query without identifiers is not judged on identifier hits):
+
+    coverage     share of the query's terms found in the item, each weighted by its idf in the window
+    phrases      share of quoted phrases found on token boundaries
+    identifiers  share of identifiers, standards and document numbers found
+    quantities   share of numbers with units found (by value and unit, or as written)
+    heading      share of the terms found in the title, headings, caption or row label
+    intent       table lookup: a table row; document lookup: terms in title or file name;
+                 citation request: a known page
+    prior        the fused score (what the channels agreed on)
+
+Any failure of a remote or local model (an exception, a timeout, a wrong number of scores, a
+non-finite score) falls back to the feature reranker; the outcome says which one ranked and why.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.ingest.v2.normalize import contains_phrase, normalize
+from app.search.v2.analysis import CITATION_REQUEST, DOCUMENT_LOOKUP, TABLE_LOOKUP, QueryAnalysis
+from app.search.v2.bm25 import idf
+from app.search.v2.fusion import apply_caps
+from app.search.v2.records import Candidate, Fused
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_WINDOW = 25
+MAX_WINDOW = 50
+
+
+class Reranker(Protocol):
+    """Scores a window of fused items for a query: one score in 0..1 per item, in input order."""
+
+    name: str
+
+    async def scores(self, query: QueryAnalysis, items: Sequence[Fused]) -> list[float]:
+        """Scores aligned with `items`."""
+        ...
+
+
+class FeatureWeights(BaseModel):
+    """Weights of the feature reranker (provisional until the quality benchmark sets them)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    coverage: float = Field(3.0, ge=0)
+    phrases: float = Field(2.0, ge=0)
+    identifiers: float = Field(3.0, ge=0)
+    quantities: float = Field(2.0, ge=0)
+    heading: float = Field(1.0, ge=0)
+    intent: float = Field(1.0, ge=0)
+    prior: float = Field(2.0, ge=0)
+
+
+def rerank_text(candidate: Candidate) -> str:
+    """The text a model reranker reads: breadcrumb then content, as the chunk was embedded."""
+    crumbs = [part for part in (candidate.title, *candidate.section) if part]
+    head = " › ".join(crumbs)
+    return f"{head}\n{candidate.content}" if head else candidate.content
+
+
+def _fraction(found: Sequence[bool]) -> float:
+    return sum(found) / len(found) if found else 0.0
+
+
+class FeatureReranker:
+    """The deterministic default reranker (see the module docstring)."""
+
+    name = "features"
+
+    def __init__(self, weights: FeatureWeights | None = None) -> None:
+        self.weights = weights or FeatureWeights()
+
+    def features(self, query: QueryAnalysis, items: Sequence[Fused]) -> list[dict[str, float]]:
+        """The applicable features of every item (a feature absent from a dict does not apply)."""
+        texts = [item.candidate.search_text for item in items]
+        token_sets = [set(text.split()) for text in texts]
+        # idf within the window: a term every candidate has says little about which one answers
+        weights = {
+            term: idf(len(items), sum(term in tokens for tokens in token_sets)) for term in query.terms
+        }
+        out: list[dict[str, float]] = []
+        for item, text, tokens in zip(items, texts, token_sets, strict=True):
+            c = item.candidate
+            f: dict[str, float] = {"prior": item.score}
+            total = sum(weights.values())
+            if query.terms and total > 0:
+                f["coverage"] = sum(w for t, w in weights.items() if t in tokens) / total
+            if query.phrases:
+                f["phrases"] = _fraction([contains_phrase(text, p) for p in query.phrases])
+            if query.exact_keys:
+                f["identifiers"] = _fraction(
+                    [key in c.entity_keys or contains_phrase(text, key) for key in query.exact_keys]
+                )
+            if query.quantities:
+                f["quantities"] = _fraction(
+                    [
+                        q.normalized in c.entity_keys or contains_phrase(text, normalize(q.raw))
+                        for q in query.quantities
+                    ]
+                )
+            heading_tokens = set(
+                normalize(" ".join(filter(None, (c.title, *c.section, c.table_caption, c.row_label)))).split()
+            )
+            if query.terms:
+                f["heading"] = _fraction([t in heading_tokens for t in query.terms])
+            intents: list[float] = []
+            if TABLE_LOOKUP in query.intents:
+                intents.append(1.0 if c.kind == "table_row" or c.table_caption else 0.0)
+            if DOCUMENT_LOOKUP in query.intents and query.terms:
+                names = set(normalize(f"{c.title or ''} {c.filename}").split())
+                intents.append(_fraction([t in names for t in query.terms]))
+            if CITATION_REQUEST in query.intents:
+                intents.append(1.0 if c.page is not None else 0.0)
+            if intents:
+                f["intent"] = sum(intents) / len(intents)
+            out.append(f)
+        return out
+
+    def score_all(self, query: QueryAnalysis, items: Sequence[Fused]) -> list[float]:
+        """Weighted mean of each item's applicable features, in 0..1."""
+        weights = self.weights.model_dump()
+        scores: list[float] = []
+        for features in self.features(query, items):
+            denominator = sum(weights[name] for name in features)
+            numerator = sum(weights[name] * value for name, value in features.items())
+            scores.append(numerator / denominator if denominator > 0 else 0.0)
+        return scores
+
+    async def scores(self, query: QueryAnalysis, items: Sequence[Fused]) -> list[float]:
+        """See `score_all` (no I/O)."""
+        return self.score_all(query, items)
+
+
+class RerankError(Exception):
+    """A reranker's reply could not be used (the message never holds provider text)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RerankOutcome:
+    """The reordered window, who ranked it, and why a fallback happened (None when none did)."""
+
+    items: list[Fused]
+    reranker: str
+    fallback_reason: str | None = None
+
+
+def check_scores(scores: Sequence[float], expected: int) -> list[float]:
+    """Scores as floats clipped to 0..1; RerankError when their number or values are unusable."""
+    if len(scores) != expected:
+        raise RerankError("wrong number of scores")
+    out: list[float] = []
+    for value in scores:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise RerankError("a score is not a finite number")
+        out.append(min(max(float(value), 0.0), 1.0))
+    return out
+
+
+async def rerank_window(
+    query: QueryAnalysis,
+    items: Sequence[Fused],
+    reranker: Reranker,
+    *,
+    window: int = DEFAULT_WINDOW,
+    per_file_cap: int = 3,
+    per_page_cap: int = 2,
+    fallback: FeatureReranker | None = None,
+) -> RerankOutcome:
+    """Rerank the first `window` items (at most MAX_WINDOW); caps are applied again afterwards."""
+    head = list(items[: max(0, min(window, MAX_WINDOW))])
+    if not head:
+        return RerankOutcome([], reranker.name)
+    used = reranker.name
+    reason: str | None = None
+    try:
+        scores = check_scores(await reranker.scores(query, head), len(head))
+    except Exception as exc:  # any failure of an optional model falls back to the features
+        reason = exc.__class__.__name__
+        logger.warning("Reranker %s failed (%s); using the feature reranker", reranker.name, reason)
+        fallback = fallback or FeatureReranker()
+        used = fallback.name
+        scores = check_scores(fallback.score_all(query, head), len(head))
+    order = sorted(range(len(head)), key=lambda i: (-scores[i], i))
+    ranked = [replace(head[i], rerank=scores[i]) for i in order]
+    return RerankOutcome(apply_caps(ranked, per_file_cap, per_page_cap), used, reason)

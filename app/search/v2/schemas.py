@@ -1,0 +1,152 @@
+"""Wire models of `POST /query_v2` and `POST /validate_v2` (field names are the contract, section 6).
+
+Request bounds that the contract answers with 400 (file id count, distinct ids, characters the
+database cannot store) are checked by `check_query_v2`, so the route can map them to a `detail`
+that says what to change; type errors stay pydantic's 422.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.errors import BadRequest
+
+MAX_QUERY_CHARS = 4000
+MAX_FILE_IDS = 1000
+MAX_FILE_ID_CHARS = 200
+DEFAULT_K = 8
+MAX_K = 10
+MAX_ANSWER_CHARS = 50_000
+MAX_EVIDENCE_ITEMS = 100
+MAX_CONSTRAINTS = 50
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class QueryV2Request(_Body):
+    """`POST /query_v2`: bounds beyond the types are checked by `check_query_v2`."""
+
+    query: str
+    file_ids: list[str]
+    entity_id: str | None = None
+    k: int = DEFAULT_K
+    index_version: str | None = Field(None, max_length=200)
+    debug: bool = False
+
+
+def _storable(text: str) -> bool:
+    """False for NUL and lone surrogates: PostgreSQL text and asyncpg cannot hold them."""
+    return "\x00" not in text and not any(0xD800 <= ord(c) <= 0xDFFF for c in text)
+
+
+def check_query_v2(request: QueryV2Request) -> QueryV2Request:
+    """The request with distinct file ids in first-seen order; BadRequest naming what to change."""
+    query = request.query
+    if not query.strip():
+        raise BadRequest("query must not be empty")
+    if len(query) > MAX_QUERY_CHARS:
+        raise BadRequest(f"query must be at most {MAX_QUERY_CHARS} characters")
+    if not _storable(query):
+        raise BadRequest("query must not contain NUL characters or unpaired surrogates")
+    if not request.file_ids:
+        raise BadRequest("file_ids must not be empty")
+    distinct = list(dict.fromkeys(request.file_ids))
+    if len(distinct) > MAX_FILE_IDS:
+        raise BadRequest(f"At most {MAX_FILE_IDS} file_ids are allowed")
+    for file_id in distinct:
+        if not 1 <= len(file_id) <= MAX_FILE_ID_CHARS:
+            raise BadRequest(f"each file id must be 1 to {MAX_FILE_ID_CHARS} characters")
+        if not _storable(file_id):
+            raise BadRequest("file ids must not contain NUL characters or unpaired surrogates")
+    if not 1 <= request.k <= MAX_K:
+        raise BadRequest(f"k must be between 1 and {MAX_K}")
+    if request.index_version is not None and not _storable(request.index_version):
+        raise BadRequest("index_version must not contain NUL characters or unpaired surrogates")
+    return request.model_copy(update={"file_ids": distinct})
+
+
+class EvidenceItem(BaseModel):
+    """One `/query_v2` result (the names the overlay's client reads, plus `page_label`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    citation_id: str
+    file_id: str
+    filename: str = ""
+    title: str | None = None
+    content: str
+    page: int | None = None
+    page_label: str | None = None
+    section: list[str] = Field(default_factory=list)
+    chunk_kind: Literal["prose", "table_row"] = "prose"
+    table_title: str | None = None
+    row_label: str | None = None
+    headers: list[str] = Field(default_factory=list)
+    row_values: list[str] = Field(default_factory=list)
+    units: list[str | None] = Field(default_factory=list)
+    footnotes: list[str] = Field(default_factory=list)
+    source_type: str | None = None
+    channels: list[str] = Field(default_factory=list)
+    score: float = Field(ge=0.0, le=1.0)
+    language: str | None = None
+    publication_date: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class QueryV2Response(BaseModel):
+    """`POST /query_v2` answer; `debug` is present only for admins who asked for it."""
+
+    route: Literal["v2"] = "v2"
+    index_version: str | None
+    results: list[EvidenceItem]
+    degraded: bool = False
+    safe_refusal: str | None = None
+    debug: dict[str, Any] | None = None
+
+
+class EvidenceInput(BaseModel):
+    """An evidence item as `/validate_v2` receives it (as returned by `/query_v2`; extras ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    citation_id: str = Field(max_length=50)
+    content: str = Field(max_length=100_000)
+    file_id: str | None = Field(None, max_length=MAX_FILE_ID_CHARS)
+    filename: str | None = Field(None, max_length=1024)
+    title: str | None = Field(None, max_length=2000)
+    section: list[str] = Field(default_factory=list, max_length=50)
+    table_title: str | None = Field(None, max_length=2000)
+    row_label: str | None = Field(None, max_length=2000)
+    headers: list[str] = Field(default_factory=list, max_length=500)
+    row_values: list[str] = Field(default_factory=list, max_length=500)
+    units: list[str | None] = Field(default_factory=list, max_length=500)
+    footnotes: list[str] = Field(default_factory=list, max_length=100)
+
+
+class ValidateV2Request(_Body):
+    """`POST /validate_v2`."""
+
+    answer: str = Field(max_length=MAX_ANSWER_CHARS)
+    evidence: list[EvidenceInput] = Field(default_factory=list, max_length=MAX_EVIDENCE_ITEMS)
+    mandatory_constraints: list[str] = Field(default_factory=list, max_length=MAX_CONSTRAINTS)
+    safe_refusal_expected: bool = False
+
+
+class Violation(BaseModel):
+    """One finding of the validator."""
+
+    code: str
+    severity: Literal["error", "warning"]
+    message: str
+    value: str | None = None
+
+
+class ValidateV2Response(BaseModel):
+    """`POST /validate_v2` answer: `refuse` on any error, `qualify` on warnings only, else `pass`."""
+
+    verdict: Literal["pass", "qualify", "refuse"]
+    violations: list[Violation]

@@ -1,0 +1,112 @@
+"""Reciprocal rank fusion, exact boost, de-duplication, caps and the minimum evidence score."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.search.v2.fusion import FusionConfig, apply_caps, fuse
+from app.search.v2.records import Scored
+from tests.unit.v2.helpers import cand, fused
+
+A, B, C = cand("A"), cand("B", "f2"), cand("C", "f3")
+
+
+def test_rrf_arithmetic_with_the_exact_boost() -> None:
+    # k = 60, weights 1. exact: [A (weight 1.0)]; lexical: [B, A]; vector: [A, C]
+    # A: 1/61 (exact) + 1/62 (lexical 2nd) + 1/61 (vector 1st) + boost 1 * 1.0 / 61 = 3/61 + 1/62
+    # B: 1/61; C: 1/62. Best possible: three channels first (3/61) + full boost (1/61) = 4/61.
+    channels = {
+        "exact": [Scored(A, 1.0)],
+        "lexical": [Scored(B, 9.1), Scored(A, 7.0)],
+        "vector": [Scored(A, 0.8), Scored(C, 0.7)],
+    }
+    out = fuse(channels, FusionConfig(per_file_cap=10, per_page_cap=10))
+    assert [f.candidate.chunk_id for f in out] == ["A", "B", "C"]
+    a, b, c = out
+    assert a.fused == pytest.approx(3 / 61 + 1 / 62)
+    assert b.fused == pytest.approx(1 / 61)
+    assert c.fused == pytest.approx(1 / 62)
+    assert a.score == pytest.approx((3 / 61 + 1 / 62) / (4 / 61))
+    assert b.score == pytest.approx((1 / 61) / (4 / 61))
+    assert a.channels == ("exact", "lexical", "vector")
+    assert dict(a.ranks) == {"exact": 1, "lexical": 2, "vector": 1}
+    assert (a.exact, b.exact) == (1.0, 0.0)
+    assert b.channels == ("lexical",) and c.channels == ("vector",)
+
+
+def test_weights_k_and_partial_exact_weight() -> None:
+    # k = 10, vector weight 2, exact boost 2 with exact weight 0.5:
+    # A: exact 1/11 + vector 2/11 + boost 2 * 0.5 / 11 = 4/11; lexical found nothing and is left out
+    # of the best possible: exact 1/11 + vector 2/11 + full boost 2/11 = 5/11 -> score 0.8
+    config = FusionConfig(rrf_k=10, weights={"exact": 1.0, "lexical": 1.0, "vector": 2.0}, exact_boost=2.0)
+    out = fuse({"exact": [Scored(A, 0.5)], "lexical": [], "vector": [Scored(A, 0.9)]}, config)
+    assert out[0].fused == pytest.approx(1 / 11 + 2 / 11 + 1 / 11)
+    assert out[0].score == pytest.approx((4 / 11) / (5 / 11))
+
+
+def test_only_channels_that_answered_set_the_best_possible_score() -> None:
+    # lexical and vector both rank A first, exact ran but found nothing: 2/61 of a best 2/61 -> 1
+    out = fuse({"exact": [], "lexical": [Scored(A)], "vector": [Scored(A)]})
+    assert out[0].score == pytest.approx(1.0)
+    # one of two answering channels: (1/61) / (2/61) = 0.5
+    out = fuse({"lexical": [Scored(A)], "vector": [Scored(B)]})
+    assert [f.score for f in out] == pytest.approx([0.5, 0.5])
+
+
+def test_a_chunk_votes_once_per_channel_at_its_best_rank() -> None:
+    out = fuse({"lexical": [Scored(A), Scored(A), Scored(B, 0)]})
+    # A at rank 1, B at rank 2 (the repeated A does not take a rank)
+    assert [(f.candidate.chunk_id, dict(f.ranks)) for f in out] == [
+        ("A", {"lexical": 1}),
+        ("B", {"lexical": 2}),
+    ]
+
+
+def test_ties_are_deterministic() -> None:
+    # B and C both rank 1 in one channel each: equal score, equal best rank -> by id
+    out = fuse({"lexical": [Scored(C)], "vector": [Scored(B)]})
+    assert [f.candidate.chunk_id for f in out] == ["B", "C"]
+
+
+def test_same_location_collapses_and_keeps_provenance() -> None:
+    # two chunk ids, same file, page, section and content: one piece of evidence found by both channels
+    one = cand("x1", "f1", "Torque: 12 Nm", page=3, section=("Specs",))
+    two = cand("x2", "f1", "Torque: 12 Nm", page=3, section=("Specs",))
+    other_page = cand("x3", "f1", "Torque: 12 Nm", page=4, section=("Specs",))
+    out = fuse({"lexical": [Scored(one), Scored(other_page)], "vector": [Scored(two)]})
+    assert [f.candidate.chunk_id for f in out] == ["x1", "x3"]
+    assert out[0].channels == ("lexical", "vector")
+    assert dict(out[0].ranks) == {"lexical": 1, "vector": 1}
+
+
+def test_minimum_evidence_score() -> None:
+    # one channel: rank 1 -> (1/61)/(1/61) = 1.0; rank 2 -> 61/62 = 0.9839; rank 3 -> 61/63 = 0.9683
+    hits = [Scored(cand(f"c{i}", f"f{i}")) for i in range(3)]
+    out = fuse({"vector": hits}, FusionConfig(min_score=0.97))
+    assert [f.candidate.chunk_id for f in out] == ["c0", "c1"]
+
+
+def test_caps_demote_a_long_document_but_never_drop() -> None:
+    # f1 holds the five best items, f2 two weaker ones; per-file cap 3 -> f1, f1, f1, f2, f2, f1, f1
+    items = [fused(cand(f"a{i}", "f1", page=i + 1), 0.9 - i * 0.01) for i in range(5)]
+    items += [fused(cand(f"b{i}", "f2", page=1), 0.5 - i * 0.01) for i in range(2)]
+    out = apply_caps(items, per_file=3, per_page=2)
+    assert [f.candidate.file_id for f in out] == ["f1", "f1", "f1", "f2", "f2", "f1", "f1"]
+    assert sorted(f.candidate.chunk_id for f in out) == sorted(f.candidate.chunk_id for f in items)
+
+
+def test_page_cap() -> None:
+    # three items on page 7 of f1, cap 2 per page -> the third goes behind the f2 item
+    items = [fused(cand(f"p{i}", "f1", page=7), 0.9 - i * 0.1) for i in range(3)]
+    items.append(fused(cand("q", "f2", page=1), 0.1))
+    out = apply_caps(items, per_file=10, per_page=2)
+    assert [f.candidate.chunk_id for f in out] == ["p0", "p1", "q", "p2"]
+    # items without a page are only held to the file cap
+    no_page = [fused(cand(f"n{i}", "f1"), 0.5) for i in range(3)]
+    assert [f.candidate.chunk_id for f in apply_caps(no_page, 10, 1)] == ["n0", "n1", "n2"]
+
+
+def test_fuse_applies_the_caps() -> None:
+    lexical = [Scored(cand(f"a{i}", "f1", page=i)) for i in range(4)] + [Scored(cand("b", "f2"))]
+    out = fuse({"lexical": lexical}, FusionConfig(per_file_cap=2))
+    assert [f.candidate.chunk_id for f in out][:3] == ["a0", "a1", "b"]

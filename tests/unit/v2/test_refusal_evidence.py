@@ -1,0 +1,212 @@
+"""The earned refusal, evidence shaping and the allow-list re-check."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from app.errors import BadRequest
+from app.search.v2.analysis import analyze_query
+from app.search.v2.evidence import build_evidence, display_page, recheck_allow_list
+from app.search.v2.records import Fused
+from app.search.v2.refusal import SAFE_REFUSAL, RefusalPolicy, decide_refusal
+from app.search.v2.schemas import QueryV2Request, QueryV2Response, check_query_v2
+from tests.unit.v2.helpers import cand, fused
+
+ROW = cand(
+    "r1",
+    "f1",
+    "Sizes\nType: K 28\nLength (mm): 14",
+    kind="table_row",
+    entity_keys=frozenset({"k 28", "14 mm"}),
+    page=3,
+    page_label="12",
+    section=("Dimensions",),
+    table_caption="Sizes",
+    row_label="K 28",
+    headers=("Type", "Length (mm)"),
+    row_values=("K 28", "14"),
+    units=(None, "mm"),
+    filename="manual.pdf",
+    title="Manual",
+)
+
+
+def strong(candidate=ROW, channels=("exact", "lexical", "vector"), rerank: float = 0.9) -> Fused:
+    return replace(fused(candidate, 0.8, channels), rerank=rerank)
+
+
+def codes(decision) -> list[str]:
+    return [r.code for r in decision.reasons]
+
+
+def test_nothing_found_is_refused() -> None:
+    decision = decide_refusal(analyze_query("anything"), [])
+    assert decision.refuse and codes(decision) == ["no_candidates"]
+
+
+def test_an_identifier_absent_from_every_candidate_is_refused_however_strong_the_rest() -> None:
+    decision = decide_refusal(analyze_query("length of K 29"), [strong()])
+    assert decision.refuse and codes(decision) == ["missing_identifier"]
+    assert decision.reasons[0].value == "K 29"
+    assert decision.as_debug()["reasons"] == [{"code": "missing_identifier", "value": "K 29"}]
+
+
+def test_the_identifier_present_is_answered() -> None:
+    decision = decide_refusal(analyze_query("length of K 28"), [strong()])
+    assert not decision.refuse and decision.reasons == () and decision.signals == ()
+
+
+@pytest.mark.parametrize(
+    ("question", "code"),
+    [
+        ('what does "overload protection relay" mean', "missing_phrase"),
+        ("is the length 15 mm", "missing_quantity"),
+        ("does ISO 9001 apply", "missing_identifier"),
+    ],
+)
+def test_other_distinctive_terms(question: str, code: str) -> None:
+    assert codes(decide_refusal(analyze_query(question), [strong()])) == [code]
+
+
+def test_quantity_found_by_entity_key_or_text() -> None:
+    assert not decide_refusal(analyze_query("a length of 14 mm"), [strong()]).refuse  # entity key "14 mm"
+
+
+def test_soft_signals_need_company() -> None:
+    # weak rerank (0.1 < 0.35) alone: one signal, answered
+    weak = strong(rerank=0.1)
+    one = decide_refusal(analyze_query("length type"), [weak])
+    assert not one.refuse and [s.code for s in one.signals] == ["weak_rerank"]
+    # weak rerank and no channel agreement: two signals, refused
+    lonely = strong(channels=("vector",), rerank=0.1)
+    two = decide_refusal(analyze_query("length type"), [lonely])
+    assert two.refuse and [s.code for s in two.signals] == ["weak_rerank", "no_agreement"]
+    # with one channel left (a degraded search) agreement is not judged
+    assert [
+        s.code for s in decide_refusal(analyze_query("length type"), [lonely], channels_run=1).signals
+    ] == ["weak_rerank"]
+    # the threshold is configurable
+    assert not decide_refusal(analyze_query("length type"), [lonely], RefusalPolicy(refuse_at=2.5)).refuse
+
+
+def test_rare_terms_and_coverage() -> None:
+    # corpus of 1,000 chunks: "zylinderkopf" in none (rare: 0 <= 0.01 * 1000), "length" in 400 (not
+    # rare: 400 > 10): the rare term is missing from every candidate;
+    # coverage of the best candidate: "length" yes, "zylinderkopf" no -> 1/2 = 0.5, not under 0.5
+    query = analyze_query("zylinderkopf length")
+    item = strong(channels=("vector",), rerank=0.9)
+    decision = decide_refusal(query, [item], document_frequency={"length": 400}, documents=1000)
+    assert [s.code for s in decision.signals] == ["no_agreement", "rare_terms_missing"]
+    assert decision.refuse
+    assert decision.checked["rare_terms"] == ["zylinderkopf"] and decision.checked["coverage"] == 0.5
+    # without corpus statistics: coverage 1/3 < 0.5 weighs 0.5; with no agreement 1.5 < 2, answered
+    low = decide_refusal(analyze_query("flange gasket length"), [item])
+    assert [s.code for s in low.signals] == ["no_agreement", "low_coverage"] and not low.refuse
+    assert low.checked["signal_weight"] == 1.5
+    # a weak reranker score on top: 2.5, refused
+    weak = decide_refusal(analyze_query("flange gasket length"), [replace(item, rerank=0.2)])
+    assert [s.code for s in weak.signals] == ["weak_rerank", "no_agreement", "low_coverage"] and weak.refuse
+
+
+def test_rare_is_a_share_of_the_corpus() -> None:
+    # 1,000 chunks, rare_share 0.01: df 10 is rare (10 <= 10), df 11 is not
+    query = analyze_query("gamma delta")
+    item = strong(cand("z", "f1", "nothing relevant"))
+    ten = decide_refusal(query, [item], document_frequency={"gamma": 10, "delta": 11}, documents=1000)
+    assert ten.checked["rare_terms"] == ["gamma"]
+
+
+def test_missing_words_alone_never_refuse() -> None:
+    # a paraphrase: "attach" and "device" occur nowhere in the corpus (rare, missing) and cover 1/3,
+    # but the channels agree and the reranker is confident: 1 + 0.5 = 1.5 < 2, answered
+    query = analyze_query("attach device wall")
+    item = strong(cand("w", "f1", "Mount the unit on a flat wall."), channels=("lexical", "vector"))
+    decision = decide_refusal(query, [item], document_frequency={"wall": 3}, documents=1000)
+    assert [s.code for s in decision.signals] == ["rare_terms_missing", "low_coverage"]
+    assert not decision.refuse
+
+
+def test_the_safe_refusal_is_one_fixed_english_sentence() -> None:
+    assert SAFE_REFUSAL.endswith(".") and "documents" in SAFE_REFUSAL
+
+
+# --- evidence ---------------------------------------------------------------------------------
+
+
+def test_evidence_shape_follows_the_contract() -> None:
+    items = [strong(rerank=1.7), fused(cand("p1", "f2", "Prose text", page=1), 0.42, ("lexical",))]
+    results = build_evidence(items, ["f1", "f2"], k=8)
+    first = results[0].model_dump()
+    contract_keys = {
+        "citation_id", "file_id", "filename", "title", "content", "page", "section", "chunk_kind",
+        "table_title", "row_label", "headers", "row_values", "units", "footnotes", "source_type",
+        "channels", "score", "language", "publication_date", "metadata",
+    }  # fmt: skip
+    assert contract_keys <= set(first)
+    assert first["citation_id"] == "V2-1" and results[1].citation_id == "V2-2"
+    assert first["chunk_kind"] == "table_row" and first["table_title"] == "Sizes"
+    assert first["page"] == 12 and first["page_label"] == "12"  # the printed page number
+    assert first["metadata"]["physical_page"] == 3 and first["metadata"]["chunk_id"] == "r1"
+    assert first["score"] == 1.0  # clipped to 0..1
+    assert first["channels"] == ["exact", "lexical", "vector"]
+    assert first["units"] == [None, "mm"] and first["section"] == ["Dimensions"]
+    assert results[1].score == pytest.approx(0.42) and results[1].chunk_kind == "prose"
+    response = QueryV2Response(index_version="v2-1", results=results).model_dump(exclude_none=True)
+    assert response["route"] == "v2" and response["degraded"] is False and "debug" not in response
+
+
+@pytest.mark.parametrize(
+    ("page", "label", "shown"),
+    [(3, "12", 12), (3, "iv", 3), (3, None, 3), (None, None, None), (1, "0", 1), (0, None, None)],
+)
+def test_display_page(page: int | None, label: str | None, shown: int | None) -> None:
+    assert display_page(page, label) == shown
+
+
+def test_a_foreign_file_never_becomes_evidence() -> None:
+    foreign = fused(cand("x", "intruder", "K 28 secret"), 0.99)
+    own = fused(cand("y", "f1", "own text"), 0.5)
+    results = build_evidence([foreign, own], ["f1"], k=5)
+    assert [r.file_id for r in results] == ["f1"] and results[0].citation_id == "V2-1"
+    assert build_evidence([foreign], ["f1"], k=5) == []
+
+
+def test_recheck_renumbers_after_dropping() -> None:
+    results = build_evidence([fused(cand("a", "f1"), 0.9), fused(cand("b", "f2"), 0.8)], ["f1", "f2"], k=5)
+    kept = recheck_allow_list(results, ["f2"])
+    assert [(r.file_id, r.citation_id) for r in kept] == [("f2", "V2-1")]
+
+
+def test_k_bounds_the_results() -> None:
+    items = [fused(cand(f"c{i}", "f1"), 0.5) for i in range(12)]
+    assert len(build_evidence(items, ["f1"], k=3)) == 3
+
+
+# --- request checks ---------------------------------------------------------------------------
+
+
+def request(**fields) -> QueryV2Request:
+    return QueryV2Request(**{"query": "q", "file_ids": ["a"], **fields})
+
+
+def test_request_checks_dedupe_and_bounds() -> None:
+    assert check_query_v2(request(file_ids=["a", "b", "a"])).file_ids == ["a", "b"]
+    # 1,000 distinct ids pass even when repeated; 1,001 do not
+    assert len(check_query_v2(request(file_ids=[str(i) for i in range(1000)] * 2)).file_ids) == 1000
+    cases = {
+        "file_ids must not be empty": request(file_ids=[]),
+        "At most 1000 file_ids are allowed": request(file_ids=[str(i) for i in range(1001)]),
+        "query must not be empty": request(query="  "),
+        "query must be at most 4000 characters": request(query="x" * 4001),
+        "query must not contain NUL characters or unpaired surrogates": request(query="a\x00b"),
+        "file ids must not contain NUL characters or unpaired surrogates": request(file_ids=["a\udc80"]),
+        "each file id must be 1 to 200 characters": request(file_ids=["x" * 201]),
+        "k must be between 1 and 10": request(k=11),
+    }
+    for detail, bad in cases.items():
+        with pytest.raises(BadRequest) as caught:
+            check_query_v2(bad)
+        assert caught.value.detail == detail
+    assert check_query_v2(request(k=1, query="x" * 4000)).k == 1
