@@ -359,6 +359,23 @@ for (const status of [400, 422]) {
   });
 }
 
+for (const status of [408, 429, 503]) {
+  test(`${status} is temporarily unavailable`, async () => {
+    api.setHandler(() => ({ status, json: { detail: 'later' } }));
+    const [text] = await search({ files: makeFiles('conv', 1, false) });
+    assert.match(text, /^The attached files could not be searched: temporarily unavailable\. Tell the user the search is unavailable right now/);
+  });
+}
+
+test('a reply over 16 MiB is an unexpected reply, not results', async () => {
+  const big = 'x'.repeat(17 * 1024 * 1024);
+  api.setHandler(() => ({ json: [v1Row({ fileId: 'conv-0', content: big, distance: 0.1 })] }));
+  const [text, artifact] = await search({ files: makeFiles('conv', 1, false) });
+  assert.match(text, /^The attached files could not be searched: unexpected reply from the search service\./);
+  assert.equal(artifact, undefined);
+  assert.equal(state.axiosErrors.length, 1);
+});
+
 test('a request that exceeds the timeout is temporarily unavailable; the other half still answers', async () => {
   process.env.RAG_API_TIMEOUT_MS = '200';
   api.setHandler((request) =>
