@@ -6,8 +6,9 @@ Usage:
     apply_patches.py --rehash [--checksums PATH]
 
 Every upstream file pinned in checksums.txt must match its hash (a file the overlay replaces may
-instead already hold the overlay's post-apply hash). Any other content is drift: nothing is written
-and the message names the file, the expected and the actual hash. Running on a patched tree changes
+instead already hold the overlay's post-apply hash). A file the overlay adds (``#@added``) must be
+absent, or already hold the overlay's hash. Any other content is drift: nothing is written and the
+message names the file, the expected and the actual hash. Running on a patched tree changes
 nothing. ``--check`` only reports pristine / patched / drifted. ``--rehash`` records the overlay's
 current hash in checksums.txt after an edit to the overlay.
 
@@ -39,6 +40,8 @@ PIN_RE = re.compile(r"(?P<sha>[0-9a-f]{64})  (?P<path>\S+)")
 COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 IMAGE_RE = re.compile(r"(?P<name>[^\s@]+)@sha256:(?P<digest>[0-9a-f]{64})")
 DIGEST_STATES = ("placeholder", "recorded")
+# Mode of a file the overlay adds: readable by everyone, like the source files of LibreChat's image.
+ADDED_FILE_MODE = 0o644
 
 
 class ChecksumsError(Exception):
@@ -64,6 +67,7 @@ class Pins:
 
     upstream: dict[str, str]
     patches: dict[str, Patch]
+    added: dict[str, Patch]
     commit: str
     image: str
     image_digest: str
@@ -74,7 +78,7 @@ class FileState:
     """What one pinned file holds in the tree."""
 
     path: str
-    status: str  # "ok", "pristine", "patched", "drift" or "missing"
+    status: str  # "ok", "pristine", "absent" (an added file not yet there), "patched", "drift", "missing"
     expected: str
     actual: str | None
 
@@ -104,6 +108,7 @@ def parse_checksums(path: Path) -> Pins:
         raise ChecksumsError(f"cannot read {path}: {error.strerror}") from error
     upstream: dict[str, str] = {}
     patches: dict[str, Patch] = {}
+    added: dict[str, Patch] = {}
     directives: dict[str, str] = {}
     for line_no, raw in enumerate(text.splitlines(), start=1):
         line = raw.rstrip()
@@ -112,17 +117,19 @@ def parse_checksums(path: Path) -> Pins:
         if line.startswith("#@"):
             key, _, value = line[2:].partition(" ")
             value = value.strip()
-            if key == "patched":
+            if key in ("patched", "added"):
                 fields = value.split()
                 if len(fields) != 3 or not SHA256_RE.fullmatch(fields[0]):
                     raise ChecksumsError(
-                        f"line {line_no}: expected '#@patched <sha256>  <path>  <overlay file>'"
+                        f"line {line_no}: expected '#@{key} <sha256>  <path>  <overlay file>'"
                     )
                 target = safe_relative(fields[1], line_no)
-                if target in patches:
+                if target in patches or target in added:
                     raise ChecksumsError(f"line {line_no}: {target} is patched twice")
                 source = path.parent / safe_relative(fields[2], line_no)
-                patches[target] = Patch(target=target, source=source, sha256=fields[0])
+                (patches if key == "patched" else added)[target] = Patch(
+                    target=target, source=source, sha256=fields[0]
+                )
             elif key in ("upstream-commit", "image", "image-digest"):
                 if key in directives:
                     raise ChecksumsError(f"line {line_no}: #@{key} given twice")
@@ -155,9 +162,14 @@ def parse_checksums(path: Path) -> Pins:
         # Replacing a file nobody reviewed would make the drift check meaningless.
         if target not in upstream:
             raise ChecksumsError(f"#@patched {target} has no upstream pin")
+    for target in added:
+        # An added file has no upstream content; pinning one would contradict "must be absent".
+        if target in upstream:
+            raise ChecksumsError(f"#@added {target} is also pinned as an upstream file")
     return Pins(
         upstream=upstream,
         patches=patches,
+        added=added,
         commit=directives["upstream-commit"],
         image=directives["image"],
         image_digest=directives["image-digest"],
@@ -166,7 +178,7 @@ def parse_checksums(path: Path) -> Pins:
 
 def verify_overlay(pins: Pins) -> None:
     """Refuse when an overlay source is missing or no longer matches its recorded hash."""
-    for patch in pins.patches.values():
+    for patch in [*pins.patches.values(), *pins.added.values()]:
         if not patch.source.is_file():
             raise ChecksumsError(f"overlay file {patch.source} for {patch.target} is missing")
         actual = sha256_of(patch.source)
@@ -211,11 +223,31 @@ def inspect_tree(root: Path, pins: Pins) -> list[FileState]:
         else:
             status = "drift"
         states.append(FileState(rel, status, expected, actual))
+    for rel, patch in pins.added.items():
+        path = root / rel
+        if not path.parent.resolve().is_relative_to(resolved_root):
+            raise RefusedError(f"{rel} resolves outside {root}")
+        if not path.parent.is_dir():
+            # The folder comes with the upstream files the overlay was reviewed against.
+            states.append(FileState(rel, "missing", "", None))
+        elif not path.exists() and not path.is_symlink():
+            states.append(FileState(rel, "absent", "", None))
+        elif path.is_file() and not path.is_symlink():
+            actual = sha256_of(path)
+            states.append(FileState(rel, "patched" if actual == patch.sha256 else "drift", "", actual))
+        else:
+            states.append(FileState(rel, "drift", "", "not a regular file"))
     return states
 
 
 def describe_problem(state: FileState, pins: Pins, root: Path) -> str:
     """One line naming the file, the expected and the actual hash."""
+    if state.path in pins.added:
+        added = pins.added[state.path].sha256
+        expected = f"no such file, or sha256 {added} once patched (the overlay adds it)"
+        if state.status == "missing":
+            return f"MISSING {state.path}: its folder does not exist under {root}"
+        return f"DRIFT {state.path}: expected {expected}, actual sha256 {state.actual}"
     if state.status == "missing":
         return f"MISSING {state.path}: expected sha256 {state.expected}, but no such file under {root}"
     patch = pins.patches.get(state.path)
@@ -230,17 +262,18 @@ def overall(states: Sequence[FileState]) -> str:
     """Summarise the tree: drifted, pristine, patched or partially patched."""
     if any(state.status in ("drift", "missing") for state in states):
         return "drifted"
-    targets = [state.status for state in states if state.status in ("pristine", "patched")]
-    if all(status == "pristine" for status in targets):
+    targets = [state.status for state in states if state.status in ("pristine", "absent", "patched")]
+    if all(status in ("pristine", "absent") for status in targets):
         return "pristine"
     if all(status == "patched" for status in targets):
         return "patched"
     return "partially patched"
 
 
-def write_atomically(target: Path, data: bytes) -> None:
-    """Replace a file's content in one rename, keeping its permission bits."""
-    mode = target.stat().st_mode & 0o7777
+def write_atomically(target: Path, data: bytes, mode: int | None = None) -> None:
+    """Replace (or create) a file's content in one rename, keeping its permission bits."""
+    if mode is None:
+        mode = target.stat().st_mode & 0o7777
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -255,7 +288,7 @@ def write_atomically(target: Path, data: bytes) -> None:
 
 
 def apply(root: Path, pins: Pins, states: Sequence[FileState]) -> list[str]:
-    """Copy the overlay over each pristine target and verify it; return the paths written."""
+    """Copy the overlay over each pristine target, add each absent file, verify; return the paths."""
     written: list[str] = []
     by_path = {state.path: state for state in states}
     for target, patch in pins.patches.items():
@@ -272,19 +305,33 @@ def apply(root: Path, pins: Pins, states: Sequence[FileState]) -> list[str]:
                 f"actual sha256 {actual}; the original was restored"
             )
         written.append(target)
+    for target, patch in pins.added.items():
+        if by_path[target].status != "absent":
+            continue
+        path = root / target
+        write_atomically(path, patch.source.read_bytes(), mode=ADDED_FILE_MODE)
+        actual = sha256_of(path)
+        if actual != patch.sha256:
+            path.unlink()
+            raise RefusedError(
+                f"post-apply check failed for {target}: expected sha256 {patch.sha256}, "
+                f"actual sha256 {actual}; the file was removed"
+            )
+        written.append(target)
     return written
 
 
 def rehash(checksums: Path) -> int:
-    """Rewrite each #@patched hash from its overlay file's current content."""
+    """Rewrite each #@patched and #@added hash from its overlay file's current content."""
     pins = parse_checksums(checksums)
     lines = checksums.read_text(encoding="utf-8").splitlines(keepends=True)
     changed = 0
     for index, line in enumerate(lines):
-        if not line.startswith("#@patched "):
+        if not line.startswith(("#@patched ", "#@added ")):
             continue
         fields = line.split()
-        patch = pins.patches[str(PurePosixPath(fields[2]))]
+        target = str(PurePosixPath(fields[2]))
+        patch = pins.patches.get(target) or pins.added[target]
         if not patch.source.is_file():
             raise ChecksumsError(f"overlay file {patch.source} is missing")
         fresh = sha256_of(patch.source)

@@ -7,9 +7,11 @@
  * Scenario: {
  *   userId: string, entity_id?: string, query: string, fileCitations?: boolean,
  *   files?: [{file_id, filename, fromAgent?}],                 // searched as given, or
- *   prime?: {db: [file records], tool_resources, role?}        // primed first, then searched
+ *   prime?: {db: [file records], tool_resources, role?},       // primed first, then searched
+ *   repeat?: number                                            // searches to run and time (1)
  * }
- * Output: {files, toolContext, text, artifact, logs, axiosErrors}
+ * Output: {files, toolContext, text, artifact, logs, axiosErrors, timingsMs}; text and artifact are
+ * the last search's, timingsMs the wall time of each `func` call (token, requests, merge).
  * The token is the HS256 `{id, iat, exp}` LibreChat signs, with JWT_SECRET from the environment.
  */
 'use strict';
@@ -54,7 +56,14 @@ const main = async () => {
     entity_id: scenario.entity_id,
     fileCitations: scenario.fileCitations ?? false,
   });
-  const [text, artifact] = await fileSearch.func({ query: scenario.query });
+  const timingsMs = [];
+  let text;
+  let artifact;
+  for (let run = 0; run < Math.max(1, scenario.repeat ?? 1); run += 1) {
+    const started = performance.now();
+    [text, artifact] = await fileSearch.func({ query: scenario.query });
+    timingsMs.push(performance.now() - started);
+  }
   process.stdout.write(
     JSON.stringify({
       files,
@@ -63,6 +72,7 @@ const main = async () => {
       artifact: artifact ?? null,
       logs: state.logs,
       axiosErrors: state.axiosErrors,
+      timingsMs,
     }),
   );
 };

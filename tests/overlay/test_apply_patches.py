@@ -17,9 +17,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "apply_patches.py"
 OVERLAY = REPO / "patches" / "librechat" / "fileSearch.js"
+ADDED_OVERLAY = REPO / "patches" / "librechat" / "ragoverlaySearch.js"
 DOCKERFILE = REPO / "patches" / "librechat" / "Dockerfile"
 
 TARGET = "api/app/clients/tools/util/fileSearch.js"
+ADDED = "api/app/clients/tools/util/ragoverlaySearch.js"
 OTHERS = ("api/server/services/Endpoints/agents/initialize.js", "api/app/clients/tools/util/handleTools.js")
 COMMIT = "8e5ef1fb31e9d63b735c089b21cbc82c50acce46"
 RECORDED_IMAGE = "ghcr.io/danny-avila/librechat-dev@sha256:" + "ab" * 32
@@ -48,6 +50,7 @@ class Fixture:
     root: Path
     checksums: Path
     overlay: Path
+    added: Path
     upstream: dict[str, bytes]
 
     def read(self, rel: str) -> bytes:
@@ -63,6 +66,7 @@ def write_pins(
     image: str = RECORDED_IMAGE,
     digest_state: str = "recorded",
     extra: str = "",
+    added: tuple[str, str] | None = None,
 ) -> None:
     """Write a checksums file in the format apply_patches.py reads."""
     lines = [
@@ -73,6 +77,7 @@ def write_pins(
         "",
         *(f"{sha256(data)}  {rel}" for rel, data in upstream.items()),
         f"#@patched {overlay_hash}  {TARGET}  {overlay_rel}",
+        *([f"#@added {added[1]}  {ADDED}  {added[0]}"] if added else []),
         extra,
     ]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -93,10 +98,18 @@ def tree(tmp_path: Path) -> Fixture:
     pins_dir = tmp_path / "pins"
     overlay = pins_dir / "patches" / "librechat" / "fileSearch.js"
     overlay.parent.mkdir(parents=True)
-    overlay.write_bytes(b"// overlay file search\nmodule.exports = { overlay: true };\n")
+    overlay.write_bytes(b"// overlay file search\nmodule.exports = require('./ragoverlaySearch');\n")
+    added = pins_dir / "patches" / "librechat" / "ragoverlaySearch.js"
+    added.write_bytes(b"// overlay search logic\nmodule.exports = { overlay: true };\n")
     checksums = pins_dir / "checksums.txt"
-    write_pins(checksums, upstream, "patches/librechat/fileSearch.js", sha256(overlay.read_bytes()))
-    return Fixture(root=root, checksums=checksums, overlay=overlay, upstream=upstream)
+    write_pins(
+        checksums,
+        upstream,
+        "patches/librechat/fileSearch.js",
+        sha256(overlay.read_bytes()),
+        added=("patches/librechat/ragoverlaySearch.js", sha256(added.read_bytes())),
+    )
+    return Fixture(root=root, checksums=checksums, overlay=overlay, added=added, upstream=upstream)
 
 
 def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -133,7 +146,10 @@ def test_pristine_tree_is_verified_and_patched(tree: Fixture) -> None:
     for rel in OTHERS:
         assert tree.read(rel) == tree.upstream[rel]
     assert f"patched  {TARGET}" in result.stdout
-    assert not list((tree.root / TARGET).parent.glob(".fileSearch.js.*")), "temporary file left behind"
+    assert f"patched  {ADDED}" in result.stdout
+    assert tree.read(ADDED) == tree.added.read_bytes()
+    assert (tree.root / ADDED).stat().st_mode & 0o777 == 0o644
+    assert not list((tree.root / TARGET).parent.glob(".*.js.*")), "temporary file left behind"
 
 
 def test_file_mode_is_kept(tree: Fixture) -> None:
@@ -183,6 +199,49 @@ def test_check_reports_pristine_then_patched_and_changes_nothing(tree: Fixture) 
     assert patched.returncode == 0
     assert "state: patched" in patched.stdout
     assert re.search(rf"^patched\s+{re.escape(TARGET)}$", patched.stdout, re.MULTILINE)
+    assert re.search(rf"^patched\s+{re.escape(ADDED)}$", patched.stdout, re.MULTILINE)
+
+
+def test_added_file_is_reported_absent_before_patching(tree: Fixture) -> None:
+    """--check on a pristine tree names the file the overlay will add."""
+    result = run(tree.root, "--checksums", tree.checksums, "--check")
+    assert result.returncode == 0, result.stderr
+    assert re.search(rf"^absent\s+{re.escape(ADDED)}$", result.stdout, re.MULTILINE)
+    assert not (tree.root / ADDED).exists()
+
+
+def test_added_file_that_already_exists_with_other_content_is_drift(tree: Fixture) -> None:
+    """A LibreChat that ships a file of that name is not the reviewed version: nothing is written."""
+    (tree.root / ADDED).write_bytes(b"// upstream grew a file with our name\n")
+    before = snapshot(tree.root)
+    result = run(tree.root, "--checksums", tree.checksums)
+    assert result.returncode == 1
+    assert f"DRIFT {ADDED}" in result.stderr
+    assert sha256(tree.added.read_bytes()) in result.stderr
+    assert sha256(b"// upstream grew a file with our name\n") in result.stderr
+    assert snapshot(tree.root) == before
+
+
+def test_half_patched_tree_is_completed(tree: Fixture) -> None:
+    """A tree with the replaced file but without the added module gets the module, nothing else."""
+    assert run(tree.root, "--checksums", tree.checksums).returncode == 0
+    (tree.root / ADDED).unlink()
+    check = run(tree.root, "--checksums", tree.checksums, "--check")
+    assert "state: partially patched" in check.stdout
+    result = run(tree.root, "--checksums", tree.checksums)
+    assert result.returncode == 0, result.stderr
+    assert f"patched  {ADDED}" in result.stdout
+    assert f"patched  {TARGET}" not in result.stdout
+    assert tree.read(ADDED) == tree.added.read_bytes()
+
+
+def test_added_file_must_not_be_pinned_upstream(tree: Fixture) -> None:
+    """A path cannot be both an upstream file and one the overlay adds."""
+    with tree.checksums.open("a", encoding="utf-8") as handle:
+        handle.write(f"{'0' * 64}  {ADDED}\n")
+    result = run(tree.root, "--checksums", tree.checksums, "--check")
+    assert result.returncode == 2
+    assert "also pinned as an upstream file" in result.stderr
 
 
 def test_check_reports_drift_with_hashes(tree: Fixture) -> None:
@@ -243,16 +302,19 @@ def test_overlay_edited_without_rehash_is_refused(tree: Fixture) -> None:
 
 
 def test_rehash_records_the_overlay_hash(tree: Fixture) -> None:
-    """--rehash rewrites only the #@patched hash, after which applying works."""
+    """--rehash rewrites only the #@patched and #@added hashes, after which applying works."""
     tree.overlay.write_bytes(b"// edited overlay\n")
+    tree.added.write_bytes(b"// edited module\n")
     before = tree.checksums.read_text(encoding="utf-8")
     result = run("--rehash", "--checksums", tree.checksums)
     assert result.returncode == 0, result.stderr
     after = tree.checksums.read_text(encoding="utf-8")
     assert sha256(b"// edited overlay\n") in after
+    assert sha256(b"// edited module\n") in after
     assert len(before.splitlines()) == len(after.splitlines())
     assert run(tree.root, "--checksums", tree.checksums).returncode == 0
     assert tree.read(TARGET) == b"// edited overlay\n"
+    assert tree.read(ADDED) == b"// edited module\n"
 
 
 @pytest.mark.parametrize(
@@ -339,6 +401,9 @@ def test_repository_pins_parse_and_match_the_overlay() -> None:
     patch = pins.patches[TARGET]
     assert patch.source.resolve() == OVERLAY.resolve()
     assert patch.sha256 == sha256(OVERLAY.read_bytes())
+    assert set(pins.added) == {ADDED}
+    assert pins.added[ADDED].source.resolve() == ADDED_OVERLAY.resolve()
+    assert pins.added[ADDED].sha256 == sha256(ADDED_OVERLAY.read_bytes())
     module.verify_overlay(pins)
 
 
@@ -349,7 +414,10 @@ def test_repository_pins_verify_an_upstream_copy_only_by_hash(tmp_path: Path) ->
     (tmp_path / TARGET).parent.mkdir(parents=True)
     (tmp_path / TARGET).write_bytes(OVERLAY.read_bytes())
     states = {state.path: state.status for state in module.inspect_tree(tmp_path, pins)}
-    assert states == {TARGET: "patched", OTHERS[0]: "missing", OTHERS[1]: "missing"}
+    assert states == {TARGET: "patched", ADDED: "absent", OTHERS[0]: "missing", OTHERS[1]: "missing"}
+    (tmp_path / ADDED).write_bytes(ADDED_OVERLAY.read_bytes())
+    states = {state.path: state.status for state in module.inspect_tree(tmp_path, pins)}
+    assert states[ADDED] == "patched"
 
 
 def test_dockerfile_copies_every_pinned_file_and_runs_the_verification() -> None:
@@ -363,9 +431,10 @@ def test_dockerfile_copies_every_pinned_file_and_runs_the_verification() -> None
         ), rel
     assert "COPY checksums.txt /overlay/checksums.txt" in text
     assert "COPY scripts/apply_patches.py /overlay/scripts/apply_patches.py" in text
-    for patch in pins.patches.values():
+    for patch in [*pins.patches.values(), *pins.added.values()]:
         rel = patch.source.resolve().relative_to(REPO).as_posix()
         assert f"COPY {rel} /overlay/{rel}" in text
+        assert f"node --check ${{LIBRECHAT_ROOT}}/{patch.target}" in text
     assert re.search(r"^ARG LIBRECHAT_IMAGE=\S+@sha256:[0-9a-f]{64}$", text, re.MULTILINE)
     run_line = '--checksums /overlay/checksums.txt --image "${LIBRECHAT_IMAGE}"'
     assert f"apply_patches.py /librechat \\\n      {run_line}" in text

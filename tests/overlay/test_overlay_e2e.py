@@ -1,9 +1,10 @@
-"""The LibreChat overlay (patches/librechat/fileSearch.js) driven from node against the real service.
+"""The LibreChat overlay (patches/librechat/) driven from node against the real service.
 
 Starts ``scripts/serve`` on embedded defaults, uploads files under several namespaces through
 ``/embed``, and runs the module (tests/node/e2e_driver.js) with RAG_API_URL pointing at a recording
 proxy in front of the service. The proxy answers ``/query_v2`` itself, from the service's own
-``/query_multiple``, for as long as the service has no ``/query_v2`` route.
+``/query_multiple``, for as long as the service has no ``/query_v2`` route; asked to, it sends
+``/query_v2`` to a path the service does not have, for a genuine missing-route 404.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fixtures.documents import make_pdf
 from tests.fixtures.serve import SERVE, free_port, serving
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,6 +77,14 @@ class Doc:
     text: str
 
 
+PDF_PAGES = (
+    "ZXPDFONE. Handbook introduction: this handbook describes the service desk and its opening hours.",
+    "ZXPDFTWO. Returns: unopened items may be returned to any store with the receipt.",
+    "ZXPDFTHREE. Warranty claims for the espresso machine must be filed within 30 days of the fault.",
+)
+PDF_QUERY = "Within how many days must an espresso machine warranty claim be filed?"
+
+
 @dataclass
 class Corpus:
     """Files uploaded for the tests, by role."""
@@ -85,6 +95,8 @@ class Corpus:
     alice_notes: Doc
     mallory_secret: Doc
     other_agent_secret: Doc
+    kb_handbook: Doc
+    v2_handbook: Doc
 
     def by_id(self) -> dict[str, Doc]:
         """Every document by file id."""
@@ -95,6 +107,8 @@ class Corpus:
             self.alice_notes,
             self.mallory_secret,
             self.other_agent_secret,
+            self.kb_handbook,
+            self.v2_handbook,
         ]
         return {doc.file_id: doc for doc in docs}
 
@@ -117,12 +131,17 @@ class Proxy:
     url: str
     exchanges: list[Exchange] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    in_flight: int = 0
+    max_in_flight: int = 0
+    # Send /query_v2 to a route the service does not have: a real missing-route 404.
+    v2_route_missing: bool = False
 
     def take(self) -> list[Exchange]:
         """Return and clear what was recorded."""
         with self.lock:
             taken = list(self.exchanges)
             self.exchanges.clear()
+            self.max_in_flight = 0
         return taken
 
 
@@ -180,16 +199,24 @@ def start_proxy(service_url: str) -> Iterator[Proxy]:
             raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             auth = self.headers.get("Authorization", "")
             body = json.loads(raw) if raw else None
-            response = client.post(
-                self.path,
-                content=raw,
-                headers={"Authorization": auth, "Content-Type": self.headers.get("Content-Type", "")},
-            )
-            status, reply, backend = response.status_code, response.json(), "service"
-            route_missing = status == 405 or (status == 404 and reply == {"detail": "Not Found"})
-            if self.path == "/query_v2" and route_missing and isinstance(body, dict):
-                status, reply = emulate_v2(client, body, auth)
-                backend = "emulated"
+            with proxy.lock:
+                proxy.in_flight += 1
+                proxy.max_in_flight = max(proxy.max_in_flight, proxy.in_flight)
+            try:
+                missing = self.path == "/query_v2" and proxy.v2_route_missing
+                response = client.post(
+                    "/query_v2_route_that_does_not_exist" if missing else self.path,
+                    content=raw,
+                    headers={"Authorization": auth, "Content-Type": self.headers.get("Content-Type", "")},
+                )
+                status, reply, backend = response.status_code, response.json(), "service"
+                route_missing = status == 405 or (status == 404 and reply == {"detail": "Not Found"})
+                if self.path == "/query_v2" and route_missing and not missing and isinstance(body, dict):
+                    status, reply = emulate_v2(client, body, auth)
+                    backend = "emulated"
+            finally:
+                with proxy.lock:
+                    proxy.in_flight -= 1
             with proxy.lock:
                 proxy.exchanges.append(Exchange(self.path, body, status, reply, backend))
             data = json.dumps(reply).encode()
@@ -229,15 +256,16 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
 
 
-def upload(service: str, user_id: str, doc: Doc, entity_id: str | None) -> None:
-    """POST /embed one text file the way LibreChat uploads it."""
+def upload(service: str, user_id: str, doc: Doc, entity_id: str | None, pdf: Path | None = None) -> None:
+    """POST /embed one file (text, or the PDF given) the way LibreChat uploads it."""
     data = {"file_id": doc.file_id}
     if entity_id:
         data["entity_id"] = entity_id
+    content = pdf.read_bytes() if pdf else doc.text.encode()
     response = httpx.post(
         f"{service}/embed",
         data=data,
-        files={"file": (doc.filename, doc.text.encode(), "text/plain")},
+        files={"file": (doc.filename, content, "application/pdf" if pdf else "text/plain")},
         headers={"Authorization": f"Bearer {make_token(user_id)}"},
         timeout=120.0,
     )
@@ -251,9 +279,18 @@ def make_doc(stem: str, marker: str, text: str) -> Doc:
     return Doc(file_id=str(uuid.uuid4()), filename=f"{stem}.txt", marker=marker, text=f"{marker}. {text}\n")
 
 
+def make_pdf_doc(stem: str, tmp: Path) -> tuple[Doc, Path]:
+    """The three-page handbook PDF under a fresh file id."""
+    doc = Doc(file_id=str(uuid.uuid4()), filename=f"{stem}.pdf", marker="ZXPDF", text="")
+    return doc, make_pdf(tmp / f"{stem}.pdf", PDF_PAGES)
+
+
 @pytest.fixture(scope="module")
-def corpus(service: str) -> Corpus:
+def corpus(service: str, tmp_path_factory: pytest.TempPathFactory) -> Corpus:
     """Upload the test files under four namespaces: two Agents, Alice, Mallory (and another Agent)."""
+    tmp = tmp_path_factory.mktemp("overlay-e2e-docs")
+    kb_handbook, kb_pdf = make_pdf_doc("handbook", tmp)
+    v2_handbook, v2_pdf = make_pdf_doc("handbook-v2", tmp)
     docs = Corpus(
         kb_refund=make_doc(
             "refund-policy",
@@ -289,6 +326,8 @@ def corpus(service: str) -> Corpus:
             "ZXOTHERAGENTSECRET",
             "Confidential: the refund policy for annual plans grants refunds within 120 days.",
         ),
+        kb_handbook=kb_handbook,
+        v2_handbook=v2_handbook,
     )
     upload(service, ALICE, docs.kb_refund, AGENT)
     upload(service, ALICE, docs.kb_onboarding, AGENT)
@@ -296,6 +335,8 @@ def corpus(service: str) -> Corpus:
     upload(service, ALICE, docs.alice_notes, None)
     upload(service, MALLORY, docs.mallory_secret, None)
     upload(service, MALLORY, docs.other_agent_secret, OTHER_AGENT)
+    upload(service, ALICE, docs.kb_handbook, AGENT, pdf=kb_pdf)
+    upload(service, ALICE, docs.v2_handbook, AGENT_V2, pdf=v2_pdf)
     return docs
 
 
@@ -319,9 +360,15 @@ def proxy(service: str) -> Iterator[Proxy]:
         yield running
 
 
-def drive(proxy: Proxy, scenario: dict[str, Any], v2_agents: str = "") -> dict[str, Any]:
-    """Run the overlay once from node and return its output."""
-    env = {**os.environ, "RAG_API_URL": proxy.url, "JWT_SECRET": SECRET, "RAG_V2_AGENT_IDS": v2_agents}
+def drive(proxy: Proxy, scenario: dict[str, Any], v2_agents: str = "", **settings: str) -> dict[str, Any]:
+    """Run the overlay from node and return its output; `settings` are LibreChat env vars."""
+    env = {
+        **os.environ,
+        "RAG_API_URL": proxy.url,
+        "JWT_SECRET": SECRET,
+        "RAG_V2_AGENT_IDS": v2_agents,
+        **settings,
+    }
     result = subprocess.run(
         ["node", str(DRIVER)],
         input=json.dumps(scenario),
@@ -365,6 +412,16 @@ def assert_attributed(output: dict[str, Any], corpus: Corpus) -> None:
     for source in sources_of(output):
         assert source["fileId"] in docs, source["fileId"]
         assert docs[source["fileId"]].marker in source["content"], source
+
+
+def kb_entries(size: int, placed: dict[int, Doc]) -> list[dict[str, Any]]:
+    """A knowledge base of `size` files: the given documents at their positions, unknown ids elsewhere."""
+    return [
+        entry(placed[i], True)
+        if i in placed
+        else {"file_id": str(uuid.uuid4()), "filename": f"f{i}.txt", "fromAgent": True}
+        for i in range(size)
+    ]
 
 
 REFUND_QUERY = "How many days do customers on annual plans have to request a refund?"
@@ -499,7 +556,7 @@ def test_text_and_artifact_have_upstream_shape(proxy: Proxy, corpus: Corpus) -> 
 
 @pytest.mark.usefixtures("node_ready")
 def test_v2_agent_knowledge_base_goes_to_query_v2(proxy: Proxy, corpus: Corpus) -> None:
-    """An allow-listed Agent's base goes to /query_v2 (k 8, no debug); its evidence ranks first."""
+    """An allow-listed Agent's base goes to /query_v2 (k 8, no debug); all results rank by relevance."""
     files = [entry(corpus.v2_warranty, True), entry(corpus.alice_notes, False)]
     query = "How long are batteries covered by the warranty?"
     output = drive(proxy, {"userId": ALICE, "entity_id": AGENT_V2, "query": query, "files": files}, AGENT_V2)
@@ -520,13 +577,18 @@ def test_v2_agent_knowledge_base_goes_to_query_v2(proxy: Proxy, corpus: Corpus) 
     }
     reply = exchanges["/query_v2"].reply
     assert exchanges["/query_v2"].status == 200, reply
+    sources = sources_of(output)
+    relevances = [source["relevance"] for source in sources]
+    assert relevances == sorted(relevances, reverse=True), ranking(output, corpus)
     if reply["results"]:
         first = reply["results"][0]
-        assert sources_of(output)[0]["fileId"] == corpus.v2_warranty.file_id, ranking(output, corpus)
-        assert output["text"].startswith(
+        blocks = output["text"].split("\n---\n")
+        [index] = [i for i, source in enumerate(sources) if source["content"] == first["content"]]
+        assert sources[index]["fileId"] == corpus.v2_warranty.file_id, ranking(output, corpus)
+        assert blocks[index].startswith(
             f"File: {corpus.v2_warranty.filename}\nCitation: {first['citation_id']}\n"
         )
-        assert abs(sources_of(output)[0]["relevance"] - first["score"]) < 1e-9
+        assert abs(sources[index]["relevance"] - first["score"]) < 1e-9
     else:
         # A service whose V2 index holds nothing yet: the conversation results still arrive.
         assert all(source["fileId"] == corpus.alice_notes.file_id for source in sources_of(output))
@@ -549,3 +611,182 @@ def test_empty_v2_answer_hands_the_refusal_to_the_model(proxy: Proxy, corpus: Co
     assert output["text"] == refusal.strip()
     assert output["artifact"] is None
     assert corpus.mallory_secret.marker not in output["text"]
+
+
+@pytest.mark.usefixtures("node_ready")
+def test_2500_file_knowledge_base_is_searched_in_three_batches_with_one_global_top_k(
+    proxy: Proxy, corpus: Corpus, service: str
+) -> None:
+    """Three requests of at most 1,000 ids, two at a time, merged into the ranking one request gives."""
+    placed = {10: corpus.kb_refund, 1500: corpus.kb_onboarding, 2400: corpus.kb_handbook}
+    files = kb_entries(2500, placed)
+    output = drive(
+        proxy,
+        {"userId": ALICE, "entity_id": AGENT, "query": REFUND_QUERY, "files": files, "fileCitations": True},
+        RAG_FILE_SEARCH_CONCURRENCY="2",
+    )
+    max_in_flight = proxy.max_in_flight
+    exchanges = proxy.take()
+    assert [
+        len(exchange.body["file_ids"]) for exchange in exchanges if exchange.path == "/query_multiple"
+    ] in (
+        [1000, 1000, 500],
+        [1000, 500, 1000],
+        [500, 1000, 1000],
+    )
+    assert len(exchanges) == 3
+    assert sorted(exchange.body["file_ids"][0] for exchange in exchanges) == sorted(
+        files[i]["file_id"] for i in (0, 1000, 2000)
+    )
+    assert all(
+        exchange.body["entity_id"] == AGENT and exchange.status in (200, 404) for exchange in exchanges
+    )
+    assert max_in_flight <= 2
+
+    # The same three real files in one request: the service's own global ranking.
+    reference = httpx.post(
+        f"{service}/query_multiple",
+        json={
+            "query": REFUND_QUERY,
+            "file_ids": [doc.file_id for doc in placed.values()],
+            "k": 10,
+            "entity_id": AGENT,
+        },
+        headers={"Authorization": f"Bearer {make_token(ALICE)}"},
+        timeout=60.0,
+    )
+    assert reference.status_code == 200, reference.text
+    expected = [(doc["metadata"]["file_id"], doc["page_content"]) for doc, _ in reference.json()]
+    got = [(source["fileId"], source["content"]) for source in sources_of(output)]
+    assert got == expected, ranking(output, corpus)
+    assert {file_id for file_id, _ in got} == {doc.file_id for doc in placed.values()}
+    blocks = output["text"].split("\n---\n")
+    for index, (block, source) in enumerate(zip(blocks, sources_of(output), strict=True)):
+        assert block.startswith(f"File: {source['fileName']}\nAnchor: \\ue202turn0file{index} ")
+    assert_attributed(output, corpus)
+
+
+@pytest.mark.usefixtures("node_ready")
+def test_990_knowledge_base_files_and_11_attachments_are_both_searched(proxy: Proxy, corpus: Corpus) -> None:
+    """Each half is its own request within the cap: 1,001 files in total are not refused."""
+    kb = kb_entries(990, {0: corpus.kb_refund})
+    attachments = [entry(corpus.alice_notes, False)] + [
+        {"file_id": str(uuid.uuid4()), "filename": f"a{i}.txt", "fromAgent": False} for i in range(10)
+    ]
+    output = drive(
+        proxy, {"userId": ALICE, "entity_id": AGENT, "query": REFUND_QUERY, "files": kb + attachments}
+    )
+    exchanges = proxy.take()
+    assert sorted(len(exchange.body["file_ids"]) for exchange in exchanges) == [11, 990]
+    assert all(exchange.status == 200 for exchange in exchanges), [e.reply for e in exchanges]
+    found = {source["fileId"] for source in sources_of(output)}
+    assert found == {corpus.kb_refund.file_id, corpus.alice_notes.file_id}, ranking(output, corpus)
+    assert "could not" not in output["text"]
+
+
+@pytest.mark.usefixtures("node_ready")
+def test_404_from_query_v2_is_logged_with_the_route_and_reported(proxy: Proxy, corpus: Corpus) -> None:
+    """A service without /query_v2: the model learns the knowledge base was not searched."""
+    proxy.v2_route_missing = True
+    files = [entry(corpus.v2_warranty, True), entry(corpus.alice_notes, False)]
+    output = drive(
+        proxy, {"userId": ALICE, "entity_id": AGENT_V2, "query": REFUND_QUERY, "files": files}, AGENT_V2
+    )
+    exchanges = {exchange.path: exchange for exchange in proxy.take()}
+    assert exchanges["/query_v2"].status == 404
+    assert output["text"].startswith("The knowledge base could not be searched: configuration problem.")
+    assert "The results below do not come from the knowledge base." in output["text"]
+    assert [source["fileId"] for source in sources_of(output)] == [corpus.alice_notes.file_id]
+    [error] = output["axiosErrors"]
+    assert error["status"] == 404
+    assert "/query_v2" in error["message"] and "configuration problem" in error["message"]
+
+
+@pytest.mark.usefixtures("node_ready")
+def test_v2_refusal_reaches_the_model_next_to_attachment_results(proxy: Proxy, corpus: Corpus) -> None:
+    """Nothing in the V2 knowledge base is in scope: its refusal is said, attachment results follow."""
+    files = [entry(corpus.mallory_secret, True), entry(corpus.alice_notes, False)]
+    output = drive(
+        proxy, {"userId": ALICE, "entity_id": AGENT_V2, "query": REFUND_QUERY, "files": files}, AGENT_V2
+    )
+    exchanges = {exchange.path: exchange for exchange in proxy.take()}
+    refusal = exchanges["/query_v2"].reply["safe_refusal"]
+    assert exchanges["/query_v2"].reply["results"] == []
+    notes, *blocks = output["text"].split("\n---\n")
+    assert notes == (
+        "The knowledge base was searched and holds no evidence for this query. The search service says: "
+        f"{refusal.strip()} Do not answer this query from the knowledge base.\n"
+        "The results below do not come from the knowledge base."
+    )
+    assert blocks and all(block.startswith(f"File: {corpus.alice_notes.filename}\n") for block in blocks)
+    assert {source["fileId"] for source in sources_of(output)} == {corpus.alice_notes.file_id}
+    assert corpus.mallory_secret.marker not in output["text"]
+
+
+@pytest.mark.usefixtures("node_ready")
+def test_wrong_jwt_secret_is_a_configuration_problem(proxy: Proxy, corpus: Corpus) -> None:
+    """The service answers 401: the model is told it is a configuration problem, the log names JWT_SECRET."""
+    files = [entry(corpus.kb_refund, True), entry(corpus.alice_notes, False)]
+    output = drive(
+        proxy,
+        {"userId": ALICE, "entity_id": AGENT, "query": REFUND_QUERY, "files": files},
+        JWT_SECRET="not-the-service-secret",
+    )
+    assert [exchange.status for exchange in proxy.take()] == [401, 401]
+    assert output["artifact"] is None
+    lines = output["text"].split("\n")
+    assert lines[0].startswith("The knowledge base could not be searched: configuration problem.")
+    assert lines[1].startswith("The attached files could not be searched: configuration problem.")
+    assert "try again" not in output["text"]
+    assert all("JWT_SECRET" in error["message"] for error in output["axiosErrors"])
+
+
+@pytest.mark.usefixtures("node_ready")
+def test_files_without_from_agent_are_searched_without_entity_id(proxy: Proxy, corpus: Corpus) -> None:
+    """Upstream's safe default: an unflagged file never widens the search to the Agent's namespace."""
+    files = [{"file_id": corpus.kb_refund.file_id, "filename": corpus.kb_refund.filename}]
+    output = drive(proxy, {"userId": ALICE, "entity_id": AGENT, "query": REFUND_QUERY, "files": files})
+    [exchange] = proxy.take()
+    assert "entity_id" not in exchange.body
+    assert output["artifact"] is None  # the chunks belong to the Agent, so the user's scope has none
+    assert corpus.kb_refund.marker not in output["text"]
+
+
+@pytest.mark.usefixtures("node_ready")
+def test_pdf_pages_use_librechats_numbering_on_both_routes(proxy: Proxy, corpus: Corpus) -> None:
+    """One page gives one artifact page via /query_multiple (0-based) and /query_v2 (1-based)."""
+    v1 = drive(
+        proxy,
+        {"userId": ALICE, "entity_id": AGENT, "query": PDF_QUERY, "files": [entry(corpus.kb_handbook, True)]},
+    )
+    v2 = drive(
+        proxy,
+        {
+            "userId": ALICE,
+            "entity_id": AGENT_V2,
+            "query": PDF_QUERY,
+            "files": [entry(corpus.v2_handbook, True)],
+        },
+        AGENT_V2,
+    )
+    paths = [exchange.path for exchange in proxy.take()]
+    assert paths == ["/query_multiple", "/query_v2"]
+
+    def pages_by_marker(output: dict[str, Any]) -> dict[str, list[int]]:
+        return {
+            marker: source["pages"]
+            for source in sources_of(output)
+            for marker in ("ZXPDFONE", "ZXPDFTWO", "ZXPDFTHREE")
+            if marker in source["content"]
+        }
+
+    v1_pages = pages_by_marker(v1)
+    # rag_api stores the 0-based page; LibreChat's `page || null` shows the first page as none.
+    assert v1_pages.get("ZXPDFTHREE") == [2], ranking(v1, corpus)
+    assert v1_pages.get("ZXPDFONE", []) == []
+    v2_pages = pages_by_marker(v2)
+    if sources_of(v2):
+        assert v2_pages == {marker: v1_pages[marker] for marker in v2_pages}, (v1_pages, v2_pages)
+        assert "ZXPDFTHREE" in v2_pages
+        three = next(block for block in v2["text"].split("\n---\n") if "ZXPDFTHREE" in block)
+        assert "\nPage: 3\n" in three  # the model reads the printed, 1-based page
