@@ -35,6 +35,10 @@ UNAUTHENTICATED_WARNING = (
     "JWT_SECRET is not set: the service runs WITHOUT authentication (every caller is 'public'). "
     "Set JWT_SECRET to LibreChat's secret for any shared deployment."
 )
+PDF_EXTRACT_IMAGES_WARNING = (
+    "PDF_EXTRACT_IMAGES is set, but reading text from images (OCR) is not supported: only the text "
+    "layer of PDFs is indexed, and a PDF of scanned pages is refused (422)"
+)
 
 
 async def _database_dsn(settings: Settings) -> tuple[str, EmbeddedPostgres | None]:
@@ -65,6 +69,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     if not settings.auth_enabled:
         logger.warning(UNAUTHENTICATED_WARNING)
+    if settings.pdf_extract_images:
+        logger.warning(PDF_EXTRACT_IMAGES_WARNING)
     await asyncio.to_thread(ensure_upload_dir, settings)
     dsn, embedded_pg = await _database_dsn(settings)
     stack = contextlib.AsyncExitStack()
