@@ -27,7 +27,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILES = [REPO / "Dockerfile", REPO / "patches" / "librechat" / "Dockerfile"]
 # Never part of any context: secrets and databases (data/), local environments, history.
-NEVER_SENT = [".git/HEAD", ".venv/pyvenv.cfg", "data/postgres-credentials.json", "tests/conftest.py"]
+NEVER_SENT = [".git/HEAD", ".env", ".venv/pyvenv.cfg", "data/postgres-credentials.json", "tests/conftest.py"]
 
 
 @dataclass(frozen=True)
