@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 
 from app.clients.blobs import blob_key
-from app.config import Settings
 from tests.contract.helpers import query, upload
 from tests.fixtures.documents import make_pdf
-from tests.fixtures.service import auth, new_id, running_app
+from tests.fixtures.service import SettingsFactory, auth, new_id, resources, running_app
 
 LONG = "\n\n".join(f"Paragraph {i}: " + ("word " * 120) + f"marker{i}." for i in range(8))
 
@@ -82,12 +80,12 @@ async def test_delete_by_uploader_without_entity_id(client: httpx.AsyncClient) -
     assert (await query(client, "knowledge", fid, auth(uploader), entity_id=agent)).json() == []
 
 
-async def test_delete_scope_caller_restores_upstream(settings_factory: Callable[..., Settings]) -> None:
+async def test_delete_scope_caller_restores_upstream(settings_factory: SettingsFactory) -> None:
     async with running_app(settings_factory(delete_scope="caller")) as c:
         owner, stranger, fid = new_id("user"), new_id("user"), new_id()
         content = b"Anything the owner uploaded."
         assert (await upload(c, fid, "a.txt", content, auth(owner))).status_code == 200
-        blobs = c.app.state.resources.blobs  # type: ignore[attr-defined]
+        blobs = resources(c).blobs
         key = blob_key(hashlib.sha256(content).hexdigest())
         assert await blobs.exists(key)
         r = await c.request("DELETE", "/documents", json=[fid], headers=auth(stranger))
@@ -136,10 +134,10 @@ async def test_ids_only_in_scope(client: httpx.AsyncClient) -> None:
     assert mine in ids and yours not in ids  # Decision: upstream lists every id in the collection
 
 
-async def test_health_down_when_database_unreachable(settings_factory: Callable[..., Settings]) -> None:
+async def test_health_down_when_database_unreachable(settings_factory: SettingsFactory) -> None:
     # Decision: upstream answers 200 even without a database
     async with running_app(settings_factory()) as c:
-        await c.app.state.resources.pool.close()  # type: ignore[attr-defined]
+        await resources(c).pool.close()
         r = await c.get("/health")
         assert r.status_code == 503
         assert r.json() == {"status": "DOWN"}

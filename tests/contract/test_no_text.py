@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
-from app.config import Settings
+from app.clients.blobs import LocalBlobStore
 from tests.contract.helpers import query, upload
 from tests.fixtures.documents import make_pdf
-from tests.fixtures.service import auth, new_id, running_app
+from tests.fixtures.service import SettingsFactory, auth, new_id, resources, running_app
 
 
 def warnings_about(caplog: pytest.LogCaptureFixture, file_id: str) -> list[str]:
@@ -50,19 +49,20 @@ async def test_a_file_without_text_is_refused(
 
 
 async def test_a_scanned_pdf_is_refused_and_its_pages_logged(
-    settings_factory: Callable[..., Settings], tmp_path: Path, caplog: pytest.LogCaptureFixture
+    settings_factory: SettingsFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # blank pages: a PDF without a text layer, which is what a scan without OCR looks like
     pdf = make_pdf(tmp_path / "scan.pdf", ["", ""]).read_bytes()
     async with running_app(settings_factory()) as c:
-        blobs_root = c.app.state.resources.blobs.root  # type: ignore[attr-defined]
+        store = resources(c).blobs
+        assert isinstance(store, LocalBlobStore)
         user, fid = new_id("user"), new_id()
         with caplog.at_level(logging.WARNING):
             r = await upload(c, fid, "scan.pdf", pdf, auth(user), content_type="application/pdf")
         assert r.status_code == 422
         assert "scanned PDF" in r.json()["detail"]
         await assert_nothing_stored(c, fid, user)
-        assert not [p for p in blobs_root.rglob("*") if p.is_file()]  # no original kept either
+        assert not [p for p in store.root.rglob("*") if p.is_file()]  # no original kept either
     logged = warnings_about(caplog, fid)
     assert len(logged) == 2
     assert logged[0].startswith(f"File {fid}: pages 1") and "no extractable text" in logged[0]
@@ -80,7 +80,7 @@ async def test_a_refused_upload_keeps_the_previous_version(client: httpx.AsyncCl
 
 
 async def test_pdf_extract_images_warns_at_start_and_per_pdf(
-    settings_factory: Callable[..., Settings], tmp_path: Path, caplog: pytest.LogCaptureFixture
+    settings_factory: SettingsFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     pdf = make_pdf(tmp_path / "text.pdf", ["A page with a text layer about tides."]).read_bytes()
     with caplog.at_level(logging.WARNING):

@@ -4,22 +4,20 @@ then run its statement); past it the request answers 500 without waiting any lon
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
-from app.config import Settings
 from tests.contract.helpers import query, upload
-from tests.fixtures.service import auth, new_id, running_app
+from tests.fixtures.service import SettingsFactory, auth, new_id, resources, running_app
 
 
 async def test_a_search_waits_for_a_connection_at_most_query_timeout_ms(
-    settings_factory: Callable[..., Settings],
+    settings_factory: SettingsFactory,
 ) -> None:
     settings = settings_factory(query_timeout_ms=300, db_pool_min_size=1, db_pool_max_size=1)
     async with running_app(settings) as c:
         user, fid = new_id("user"), new_id()
         assert (await upload(c, fid, "a.txt", b"Herons stand still.", auth(user))).status_code == 200
         assert (await query(c, "herons", fid, auth(user))).status_code == 200
-        pool = c.app.state.resources.pool  # type: ignore[attr-defined]
+        pool = resources(c).pool
         async with pool.acquire():  # the only connection is busy elsewhere
             started = time.monotonic()
             r = await query(c, "herons", fid, auth(user))

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from app.config import Settings
-from tests.fixtures.service import auth, new_id, running_app
+from tests.fixtures.service import SettingsFactory, auth, new_id, running_app
 
 
-async def test_the_default_upload_dir_is_created(settings_factory: Callable[..., Settings]) -> None:
+async def test_the_default_upload_dir_is_created(settings_factory: SettingsFactory) -> None:
     settings = settings_factory()
     assert not settings.upload_dir.exists()
     async with running_app(settings) as c:
@@ -26,7 +24,7 @@ async def test_the_default_upload_dir_is_created(settings_factory: Callable[...,
 
 
 async def test_a_configured_upload_dir_is_created_with_its_parents(
-    settings_factory: Callable[..., Settings], tmp_path: Path
+    settings_factory: SettingsFactory, tmp_path: Path
 ) -> None:
     folder = tmp_path / "deep" / "er" / "uploads"
     async with running_app(settings_factory(rag_upload_dir=folder)):
@@ -34,7 +32,7 @@ async def test_a_configured_upload_dir_is_created_with_its_parents(
 
 
 async def test_an_upload_dir_that_cannot_exist_is_logged_not_fatal(
-    settings_factory: Callable[..., Settings], tmp_path: Path, caplog: pytest.LogCaptureFixture
+    settings_factory: SettingsFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")

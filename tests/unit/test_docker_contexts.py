@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
+from typing import Any
 
 import pathspec
 import pytest
@@ -34,7 +35,7 @@ NEVER_SENT = [".git/HEAD", ".env", ".venv/pyvenv.cfg", "data/postgres-credential
 class _Rule:
     text: str  # the cleaned pattern, relative to the context root
     exclusion: bool  # a `!` rule: lets paths back in
-    spec: pathspec.PathSpec
+    spec: pathspec.PathSpec[Any]
 
 
 class DockerIgnore:

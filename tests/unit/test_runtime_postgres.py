@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from app.runtime import postgres
 from app.runtime.postgres import (
     ensure_system_user,
     make_traversable,
@@ -83,8 +82,9 @@ def test_make_traversable_changes_and_logs_only_what_lacks_o_x(
     assert stat.S_IMODE(private.stat().st_mode) == 0o701  # o+x only: others still cannot list it
     assert stat.S_IMODE(inner.stat().st_mode) == 0o751
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert [str(r.args[0]) for r in warnings] == [str(inner), str(private)]  # type: ignore[index]
-    assert all("Running as root: added execute permission" in r.getMessage() for r in warnings)
+    messages = [r.getMessage() for r in warnings]
+    assert [m.split(" to ", 1)[1].split(",", 1)[0] for m in messages] == [str(inner), str(private)]
+    assert all(m.startswith("Running as root: added execute permission") for m in messages)
     assert "pguser" in warnings[0].getMessage() and "drwx------" in warnings[1].getMessage()
     caplog.clear()
     assert make_traversable(data, for_user="pguser") == []  # nothing left to change, nothing logged
@@ -122,8 +122,8 @@ def test_ensure_system_user_creates_and_logs(
         created.append(command)
         return subprocess.CompletedProcess(command, 0, b"", b"")
 
-    monkeypatch.setattr(postgres.pwd, "getpwnam", getpwnam)
-    monkeypatch.setattr(postgres.subprocess, "run", run)
+    monkeypatch.setattr(pwd, "getpwnam", getpwnam)
+    monkeypatch.setattr(subprocess, "run", run)
     with caplog.at_level(logging.INFO, logger="app.runtime.postgres"):
         assert ensure_system_user("pg-test") == (990, 990)
     assert created == [["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "pg-test"]]
