@@ -1,5 +1,6 @@
 # ragoverlay production image. Base pinned by digest (python:3.11-slim-bookworm, multi-arch index);
-# bump it deliberately. Only PyPI is needed at build time: no compilers, no other downloads.
+# bump it deliberately. Only PyPI is needed at build time (wheels whose hashes the lock records):
+# no compilers, no other downloads.
 FROM python:3.11-slim-bookworm@sha256:b18992999dbe963a45a8a4da40ac2b1975be1a776d939d098c647482bcad5cba
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -12,9 +13,14 @@ RUN useradd --system --create-home --uid 10001 --shell /usr/sbin/nologin ragover
     && chown ragoverlay:ragoverlay /data
 
 WORKDIR /app
+# Every dependency from the lock, each checked against its hashes (requirements.lock is written by
+# scripts/lock from pyproject.toml's pins); its own layer, so code changes do not reinstall it.
+COPY requirements.lock ./
+RUN pip install --no-compile --require-hashes -r requirements.lock && rm -rf /root/.cache
+# Then the project alone: no dependency resolution, and the locked setuptools builds it.
 COPY pyproject.toml README.md ./
 COPY app ./app
-RUN pip install --no-compile . && rm -rf /root/.cache
+RUN pip install --no-compile --no-deps --no-build-isolation . && rm -rf /root/.cache
 
 USER ragoverlay
 # /data holds the embedded PostgreSQL (when DATABASE_URL is unset), originals and upload temp files.

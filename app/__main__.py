@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import socket
 import sys
 
 import uvicorn
@@ -10,11 +12,41 @@ from app.config import load_settings
 from app.errors import ConfigError
 from app.main import UNAUTHENTICATED_WARNING, create_app
 
+LISTEN_BACKLOG = 2048  # uvicorn's default
+
+
+def bind_listener(host: str, port: int) -> socket.socket:
+    """A socket listening on host:port, or ConfigError naming the port.
+
+    Bound before anything else starts, so a busy port is reported at once rather than after the
+    embedded database was initialised and migrated; uvicorn then serves on this very socket.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        # as uvicorn does: a port in TIME_WAIT after a restart is free, one with a listener is not
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(LISTEN_BACKLOG)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(
+                f"port {port} on {host} is already in use: stop the program listening there, or set "
+                "RAG_PORT (or PORT) to a free port"
+            ) from None
+        raise ConfigError(
+            f"cannot listen on {host}:{port} ({exc.strerror or type(exc).__name__}); check RAG_HOST "
+            "and RAG_PORT"
+        ) from None
+    return sock
+
 
 def main() -> int:
-    """Validate the configuration, then serve until interrupted."""
+    """Validate the configuration, claim the port, then serve until interrupted."""
     try:
         settings = load_settings()
+        listener = bind_listener(settings.bind_host, settings.port)
     except ConfigError as exc:
         print(f"ragoverlay: {exc}", file=sys.stderr)
         return 2
@@ -27,7 +59,7 @@ def main() -> int:
         )
         print(f"{banner}\n{UNAUTHENTICATED_WARNING}\nragoverlay is {where}.\n{banner}", file=sys.stderr)
     app = create_app(settings)
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.bind_host,
         port=settings.port,
@@ -36,7 +68,10 @@ def main() -> int:
         proxy_headers=True,
         timeout_graceful_shutdown=30,
         server_header=False,
+        backlog=LISTEN_BACKLOG,
     )
+    with listener:
+        uvicorn.Server(config).run(sockets=[listener])
     return 0
 
 

@@ -50,14 +50,13 @@ def verify_token(
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
         raise Unauthorized("Missing or invalid Authorization header")
-    options: dict[str, Any] = {"require": ["exp"], "verify_aud": audience is not None}
     try:
         claims = jwt.decode(
             token,
             secret,
             algorithms=_ALGORITHMS,  # fixed list: `alg: none` and RS/HS confusion are refused
             audience=audience,
-            options=options,
+            options={"require": ["exp"], "verify_aud": audience is not None},
             leeway=5,
         )
     except jwt.ExpiredSignatureError:

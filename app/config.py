@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import quote, quote_plus
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
@@ -29,6 +29,11 @@ DEFAULT_MODELS: dict[str, str] = {
     "huggingfacetei": "http://huggingfacetei:3000",
     "local": "all-MiniLM-L6-v2",
 }
+# The offline model (app/clients/embeddings/local.py): the names it answers to, and its dimension.
+LOCAL_MODEL_ALIASES = frozenset(
+    {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2-onnx-int8"}
+)
+LOCAL_DIMENSIONS = 384
 
 
 def _env(*names: str) -> AliasChoices:
@@ -57,6 +62,8 @@ class Settings(BaseSettings):
         extra="ignore",
         populate_by_name=True,
         case_sensitive=True,
+        # docker-compose and .env files often carry `NAME=`: that means "not configured", not ""
+        env_ignore_empty=True,
     )
 
     # --- server -----------------------------------------------------------------------------
@@ -166,45 +173,11 @@ class Settings(BaseSettings):
     def _split_csv(cls, value: object) -> list[str]:
         return _csv(value)
 
-    @field_validator(
-        "jwt_secret",
-        "jwt_audience",
-        "database_url",
-        "db_host",
-        "s3_bucket",
-        "s3_endpoint_url",
-        "s3_access_key_id",
-        "s3_secret_access_key",
-        "s3_session_token",
-        "embeddings_model",
-        "openai_api_key",
-        "openai_base_url",
-        "openai_proxy",
-        "azure_api_key",
-        "azure_endpoint",
-        "hf_token",
-        mode="before",
-    )
-    @classmethod
-    def _blank_is_unset(cls, value: object) -> object:
-        # docker-compose and .env files often carry `NAME=`; treat that as "not configured".
-        if isinstance(value, str) and not value.strip():
-            return None
-        return value
-
     @field_validator("embeddings_provider", mode="before")
     @classmethod
     def _provider_lower(cls, value: object) -> object:
         if isinstance(value, str):
-            value = value.strip().lower()
-            return value or None
-        return value
-
-    @field_validator("embeddings_dimensions", "rag_distance_threshold", mode="before")
-    @classmethod
-    def _blank_number_is_unset(cls, value: object) -> object:
-        if isinstance(value, str) and not value.strip():
-            return None
+            return value.strip().lower() or None
         return value
 
     @model_validator(mode="after")
@@ -222,6 +195,26 @@ class Settings(BaseSettings):
             raise ValueError(
                 "EMBEDDINGS_PROVIDER=openai needs RAG_OPENAI_API_KEY (or RAG_OPENAI_BASEURL for a "
                 "self-hosted OpenAI-compatible server)"
+            )
+        if provider == "local" and self.model not in LOCAL_MODEL_ALIASES:
+            raise ValueError(
+                f"EMBEDDINGS_PROVIDER=local runs {DEFAULT_MODELS['local']} only; unset EMBEDDINGS_MODEL "
+                "or choose another EMBEDDINGS_PROVIDER"
+            )
+        if provider == "local" and self.embeddings_dimensions not in (None, LOCAL_DIMENSIONS):
+            raise ValueError(
+                f"EMBEDDINGS_DIMENSIONS={self.embeddings_dimensions} but the local model has "
+                f"{LOCAL_DIMENSIONS} dimensions"
+            )
+        if provider == "huggingfacetei" and not self.model.startswith(("http://", "https://")):
+            raise ValueError(
+                "EMBEDDINGS_PROVIDER=huggingfacetei needs EMBEDDINGS_MODEL to be the TEI server URL "
+                "(e.g. http://huggingfacetei:3000)"
+            )
+        if bool(self.s3_access_key_id) != bool(self.s3_secret_access_key):
+            raise ValueError(
+                "S3_ACCESS_KEY_ID and S3_SECRET_ACCESS_KEY must be set together (or neither, to use "
+                "the default AWS credential chain)"
             )
         if self.embedded_postgres == "true" and (self.database_url or self.db_host):
             raise ValueError("EMBEDDED_POSTGRES=true conflicts with DATABASE_URL/DB_HOST")
@@ -295,10 +288,10 @@ class Settings(BaseSettings):
         return f"postgresql://{user}:{password}@{host}:{self.db_port}/{db}"
 
 
-def load_settings(**overrides: object) -> Settings:
+def load_settings(**overrides: Any) -> Settings:
     """Build Settings from the environment (plus overrides), raising ConfigError on bad values."""
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        return Settings(**overrides)
     except ValidationError as exc:
         lines = []
         for err in exc.errors():

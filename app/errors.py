@@ -8,6 +8,7 @@
     ├── PayloadTooLarge           413: upload over MAX_UPLOAD_BYTES
     ├── UnsupportedFileType       415: undecodable or unsupported binary
     ├── InvalidInput              422: body fails validation outside pydantic
+    ├── NoExtractableText         422: the upload holds no text to index
     ├── UpstreamUnavailable       502/503: a dependency we call failed
     │   ├── EmbeddingProviderError
     │   └── BlobStoreError
@@ -82,6 +83,17 @@ class InvalidInput(RagError):
     def __init__(self, errors: list[dict[str, object]]) -> None:
         self.errors = errors
         super().__init__("Request validation failed")
+
+
+class NoExtractableText(RagError):
+    """The file was read, but holds no text to index (empty, blank, or scanned images only)."""
+
+    status_code = 422
+    default_detail = (
+        "The file has no extractable text, so nothing was indexed. A scanned PDF or an image needs "
+        "OCR, which this service does not do: run OCR on it (or export it as text or as a PDF with a "
+        "text layer) and upload it again."
+    )
 
 
 class UpstreamUnavailable(RagError):

@@ -8,7 +8,6 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 from fastapi import Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -19,21 +18,26 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.api import documents, embed, health
 from app.clients.blobs import build_blob_store
 from app.clients.embeddings import build_embedder
+from app.clients.http import build_http_client
 from app.config import Settings, get_settings
 from app.deps import Resources, get_principal
 from app.errors import BlobStoreError, InvalidInput, RagError, Unauthorized
 from app.ingest.pipeline import IngestService
 from app.logs import RequestContextMiddleware, configure_logging, request_id_var
+from app.runtime.postgres import EmbeddedPostgres
 from app.search.index_manager import VectorIndexManager
 from app.search.service import SearchService
 from app.store.db import bootstrap, create_pool
-from app.store.embedded import EmbeddedPostgres
 
 logger = logging.getLogger(__name__)
 
 UNAUTHENTICATED_WARNING = (
     "JWT_SECRET is not set: the service runs WITHOUT authentication (every caller is 'public'). "
     "Set JWT_SECRET to LibreChat's secret for any shared deployment."
+)
+PDF_EXTRACT_IMAGES_WARNING = (
+    "PDF_EXTRACT_IMAGES is set, but reading text from images (OCR) is not supported: only the text "
+    "layer of PDFs is indexed, and a PDF of scanned pages is refused (422)"
 )
 
 
@@ -45,12 +49,29 @@ async def _database_dsn(settings: Settings) -> tuple[str, EmbeddedPostgres | Non
     return info.dsn, server
 
 
+def ensure_upload_dir(settings: Settings) -> None:
+    """Create RAG_UPLOAD_DIR (the folder `/local/embed` reads from) if it is missing."""
+    folder = settings.upload_dir
+    if folder.is_dir():
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        # uploads over HTTP and searches do not need it: start anyway, /local/embed answers 404
+        logger.error("Could not create RAG_UPLOAD_DIR %s (%s)", folder, exc.strerror or type(exc).__name__)
+        return
+    logger.info("Created RAG_UPLOAD_DIR %s", folder)
+
+
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Open the database (embedded or external), pool, HTTP client, embedder and blob store."""
     settings: Settings = app.state.settings
     if not settings.auth_enabled:
         logger.warning(UNAUTHENTICATED_WARNING)
+    if settings.pdf_extract_images:
+        logger.warning(PDF_EXTRACT_IMAGES_WARNING)
+    await asyncio.to_thread(ensure_upload_dir, settings)
     dsn, embedded_pg = await _database_dsn(settings)
     stack = contextlib.AsyncExitStack()
     try:
@@ -65,12 +86,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             command_timeout_s=settings.db_statement_timeout_ms / 1000 + 5,
         )
         stack.push_async_callback(pool.close)
-        http = httpx.AsyncClient(
-            timeout=httpx.Timeout(settings.embedding_timeout_s, connect=10.0),
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+        http = build_http_client(
+            timeout_s=settings.embedding_timeout_s,
             # rag_api sends only OpenAI traffic through RAG_OPENAI_PROXY
             proxy=settings.openai_proxy if settings.provider == "openai" else None,
-            follow_redirects=False,
         )
         stack.push_async_callback(http.aclose)
         embedder = build_embedder(settings, http_client=http)
@@ -132,7 +151,8 @@ def _clean_validation_errors(errors: Any) -> list[dict[str, Any]]:
     for err in errors:
         item = {k: v for k, v in err.items() if k not in ("input", "url")}
         cleaned.append(item)
-    return jsonable_encoder(cleaned)
+    encoded: list[dict[str, Any]] = jsonable_encoder(cleaned)
+    return encoded
 
 
 def install_error_handlers(app: FastAPI) -> None:

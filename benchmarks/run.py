@@ -648,7 +648,7 @@ async def bench(opts: Options, root: Path, info: Any, progress: Progress, result
 
 def run(opts: Options) -> int:
     """Run the benchmark; print the report; write JSON and markdown under `opts.out_dir`."""
-    from app.store.embedded import EmbeddedPostgres
+    from app.runtime.postgres import EmbeddedPostgres
 
     progress = Progress()
     started = datetime.now(UTC)

@@ -19,6 +19,8 @@ import httpx
 import jwt
 import psutil
 
+from app.clients.http import build_http_client
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HUGE_ROWS = "1000000000"  # EXACT_SCAN_MAX_ROWS above any estimate: the exact scan always runs
 
@@ -167,7 +169,7 @@ class ServiceProcess:
         self.sampler = MemorySampler(self.process.pid)
         self.sampler.start()
         deadline = self.started_at + within_s
-        async with httpx.AsyncClient(timeout=2.0) as client:
+        async with build_http_client(timeout_s=2.0) as client:
             while True:
                 if self.process.poll() is not None:
                     raise RuntimeError(

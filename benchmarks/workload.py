@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from app.clients.http import build_http_client
 from benchmarks.http import LeanHTTP
 from benchmarks.recall import Judgement, VisibleRows, judge
 from benchmarks.stats import parse_server_timing, summarize
@@ -66,12 +67,11 @@ class Client:
         self.http = (
             None
             if kind == "lean"
-            else httpx.AsyncClient(
+            else build_http_client(
                 base_url=base_url,
-                timeout=httpx.Timeout(120.0),
-                limits=httpx.Limits(
-                    max_connections=max_connections, max_keepalive_connections=max_connections
-                ),
+                timeout_s=120.0,
+                max_connections=max_connections,
+                max_keepalive_connections=max_connections,
             )
         )
         self.headers = {

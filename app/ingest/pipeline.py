@@ -24,7 +24,7 @@ import numpy as np
 from app.clients.blobs import BlobStore, blob_key
 from app.clients.embeddings import Embedder
 from app.config import Settings
-from app.errors import EmbeddingProviderError, PayloadTooLarge
+from app.errors import EmbeddingProviderError, NoExtractableText, PayloadTooLarge
 from app.ingest.chunking import clean_text, md5_digest, split_sections
 from app.ingest.loaders import load_document, safe_basename
 from app.ingest.types import Chunk, LoadedDocument
@@ -141,6 +141,9 @@ class IngestService:
         started = time.perf_counter()
         async with self._slots:
             doc = await self.load(source)
+            for warning in doc.warnings:
+                # the loader's own sentences (pages without text, a misnamed file, OCR not done)
+                logger.warning("File %s: %s", file_id, warning)
             loop = asyncio.get_running_loop()
             pieces = await loop.run_in_executor(
                 self._executor,
@@ -166,6 +169,11 @@ class IngestService:
                     chunk_metadata(piece, file_id=file_id, owner=owner, source=source_name, text=text)
                 )
 
+            if not texts:
+                # nothing to search: refuse before embedding, storing the original or touching the
+                # file's previous version (which stays as it was)
+                logger.warning("File %s: no extractable text; nothing stored", file_id)
+                raise NoExtractableText()
             vectors, embedded, reused = await self._vectors_for(file_id, owner, texts, metas)
             embedded_at = time.perf_counter()
 

@@ -1,5 +1,6 @@
-# Sourced by scripts/serve and scripts/test: create or reuse .venv and install what is missing.
-# Usage: ensure_venv [extra]   (extra = "test" adds the test dependencies)
+# Sourced by scripts/serve, scripts/test, scripts/lint and scripts/lock: create or reuse .venv and
+# install what is missing, from the hashed lock files.
+# Usage: ensure_venv [extra]   (extra = "test" adds the test dependencies: requirements-test.lock)
 
 find_python() {
   for candidate in "${PYTHON:-}" python3.11 python3.12 python3.13 python3; do
@@ -19,10 +20,10 @@ ensure_venv() {
   py=$(find_python)
   if [ ! -x "$venv/bin/python" ]; then
     if ! "$py" -m venv "$venv" 2>/dev/null; then
-      rm -rf "$venv"
+      rm -rf "$venv/bin" "$venv/lib" "$venv/include" "$venv/pyvenv.cfg"
       # Debian ships venv separately; install it when we can (fresh machines run as root).
       if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "Installing python3-venv with apt-get..." >&2
+        echo "Running as root: installing Debian's python3-venv with apt-get (needed to create $venv) ..." >&2
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
         "$py" -m venv "$venv"
       else
@@ -31,16 +32,21 @@ ensure_venv() {
       fi
     fi
   fi
-  local spec="."
-  [ -n "$extra" ] && spec=".[${extra}]"
-  # reinstall only when pyproject.toml (the pinned dependency list) or the extra changed
+  local lock="requirements.lock"
+  [ "$extra" = test ] && lock="requirements-test.lock"
+  # reinstall only when pyproject.toml or the lock changed (the stamp records both)
   local stamp="$venv/.ragoverlay-${extra:-base}.sha256"
   local want
-  want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+  want=$(cat pyproject.toml "$lock" 2>/dev/null | sha256sum | cut -d' ' -f1)
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    echo "Installing ragoverlay dependencies into $venv ..." >&2
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "$spec"
+    # a lock made for other pins is refused with what differs, never installed quietly
+    "$py" scripts/lib/lockcheck.py || return 1
+    echo "Installing ragoverlay's dependencies from $lock into $venv ..." >&2
+    local pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+    # every package from the lock, each checked against its recorded hashes; then the project itself,
+    # editable, with the locked setuptools (no build isolation, so nothing unhashed is downloaded)
+    "${pip[@]}" --require-hashes -r "$lock"
+    "${pip[@]}" --no-deps --no-build-isolation -e .
     echo "$want" > "$stamp"
   fi
 }

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import httpx
 
+from app.clients.blobs import blob_key
 from tests.contract.helpers import query, upload
 from tests.fixtures.documents import make_pdf
-from tests.fixtures.service import auth, new_id, running_app
+from tests.fixtures.service import SettingsFactory, auth, new_id, resources, running_app
 
 LONG = "\n\n".join(f"Paragraph {i}: " + ("word " * 120) + f"marker{i}." for i in range(8))
 
@@ -78,12 +80,23 @@ async def test_delete_by_uploader_without_entity_id(client: httpx.AsyncClient) -
     assert (await query(client, "knowledge", fid, auth(uploader), entity_id=agent)).json() == []
 
 
-async def test_delete_scope_caller_restores_upstream(settings_factory) -> None:  # type: ignore[no-untyped-def]
+async def test_delete_scope_caller_restores_upstream(settings_factory: SettingsFactory) -> None:
     async with running_app(settings_factory(delete_scope="caller")) as c:
         owner, stranger, fid = new_id("user"), new_id("user"), new_id()
-        assert (await upload(c, fid, "a.txt", b"Anything.", auth(owner))).status_code == 200
+        content = b"Anything the owner uploaded."
+        assert (await upload(c, fid, "a.txt", content, auth(owner))).status_code == 200
+        blobs = resources(c).blobs
+        key = blob_key(hashlib.sha256(content).hexdigest())
+        assert await blobs.exists(key)
         r = await c.request("DELETE", "/documents", json=[fid], headers=auth(stranger))
         assert r.status_code == 200
+        assert r.json() == {"message": "Documents for 1 file deleted successfully"}
+        # gone for its owner too: chunks, catalogue row and the stored original
+        assert (await c.get(f"/documents/{fid}/context", headers=auth(owner))).status_code == 404
+        assert (await c.get("/documents", params={"ids": [fid]}, headers=auth(owner))).status_code == 404
+        assert fid not in (await c.get("/ids", headers=auth(owner))).json()
+        assert (await query(c, "anything", fid, auth(owner))).json() == []
+        assert not await blobs.exists(key)
 
 
 async def test_context_is_a_json_string_with_pages(client: httpx.AsyncClient, tmp_path: Path) -> None:
@@ -121,10 +134,10 @@ async def test_ids_only_in_scope(client: httpx.AsyncClient) -> None:
     assert mine in ids and yours not in ids  # Decision: upstream lists every id in the collection
 
 
-async def test_health_down_when_database_unreachable(settings_factory) -> None:  # type: ignore[no-untyped-def]
+async def test_health_down_when_database_unreachable(settings_factory: SettingsFactory) -> None:
     # Decision: upstream answers 200 even without a database
     async with running_app(settings_factory()) as c:
-        await c.app.state.resources.pool.close()  # type: ignore[attr-defined]
+        await resources(c).pool.close()
         r = await c.get("/health")
         assert r.status_code == 503
         assert r.json() == {"status": "DOWN"}

@@ -8,7 +8,7 @@ import httpx
 
 from tests.contract.helpers import query, upload
 from tests.fixtures.documents import make_pdf
-from tests.fixtures.service import auth, new_id, running_app
+from tests.fixtures.service import SettingsFactory, auth, new_id, running_app
 
 PAGE_TEXTS = [
     "Chapter one introduces the migratory routes of arctic terns across the Atlantic.",
@@ -111,7 +111,7 @@ async def test_unsupported_binary_is_415_and_stores_nothing(client: httpx.AsyncC
     assert fid not in (await client.get("/ids", headers=auth(user))).json()
 
 
-async def test_oversized_upload_is_413_before_parsing(settings_factory) -> None:  # type: ignore[no-untyped-def]
+async def test_oversized_upload_is_413_before_parsing(settings_factory: SettingsFactory) -> None:
     async with running_app(settings_factory(max_upload_bytes=2048)) as small:
         user, fid = new_id("user"), new_id()
         r = await upload(small, fid, "big.txt", b"a" * 4096, auth(user))
@@ -144,7 +144,7 @@ async def test_text_returns_text_and_stores_nothing(client: httpx.AsyncClient) -
     assert (await query(client, "opening hours", fid, auth(user))).json() == []
 
 
-async def test_local_embed(settings_factory) -> None:  # type: ignore[no-untyped-def]
+async def test_local_embed(settings_factory: SettingsFactory) -> None:
     settings = settings_factory()
     settings.upload_dir.mkdir(parents=True, exist_ok=True)
     (settings.upload_dir / "inside.txt").write_text("Local file about hedgehogs hibernating.")

@@ -9,12 +9,12 @@ import pytest
 
 from tests.contract.helpers import query, upload
 from tests.fixtures.s3_server import S3Server
-from tests.fixtures.service import auth, new_id, running_app
+from tests.fixtures.service import SettingsFactory, auth, new_id, running_app
 
 pytestmark = pytest.mark.s3
 
 
-async def test_originals_live_in_s3(settings_factory, s3_server: S3Server) -> None:  # type: ignore[no-untyped-def]
+async def test_originals_live_in_s3(settings_factory: SettingsFactory, s3_server: S3Server) -> None:
     prefix = f"it-{uuid.uuid4().hex[:8]}/"
     settings = settings_factory(
         s3_bucket=s3_server.bucket,
@@ -45,8 +45,8 @@ async def test_originals_live_in_s3(settings_factory, s3_server: S3Server) -> No
 
 
 async def test_wrong_s3_credentials_fail_uploads_not_the_service(
-    settings_factory, s3_server: S3Server
-) -> None:  # type: ignore[no-untyped-def]
+    settings_factory: SettingsFactory, s3_server: S3Server
+) -> None:
     settings = settings_factory(
         s3_bucket=s3_server.bucket,
         s3_endpoint_url=s3_server.endpoint_url,

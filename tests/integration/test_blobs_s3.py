@@ -1,4 +1,6 @@
-"""The S3 blob store against a real S3 server (SeaweedFS started by the `s3_server` fixture)."""
+"""What only the S3 blob store has, against a real S3 server (SeaweedFS, the `s3_server` fixture):
+prefix and content type, multipart, errors by cause, addressing style. The behaviour every store
+shares is in tests/integration/test_blobs_contract.py."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from app.clients.blobs import BlobNotFound, BlobStore, S3BlobStore, blob_key
+from app.clients.blobs import BlobNotFound, S3BlobStore, blob_key
 from app.errors import BlobStoreError
 from tests.fixtures.s3_server import S3Server
 
@@ -56,18 +58,12 @@ def count_calls(store: S3BlobStore, operation: str) -> list[str]:
     return calls
 
 
-async def test_round_trip(store: S3BlobStore, tmp_path: Path, s3_server: S3Server) -> None:
-    assert isinstance(store, BlobStore)
-    await store.check()
+async def test_stored_under_the_prefix_with_its_content_type(
+    store: S3BlobStore, tmp_path: Path, s3_server: S3Server
+) -> None:
+    # round trips, missing keys and unsafe keys: tests/integration/test_blobs_contract.py
     src, key = source_file(tmp_path, b"hello s3")
-    assert not await store.exists(key)
     await store.put_file(key, src, content_type="text/plain")
-    assert await store.exists(key)
-    assert await store.get_bytes(key) == b"hello s3"
-    dest = tmp_path / "down" / "copy.txt"
-    await store.download(key, dest)
-    assert dest.read_bytes() == b"hello s3"
-    # stored under S3_PREFIX, with its content type
     raw = s3_server.client()
     try:
         head = raw.head_object(Bucket=s3_server.bucket, Key=store.prefix + key)
@@ -97,17 +93,6 @@ async def test_large_files_go_multipart(s3_server: S3Server, tmp_path: Path) -> 
         assert await store.get_bytes(key) == content
     finally:
         await store.aclose()
-
-
-async def test_missing_objects(store: S3BlobStore, tmp_path: Path) -> None:
-    key = blob_key("d" * 64)
-    assert not await store.exists(key)
-    await store.delete(key)  # missing is fine
-    with pytest.raises(BlobNotFound):
-        await store.get_bytes(key)
-    with pytest.raises(BlobNotFound):
-        await store.download(key, tmp_path / "dest")
-    assert not (tmp_path / "dest").exists()
 
 
 async def test_wrong_secret(s3_server: S3Server, tmp_path: Path) -> None:

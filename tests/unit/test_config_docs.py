@@ -77,6 +77,12 @@ def test_defaults_are_embedded_and_offline() -> None:
         ({"RAG_PORT": "not-a-port"}, "RAG_PORT"),
         ({"EMBEDDINGS_PROVIDER": "azure"}, "RAG_AZURE_OPENAI_ENDPOINT"),
         ({"DELETE_SCOPE": "everyone"}, "DELETE_SCOPE"),
+        ({"S3_BUCKET": "b", "S3_ACCESS_KEY_ID": "AKIA"}, "S3_SECRET_ACCESS_KEY"),
+        ({"S3_BUCKET": "b", "S3_SECRET_ACCESS_KEY": "secret"}, "S3_ACCESS_KEY_ID"),
+        ({"EMBEDDINGS_PROVIDER": "huggingfacetei", "EMBEDDINGS_MODEL": "bge-small"}, "EMBEDDINGS_MODEL"),
+        ({"EMBEDDINGS_MODEL": "text-embedding-3-large"}, "EMBEDDINGS_PROVIDER=local"),
+        ({"EMBEDDINGS_DIMENSIONS": "512"}, "384"),
+        ({"EMBEDDED_POSTGRES": "false"}, "DATABASE_URL"),
     ],
 )
 def test_bad_values_name_the_variable(monkeypatch: pytest.MonkeyPatch, env: dict, needle: str) -> None:
@@ -90,3 +96,32 @@ def test_bad_values_name_the_variable(monkeypatch: pytest.MonkeyPatch, env: dict
 def test_sqlalchemy_style_database_url(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DATABASE_URL", "postgresql+psycopg2://u:p@h:5432/d")
     assert load_settings(_env_file=None).external_dsn() == "postgresql://u:p@h:5432/d"
+
+
+BLANK_MEANS_UNSET = {
+    "JWT_SECRET": ("jwt_secret", None),
+    "DATABASE_URL": ("database_url", None),
+    "S3_BUCKET": ("s3_bucket", None),
+    "EMBEDDINGS_PROVIDER": ("embeddings_provider", None),
+    "EMBEDDINGS_DIMENSIONS": ("embeddings_dimensions", None),
+    "RAG_DISTANCE_THRESHOLD": ("rag_distance_threshold", None),
+    "RAG_PORT": ("port", 8000),
+    "CHUNK_SIZE": ("chunk_size", 1500),
+}
+
+
+def test_blank_variables_mean_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    # docker-compose writes `NAME=` for a variable the operator left empty: the default applies
+    for name in BLANK_MEANS_UNSET:
+        monkeypatch.setenv(name, "")
+    s = load_settings(_env_file=None)
+    for name, (field, default) in BLANK_MEANS_UNSET.items():
+        assert getattr(s, field) == default, name
+    assert not s.auth_enabled and s.use_embedded_postgres and s.provider == "local"
+
+
+def test_blank_lines_of_a_dotenv_file_mean_unset(tmp_path: Path) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_text("JWT_SECRET=\nS3_BUCKET=\nEMBEDDINGS_DIMENSIONS=\nCHUNK_SIZE=900\n")
+    s = load_settings(_env_file=env_file)
+    assert (s.jwt_secret, s.s3_bucket, s.embeddings_dimensions, s.chunk_size) == (None, None, None, 900)

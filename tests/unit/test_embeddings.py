@@ -20,7 +20,7 @@ from app.clients.embeddings import (
     parse_retry_after,
     plan_batches,
 )
-from app.config import Settings
+from app.config import Settings, load_settings
 from app.errors import ConfigError
 
 
@@ -149,16 +149,22 @@ async def test_provider_selection(overrides: dict[str, object], cls: type, provi
         await embedder.aclose()
 
 
-def test_local_refuses_another_model() -> None:
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        ({"embeddings_provider": "local", "embeddings_model": "text-embedding-3-large"}, "EMBEDDINGS_MODEL"),
+        ({"embeddings_dimensions": 512}, "384"),
+        ({"embeddings_provider": "huggingfacetei", "embeddings_model": "bge-small"}, "TEI server URL"),
+    ],
+)
+def test_settings_refuse_what_no_embedder_can_run(overrides: dict[str, object], needle: str) -> None:
+    # cross-field checks live in Settings: the service stops at start-up, before any embedder exists
+    with pytest.raises(ConfigError, match=needle):
+        load_settings(_env_file=None, **overrides)
+
+
+def test_local_embedder_checks_its_own_arguments() -> None:
     with pytest.raises(ConfigError, match="EMBEDDINGS_MODEL"):
-        build_embedder(make_settings(embeddings_provider="local", embeddings_model="text-embedding-3-large"))
-
-
-def test_local_refuses_another_dimension() -> None:
+        LocalEmbedder(model="text-embedding-3-large")
     with pytest.raises(ConfigError, match="384"):
-        build_embedder(make_settings(embeddings_dimensions=512))
-
-
-def test_tei_needs_a_url() -> None:
-    with pytest.raises(ConfigError, match="TEI server URL"):
-        build_embedder(make_settings(embeddings_provider="huggingfacetei", embeddings_model="bge-small"))
+        LocalEmbedder(dimensions=512)

@@ -24,11 +24,10 @@ from app.clients.embeddings.http import (
     OllamaEmbedder,
     OpenAIEmbedder,
     TEIEmbedder,
-    build_http_client,
-    parse_retry_after,
 )
-from app.clients.embeddings.local import LOCAL_DIMENSIONS, LocalEmbedder, MiniLMRuntime
-from app.config import Settings
+from app.clients.embeddings.local import LocalEmbedder, MiniLMRuntime
+from app.clients.http import build_http_client, parse_retry_after
+from app.config import LOCAL_DIMENSIONS, Settings
 from app.errors import ConfigError
 
 __all__ = [
@@ -82,10 +81,8 @@ def build_embedder(settings: Settings, *, http_client: httpx.AsyncClient | None 
             **common,
         )
     if provider == "azure":
-        if not settings.azure_endpoint or not settings.azure_api_key:
-            raise ConfigError(
-                "EMBEDDINGS_PROVIDER=azure needs RAG_AZURE_OPENAI_ENDPOINT and RAG_AZURE_OPENAI_API_KEY"
-            )
+        # Settings refuses azure without both; the assert only narrows the types
+        assert settings.azure_endpoint and settings.azure_api_key
         return AzureEmbedder(
             endpoint=settings.azure_endpoint,
             api_key=settings.azure_api_key,
@@ -95,12 +92,7 @@ def build_embedder(settings: Settings, *, http_client: httpx.AsyncClient | None 
     if provider == "ollama":
         return OllamaEmbedder(base_url=settings.ollama_base_url, **common)
     if provider == "huggingfacetei":
-        url = settings.model
-        if not url.startswith(("http://", "https://")):
-            raise ConfigError(
-                "EMBEDDINGS_PROVIDER=huggingfacetei needs EMBEDDINGS_MODEL to be the TEI server URL "
-                "(e.g. http://huggingfacetei:3000)"
-            )
+        # rag_api passes the TEI server's URL as EMBEDDINGS_MODEL (Settings checks it is one)
         common.pop("model")
-        return TEIEmbedder(url=url, token=settings.hf_token, **common)
+        return TEIEmbedder(url=settings.model, token=settings.hf_token, **common)
     raise ConfigError(f"Unknown EMBEDDINGS_PROVIDER: {provider}")

@@ -1,8 +1,9 @@
 """Embedding providers reached over HTTP: OpenAI-compatible, Azure OpenAI, Ollama and HF TEI.
 
 One shared `httpx.AsyncClient`; batches split by count and characters, sent with bounded concurrency,
-retried with exponential backoff and jitter on connect errors, timeouts, 408, 429 and 5xx (honouring
-`Retry-After`), and reassembled in input order. Error details are ours: never a provider body.
+retried by the shared `RetryPolicy` (app/clients/retry.py: backoff with jitter on connect errors,
+timeouts, 408, 429 and 5xx, honouring `Retry-After`), and reassembled in input order. Error
+details are ours: never a provider body.
 """
 
 from __future__ import annotations
@@ -10,11 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import email.utils
 import logging
-import math
-import random
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -22,9 +19,23 @@ import httpx
 import numpy as np
 
 from app.clients.embeddings.base import BaseEmbedder, gather_or_cancel, plan_batches
+from app.clients.http import build_http_client, is_retryable_status, parse_retry_after
+from app.clients.retry import RetryPolicy, Transient
 from app.errors import EmbeddingProviderError
 
 logger = logging.getLogger(__name__)
+
+__all__ = [
+    "OPENAI_DEFAULT_BASE_URL",
+    "AzureEmbedder",
+    "HttpEmbedder",
+    "OllamaEmbedder",
+    "OpenAIEmbedder",
+    "TEIEmbedder",
+    "build_http_client",
+    "is_retryable_status",
+    "parse_retry_after",
+]
 
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_HTTP_BATCH_SIZE = 200
@@ -32,43 +43,6 @@ DEFAULT_HTTP_BATCH_SIZE = 200
 
 class _Unreadable(Exception):
     """A 2xx reply whose body is not what the provider's protocol promises."""
-
-
-def is_retryable_status(status: int) -> bool:
-    """True for statuses that may clear on their own: 408, 429 and every 5xx."""
-    return status in (408, 429) or 500 <= status <= 599
-
-
-def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
-    """Seconds to wait from a `Retry-After` header (delta-seconds or HTTP date), or None."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = (when - (now or datetime.now(UTC))).total_seconds()
-    if not math.isfinite(seconds):
-        return None
-    return max(0.0, seconds)
-
-
-def build_http_client(
-    *, timeout_s: float, proxy: str | None = None, max_connections: int = 64
-) -> httpx.AsyncClient:
-    """An `httpx.AsyncClient` suited to embedding calls (no redirects, bounded pool)."""
-    return httpx.AsyncClient(
-        timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
-        limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=16),
-        proxy=proxy,
-        follow_redirects=False,
-    )
 
 
 class HttpEmbedder(BaseEmbedder):
@@ -88,6 +62,7 @@ class HttpEmbedder(BaseEmbedder):
         dimensions: int | None = None,
         client: httpx.AsyncClient | None = None,
         proxy: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
         timeout_s: float = 60.0,
         max_retries: int = 4,
         batch_size: int = 0,
@@ -100,17 +75,23 @@ class HttpEmbedder(BaseEmbedder):
     ) -> None:
         super().__init__(provider=provider, model=model, dimensions=dimensions, cache_size=cache_size)
         self._owns_client = client is None
+        # transport: where an owned client sends its requests (tests answer in-process through it)
         self._client = client or build_http_client(
-            timeout_s=timeout_s, proxy=proxy, max_connections=max(16, 2 * concurrency + 4)
+            timeout_s=timeout_s,
+            proxy=proxy,
+            max_connections=max(16, 2 * concurrency + 4),
+            transport=transport,
         )
         self._timeout_s = timeout_s
         self._timeout = httpx.Timeout(timeout_s, connect=min(10.0, timeout_s))
-        self._max_retries = max_retries
+        self._retry = RetryPolicy(
+            max_retries=max_retries,
+            backoff_base_s=backoff_base_s,
+            backoff_max_s=backoff_max_s,
+            retry_after_max_s=retry_after_max_s,
+        )
         self._batch_size = batch_size or self.default_batch_size
         self._batch_max_chars = batch_max_chars
-        self._backoff_base_s = backoff_base_s
-        self._backoff_max_s = backoff_max_s
-        self._retry_after_max_s = retry_after_max_s
         # Batches share one bound; queries get their own lane so a search never waits behind an ingest.
         self._batch_slots = asyncio.Semaphore(concurrency)
         self._query_slots = asyncio.Semaphore(concurrency)
@@ -153,67 +134,51 @@ class HttpEmbedder(BaseEmbedder):
 
     async def _post(self, texts: list[str]) -> Any:
         url, headers, body = self._request(texts)
-        attempts = self._max_retries + 1
-        for attempt in range(1, attempts + 1):
-            wait: float | None = None
-            try:
-                response = await self._client.post(url, json=body, headers=headers, timeout=self._timeout)
-            except httpx.TimeoutException:
-                error = EmbeddingProviderError(
-                    f"The embedding provider did not answer within {self._timeout_s:g} s", retryable=True
-                )
-                reason = "timeout"
-            except (httpx.UnsupportedProtocol, httpx.InvalidURL):
-                raise EmbeddingProviderError(
-                    f"The embedding provider URL is invalid; {self.url_hint}", retryable=False
-                ) from None
-            except httpx.TransportError as exc:
-                error = EmbeddingProviderError(
-                    f"Could not reach the embedding provider; {self.url_hint}", retryable=True
-                )
-                reason = type(exc).__name__
-            else:
-                status = response.status_code
-                if 200 <= status <= 299:
-                    try:
-                        return response.json()
-                    except ValueError:
-                        raise EmbeddingProviderError(
-                            "The embedding provider returned an unreadable response", retryable=False
-                        ) from None
-                if not is_retryable_status(status):
-                    raise self._rejected(status)
-                what = "is rate limiting requests" if status == 429 else "is unavailable"
-                error = EmbeddingProviderError(
-                    f"The embedding provider {what} (HTTP {status})", retryable=True
-                )
-                reason = f"HTTP {status}"
-                retry_after = parse_retry_after(response.headers.get("retry-after"))
-                if retry_after is not None:
-                    wait = min(retry_after, self._retry_after_max_s)
-            if attempt >= attempts:
-                if attempts > 1:
-                    error = EmbeddingProviderError(
-                        f"{error.detail}; gave up after {attempts} attempts", retryable=True
-                    )
-                raise error
-            if wait is None:
-                wait = self._backoff(attempt)
-            logger.warning(
-                "Embedding request to %s failed (%s); retry %d of %d in %.2f s",
-                self.provider,
-                reason,
-                attempt,
-                self._max_retries,
-                wait,
+        try:
+            return await self._retry.call(
+                lambda: self._post_once(url, headers, body),
+                what=f"Embedding request to {self.provider}",
+                log=logger,
             )
-            await asyncio.sleep(wait)
-        raise AssertionError("unreachable")  # pragma: no cover
+        except Transient as exc:
+            detail = exc.detail
+            if self._retry.attempts > 1:
+                detail = f"{detail}; gave up after {self._retry.attempts} attempts"
+            raise EmbeddingProviderError(detail, retryable=True) from None
 
-    def _backoff(self, attempt: int) -> float:
-        """Exponential backoff with jitter, so clients that failed together do not retry together."""
-        ceiling = min(self._backoff_max_s, self._backoff_base_s * 2 ** (attempt - 1))
-        return ceiling * (0.5 + random.random() / 2)  # noqa: S311 - jitter, not cryptography
+    async def _post_once(self, url: str, headers: dict[str, str], body: dict[str, Any]) -> Any:
+        """One request: the reply's JSON, `Transient` for what may clear, else EmbeddingProviderError."""
+        try:
+            response = await self._client.post(url, json=body, headers=headers, timeout=self._timeout)
+        except httpx.TimeoutException:
+            raise Transient(
+                "timeout",
+                detail=f"The embedding provider did not answer within {self._timeout_s:g} s",
+            ) from None
+        except (httpx.UnsupportedProtocol, httpx.InvalidURL):
+            raise EmbeddingProviderError(
+                f"The embedding provider URL is invalid; {self.url_hint}", retryable=False
+            ) from None
+        except httpx.TransportError as exc:
+            raise Transient(
+                type(exc).__name__, detail=f"Could not reach the embedding provider; {self.url_hint}"
+            ) from None
+        status = response.status_code
+        if 200 <= status <= 299:
+            try:
+                return response.json()
+            except ValueError:
+                raise EmbeddingProviderError(
+                    "The embedding provider returned an unreadable response", retryable=False
+                ) from None
+        if not is_retryable_status(status):
+            raise self._rejected(status)
+        what = "is rate limiting requests" if status == 429 else "is unavailable"
+        raise Transient(
+            f"HTTP {status}",
+            detail=f"The embedding provider {what} (HTTP {status})",
+            retry_after_s=parse_retry_after(response.headers.get("retry-after")),
+        )
 
     def _rejected(self, status: int) -> EmbeddingProviderError:
         if status in (401, 403):

@@ -31,20 +31,12 @@ from typing import Any
 import numpy as np
 
 from app.clients.embeddings.base import BaseEmbedder, gather_or_cancel, plan_batches
+from app.config import DEFAULT_MODELS, LOCAL_DIMENSIONS, LOCAL_MODEL_ALIASES
 from app.errors import ConfigError, EmbeddingProviderError
 
 logger = logging.getLogger(__name__)
 
-LOCAL_MODEL = "all-MiniLM-L6-v2"
-# Names under which operators (or rag_api docs) refer to the same model.
-LOCAL_MODEL_ALIASES = frozenset(
-    {
-        LOCAL_MODEL,
-        "sentence-transformers/all-MiniLM-L6-v2",
-        "all-MiniLM-L6-v2-onnx-int8",
-    }
-)
-LOCAL_DIMENSIONS = 384
+LOCAL_MODEL = DEFAULT_MODELS["local"]
 MAX_TOKENS = 256  # the model's trained max_seq_length (the shipped tokenizer.json says 128)
 DEFAULT_SLICE = 8  # texts per thread-pool job: small, so concurrent ingests interleave
 MAX_SLICE = 32
@@ -185,7 +177,8 @@ class MiniLMRuntime:
         weights = mask[0].astype(np.float32)[:, None]
         pooled = (hidden * weights).sum(axis=0) / max(float(weights.sum()), 1e-9)
         norm = float(np.linalg.norm(pooled))
-        return pooled / max(norm, 1e-12)
+        vector: np.ndarray = pooled / max(norm, 1e-12)
+        return vector
 
 
 @functools.lru_cache(maxsize=1)

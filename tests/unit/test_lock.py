@@ -1,0 +1,113 @@
+"""The hashed lock files agree with pyproject.toml, and a disagreement stops the install."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LOCKS = ("requirements.lock", "requirements-test.lock")
+
+
+def load_lockcheck() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("lockcheck", REPO / "scripts" / "lib" / "lockcheck.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["lockcheck"] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+lockcheck = load_lockcheck()
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """pyproject.toml, both locks and the scripts that install them, in a folder of their own."""
+    for name in ("pyproject.toml", *LOCKS):
+        shutil.copy(REPO / name, tmp_path / name)
+    shutil.copytree(REPO / "scripts" / "lib", tmp_path / "scripts" / "lib")
+    return tmp_path
+
+
+def repin(pyproject: Path, old: str, new: str) -> None:
+    text = pyproject.read_text()
+    assert old in text
+    pyproject.write_text(text.replace(old, new))
+
+
+def test_the_locks_match_pyproject() -> None:
+    problems = lockcheck.check()
+    assert not problems, "run scripts/lock: " + "; ".join(f"{p.lock} {p.what}" for p in problems)
+
+
+def test_every_locked_package_has_hashes() -> None:
+    for name in LOCKS:
+        entries = re.split(r"\n(?=[a-z0-9])", (REPO / name).read_text().split("\n", 4)[4])
+        assert len(entries) > 50, name
+        unhashed = [e.split()[0] for e in entries if "--hash=sha256:" not in e]
+        assert unhashed == [], f"{name}: {unhashed}"
+
+
+def test_the_build_backend_is_locked_and_new_enough() -> None:
+    # `license = "MIT"` (PEP 639) needs setuptools 77 or newer
+    assert 'requires = ["setuptools>=77"]' in (REPO / "pyproject.toml").read_text()
+    for name in LOCKS:
+        version = lockcheck.pins((REPO / name).read_text().splitlines())["setuptools"]
+        assert int(version.split(".")[0]) >= 77, name
+
+
+def test_the_test_lock_holds_the_runtime_lock() -> None:
+    runtime = lockcheck.pins((REPO / "requirements.lock").read_text().splitlines())
+    test = lockcheck.pins((REPO / "requirements-test.lock").read_text().splitlines())
+    assert {name: test.get(name) for name in runtime} == runtime  # same versions where both have one
+    assert "pytest" in test and "pytest" not in runtime
+
+
+def test_a_changed_pin_is_reported(checkout: Path) -> None:
+    repin(checkout / "pyproject.toml", '"fastapi==0.165.0"', '"fastapi==0.164.0"')
+    problems = {(p.lock, p.what) for p in lockcheck.check(checkout / "pyproject.toml", checkout)}
+    assert ("requirements.lock", "has fastapi 0.165.0, pyproject.toml pins 0.164.0") in problems
+    assert ("requirements-test.lock", "has fastapi 0.165.0, pyproject.toml pins 0.164.0") in problems
+    assert ("requirements.lock", "was made from other dependencies than pyproject.toml's") in problems
+
+
+def test_a_new_test_dependency_is_reported_in_the_test_lock_only(checkout: Path) -> None:
+    repin(checkout / "pyproject.toml", '"pytest==', '"brand-new_Tool==1.0",\n    "pytest==')
+    problems = {(p.lock, p.what) for p in lockcheck.check(checkout / "pyproject.toml", checkout)}
+    assert ("requirements-test.lock", "has no brand-new-tool (pyproject.toml pins 1.0)") in problems
+    assert not any("brand-new-tool" in what for lock, what in problems if lock == "requirements.lock")
+
+
+def test_other_pyproject_sections_do_not_matter(checkout: Path) -> None:
+    before = lockcheck.check(checkout / "pyproject.toml", checkout)
+    with (checkout / "pyproject.toml").open("a") as fh:
+        fh.write('\n[tool.example]\nanything = "goes"\n')
+    assert lockcheck.check(checkout / "pyproject.toml", checkout) == before
+
+
+def test_the_install_stops_with_the_reason(checkout: Path) -> None:
+    repin(checkout / "pyproject.toml", '"numpy==', '"numpy==0.0.1",\n    "numpy-old==')
+    # a venv whose python is this interpreter: ensure_venv goes straight to the check
+    (checkout / ".venv" / "bin").mkdir(parents=True)
+    (checkout / ".venv" / "bin" / "python").symlink_to(sys.executable)
+    done = subprocess.run(
+        ["bash", "-c", ". scripts/lib/venv.sh && ensure_venv test && echo INSTALLED"],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0 and "INSTALLED" not in done.stdout
+    assert "The lock files do not match pyproject.toml:" in done.stderr
+    assert "pyproject.toml pins 0.0.1" in done.stderr
+    assert "Run scripts/lock" in done.stderr
+    assert "Installing" not in done.stderr  # refused before pip ran

@@ -1,0 +1,55 @@
+"""The README stands alone and stays true: its routes table, first screen and references."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from app.config import load_settings
+from app.main import create_app
+
+REPO = Path(__file__).resolve().parents[2]
+README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def section(title: str) -> str:
+    return README.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_every_route_of_the_app_is_in_the_routes_table() -> None:
+    app = create_app(load_settings(_env_file=None))
+    served = {f"{method.upper()} {path}" for path, ops in app.openapi()["paths"].items() for method in ops}
+    documented = set(re.findall(r"^\| `([A-Z]+ /[^`]*)` \|", section("Routes"), flags=re.M))
+    assert served == documented
+    assert len(served) == 11  # rag_api v0.9's routes
+
+
+def test_query_multiple_documents_its_404() -> None:
+    row = next(line for line in section("Routes").splitlines() if line.startswith("| `POST /query_multiple`"))
+    assert "404" in row and "No documents found for the given query" in row
+
+
+def test_no_references_outside_the_repository() -> None:
+    assert "../" not in README
+    for name in ("CONTRACT.md", "BASELINES.md", "STYLE.md", "/work/"):
+        assert name not in README, name
+    # every relative link points at a file of the repository
+    for target in re.findall(r"\]\(([^)#][^)]*)\)", README):
+        if not re.match(r"[a-z]+://", target):
+            assert (REPO / target).exists(), target
+
+
+def test_first_screen_two_commands_and_what_they_need() -> None:
+    first_screen = README.split("\n## ", 1)[0]
+    [block] = re.findall(r"```sh\n(.*?)```", first_screen, flags=re.S)
+    assert [line.split()[0] for line in block.strip().splitlines()] == ["scripts/serve", "scripts/test"]
+    assert "Python 3.11+" in first_screen and "Node ≥ 20 and npm" in first_screen
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    ci = (REPO / ".ci" / "run").read_text()
+    assert "exec scripts/test\n" in ci
+    test_script = (REPO / "scripts" / "test").read_text()
+    assert "bash scripts/lint" in test_script  # ruff and mypy run with the tests
+    lint = (REPO / "scripts" / "lint").read_text()
+    assert ".venv/bin/mypy" in lint and ".venv/bin/ruff check" in lint
