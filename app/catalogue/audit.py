@@ -133,14 +133,14 @@ def audit_catalogue(
             continue
         if not entry_active(entry, moment) or not _bits(entry) & VIEW:
             continue
-        agent_id = by_db_id.get(id_text(entry.get("resourceId")))
-        if agent_id is None or agent_id in public_allowed:
+        public_agent = by_db_id.get(id_text(entry.get("resourceId")))
+        if public_agent is None or public_agent in public_allowed:
             continue
         result.findings.append(
             Finding(
                 "public_agent",
-                f"Agent {agent_id} is shared publicly and the plan does not allow it",
-                (agent_id,),
+                f"Agent {public_agent} is shared publicly and the plan does not allow it",
+                (public_agent,),
             )
         )
     return result

@@ -27,7 +27,7 @@ import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -416,7 +416,7 @@ class _Chunker:
         notes_inline = bool(notes) and self.tokens(notes) <= self.config.footnote_tokens
         rows = [[_SPACES.sub(" ", cell).strip() for cell in row] for row in (block.rows or [])]
         rows = [row for row in rows if any(row)]
-        common = {
+        common: dict[str, Any] = {
             "table_caption": caption,
             "table_index": index,
             "headers": tuple(raw_headers),

@@ -146,12 +146,12 @@ def parse_number(raw: str, language: str | None = None) -> float | None:
         text = text.replace(".", "").replace(",", "")
     elif commas == 1:
         head, tail = text.split(",")
-        thousands = language != "de" and len(tail) == 3 and head != "0"
-        text = head + tail if thousands else f"{head}.{tail}"
+        is_grouping = language != "de" and len(tail) == 3 and head != "0"
+        text = head + tail if is_grouping else f"{head}.{tail}"
     elif dots == 1:
         head, tail = text.split(".")
-        thousands = language == "de" and len(tail) == 3 and head != "0"
-        text = head + tail if thousands else text
+        is_grouping = language == "de" and len(tail) == 3 and head != "0"
+        text = head + tail if is_grouping else text
     try:
         value = sign * float(text)
     except ValueError:  # pragma: no cover - the fullmatch above admits only digits and separators

@@ -127,7 +127,8 @@ def pool_windows(vectors: np.ndarray, weights: Sequence[float] | None = None) ->
     norm = float(np.linalg.norm(mean))
     if norm < 1e-12:
         raise ValueError("the window embeddings cancel out")
-    return (mean / norm).astype(np.float32)
+    result: np.ndarray = (mean / norm).astype(np.float32)
+    return result
 
 
 def window_weights(pieces: Sequence[str], counter: TokenCounter) -> list[float]:
@@ -147,5 +148,6 @@ def pooled_embedding(
     vectors = np.asarray(embed(pieces))
     if len(pieces) == 1:
         vector = vectors[0].astype(np.float64)
-        return (vector / max(float(np.linalg.norm(vector)), 1e-12)).astype(np.float32)
+        single: np.ndarray = (vector / max(float(np.linalg.norm(vector)), 1e-12)).astype(np.float32)
+        return single
     return pool_windows(vectors, window_weights(pieces, counter))

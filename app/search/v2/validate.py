@@ -93,7 +93,7 @@ def validate_v2(
     violations: list[Violation] = []
 
     def add(code: str, severity: str, message: str, value: str | None = None) -> None:
-        violations.append(Violation(code=code, severity=severity, message=message, value=value))  # type: ignore[arg-type]
+        violations.append(Violation(code=code, severity=severity, message=message, value=value))
 
     if not answer.strip():
         add("empty_answer", "error", "The answer is empty")
@@ -157,4 +157,4 @@ def _verdict(violations: list[Violation]) -> ValidateV2Response:
         verdict = "qualify"
     else:
         verdict = "pass"
-    return ValidateV2Response(verdict=verdict, violations=violations)  # type: ignore[arg-type]
+    return ValidateV2Response(verdict=verdict, violations=violations)
