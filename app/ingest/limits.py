@@ -253,19 +253,31 @@ def _bounded_zipfile_module() -> types.ModuleType:
     return shim
 
 
-def install_zip_bounds() -> None:
-    """Route the office libraries' zip reads through `BoundedZipFile` (idempotent).
+def install_parser_bounds() -> None:
+    """Route the office libraries' zip reads through `BoundedZipFile` (idempotent), and more.
 
     python-docx, python-pptx and openpyxl open packages with their own `ZipFile`; replacing the name
     in their modules (not in `zipfile` itself) bounds exactly their reads. `tests/unit/test_parse_limits`
     proves each library is covered, so a library that changes how it opens zips fails a test.
+
+    openpyxl's read-only worksheet also scans a whole sheet at load when the sheet declares no
+    dimensions (a hostile sheet omits them): we reset the dimensions anyway, so it never scans.
     """
     import docx.opc.phys_pkg
     import openpyxl.reader.excel
     import pptx.opc.serialized
+    from openpyxl.worksheet._read_only import ReadOnlyWorksheet
+
+    class _UnmeasuredWorksheet(ReadOnlyWorksheet):  # type: ignore[misc]
+        def _get_size(self) -> None:
+            """Skip the dimension scan; the loader calls `reset_dimensions()` and reads what is there."""
 
     docx.opc.phys_pkg.ZipFile = BoundedZipFile  # type: ignore[misc]
     openpyxl.reader.excel.ZipFile = BoundedZipFile  # type: ignore[misc]
+    if not issubclass(openpyxl.reader.excel.ReadOnlyWorksheet, _UnmeasuredWorksheet.__mro__[1]) or (
+        openpyxl.reader.excel.ReadOnlyWorksheet is ReadOnlyWorksheet
+    ):
+        openpyxl.reader.excel.ReadOnlyWorksheet = _UnmeasuredWorksheet  # type: ignore[misc]
     if not isinstance(pptx.opc.serialized.zipfile, types.ModuleType) or (
         pptx.opc.serialized.zipfile.ZipFile is not BoundedZipFile
     ):

@@ -1,8 +1,9 @@
 """Turn an uploaded file into a `LoadedDocument`: choose the format, run its loader, refuse helpfully.
 
 The format is chosen from the file name's extension, then the declared content type, then the
-bytes (the tables are in `formats.py`; each kind maps to one loader function below). The bytes also overrule a name that lies about a binary format (a DOCX renamed `.pdf`, a
-PDF uploaded as `.txt`), and an "Excel" file that is really HTML or CSV text is read as text.
+bytes (the tables are in `formats.py`; each kind maps to one loader function below). The bytes
+also overrule a name that lies about a binary format (a DOCX renamed `.pdf`, a PDF uploaded as
+`.txt`), and an "Excel" file that is really HTML or CSV text is read as text.
 
 Errors: anything that cannot become text raises `UnsupportedFileType` (415) with a fixed detail that
 says what to upload instead; library exception text is only logged, at debug level. A file that
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from app.errors import UnsupportedFileType
 from app.ingest.chunking import clean_text
-from app.ingest.limits import ParseLimitExceeded, ParseLimits, guarded, install_zip_bounds
+from app.ingest.limits import ParseLimitExceeded, ParseLimits, guarded, install_parser_bounds
 from app.ingest.loaders.formats import (
     CODE_EXT,
     CONTAINER_KINDS,
@@ -47,7 +48,7 @@ from app.ingest.types import LoadedDocument
 
 __all__ = ["KNOWN_SOURCE_EXT", "extension", "load_document", "safe_basename"]
 
-install_zip_bounds()
+install_parser_bounds()
 
 # A binary container: (path, safe file name, PDF_EXTRACT_IMAGES) -> document.
 ContainerLoader = Callable[[Path, str, bool], LoadedDocument]

@@ -23,47 +23,76 @@ _BATCH = 4096
 
 _STEP = 1024 * 1024
 _KEEP = 16  # bytes carried between steps, so a token cut by a step boundary is counted once
-_SHARED_STRING = re.compile(rb"<(?:[A-Za-z_][\w.-]*:)?si[\s/>]")
+# Entries of a shared-string table and cells of a worksheet, as writers spell them (default
+# namespace); a part that uses a namespace prefix is counted with the regular expressions instead.
+_SHARED_STRING = (b"<si>", b"<si ", re.compile(rb"<(?:[A-Za-z_][\w.-]*:)?si[\s/>]"))
+_CELL = (b"<c>", b"<c ", re.compile(rb"<(?:[A-Za-z_][\w.-]*:)?c[\s/>]"))
+_Tag = tuple[bytes, bytes, "re.Pattern[bytes]"]
 
 
-def count_xml(source: IO[bytes], guard: ParseGuard, *, shared_strings: bool = False) -> int:
-    """Count the elements of an XML stream (start and empty tags) at C speed; returns its `<si>` count.
+def count_xml(
+    source: IO[bytes],
+    guard: ParseGuard,
+    *,
+    tag: _Tag | None = None,
+    on_tag: Callable[[int], None] | None = None,
+) -> None:
+    """Count an XML stream's elements (or, with `tag`, that tag's occurrences) at C speed.
 
-    A byte-level count, not a parse: an element is a "<" that does not open an end tag, a comment,
-    a declaration or a processing instruction (CDATA sections may add a few). Per-element Python
-    callbacks cost more than the DOM they would protect. Depth needs no pass of its own: lxml, which
-    every office loader parses with, refuses documents nested deeper than 256 levels.
+    A byte-level count, not a parse: an element is a "<" that does not open an end tag (comments
+    and declarations count too: an upper bound). Per-element Python callbacks would cost more than
+    the DOM they protect. Elements go to the guard; `tag` counts go to `on_tag`, block by block, so
+    a limit stops the stream early. Depth needs no pass of its own: lxml, which every office loader
+    parses with, refuses documents nested deeper than 256 levels.
     """
-    elements = strings = 0
     carry = b""
+    prefixed: bool | None = None
     while True:
         block = source.read(_STEP)
         data = carry + block
         last = not block
         cut = len(data) if last else max(0, len(data) - _KEEP)
         part = data[:cut]
-        elements += part.count(b"<") - part.count(b"</") - part.count(b"<!") - part.count(b"<?")
-        if shared_strings:
-            strings += len(_SHARED_STRING.findall(part))
-        guard.add_elements(elements)
-        elements = 0
         carry = data[cut:]
+        if tag is None:
+            guard.add_elements(part.count(b"<") - part.count(b"</"))
+        elif on_tag is not None:
+            if prefixed is None:
+                # "<x:si" or "<x:c" with a prefix: the plain byte patterns would find nothing.
+                prefixed = tag[0] not in part and tag[1] not in part and tag[2].search(part) is not None
+            on_tag(len(tag[2].findall(part)) if prefixed else part.count(tag[0]) + part.count(tag[1]))
         if last:
-            return strings
+            return
 
 
 _PACKAGE_XML = (".xml", ".rels", ".xhtml", ".opf", ".ncx", ".vml")
 
 
 def scan_package(
-    path: Path, skip: Callable[[str], bool] = lambda name: False, *, shared_strings: str | None = None
+    path: Path,
+    skip: Callable[[str], bool] = lambda name: False,
+    *,
+    shared_strings: str | None = None,
+    worksheets: Callable[[str], bool] = lambda name: False,
 ) -> None:
     """Count the elements of every XML member of a zip package (bytes counted as they inflate).
 
-    `skip` leaves members out (they are counted by their own reader); `shared_strings` names a
-    workbook's shared-string part, whose entries are checked against PARSE_MAX_SHARED_STRINGS.
+    `skip` leaves members out. A workbook's `shared_strings` part is checked against
+    PARSE_MAX_SHARED_STRINGS, and its `worksheets` against PARSE_MAX_CELLS (their cells, not their
+    elements: openpyxl streams them, and the loader counts the cells again as it reads them).
     """
     guard = current_guard()
+    counts = {"cells": 0, "strings": 0}
+
+    def add_cells(count: int) -> None:
+        counts["cells"] += count
+        if counts["cells"] > guard.limits.max_cells:
+            guard.add_cells(counts["cells"])  # raises, naming PARSE_MAX_CELLS
+
+    def add_strings(count: int) -> None:
+        counts["strings"] += count
+        guard.check_shared_strings(counts["strings"])
+
     try:
         archive = BoundedZipFile(path)
     except (zipfile.BadZipFile, OSError, ValueError):
@@ -75,9 +104,12 @@ def scan_package(
                 continue
             try:
                 with archive.open(info) as member:
-                    strings = count_xml(member, guard, shared_strings=name == shared_strings)
                     if name == shared_strings:
-                        guard.check_shared_strings(strings)
+                        count_xml(member, guard, tag=_SHARED_STRING, on_tag=add_strings)
+                    elif worksheets(name):
+                        count_xml(member, guard, tag=_CELL, on_tag=add_cells)
+                    else:
+                        count_xml(member, guard)
             except (RagError, MemoryError):
                 raise
             except Exception:  # noqa: S112 - damaged, encrypted or unsupported member (zlib, CRC...)

@@ -288,7 +288,9 @@ class _DefinitionList:
         self.walker.add("definition", "\n\n".join(definitions), term=term or None)
 
 
-def _landmark(node: LexborNode, tag: str, in_section: bool, prev_next: frozenset[int]) -> BoilerplateKind | None:
+def _landmark(
+    node: LexborNode, tag: str, in_section: bool, prev_next: frozenset[int]
+) -> BoilerplateKind | None:
     """The kind of page furniture an element is, from its tag, ARIA role, class/id, or links."""
     attrs = node.attributes
     role = (attrs.get("role") or "").strip().lower()

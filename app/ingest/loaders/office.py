@@ -153,9 +153,7 @@ class _DocxReader:
         if not text:
             return None
         named_level, style_outline, list_style, toc_style = self._style(element.style)
-        mark: BoilerplateKind | None = (
-            "toc" if toc_style or in_toc_field or self._in_toc_control else None
-        )
+        mark: BoilerplateKind | None = "toc" if toc_style or in_toc_field or self._in_toc_control else None
         p_pr = element.pPr
         # A heading style wins; then the paragraph's own outline level, then its style's.
         level = named_level or _outline_level(p_pr) or style_outline

@@ -133,9 +133,9 @@ def _read_rows(reader: Iterable[list[str]]) -> tuple[list[str] | None, list[list
 def load_xlsx(path: Path, filename: str) -> LoadedDocument:
     """Load a workbook: one section per non-empty sheet (`{"sheet": name}`), rows as `header: value` lines."""
     check_zip(path, filename)
-    # Worksheets are streamed (read_only) and their cells counted as they come; every other part,
-    # the shared strings above all, is measured before openpyxl loads it whole.
-    scan_package(path, skip=_is_worksheet, shared_strings=_shared_strings_part(path))
+    # Every part is measured before openpyxl opens it: worksheets by their cells, the shared
+    # strings by their entries, the rest by elements. Cells are counted again as they are read.
+    scan_package(path, shared_strings=_shared_strings_part(path), worksheets=_is_worksheet)
     # A file object, not the path: openpyxl refuses paths whose extension is not .xlsx/.xlsm.
     with path.open("rb") as handle:
         try:

@@ -167,7 +167,9 @@ def load_text(text: str, encoding: str, *, kind: str = "text", code: bool = Fals
     if "\f" in text and kind == "text":
         pages = text.split("\f")
         page_count = len(pages)
-        blocks = [block for page, part in enumerate(pages) for block in paragraph_blocks(part, block_kind, page)]
+        blocks = [
+            block for page, part in enumerate(pages) for block in paragraph_blocks(part, block_kind, page)
+        ]
     else:
         blocks = paragraph_blocks(text, block_kind)
     content_type = {"json": "application/json", "xml": "application/xml"}.get(kind, "text/plain")
@@ -196,7 +198,7 @@ def load_xml(text: str, encoding: str) -> LoadedDocument:
     markup = _XML_DECLARATION.sub("", text, count=1)
     guard = current_guard()
     # Elements are counted before the tree is built; lxml itself stops past 256 levels of depth.
-    guard.add_elements(markup.count("<") - markup.count("</") - markup.count("<!") - markup.count("<?"))
+    guard.add_elements(markup.count("<") - markup.count("</"))
     try:
         root = etree.fromstring(markup, parser=parser)
     except (etree.XMLSyntaxError, ValueError) as exc:
