@@ -25,7 +25,8 @@ PAGE = """
 <h2 id="a">Limits</h2>
 <table><caption>Table 3.1. <em>Upload</em> limits</caption>
 <thead><tr><th>Name</th><th>Default</th></tr></thead>
-<tbody><tr><td><code>max</code>_size</td><td>100&nbsp;MB</td></tr><tr><td>time<b>out</b></td><td>30 s</td></tr></tbody>
+<tbody><tr><td><code>max</code>_size</td><td>100&nbsp;MB</td></tr>
+<tr><td>time<b>out</b></td><td>30 s</td></tr></tbody>
 <tfoot><tr><td colspan="2">Sizes in MB (10^6 bytes).</td></tr></tfoot></table>
 <h2 id="b">Units</h2>
 <dl><dt><code>kW</code></dt><dd>kilowatt, 1000 watts</dd><dt>MB</dt><dd>megabyte</dd><dd>10^6 bytes</dd></dl>
@@ -33,7 +34,8 @@ PAGE = """
 <article><header><h3>Note</h3></header><p>An article's own header is content.</p></article>
 </main>
 <div role="contentinfo">Copyright Example</div>
-<div class="navfooter"><a rel="prev" href="ch2.html">Installation</a> | <a rel="next" href="ch4.html">Usage</a></div>
+<div class="navfooter"><a rel="prev" href="ch2.html">Installation</a> |
+<a rel="next" href="ch4.html">Usage</a></div>
 """
 
 
