@@ -40,8 +40,8 @@ logging.getLogger("pdfminer").setLevel(logging.ERROR)
 _NUMBERED = re.compile(r"^(\d+(?:\.\d+){0,5})\.?\s+\S")
 _MAX_HEADING_CHARS = 80
 _MAX_LISTED_PAGES = 10
-# Path-painting operators (rectangles, lines) or an XObject: the page may draw a ruled table.
-_DRAWS = re.compile(rb"(?:^|\s)(?:re|l|Do)(?:\s|$)")
+# Path-painting operators (rectangles, lines): the page may draw a ruled table.
+_DRAWS = re.compile(rb"(?:^|\s)(?:re|l)(?:\s|$)")
 # A table-of-contents line: an entry, dot leaders, a page number (arabic or roman).
 _PAGE_NUMBER = re.compile(r"\d{1,4}|[ivxlcdm]{1,7}", re.IGNORECASE)
 _LEADERS = ("....", ". . . .", "\u2026\u2026", "\u2026 \u2026")
@@ -203,28 +203,30 @@ def _table_block(raw: list[list[str | None]], number: int) -> Block | None:
 
 
 def _draws(page: PageObject) -> bool:
-    """True when the page's content paints paths or XObjects (a cheap test before layout analysis)."""
+    """True when the page paints lines or rectangles, itself or in a form XObject (a cheap test
+    before layout analysis: a page of text and photos has no ruled table)."""
     try:
         contents = page.get_contents()
         data = contents.get_data() if contents is not None else b""
+        return bool(_DRAWS.search(data)) or _xobjects_of(page.get("/Resources"), "/Form")
     except (RagError, MemoryError):
         raise
     except Exception:
         return False
-    return bool(_DRAWS.search(data))
 
 
 def _has_image(page: PageObject) -> bool:
     """True when the page shows an image (directly or in a form XObject): a scan, not a blank page."""
     try:
-        return _xobjects_have_image(page.get("/Resources"), 2)
+        return _xobjects_of(page.get("/Resources"), "/Image", depth=2)
     except (RagError, MemoryError):
         raise
     except Exception:
         return False
 
 
-def _xobjects_have_image(resources: Any, depth: int) -> bool:
+def _xobjects_of(resources: Any, subtype: str, depth: int = 1) -> bool:
+    """True when the resources hold an XObject of `subtype` (looking `depth` forms deep)."""
     resources = resources.get_object() if resources is not None else None
     xobjects = resources.get("/XObject") if resources is not None else None
     if xobjects is None or depth <= 0:
@@ -232,10 +234,10 @@ def _xobjects_have_image(resources: Any, depth: int) -> bool:
     xobjects = xobjects.get_object()
     for key in list(xobjects.keys())[:100]:
         xobject = xobjects[key].get_object()
-        subtype = xobject.get("/Subtype")
-        if subtype == "/Image":
+        found = xobject.get("/Subtype")
+        if found == subtype:
             return True
-        if subtype == "/Form" and _xobjects_have_image(xobject.get("/Resources"), depth - 1):
+        if found == "/Form" and _xobjects_of(xobject.get("/Resources"), subtype, depth - 1):
             return True
     return False
 
