@@ -87,6 +87,9 @@ async def parse_in_worker(
     started = time.monotonic()
     try:
         await asyncio.to_thread(process.start)  # a round trip to the fork server: blocking I/O
+    except BaseException:
+        reader.close()
+        raise
     finally:
         writer.close()
     # The reading thread owns `reader` and closes it; it ends when the child exits or is killed.
