@@ -118,7 +118,14 @@ class _Context:
 class _Walker:
     """Turns a DOM into blocks: text gathers in a buffer that each block-level element flushes."""
 
-    def __init__(self, page: int | None, prev_next: frozenset[int], context: _Context | None = None) -> None:
+    def __init__(
+        self,
+        page: int | None,
+        prev_next: frozenset[int],
+        context: _Context | None = None,
+        *,
+        counts: bool = True,
+    ) -> None:
         self.blocks: list[Block] = []
         self.hidden: list[bool] = []  # per block: left out of V1's text
         self._buffer: list[str] = []
@@ -127,10 +134,12 @@ class _Walker:
         self._prev_next = prev_next
         self._context = context or _Context()
         self._guard = current_guard()
+        self._counts = counts  # a sub-walker's text is counted once, in the block it becomes
 
     def add(self, kind: BlockKind, text: str, **fields: Any) -> None:
         """Append a block, marked with the boilerplate of the element it came from."""
-        self._guard.add_chars(len(text) + len(fields.get("term") or ""))
+        if self._counts:
+            self._guard.add_chars(len(text) + len(fields.get("term") or ""))
         self.blocks.append(
             Block(kind=kind, text=text, page=self._page, boilerplate=self._context.boilerplate, **fields)
         )
@@ -238,7 +247,7 @@ class _Walker:
 
     def sub_text(self, node: LexborNode, depth: int) -> str:
         """The V1 text of one element read by a walker of its own (a definition's term or body)."""
-        sub = _Walker(self._page, self._prev_next, self._context)
+        sub = _Walker(self._page, self._prev_next, self._context, counts=False)
         sub.walk(node, depth + 1)
         sub.flush()
         return sub.rendered()
