@@ -237,7 +237,7 @@ class _CountedMember(io.BufferedIOBase):
 class BoundedZipFile(zipfile.ZipFile):
     """A ZipFile whose members, opened for reading, count their inflated bytes against the guard."""
 
-    def open(self, name: Any, mode: str = "r", pwd: bytes | None = None, **kwargs: Any) -> IO[bytes]:  # type: ignore[override]
+    def open(self, name: Any, mode: Any = "r", pwd: bytes | None = None, **kwargs: Any) -> IO[bytes]:
         member = super().open(name, mode, pwd, **kwargs)
         if mode != "r":
             return member
@@ -268,17 +268,13 @@ def install_parser_bounds() -> None:
     import pptx.opc.serialized
     from openpyxl.worksheet._read_only import ReadOnlyWorksheet
 
-    class _UnmeasuredWorksheet(ReadOnlyWorksheet):  # type: ignore[misc]
+    class _UnmeasuredWorksheet(ReadOnlyWorksheet):
         def _get_size(self) -> None:
             """Skip the dimension scan; the loader calls `reset_dimensions()` and reads what is there."""
 
     docx.opc.phys_pkg.ZipFile = BoundedZipFile  # type: ignore[misc]
-    openpyxl.reader.excel.ZipFile = BoundedZipFile  # type: ignore[misc]
-    if not issubclass(openpyxl.reader.excel.ReadOnlyWorksheet, _UnmeasuredWorksheet.__mro__[1]) or (
-        openpyxl.reader.excel.ReadOnlyWorksheet is ReadOnlyWorksheet
-    ):
-        openpyxl.reader.excel.ReadOnlyWorksheet = _UnmeasuredWorksheet  # type: ignore[misc]
-    if not isinstance(pptx.opc.serialized.zipfile, types.ModuleType) or (
-        pptx.opc.serialized.zipfile.ZipFile is not BoundedZipFile
-    ):
-        pptx.opc.serialized.zipfile = _bounded_zipfile_module()  # type: ignore[attr-defined]
+    openpyxl.reader.excel.ZipFile = BoundedZipFile
+    if openpyxl.reader.excel.ReadOnlyWorksheet is ReadOnlyWorksheet:  # not replaced yet
+        openpyxl.reader.excel.ReadOnlyWorksheet = _UnmeasuredWorksheet
+    if pptx.opc.serialized.zipfile.ZipFile is not BoundedZipFile:
+        pptx.opc.serialized.zipfile = _bounded_zipfile_module()

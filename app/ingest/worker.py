@@ -115,7 +115,8 @@ def _result(
 ) -> LoadedDocument:
     name = request.filename
     if outcome is not None and outcome[0] == "ok":
-        return outcome[1]  # type: ignore[no-any-return]
+        document: LoadedDocument = outcome[1]
+        return document
     if outcome is not None and outcome[0] == "error":
         _, kind, status, detail = outcome
         error_type = _ERRORS.get(kind)

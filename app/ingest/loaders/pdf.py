@@ -260,7 +260,7 @@ def _is_toc_line(line: str) -> bool:
 
 def _has_page_labels(reader: PdfReader) -> bool:
     try:
-        return "/PageLabels" in reader.trailer["/Root"]
+        return "/PageLabels" in reader.trailer["/Root"].get_object()  # type: ignore[operator]
     except Exception:
         return False
 
