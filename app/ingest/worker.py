@@ -7,12 +7,14 @@ own process: the child sets `RLIMIT_AS` to its start size plus `PARSE_MEMORY_MB`
 or a kill, answers 413) and is killed when `PARSE_TIMEOUT_S` passes (422). The service's memory
 then holds only the parsed result.
 
-Why one process per upload from a fork server: measured on the 2-core development machine
-(`python -m benchmarks.parsing --overhead`), a child forked from a fork server that has imported
-the loaders starts in ~14 ms; `spawn` needs ~850 ms to import the parsers each time;
-plain `fork` of the service (~6 ms) copies a process that runs threads (the event loop's helpers,
-onnxruntime), which can deadlock the child; a `ProcessPoolExecutor` with `max_tasks_per_child=1`
-is as fast when a worker is ready, but one task cannot be killed without breaking the whole pool.
+Why one process per upload from a fork server, measured on the 2-core development machine (idle:
+a child that only imports the loaders and answers; in brackets `python -m benchmarks.parsing
+--overhead`, a tiny DOCX end to end at load average 5-7): a fork-server child starts in ~14 ms
+(65 ms, the same as parsing in-process); `spawn` imports the parsers every time, ~850 ms (2 s);
+`fork` of the service ~6 ms (250 ms, it copies a large process) and copies threads (the event
+loop's helpers, onnxruntime), which can deadlock the child; a `ProcessPoolExecutor` with
+`max_tasks_per_child=1` on a fork server is as fast when a worker is ready (72-85 ms), but one task
+cannot be killed without breaking the whole pool.
 
 Only plain data crosses the boundary: the request is a tuple of strings and numbers, the answer is
 a pickle of `LoadedDocument` streamed through a pipe (never held whole in memory) and read back by
