@@ -16,7 +16,7 @@ loop's helpers, onnxruntime), which can deadlock the child; a `ProcessPoolExecut
 `max_tasks_per_child=1` on a fork server is as fast when a worker is ready (72-85 ms), but one task
 cannot be killed without breaking the whole pool.
 
-Only plain data crosses the boundary: the request is a tuple of strings and numbers, the answer is
+Only plain data crosses the boundary: the request is a small record of strings and numbers, the answer is
 a pickle of `LoadedDocument` streamed through a pipe (never held whole in memory) and read back by
 an unpickler that accepts nothing but the document model's classes.
 """
