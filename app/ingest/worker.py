@@ -121,6 +121,7 @@ def _result(
         return document
     if outcome is not None and outcome[0] == "error":
         _, kind, status, detail = outcome
+        logger.info("Refused %r (%s): %s", name, status, detail)
         error_type = _ERRORS.get(kind)
         raise error_type(detail) if error_type is not None else ParseLimitExceeded(detail, status)
     if timed_out:
@@ -213,9 +214,12 @@ def _apply_limits(limits: ParseLimits) -> None:
     cpu = int(limits.timeout_s) + 5
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    # Parsing is batch work; on a small machine the service's event loop comes first.
+    # Parsing is batch work; on a small machine the service's event loop comes first. Should the
+    # machine (or a container's cgroup) run out of memory anyway, the kernel kills a worker first.
     with contextlib.suppress(OSError):
         os.nice(5)
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as adjust:
+        adjust.write("1000")
 
 
 def _address_space() -> int | None:
