@@ -107,6 +107,17 @@ class Settings(BaseSettings):
     max_chunks_per_file: int = Field(50_000, ge=1, validation_alias=_env("MAX_CHUNKS_PER_FILE"))
     pdf_extract_images: bool = Field(False, validation_alias=_env("PDF_EXTRACT_IMAGES"))
     ingest_concurrency: int = Field(2, ge=1, validation_alias=_env("INGEST_CONCURRENCY"))
+    # --- parsing limits (app/ingest/limits.py; each upload is parsed in a worker process) ------
+    parse_timeout_s: float = Field(300.0, gt=0, le=86_400, validation_alias=_env("PARSE_TIMEOUT_S"))
+    parse_memory_mb: int = Field(1024, ge=128, validation_alias=_env("PARSE_MEMORY_MB"))
+    parse_max_unzipped_bytes: int = Field(
+        256 * 1024 * 1024, ge=1024 * 1024, validation_alias=_env("PARSE_MAX_UNZIPPED_BYTES")
+    )
+    parse_max_cells: int = Field(2_000_000, ge=1, validation_alias=_env("PARSE_MAX_CELLS"))
+    parse_max_shared_strings: int = Field(1_000_000, ge=1, validation_alias=_env("PARSE_MAX_SHARED_STRINGS"))
+    parse_max_elements: int = Field(2_000_000, ge=1, validation_alias=_env("PARSE_MAX_ELEMENTS"))
+    parse_max_depth: int = Field(512, ge=16, le=100_000, validation_alias=_env("PARSE_MAX_DEPTH"))
+    parse_max_chars: int = Field(50_000_000, ge=1000, validation_alias=_env("PARSE_MAX_CHARS"))
 
     # --- blob store ---------------------------------------------------------------------------
     blob_dir: Path | None = Field(None, validation_alias=_env("BLOB_DIR"))

@@ -26,8 +26,10 @@ from app.clients.embeddings import Embedder
 from app.config import Settings
 from app.errors import EmbeddingProviderError, NoExtractableText, PayloadTooLarge
 from app.ingest.chunking import clean_text, md5_digest, split_sections
-from app.ingest.loaders import load_document, safe_basename
+from app.ingest.limits import ParseLimits
+from app.ingest.loaders import safe_basename
 from app.ingest.types import Chunk, LoadedDocument
+from app.ingest.worker import parse_in_worker, start_worker_server
 from app.store import chunks as store
 from app.store.db import StoreInfo
 from app.store.ids import uuid7_batch
@@ -97,29 +99,28 @@ class IngestService:
         # told of every stored file (dimension, chunks): keeps the search statistics current
         # (file id, owner, dimension, chunks) of each stored file: feeds the search path statistics
         self.on_stored: Callable[[str, str, int | None, int], None] | None = None
-        # Parsing is CPU work in threads; the semaphore bounds whole ingests so a burst of uploads
-        # cannot hold dozens of parsed documents in memory at once.
+        # Parsing runs in a worker process per upload (memory and time limits); chunking is CPU
+        # work in threads. The semaphore bounds whole ingests so a burst of uploads cannot hold
+        # dozens of parsed documents in memory at once.
         self._executor = ThreadPoolExecutor(
             max_workers=settings.ingest_concurrency, thread_name_prefix="ingest"
         )
         self._slots = asyncio.Semaphore(settings.ingest_concurrency)
+        self._limits = ParseLimits.from_settings(settings)
+        start_worker_server()
 
     def close(self) -> None:
         """Stop the parsing threads."""
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def load(self, source: SourceFile) -> LoadedDocument:
-        """Parse a file into text sections (in a worker thread)."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._executor,
-            functools.partial(
-                load_document,
-                source.path,
-                source.filename,
-                source.content_type,
-                pdf_extract_images=self.settings.pdf_extract_images,
-            ),
+        """Parse a file into text sections and blocks, in a worker process bounded by PARSE_* limits."""
+        return await parse_in_worker(
+            source.path,
+            source.filename,
+            source.content_type,
+            limits=self._limits,
+            pdf_extract_images=self.settings.pdf_extract_images,
         )
 
     async def extract_text(self, source: SourceFile) -> str:

@@ -1,9 +1,12 @@
 """Typed records that flow from the loaders to chunking and on to the index.
 
-    load_document(path) -> LoadedDocument
+    load_document(path) -> LoadedDocument     (the service: await parse_in_worker(path, ...))
         .sections  what V1 chunks: a PDF page, a CSV row, a sheet, a slide, or a whole text
         .blocks    the structure in reading order (headings, paragraphs, tables...), for V2
     split_sections(sections) -> list[Chunk]
+
+Everything here is plain data and pickles: a document crosses from the parsing worker process to
+the service as a pickle, read back by an unpickler that accepts only these classes.
 
 A chunk never crosses a section, so a chunk's page (or row, sheet, slide) is always exact.
 """

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from app.errors import PayloadTooLarge, UnsupportedFileType
-from app.ingest.loaders import load_document, tabular
+from app.errors import UnsupportedFileType
+from app.ingest.limits import ParseLimitExceeded, ParseLimits
+from app.ingest.loaders import load_document
 from app.ingest.loaders.tabular import cell_text, csv_row_text, header_row_index
 from tests.fixtures.documents import make_csv, make_text, make_xlsx
 
@@ -77,15 +78,15 @@ def test_csv_row_text() -> None:
     assert csv_row_text(["a"], ["1", "2", "3"]) == "a: 1\nNone: 2,3"
 
 
-def test_csv_cell_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tabular, "MAX_CELLS", 10)
+def test_csv_cell_cap(tmp_path: Path) -> None:
     # header 2 cells + 5 rows * 2 cells = 12 cells > 10
     path = make_csv(tmp_path / "many.csv", [["a", "b"]] + [[str(i), str(i)] for i in range(5)])
-    with pytest.raises(PayloadTooLarge) as info:
-        load_document(path, "many.csv")
+    with pytest.raises(ParseLimitExceeded) as info:
+        load_document(path, "many.csv", limits=ParseLimits(max_cells=10))
     assert info.value.status_code == 413
     assert info.value.detail == (
-        "many.csv has more than 10 cells; split it into smaller files and upload them separately"
+        "many.csv was refused: it has more than 10 cells (PARSE_MAX_CELLS). Split it into smaller "
+        "files and upload them separately, or ask the operator to raise the limit"
     )
 
 
@@ -133,11 +134,11 @@ def test_xlsx_missing_headers_use_column_letters(tmp_path: Path) -> None:
     assert doc.sections[0].text.split("\n\n")[1] == "id: 1\nB: x\nname: Ann"
 
 
-def test_xlsx_cell_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tabular, "MAX_CELLS", 5)
+def test_xlsx_cell_cap(tmp_path: Path) -> None:
     path = make_xlsx(tmp_path / "big.xlsx", {"S": [["a", "b"], [1, 2], [3, 4]]})  # 6 cells > 5
-    with pytest.raises(PayloadTooLarge):
-        load_document(path, "big.xlsx")
+    with pytest.raises(ParseLimitExceeded) as info:
+        load_document(path, "big.xlsx", limits=ParseLimits(max_cells=5))
+    assert "PARSE_MAX_CELLS" in info.value.detail
 
 
 def test_xlsx_named_csv_is_read_as_xlsx(tmp_path: Path) -> None:

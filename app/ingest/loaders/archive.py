@@ -1,7 +1,10 @@
-"""Zip containers (OOXML, EPUB, ODF): refuse zip bombs before any parser unpacks a byte.
+"""Zip containers (OOXML, EPUB, ODF): a first look at the directory before any parser unpacks a byte.
 
-The central directory declares every member's uncompressed size, and `zipfile` stops with a CRC
-error when a member inflates past its declared size, so checking the declared sizes is enough.
+The directory declares each member's size, and `zipfile` never inflates a member past it (it stops
+with a CRC error), so a declared total over `PARSE_MAX_UNZIPPED_BYTES` is refused at once. That is
+only the fast path: the bytes are counted again while they are inflated (`BoundedZipFile`), which
+is what bounds a file whatever its headers say. The compression ratio is not a test: padding a
+bomb with stored entries brings any ratio down.
 """
 
 from __future__ import annotations
@@ -11,22 +14,15 @@ import zipfile
 from pathlib import Path
 
 from app.errors import UnsupportedFileType
+from app.ingest.limits import ParseLimitExceeded, current_guard
 
 logger = logging.getLogger(__name__)
 
-# Real Office files inflate 3-15x (text-heavy XML); spreadsheets of repeated values reach about
-# 40-60x. Bombs are 1,000x and more. The floor keeps small, very regular files (a 200 KB sheet of
-# zeros) loadable however high their ratio.
-MAX_RATIO = 100
-RATIO_FLOOR_BYTES = 64 * 1024 * 1024
-MAX_TOTAL_BYTES = 1024 * 1024 * 1024
 MAX_MEMBERS = 20_000
-# Members that a DOM parser (python-docx, python-pptx, lxml) loads whole; about 10x in memory.
-MAX_XML_PART_BYTES = 200 * 1024 * 1024
 
 
-def check_zip(path: Path, filename: str, *, streaming: bool = False) -> None:
-    """Raise UnsupportedFileType when the zip at `path` is damaged or would inflate beyond our caps."""
+def check_zip(path: Path, filename: str) -> None:
+    """Refuse a zip whose directory is unreadable (415), too long, or declares more than the limit (413)."""
     try:
         with zipfile.ZipFile(path) as archive:
             infos = archive.infolist()
@@ -35,43 +31,16 @@ def check_zip(path: Path, filename: str, *, streaming: bool = False) -> None:
         raise UnsupportedFileType(
             f"{filename} is damaged: its zip container cannot be read. Re-save the file and upload it again"
         ) from None
-    check_zip_infos(infos, path.stat().st_size, filename, streaming=streaming)
-
-
-def check_zip_infos(
-    infos: list[zipfile.ZipInfo], compressed_size: int, filename: str, *, streaming: bool = False
-) -> None:
-    """Check declared member sizes against the caps (`streaming`: the reader never holds a whole part)."""
     if len(infos) > MAX_MEMBERS:
-        raise UnsupportedFileType(_bomb_detail(filename, f"it holds more than {MAX_MEMBERS:,} files"))
-    total = sum(info.file_size for info in infos)
-    if total > MAX_TOTAL_BYTES:
-        raise UnsupportedFileType(_bomb_detail(filename, f"it unpacks to more than {_mib(MAX_TOTAL_BYTES)}"))
-    if total > RATIO_FLOOR_BYTES and total > MAX_RATIO * max(compressed_size, 1):
-        raise UnsupportedFileType(
-            _bomb_detail(filename, f"it unpacks to {_mib(total)}, over {MAX_RATIO} times its size")
+        raise ParseLimitExceeded(
+            f"{filename} was refused: it holds more than {MAX_MEMBERS:,} files (a possible zip bomb). "
+            "Split the document into smaller files and upload them separately"
         )
-    if not streaming:
-        largest = max(
-            (
-                i.file_size
-                for i in infos
-                if i.filename.lower().endswith((".xml", ".rels", ".xhtml", ".html", ".htm"))
-            ),
-            default=0,
+    limit = current_guard().limits.max_unzipped_bytes
+    declared = sum(info.file_size for info in infos)
+    if declared > limit:
+        raise ParseLimitExceeded(
+            f"{filename} was refused: it unpacks to {declared / (1024 * 1024):,.0f} MiB, more than "
+            f"{limit / (1024 * 1024):,.0f} MiB (PARSE_MAX_UNZIPPED_BYTES). Split the document into "
+            "smaller files and upload them separately, or ask the operator to raise the limit"
         )
-        if largest > MAX_XML_PART_BYTES:
-            raise UnsupportedFileType(
-                _bomb_detail(filename, f"one of its parts unpacks to {_mib(largest)} of XML")
-            )
-
-
-def _mib(size: int) -> str:
-    return f"{size / (1024 * 1024):,.0f} MiB"
-
-
-def _bomb_detail(filename: str, reason: str) -> str:
-    return (
-        f"{filename} was refused: {reason} (a possible zip bomb). "
-        "Split the document into smaller files and upload them separately"
-    )

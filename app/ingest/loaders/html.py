@@ -1,4 +1,11 @@
-"""HTML and XHTML (selectolax/lexbor), and EPUB, a zip of XHTML chapters read in spine order."""
+"""HTML and XHTML (selectolax/lexbor), and EPUB, a zip of XHTML chapters read in spine order.
+
+Structure: headings, paragraphs, list items, code, tables (caption as `title`, a single header row
+as `headers`, one-cell <tfoot> rows as `footnotes`) and definition lists (`definition` blocks).
+Page furniture is marked, not dropped (`Block.boilerplate`): <nav> and ARIA navigation, the page's
+own <header>/<footer> bars (ARIA banner/contentinfo), previous/next link blocks and tables of
+contents. V1's text is what it always was: everything but <nav>.
+"""
 
 from __future__ import annotations
 
@@ -6,25 +13,28 @@ import logging
 import posixpath
 import re
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 from lxml import etree
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from app.errors import UnsupportedFileType
+from app.ingest.limits import BoundedZipFile, ParseLimitExceeded, current_guard
 from app.ingest.loaders.archive import check_zip
+from app.ingest.loaders.bounds import scan_html, scan_package
 from app.ingest.loaders.render import render_blocks, render_table
-from app.ingest.types import Block, BlockKind, LoadedDocument, Section
+from app.ingest.types import Block, BlockKind, BoilerplateKind, LoadedDocument, Section
 
 logger = logging.getLogger(__name__)
 
-# Page chrome and non-text content; their text would only add noise to every chunk.
+# Non-text content; its text would only add noise to every chunk.
 _DROP = frozenset(
     {
         "script",
         "style",
-        "nav",
         "noscript",
         "template",
         "iframe",
@@ -52,13 +62,13 @@ _CONTAINERS = frozenset(
         "main",
         "header",
         "footer",
+        "nav",
         "aside",
         "blockquote",
         "figure",
         "form",
         "fieldset",
         "details",
-        "dl",
         "hgroup",
         "center",
         "dialog",
@@ -75,26 +85,76 @@ _CONTAINERS = frozenset(
         "th",
     }
 )
-# Beyond this nesting depth a subtree is read as flat text (no recursion limit to hit).
-_MAX_DEPTH = 150
+# Elements whose boundaries separate words even inside a table cell or a heading.
+_BREAKS = _CONTAINERS | _PARAGRAPHS | frozenset({"li", "dl", "table", "pre", "hr", "br", "h1", "h2"})
+# An <header>/<footer> inside these belongs to that section, not to the page (HTML-AAM's rule).
+_SECTIONING = frozenset({"article", "aside", "main", "nav", "section"})
+_TOC_TOKENS = frozenset({"toc", "table-of-contents", "tableofcontents", "toctree-wrapper"})
+# Link texts and rel values of previous / up / next navigation, compared without punctuation.
+_PREV_NEXT_WORDS = frozenset({"prev", "previous", "next", "up", "home", "top", "back"})
+_PREV_NEXT_RELS = frozenset({"prev", "next", "previous", "up", "first", "last", "start", "home"})
+_ARROWS = frozenset("«»‹›←→↑<>")
+_NAV_BLOCK_CHARS = 600
+_NAV_BLOCK_NODES = 2000
+_NAV_BLOCK_LEVELS = 5
+_NAV_CANDIDATES = 50
+# Beyond this nesting depth a subtree is read as flat text (no recursion limit to hit); the
+# pre-scan refuses far deeper markup (PARSE_MAX_DEPTH) before this matters.
+_MAX_DEPTH = 200
 _SPACE = re.compile(r"\s+")
+
+
+class _Context:
+    """What the walker knows about the ancestors of the element it is in."""
+
+    __slots__ = ("boilerplate", "hidden", "sectioning")
+
+    def __init__(self) -> None:
+        self.boilerplate: BoilerplateKind | None = None
+        self.hidden = False  # inside <nav>, which V1 never showed
+        self.sectioning = 0
 
 
 class _Walker:
     """Turns a DOM into blocks: text gathers in a buffer that each block-level element flushes."""
 
-    def __init__(self, page: int | None = None) -> None:
+    def __init__(
+        self,
+        page: int | None,
+        prev_next: frozenset[int],
+        context: _Context | None = None,
+        *,
+        counts: bool = True,
+    ) -> None:
         self.blocks: list[Block] = []
+        self.hidden: list[bool] = []  # per block: left out of V1's text
         self._buffer: list[str] = []
         self._kind: BlockKind = "paragraph"
         self._page = page
+        self._prev_next = prev_next
+        self._context = context or _Context()
+        self._guard = current_guard()
+        self._counts = counts  # a sub-walker's text is counted once, in the block it becomes
+
+    def add(self, kind: BlockKind, text: str, **fields: Any) -> None:
+        """Append a block, marked with the boilerplate of the element it came from."""
+        if self._counts:
+            self._guard.add_chars(len(text) + len(fields.get("term") or ""))
+        self.blocks.append(
+            Block(kind=kind, text=text, page=self._page, boilerplate=self._context.boilerplate, **fields)
+        )
+        self.hidden.append(self._context.hidden)
 
     def flush(self) -> None:
         lines = (line.strip() for line in "".join(self._buffer).split("\n"))
         text = "\n".join(line for line in lines if line)
         self._buffer.clear()
         if text:
-            self.blocks.append(Block(kind=self._kind, text=text, page=self._page))
+            self.add(self._kind, text)
+
+    def rendered(self) -> str:
+        """The V1 text of what this walker collected."""
+        return render_blocks([b for b, hidden in zip(self.blocks, self.hidden, strict=True) if not hidden])
 
     def walk(self, node: LexborNode, depth: int = 0) -> None:
         for child in node.iter(include_text=True):
@@ -104,105 +164,343 @@ class _Walker:
             elif tag in _DROP or tag is None:
                 continue
             elif depth > _MAX_DEPTH:
-                self._buffer.append(" " + _SPACE.sub(" ", child.text(deep=True, separator=" ")) + " ")
-            elif tag == "br":
-                self._buffer.append("\n")
-            elif tag == "hr":
-                self.flush()
-            elif tag in _HEADINGS:
-                self.flush()
-                text = _inline_text(child)
-                if text:
-                    self.blocks.append(
-                        Block(kind="heading", text=text, page=self._page, level=_HEADINGS[tag])
-                    )
-            elif tag == "pre":
-                self.flush()
-                code = (child.text(deep=True) or "").strip("\n")
-                if code.strip():
-                    self.blocks.append(Block(kind="code", text=code, page=self._page))
-            elif tag == "table":
-                self.flush()
-                table = _table_block(child, self._page)
-                if table is not None:
-                    self.blocks.append(table)
-            elif tag == "li" or tag in _PARAGRAPHS:
-                self.flush()
-                outer = self._kind
-                self._kind = "list_item" if tag == "li" else "paragraph"
-                self.walk(child, depth + 1)
-                self.flush()
-                self._kind = outer
-            elif tag in _CONTAINERS:
-                self.flush()
-                self.walk(child, depth + 1)
-                self.flush()
+                self._buffer.append(" " + _flat_text(child) + " ")
             else:
-                # Inline element (a, b, span, code...): its text joins the current block.
-                self.walk(child, depth + 1)
+                self.walk_one(child, depth)
+
+    def walk_one(self, child: LexborNode, depth: int) -> None:
+        """Walk one element: its landmark context around its own blocks."""
+        tag = child.tag or ""
+        saved = self._enter(child, tag)
+        self._element(child, tag, depth)
+        self._leave(saved, tag)
+
+    def _enter(self, node: LexborNode, tag: str) -> tuple[BoilerplateKind | None, bool]:
+        context = self._context
+        saved = (context.boilerplate, context.hidden)
+        mark = _landmark(node, tag, context.sectioning > 0, self._prev_next)
+        if mark is not None and context.boilerplate is None:
+            self.flush()
+            context.boilerplate = mark
+        if tag == "nav":
+            self.flush()
+            context.hidden = True
+        if tag in _SECTIONING:
+            context.sectioning += 1
+        return saved
+
+    def _leave(self, saved: tuple[BoilerplateKind | None, bool], tag: str) -> None:
+        context = self._context
+        if tag in _SECTIONING:
+            context.sectioning -= 1
+        if (context.boilerplate, context.hidden) != saved:
+            self.flush()
+            context.boilerplate, context.hidden = saved
+
+    def _element(self, child: LexborNode, tag: str, depth: int) -> None:
+        if tag == "br":
+            self._buffer.append("\n")
+        elif tag == "hr":
+            self.flush()
+        elif tag in _HEADINGS:
+            self.flush()
+            text = inline_text(child)
+            if text:
+                self.add("heading", text, level=_HEADINGS[tag])
+        elif tag == "pre":
+            self.flush()
+            code = (child.text(deep=True) or "").strip("\n")
+            if code.strip():
+                self.add("code", code)
+        elif tag == "table":
+            self.flush()
+            self._table(child)
+        elif tag == "dl":
+            self.flush()
+            _DefinitionList(self, depth).read(child)
+            self.flush()
+        elif tag == "li" or tag in _PARAGRAPHS:
+            self.flush()
+            outer = self._kind
+            self._kind = "list_item" if tag == "li" else "paragraph"
+            self.walk(child, depth + 1)
+            self.flush()
+            self._kind = outer
+        elif tag in _CONTAINERS:
+            self.flush()
+            self.walk(child, depth + 1)
+            self.flush()
+        else:
+            # Inline element (a, b, span, code...): its text joins the current block.
+            self.walk(child, depth + 1)
+
+    def _table(self, table: LexborNode) -> None:
+        parts = _table_parts(table)
+        if parts is None:
+            return
+        caption, headers, body, notes = parts
+        lines = [caption] if caption else []
+        lines.append(render_table(body, headers))
+        lines.extend(notes)
+        text = "\n".join(line for line in lines if line)
+        self.add("table", text, rows=body, headers=headers, title=caption, footnotes=tuple(notes))
+
+    def sub_text(self, node: LexborNode, depth: int) -> str:
+        """The V1 text of one element read by a walker of its own (a definition's term or body)."""
+        sub = _Walker(self._page, self._prev_next, self._context, counts=False)
+        sub.walk(node, depth + 1)
+        sub.flush()
+        return sub.rendered()
 
 
-def _inline_text(node: LexborNode) -> str:
-    return _SPACE.sub(" ", node.text(deep=True, separator=" ")).strip()
+class _DefinitionList:
+    """Reads a <dl>: each term with its definitions becomes one `definition` block."""
+
+    def __init__(self, walker: _Walker, depth: int) -> None:
+        self.walker = walker
+        self.depth = depth
+        self.term: str | None = None
+        self.definitions: list[str] = []
+
+    def read(self, node: LexborNode) -> None:
+        self._children(node, 0)
+        self._emit()
+
+    def _children(self, node: LexborNode, level: int) -> None:
+        walker = self.walker
+        for child in node.iter(include_text=True):
+            tag = child.tag
+            if tag == "dt":
+                walker.flush()
+                self._emit()
+                self.term = walker.sub_text(child, self.depth)
+            elif tag == "dd":
+                walker.flush()
+                text = walker.sub_text(child, self.depth)
+                if text:
+                    self.definitions.append(text)
+            elif tag == "div" and level < 2:
+                self._children(child, level + 1)  # HTML allows one <div> around each group
+            elif child.is_text_node:
+                walker._buffer.append(_SPACE.sub(" ", child.text_content or ""))
+            elif tag not in _DROP and tag is not None:
+                self._emit()
+                walker.walk_one(child, self.depth + 1)
+
+    def _emit(self) -> None:
+        term, definitions = self.term, self.definitions
+        self.term, self.definitions = None, []
+        if not definitions:
+            if term:  # a term without a definition reads as the paragraph it was before
+                self.walker.add("paragraph", term)
+            return
+        self.walker.add("definition", "\n\n".join(definitions), term=term or None)
 
 
-def _table_block(table: LexborNode, page: int | None) -> Block | None:
+def _landmark(
+    node: LexborNode, tag: str, in_section: bool, prev_next: frozenset[int]
+) -> BoilerplateKind | None:
+    """The kind of page furniture an element is, from its tag, ARIA role, class/id, or links."""
+    attrs = node.attributes
+    role = (attrs.get("role") or "").strip().lower()
+    if tag == "nav" or role == "navigation":
+        return "nav"
+    if role == "doc-toc" or "toc" in (attrs.get("epub:type") or "").lower().split():
+        return "toc"
+    tokens = set((attrs.get("class") or "").lower().split()) | {(attrs.get("id") or "").lower()}
+    if tokens & _TOC_TOKENS or (tag in ("ul", "ol") and _is_fragment_list(node)):
+        return "toc"
+    if role == "banner" or (tag == "header" and not in_section):
+        return "header"
+    if role == "contentinfo" or (tag == "footer" and not in_section):
+        return "footer"
+    if node.mem_id in prev_next:
+        return "prev_next"
+    return None
+
+
+def _is_fragment_list(node: LexborNode) -> bool:
+    """A list of at least three items that each start with a link into this page: a table of contents."""
+    items = 0
+    for item in node.iter():
+        if item.tag != "li":
+            continue
+        first = item.child
+        while first is not None and first.is_text_node and not (first.text_content or "").strip():
+            first = first.next
+        href = (first.attributes.get("href") or "") if first is not None and first.tag == "a" else ""
+        if not href.startswith("#"):
+            return False
+        items += 1
+    return items >= 3
+
+
+def _prev_next_blocks(root: LexborNode) -> frozenset[int]:
+    """Elements that hold previous / up / next links (with the neighbouring pages' titles)."""
+    marked: set[int] = set()
+    candidates = [a for a in root.css("a[href]") if _is_prev_next_link(a)][:_NAV_CANDIDATES]
+    for anchor in candidates:
+        best: LexborNode | None = None
+        node = anchor.parent
+        for _ in range(_NAV_BLOCK_LEVELS):
+            if node is None or node.tag in ("body", "html", "main", "article", "nav"):
+                break
+            size = _bounded_text_size(node)
+            if size is None:
+                break
+            links = [a for a in node.css("a[href]")]
+            link_chars = sum(len(_SPACE.sub("", a.text(deep=True) or "")) for a in links)
+            navigational = sum(1 for a in links if _is_prev_next_link(a))
+            if node.tag in _BREAKS and (link_chars >= 0.7 * max(size, 1) or navigational >= 2):
+                best = node
+            node = node.parent
+        if best is not None:
+            marked.add(best.mem_id)
+    return frozenset(marked)
+
+
+def _is_prev_next_link(anchor: LexborNode) -> bool:
+    attrs = anchor.attributes
+    if set((attrs.get("rel") or "").lower().split()) & _PREV_NEXT_RELS:
+        return True
+    if (attrs.get("accesskey") or "").lower() in ("p", "n", "u"):
+        return True
+    text = (anchor.text(deep=True) or "").strip().lower()
+    if text and len(text) <= 20:
+        letters = "".join(ch for ch in text if ch.isalpha())
+        if letters in _PREV_NEXT_WORDS or (not letters and all(ch in _ARROWS or ch.isspace() for ch in text)):
+            return True
+    return False
+
+
+def _bounded_text_size(node: LexborNode) -> int | None:
+    """Non-space characters of an element's text, or None past the size of a navigation block."""
+    size = nodes = 0
+    for item in node.traverse(include_text=True):
+        nodes += 1
+        if item.is_text_node:
+            size += len(_SPACE.sub("", item.text_content or ""))
+        if size > _NAV_BLOCK_CHARS or nodes > _NAV_BLOCK_NODES:
+            return None
+    return size
+
+
+def inline_text(node: LexborNode) -> str:
+    """An element's text as one line; inline markup adds no space (`<code>max</code>_size`)."""
+    parts: list[str] = []
+    _gather(node, parts, 0)
+    return _SPACE.sub(" ", "".join(parts)).strip()
+
+
+def _gather(node: LexborNode, parts: list[str], depth: int) -> None:
+    for child in node.iter(include_text=True):
+        tag = child.tag
+        if child.is_text_node:
+            parts.append(child.text_content or "")
+        elif tag in _DROP or tag is None:
+            continue
+        elif depth > _MAX_DEPTH:
+            parts.append(" " + _flat_text(child) + " ")
+        elif tag in _BREAKS:
+            parts.append(" ")
+            _gather(child, parts, depth + 1)
+            parts.append(" ")
+        else:
+            _gather(child, parts, depth + 1)
+
+
+def _flat_text(node: LexborNode) -> str:
+    """Text of a subtree without recursion; block and line-break elements separate words."""
+    parts: list[str] = []
+    for item in node.traverse(include_text=True):
+        if item.is_text_node:
+            parts.append(item.text_content or "")
+        elif item.tag in _BREAKS:
+            parts.append(" ")
+    return _SPACE.sub(" ", "".join(parts)).strip()
+
+
+def _table_parts(
+    table: LexborNode,
+) -> tuple[str | None, list[str] | None, list[list[str]], list[str]] | None:
+    """(caption, header cells, data rows, footnotes) of a table, or None when it holds no text.
+
+    A single header row (in <thead>, or all <th>) names the columns; several are kept as data.
+    A <tfoot> row of one cell is a note on the table; a fuller one (a totals row) stays data.
+    """
+    caption_node = next((child for child in table.iter() if child.tag == "caption"), None)
+    caption = inline_text(caption_node) if caption_node is not None else None
     rows: list[list[str]] = []
+    notes: list[str] = []
     header_rows = 0
     for row in _table_rows(table):
         cells = [child for child in row.iter() if child.tag in ("td", "th")]
         if not cells:
             continue
-        texts = [_inline_text(cell) for cell in cells]
-        in_head = row.parent is not None and row.parent.tag == "thead"
-        if len(rows) == header_rows and (in_head or all(cell.tag == "th" for cell in cells)):
+        texts = [inline_text(cell) for cell in cells]
+        section = row.parent.tag if row.parent is not None else None
+        if section == "tfoot" and sum(1 for text in texts if text) == 1:
+            notes.append(next(text for text in texts if text))
+            continue
+        if len(rows) == header_rows and (section == "thead" or all(cell.tag == "th" for cell in cells)):
             header_rows += 1
         rows.append(texts)
+    current_guard().add_cells(sum(len(row) for row in rows))
     rows = [row for row in rows if any(row)]
-    if not rows:
+    if not rows and not notes and not caption:
         return None
-    # Several header rows (merged headings) are kept as data; only a single one names the columns.
-    headers = rows[0] if header_rows == 1 else None
+    headers = rows[0] if header_rows == 1 and rows else None
     body = rows[1:] if headers is not None else rows
-    return Block(kind="table", text=render_table(body, headers), page=page, rows=body, headers=headers)
+    return caption or None, headers, body, notes
 
 
 def _table_rows(table: LexborNode) -> list[LexborNode]:
-    """The table's own rows, not those of tables nested in its cells."""
+    """The table's own rows, not those of tables nested in its cells; <tfoot> rows last."""
     rows: list[LexborNode] = []
+    foot: list[LexborNode] = []
     for child in table.iter():
         if child.tag == "tr":
             rows.append(child)
         elif child.tag in ("thead", "tbody", "tfoot"):
-            rows.extend(grandchild for grandchild in child.iter() if grandchild.tag == "tr")
-    return rows
+            target = foot if child.tag == "tfoot" else rows
+            target.extend(grandchild for grandchild in child.iter() if grandchild.tag == "tr")
+    return rows + foot
 
 
-def html_blocks(markup: str, page: int | None = None) -> tuple[list[Block], str | None]:
-    """Blocks of an HTML document in reading order, and its <title>."""
+@dataclass(frozen=True, slots=True)
+class HtmlContent:
+    """What an HTML page holds: blocks (boilerplate marked), its <title>, and the text V1 indexes."""
+
+    blocks: list[Block]
+    title: str | None
+    text: str
+
+
+def html_blocks(markup: str, page: int | None = None) -> HtmlContent:
+    """Blocks of an HTML document in reading order, its <title> and its V1 text (no <nav>)."""
+    scan_html(markup, current_guard())
     tree = LexborHTMLParser(markup)
     title_node = tree.css_first("title")
-    title = _inline_text(title_node) if title_node is not None else None
-    walker = _Walker(page)
+    title = inline_text(title_node) if title_node is not None else None
     root = tree.body if tree.body is not None else tree.root
+    walker = _Walker(page, _prev_next_blocks(root) if root is not None else frozenset())
     if root is not None:
         walker.walk(root)
         walker.flush()
-    return walker.blocks, title or None
+    return HtmlContent(walker.blocks, title or None, walker.rendered())
 
 
 def load_html(text: str, encoding: str | None) -> LoadedDocument:
-    """Load HTML/XHTML: headings, paragraphs, lists and tables as blocks; one section of their text."""
-    blocks, title = html_blocks(text)
-    body = render_blocks(blocks)
-    sections = [Section(text=body)] if body.strip() else []
+    """Load HTML/XHTML: headings, paragraphs, lists, tables and definitions as blocks; one section."""
+    content = html_blocks(text)
+    sections = [Section(text=content.text)] if content.text.strip() else []
     return LoadedDocument(
         sections=sections,
-        blocks=blocks,
+        blocks=content.blocks,
         kind="html",
         content_type="text/html",
         encoding=encoding,
-        title=title,
+        title=content.title,
     )
 
 
@@ -216,18 +514,21 @@ _OPF_NS = {"opf": "http://www.idpf.org/2007/opf", "dc": "http://purl.org/dc/elem
 def load_epub(path: Path, filename: str) -> LoadedDocument:
     """Load an EPUB: each spine document through the HTML loader, one section per document."""
     check_zip(path, filename)
+    # Chapters are scanned as HTML one by one below; the package's own XML is scanned here.
+    scan_package(path, skip=lambda name: name.lower().endswith((".xhtml", ".html", ".htm")))
     try:
-        with zipfile.ZipFile(path) as archive:
+        with BoundedZipFile(path) as archive:
             chapters, title = _epub_spine(archive)
             sections: list[Section] = []
             blocks: list[Block] = []
             for name in chapters:
                 markup = archive.read(name).decode("utf-8", errors="replace")
-                chapter_blocks, _ = html_blocks(markup)
-                blocks.extend(chapter_blocks)
-                text = render_blocks(chapter_blocks)
-                if text.strip():
-                    sections.append(Section(text=text))
+                content = html_blocks(markup)
+                blocks.extend(content.blocks)
+                if content.text.strip():
+                    sections.append(Section(text=content.text))
+    except ParseLimitExceeded:
+        raise
     except Exception as exc:  # zipfile, zlib and lxml errors, a missing container or OPF
         logger.debug("epub unreadable: %s", exc)
         raise UnsupportedFileType(

@@ -1,14 +1,18 @@
 """Word (python-docx), PowerPoint (python-pptx) and OpenDocument text (lxml).
 
 python-docx and python-pptx parse with lxml parsers that neither resolve entities nor reach the
-network, so XXE and entity-expansion tricks do nothing; `check_zip` refuses zip bombs before them.
+network, so XXE and entity-expansion tricks do nothing. Before they build a DOM, `scan_package`
+streams every XML part (bytes inflated, elements, depth and text counted against the parse
+limits), so a small file that unpacks to hundreds of megabytes of XML is refused first.
+
+Word tables of contents (TOC fields, "TOC n" styles, a Table of Contents content control) are
+marked `boilerplate="toc"`; V1's text keeps them, as before.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,10 +30,12 @@ from pptx.opc.package import PartFactory as SlidePartFactory
 from pptx.package import Package as SlidePackage
 from pptx.parts.presentation import PresentationPart
 
-from app.errors import UnsupportedFileType
+from app.errors import RagError, UnsupportedFileType
+from app.ingest.limits import BoundedZipFile, current_guard
 from app.ingest.loaders.archive import check_zip
+from app.ingest.loaders.bounds import scan_package
 from app.ingest.loaders.render import render_blocks, render_table
-from app.ingest.types import Block, LoadedDocument, Section
+from app.ingest.types import Block, BoilerplateKind, LoadedDocument, Section
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +60,22 @@ for _type in _SLIDES_MAIN_TYPES:
 _HEADING_STYLE = re.compile(r"^heading\s*(\d)", re.IGNORECASE)
 _W_P, _W_TBL, _W_SDT, _W_SDT_CONTENT = qn("w:p"), qn("w:tbl"), qn("w:sdt"), qn("w:sdtContent")
 _W_OUTLINE, _W_VAL = qn("w:outlineLvl"), qn("w:val")
+_W_FLDCHAR, _W_INSTR, _W_FLDSIMPLE = qn("w:fldChar"), qn("w:instrText"), qn("w:fldSimple")
+_W_FLDTYPE, _W_INSTR_ATTR = qn("w:fldCharType"), qn("w:instr")
+_W_GALLERY = qn("w:docPartGallery")
 _MAX_HEADER_CELL_CHARS = 100
+_CORE_PROPERTIES = ("author", "category", "keywords", "language", "subject", "created", "modified")
+
+
+def _properties(core: Any) -> dict[str, str]:
+    """The core properties a document carries, as strings (dates in ISO form)."""
+    found: dict[str, str] = {}
+    for name in _CORE_PROPERTIES:
+        value = getattr(core, name, None)
+        if value is None or value == "":
+            continue
+        found[name] = value.isoformat() if hasattr(value, "isoformat") else str(value).strip()
+    return {key: value for key, value in found.items() if value}
 
 
 # ---------------------------------------------------------------------------------------- DOCX
@@ -63,6 +84,7 @@ _MAX_HEADER_CELL_CHARS = 100
 def load_docx(path: Path, filename: str) -> LoadedDocument:
     """Load a Word document: headings, paragraphs, list items and tables in body order; one section."""
     check_zip(path, filename)
+    scan_package(path)
     try:
         part = WordPackage.open(str(path)).main_document_part
         if not isinstance(part, DocumentPart):
@@ -70,6 +92,9 @@ def load_docx(path: Path, filename: str) -> LoadedDocument:
         document = part.document
         blocks = list(_DocxReader(document).blocks(document.element.body))
         title = document.core_properties.title or None
+        properties = _properties(document.core_properties)
+    except (RagError, MemoryError):
+        raise
     except Exception as exc:
         # python-docx raises KeyError, ValueError, lxml and zip errors on damaged or foreign files.
         logger.debug("docx unreadable: %s", exc)
@@ -85,6 +110,7 @@ def load_docx(path: Path, filename: str) -> LoadedDocument:
         kind="docx",
         content_type="application/vnd.openxmlformats-officedocument.wordprocessingml.document",
         title=title,
+        properties=properties,
     )
 
 
@@ -93,7 +119,11 @@ class _DocxReader:
 
     def __init__(self, document: Any) -> None:
         self._document = document
-        self._styles: dict[str | None, tuple[int | None, int | None, bool]] = {}
+        self._styles: dict[str | None, tuple[int | None, int | None, bool, bool]] = {}
+        # Instructions of the fields open at this point of the body (a TOC field spans paragraphs).
+        self._fields: list[str] = []
+        self._in_toc_control = 0
+        self._guard = current_guard()
 
     def blocks(self, container: Any) -> Iterator[Block]:
         """Blocks of a body (or content control) in order; content controls hold e.g. cover pages."""
@@ -101,42 +131,69 @@ class _DocxReader:
             if child.tag == _W_P:
                 block = self._paragraph(child)
                 if block is not None:
+                    self._guard.add_chars(len(block.text))
                     yield block
             elif child.tag == _W_TBL:
                 table = _docx_table(Table(child, self._document))
                 if table is not None:
+                    self._guard.add_chars(len(table.text))
                     yield table
             elif child.tag == _W_SDT:
                 content = child.find(_W_SDT_CONTENT)
                 if content is not None:
+                    gallery = child.find(f"{qn('w:sdtPr')}/{qn('w:docPartObj')}/{_W_GALLERY}")
+                    is_toc = gallery is not None and "content" in (gallery.get(_W_VAL) or "").lower()
+                    self._in_toc_control += is_toc
                     yield from self.blocks(content)
+                    self._in_toc_control -= is_toc
 
     def _paragraph(self, element: Any) -> Block | None:
+        in_toc_field = self._follow_fields(element)
         text = Paragraph(element, self._document).text.strip()
         if not text:
             return None
-        named_level, style_outline, list_style = self._style(element.style)
+        named_level, style_outline, list_style, toc_style = self._style(element.style)
+        mark: BoilerplateKind | None = "toc" if toc_style or in_toc_field or self._in_toc_control else None
         p_pr = element.pPr
         # A heading style wins; then the paragraph's own outline level, then its style's.
         level = named_level or _outline_level(p_pr) or style_outline
         if level is not None:
-            return Block(kind="heading", text=text, page=None, level=level)
+            return Block(kind="heading", text=text, page=None, level=level, boilerplate=mark)
         if list_style or (p_pr is not None and p_pr.numPr is not None):
-            return Block(kind="list_item", text=text, page=None)
-        return Block(kind="paragraph", text=text, page=None)
+            return Block(kind="list_item", text=text, page=None, boilerplate=mark)
+        return Block(kind="paragraph", text=text, page=None, boilerplate=mark)
 
-    def _style(self, style_id: str | None) -> tuple[int | None, int | None, bool]:
-        """(level from a "Heading N"/"Title" name, level from an outline, is a list style)."""
+    def _follow_fields(self, element: Any) -> bool:
+        """Track field codes through a paragraph; True when it lies (partly) inside a TOC field."""
+        inside = any(instr.startswith("TOC") for instr in self._fields)
+        for node in element.iter(_W_FLDCHAR, _W_INSTR, _W_FLDSIMPLE):
+            if node.tag == _W_FLDSIMPLE:
+                inside = inside or (node.get(_W_INSTR_ATTR) or "").strip().startswith("TOC")
+            elif node.tag == _W_INSTR:
+                if self._fields:
+                    self._fields[-1] = (self._fields[-1] + (node.text or "")).lstrip()
+            elif node.get(_W_FLDTYPE) == "begin":
+                self._fields.append("")
+            elif node.get(_W_FLDTYPE) == "end" and self._fields:
+                self._fields.pop()
+            inside = inside or any(instr.startswith("TOC") for instr in self._fields)
+        return inside
+
+    def _style(self, style_id: str | None) -> tuple[int | None, int | None, bool, bool]:
+        """(level from a "Heading N"/"Title" name, level from an outline, list style, TOC style)."""
         if style_id not in self._styles:
             style = self._document.part.get_style(style_id, WD_STYLE_TYPE.PARAGRAPH)
             self._styles[style_id] = _style_facts(style)
         return self._styles[style_id]
 
 
-def _style_facts(style: Any) -> tuple[int | None, int | None, bool]:
+def _style_facts(style: Any) -> tuple[int | None, int | None, bool, bool]:
     named: int | None = None
     outline: int | None = None
-    is_list = bool(style is not None and (style.name or "").lower().startswith("list"))
+    name = (style.name or "").lower() if style is not None else ""
+    is_list = name.startswith("list")
+    # Word's "TOC 1".."TOC 9" and "TOC Heading" (which is based on Heading 1).
+    is_toc = name.startswith("toc ") or name == "toc heading"
     for _ in range(5):  # follow "based on" a few steps: custom styles derive from Heading N
         if style is None:
             break
@@ -148,7 +205,7 @@ def _style_facts(style: Any) -> tuple[int | None, int | None, bool]:
                 named = named or 1
         outline = outline or _outline_level(style.element.pPr)
         style = style.base_style
-    return named, outline, is_list
+    return named, outline, is_list, is_toc
 
 
 def _outline_level(p_pr: Any) -> int | None:
@@ -194,8 +251,10 @@ def _looks_like_header(rows: list[list[str]]) -> bool:
 def load_pptx(path: Path, filename: str) -> LoadedDocument:
     """Load a presentation: one section per slide (`{"slide": n}`, 1-based) with text, tables and notes."""
     check_zip(path, filename)
+    scan_package(path)
     sections: list[Section] = []
     blocks: list[Block] = []
+    guard = current_guard()
     try:
         part = SlidePackage.open(str(path)).main_document_part
         if not isinstance(part, PresentationPart):
@@ -205,9 +264,13 @@ def load_pptx(path: Path, filename: str) -> LoadedDocument:
             slide_blocks = list(_slide_blocks(slide))
             blocks.extend(slide_blocks)
             text = render_blocks(slide_blocks)
+            guard.add_chars(len(text))
             if text.strip():
                 sections.append(Section(text=text, metadata={"slide": number}))
         title = presentation.core_properties.title or None
+        properties = _properties(presentation.core_properties)
+    except (RagError, MemoryError):
+        raise
     except Exception as exc:
         logger.debug("pptx unreadable: %s", exc)
         raise UnsupportedFileType(
@@ -220,6 +283,7 @@ def load_pptx(path: Path, filename: str) -> LoadedDocument:
         kind="pptx",
         content_type="application/vnd.openxmlformats-officedocument.presentationml.presentation",
         title=title,
+        properties=properties,
     )
 
 
@@ -288,11 +352,14 @@ def _t(name: str) -> str:
 def load_odt(path: Path, filename: str) -> LoadedDocument:
     """Load an OpenDocument text: headings, paragraphs, lists and tables from content.xml."""
     check_zip(path, filename)
+    scan_package(path)
     try:
-        with zipfile.ZipFile(path) as archive:
+        with BoundedZipFile(path) as archive:
             root = etree.fromstring(archive.read("content.xml"), parser=_SAFE_XML)
         body = root.find(f"{{{_ODF_OFFICE}}}body/{{{_ODF_OFFICE}}}text")
         blocks = list(_odt_blocks(body, in_list=False)) if body is not None else []
+    except (RagError, MemoryError):
+        raise
     except Exception as exc:
         logger.debug("odt unreadable: %s", exc)
         raise UnsupportedFileType(

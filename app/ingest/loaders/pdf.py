@@ -1,34 +1,52 @@
 """PDF via pypdf: one section per page with text, `page` 0-based as rag_api's PyPDFLoader stores it.
 
-pypdf caps what a single stream may inflate to (its `LimitReachedError`), which defends against
-PDF decompression bombs; we add nothing on top.
+V1's sections are pypdf's text, exactly as rag_api's loader extracts it. The blocks (V2) add what
+the layout shows: on pages that draw lines or rectangles, pdfplumber finds ruled tables (header
+row, data rows) and the text around them is read region by region, so no table text is repeated
+in a paragraph. Blocks carry the printed page label when the PDF defines labels. A page with an
+image but no text layer (a scan) is listed in `unreadable_pages`; a page that is mostly
+dot-leader lines ending in page numbers is a table of contents (`boilerplate="toc"`).
+
+pypdf caps what a single stream may inflate to (its `LimitReachedError`); pdfplumber (pdfminer)
+has no such cap and runs only on pages pypdf could read, inside the worker's memory limit.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from pathlib import Path
 from typing import Any
 
-from pypdf import PasswordType, PdfReader
+from pypdf import PageObject, PasswordType, PdfReader
 from pypdf.errors import DependencyError
 
-from app.errors import UnsupportedFileType
+from app.errors import RagError, UnsupportedFileType
 from app.ingest.chunking import clean_text
+from app.ingest.limits import current_guard
+from app.ingest.loaders.render import render_table
 from app.ingest.loaders.text import normalise_newlines
-from app.ingest.types import Block, LoadedDocument, Section
+from app.ingest.types import Block, BoilerplateKind, LoadedDocument, Section
 
 logger = logging.getLogger(__name__)
 # pypdf reports damaged files at WARNING, quoting raw bytes of the document; document content has
 # no place in our logs, and the loader reports the problem itself.
 logging.getLogger("pypdf").setLevel(logging.ERROR)
+logging.getLogger("pdfminer").setLevel(logging.ERROR)
 
 # A line that is probably a heading: short, no sentence punctuation at its end, and numbered
 # ("2.1 Scope"), ALL CAPS, or a Title Case phrase.
 _NUMBERED = re.compile(r"^(\d+(?:\.\d+){0,5})\.?\s+\S")
 _MAX_HEADING_CHARS = 80
 _MAX_LISTED_PAGES = 10
+# Path-painting operators (rectangles, lines): the page may draw a ruled table.
+_DRAWS = re.compile(rb"(?:^|\s)(?:re|l)(?:\s|$)")
+# A table-of-contents line: an entry, dot leaders, a page number (arabic or roman).
+_PAGE_NUMBER = re.compile(r"\d{1,4}|[ivxlcdm]{1,7}", re.IGNORECASE)
+_LEADERS = ("....", ". . . .", "\u2026\u2026", "\u2026 \u2026")
+_TOC_MIN_LINES = 4
+_TOC_MAX_LINE = 300
 
 
 def load_pdf(path: Path, filename: str, *, extract_images: bool = False) -> LoadedDocument:
@@ -42,29 +60,48 @@ def load_pdf(path: Path, filename: str, *, extract_images: bool = False) -> Load
     reader = _open(path, filename)
     try:
         pages = list(reader.pages)
+    except (RagError, MemoryError):
+        raise
     except Exception as exc:
         # pypdf raises many exception types on damaged files (KeyError, ValueError, zlib.error...).
         logger.debug("pdf page tree unreadable: %s", exc)
         raise UnsupportedFileType(_damaged(filename)) from None
     labels = _page_labels(reader, len(pages))
+    printed = labels if _has_page_labels(reader) else None
+    guard = current_guard()
     sections: list[Section] = []
     blocks: list[Block] = []
     empty: list[int] = []
     failed: list[int] = []
-    for number, page in enumerate(pages):
-        try:
-            text = page.extract_text()
-        except Exception as exc:
-            logger.debug("pdf page %s unreadable: %s", number, exc)
-            failed.append(number)
-            continue
-        text = normalise_newlines(clean_text(text or ""))
-        if not text.strip():
-            empty.append(number)
-            continue
-        metadata = {"total_pages": len(pages), "page_label": labels[number]}
-        sections.append(Section(text=text, page=number, metadata=metadata))
-        blocks.extend(pdf_blocks(text, number))
+    unreadable: list[int] = []
+    layout = _Layout(path)
+    try:
+        for number, page in enumerate(pages):
+            try:
+                text = page.extract_text()
+            except (RagError, MemoryError):
+                raise
+            except Exception as exc:
+                logger.debug("pdf page %s unreadable: %s", number, exc)
+                failed.append(number)
+                continue
+            text = normalise_newlines(clean_text(text or ""))
+            guard.add_chars(len(text))
+            if not text.strip():
+                empty.append(number)
+                if _has_image(page):
+                    unreadable.append(number)
+                continue
+            metadata = {"total_pages": len(pages), "page_label": labels[number]}
+            sections.append(Section(text=text, page=number, metadata=metadata))
+            label = printed[number] if printed is not None else None
+            page_blocks = layout.blocks(number, page) if _draws(page) else None
+            if page_blocks is None:
+                page_blocks = pdf_blocks(text, number)
+            mark: BoilerplateKind | None = "toc" if is_toc_page(text) else None
+            blocks.extend(_with(block, label, mark) for block in page_blocks)
+    finally:
+        layout.close()
     if pages and len(failed) == len(pages):
         raise UnsupportedFileType(_damaged(filename))
     if failed:
@@ -84,7 +121,166 @@ def load_pdf(path: Path, filename: str, *, extract_images: bool = False) -> Load
         page_count=len(pages),
         title=_title(reader),
         warnings=warnings,
+        unreadable_pages=unreadable,
+        properties=_properties(reader),
     )
+
+
+def _with(block: Block, label: str | None, mark: BoilerplateKind | None) -> Block:
+    if label is None and mark is None:
+        return block
+    return dataclasses.replace(block, page_label=label, boilerplate=mark or block.boilerplate)
+
+
+class _Layout:
+    """pdfplumber over the same file, opened on first use: tables and the text around them."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._pdf: Any = None
+        self._failed = False
+
+    def blocks(self, number: int, pypdf_page: PageObject) -> list[Block] | None:
+        """The page's blocks in reading order when it holds a ruled table; None otherwise."""
+        if self._failed:
+            return None
+        try:
+            if self._pdf is None:
+                import pdfplumber
+
+                self._pdf = pdfplumber.open(self._path, password="")
+            page = self._pdf.pages[number]
+            try:
+                return _layout_blocks(page, number)
+            finally:
+                page.close()  # pdfplumber caches every parsed object per page
+        except (RagError, MemoryError):
+            raise
+        except Exception as exc:  # pdfminer on a file pypdf could read: keep pypdf's text
+            logger.debug("pdf layout of page %s unreadable: %s", number, exc)
+            self._failed = self._pdf is None
+            return None
+
+    def close(self) -> None:
+        if self._pdf is not None:
+            self._pdf.close()
+
+
+def _layout_blocks(page: Any, number: int) -> list[Block] | None:
+    tables = sorted(page.find_tables(), key=lambda table: table.bbox[1])
+    if not tables:
+        return None
+    blocks: list[Block] = []
+    top = float(page.bbox[1])
+    x0, bottom, x1 = float(page.bbox[0]), float(page.bbox[3]), float(page.bbox[2])
+    for table in tables:
+        blocks.extend(_region_blocks(page, (x0, top, x1, table.bbox[1]), number))
+        block = _table_block(table.extract(), number)
+        if block is not None:
+            blocks.append(block)
+        top = max(top, float(table.bbox[3]))
+    blocks.extend(_region_blocks(page, (x0, top, x1, bottom), number))
+    return blocks
+
+
+def _region_blocks(page: Any, bbox: tuple[float, float, float, float], number: int) -> list[Block]:
+    if bbox[3] - bbox[1] < 1:
+        return []
+    text = page.within_bbox(bbox).extract_text() or ""
+    return pdf_blocks(normalise_newlines(clean_text(text)), number)
+
+
+def _table_block(raw: list[list[str | None]], number: int) -> Block | None:
+    rows = [[" ".join((cell or "").split()) for cell in row] for row in raw]
+    rows = [row for row in rows if any(row)]
+    if not rows:
+        return None
+    current_guard().add_cells(sum(len(row) for row in rows))
+    # A ruled table's first row is its header when every cell of it is filled and more rows follow.
+    headers = rows[0] if len(rows) >= 2 and all(rows[0]) else None
+    body = rows[1:] if headers is not None else rows
+    return Block(kind="table", text=render_table(body, headers), page=number, rows=body, headers=headers)
+
+
+def _draws(page: PageObject) -> bool:
+    """True when the page paints lines or rectangles, itself or in a form XObject (a cheap test
+    before layout analysis: a page of text and photos has no ruled table)."""
+    try:
+        contents = page.get_contents()
+        data = contents.get_data() if contents is not None else b""
+        return bool(_DRAWS.search(data)) or _xobjects_of(page.get("/Resources"), "/Form")
+    except (RagError, MemoryError):
+        raise
+    except Exception:
+        return False
+
+
+def _has_image(page: PageObject) -> bool:
+    """True when the page shows an image (directly or in a form XObject): a scan, not a blank page."""
+    try:
+        return _xobjects_of(page.get("/Resources"), "/Image", depth=2)
+    except (RagError, MemoryError):
+        raise
+    except Exception:
+        return False
+
+
+def _xobjects_of(resources: Any, subtype: str, depth: int = 1) -> bool:
+    """True when the resources hold an XObject of `subtype` (looking `depth` forms deep)."""
+    resources = resources.get_object() if resources is not None else None
+    xobjects = resources.get("/XObject") if resources is not None else None
+    if xobjects is None or depth <= 0:
+        return False
+    xobjects = xobjects.get_object()
+    for key in list(xobjects.keys())[:100]:
+        xobject = xobjects[key].get_object()
+        found = xobject.get("/Subtype")
+        if found == subtype:
+            return True
+        if found == "/Form" and _xobjects_of(xobject.get("/Resources"), subtype, depth - 1):
+            return True
+    return False
+
+
+def is_toc_page(text: str) -> bool:
+    """A page of table-of-contents lines (an entry, dot leaders, a page number)."""
+    lines = [line.strip() for line in text.split("\n") if line.strip()]
+    entries = sum(1 for line in lines if _is_toc_line(line))
+    return entries >= _TOC_MIN_LINES and entries >= 0.4 * len(lines)
+
+
+def _is_toc_line(line: str) -> bool:
+    if len(line) > _TOC_MAX_LINE:
+        return False
+    head, _, last = line.rpartition(" ")
+    if not head:
+        head, last = line.rstrip("0123456789"), line[len(line.rstrip("0123456789")) :]
+    return bool(last and _PAGE_NUMBER.fullmatch(last)) and any(leader in head for leader in _LEADERS)
+
+
+def _has_page_labels(reader: PdfReader) -> bool:
+    try:
+        return "/PageLabels" in reader.trailer["/Root"].get_object()  # type: ignore[operator]
+    except Exception:
+        return False
+
+
+def _properties(reader: PdfReader) -> dict[str, str]:
+    """Author, subject, keywords and creation date from the document information, as strings."""
+    try:
+        metadata: Any = reader.metadata
+        if metadata is None:
+            return {}
+        found = {
+            "author": metadata.author,
+            "subject": metadata.subject,
+            "keywords": metadata.get("/Keywords"),
+            "created": metadata.creation_date.isoformat() if metadata.creation_date else None,
+        }
+    except Exception as exc:
+        logger.debug("pdf metadata unreadable: %s", exc)
+        return {}
+    return {key: clean_text(str(value)).strip() for key, value in found.items() if value}
 
 
 def _open(path: Path, filename: str) -> PdfReader:

@@ -25,6 +25,9 @@ def render_block(block: Block) -> str:
         return f"{'#' * min(max(block.level or 1, 1), 6)} {block.text}"
     if block.kind == "list_item":
         return f"- {block.text}"
+    if block.kind == "definition" and block.term:
+        # The term, then its definition, as a <dt> and <dd> always read.
+        return f"{block.term}\n\n{block.text}" if block.text else block.term
     return block.text
 
 

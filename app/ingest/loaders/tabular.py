@@ -14,6 +14,7 @@ import datetime as dt
 import io
 import logging
 import math
+import zipfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,17 +27,19 @@ try:  # optional: without xlrd, .xls files are refused with advice to save them 
 except ImportError:  # pragma: no cover - depends on the installation
     xlrd = None
 
-from app.errors import PayloadTooLarge, UnsupportedFileType
+from app.errors import RagError, UnsupportedFileType
+from app.ingest.limits import ParseGuard, current_guard
 from app.ingest.loaders.archive import check_zip
+from app.ingest.loaders.bounds import scan_package
 from app.ingest.loaders.render import render_table
 from app.ingest.loaders.text import load_text
 from app.ingest.types import Block, LoadedDocument, Section
 
 logger = logging.getLogger(__name__)
 
-# Each row becomes at least one chunk, and MAX_CHUNKS_PER_FILE (50,000 by default) refuses far
-# fewer rows than this; the cap only keeps a pathological sheet from filling memory first.
-MAX_CELLS = 5_000_000
+# Cells are counted against PARSE_MAX_CELLS and their text against PARSE_MAX_CHARS as they are
+# read (`ParseGuard`): a sheet whose cells all point to one long shared string is refused after a
+# few thousand cells, not after it has been expanded into gigabytes.
 # csv's default field limit (128 KiB) rejects legitimate long text cells; a single larger field
 # than this is not a table any more.
 CSV_FIELD_LIMIT = 16 * 1024 * 1024
@@ -46,17 +49,6 @@ _HEADER_SEARCH_ROWS = 10
 XLS_SUPPORTED = xlrd is not None
 # Named sheets, each an iterable of rows of raw cell values.
 _Sheets = Iterable[tuple[str, Iterable[Sequence[Any]]]]
-
-
-class _TooManyCells(Exception):
-    pass
-
-
-def _too_large(filename: str) -> PayloadTooLarge:
-    return PayloadTooLarge(
-        f"{filename} has more than {MAX_CELLS:,} cells; "
-        "split it into smaller files and upload them separately"
-    )
 
 
 # ----------------------------------------------------------------------------------------- CSV
@@ -82,8 +74,6 @@ def load_csv(text: str, encoding: str, filename: str, *, tsv: bool = False) -> L
             encoding=encoding,
             warnings=["the file is not a well-formed table; indexed as text"],
         )
-    except _TooManyCells:
-        raise _too_large(filename) from None
     if header is None:
         return LoadedDocument(sections=[], blocks=[], kind=kind, content_type=content_type, encoding=encoding)
     keys = [key.strip() for key in header]
@@ -125,13 +115,11 @@ def _read_rows(reader: Iterable[list[str]]) -> tuple[list[str] | None, list[list
     """The header and the data rows; blank lines are skipped, as csv.DictReader does."""
     header: list[str] | None = None
     rows: list[list[str]] = []
-    cells = 0
+    guard = current_guard()
     for row in reader:
         if not row:
             continue
-        cells += len(row)
-        if cells > MAX_CELLS:
-            raise _TooManyCells
+        guard.add_cells(len(row))
         if header is None:
             header = row
         else:
@@ -144,12 +132,16 @@ def _read_rows(reader: Iterable[list[str]]) -> tuple[list[str] | None, list[list
 
 def load_xlsx(path: Path, filename: str) -> LoadedDocument:
     """Load a workbook: one section per non-empty sheet (`{"sheet": name}`), rows as `header: value` lines."""
-    # read_only streams each sheet's XML, so only the zip's totals need a cap, not its largest part.
-    check_zip(path, filename, streaming=True)
+    check_zip(path, filename)
+    # Every part is measured before openpyxl opens it: worksheets by their cells, the shared
+    # strings by their entries, the rest by elements. Cells are counted again as they are read.
+    scan_package(path, shared_strings=_shared_strings_part(path), worksheets=_is_worksheet)
     # A file object, not the path: openpyxl refuses paths whose extension is not .xlsx/.xlsm.
     with path.open("rb") as handle:
         try:
             workbook = openpyxl.load_workbook(handle, read_only=True, data_only=True)
+        except (RagError, MemoryError):
+            raise
         except Exception as exc:
             logger.debug("xlsx unreadable: %s", exc)
             raise UnsupportedFileType(_damaged(filename)) from None
@@ -176,7 +168,7 @@ def _read_sheets(workbook: Any, filename: str) -> tuple[list[Section], list[Bloc
 
     try:
         return _tables(sheets(), filename)
-    except PayloadTooLarge:
+    except (RagError, MemoryError):
         raise
     except Exception as exc:
         logger.debug("xlsx sheet unreadable: %s", exc)
@@ -187,24 +179,42 @@ def _tables(sheets: _Sheets, filename: str) -> tuple[list[Section], list[Block]]
     """Sections and table blocks of named sheets of raw cell values; empty rows and sheets are skipped."""
     sections: list[Section] = []
     blocks: list[Block] = []
-    cells = 0
+    guard = current_guard()
     for name, values in sheets:
         rows: list[list[str]] = []
         for raw in values:
-            row = [cell_text(value) for value in raw]
+            row = _row_text(raw, guard)
             while row and not row[-1]:
                 row.pop()
             if not row:
                 continue
-            cells += len(row)
-            if cells > MAX_CELLS:
-                raise _too_large(filename)
             rows.append(row)
         if rows:
             section, block = _sheet(name, rows)
             sections.append(section)
             blocks.append(block)
     return sections, blocks
+
+
+def _row_text(raw: Sequence[Any], guard: ParseGuard) -> list[str]:
+    """A row's cells as text, counted (cells, and characters after shared strings are expanded)."""
+    guard.add_cells(len(raw))
+    row = [cell_text(value) for value in raw]
+    guard.add_chars(sum(len(cell) for cell in row))
+    return row
+
+
+def _is_worksheet(name: str) -> bool:
+    return name.startswith("xl/worksheets/") and not name.endswith(".rels")
+
+
+def _shared_strings_part(path: Path) -> str | None:
+    """The shared-string part's name (openpyxl reads it whole at load)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return next((n for n in archive.namelist() if n.lower().endswith("sharedstrings.xml")), None)
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return None
 
 
 def load_xls(path: Path, filename: str) -> LoadedDocument:
@@ -233,7 +243,7 @@ def load_xls(path: Path, filename: str) -> LoadedDocument:
 
     try:
         sections, blocks = _tables(sheets(), filename)
-    except PayloadTooLarge:
+    except (RagError, MemoryError):
         raise
     except Exception as exc:
         logger.debug("xls sheet unreadable: %s", exc)

@@ -9,6 +9,7 @@ import re
 import charset_normalizer
 from lxml import etree
 
+from app.ingest.limits import current_guard
 from app.ingest.types import Block, BlockKind, LoadedDocument, Section
 
 logger = logging.getLogger(__name__)
@@ -155,16 +156,35 @@ def paragraph_blocks(text: str, kind: BlockKind = "paragraph", page: int | None 
 
 
 def load_text(text: str, encoding: str, *, kind: str = "text", code: bool = False) -> LoadedDocument:
-    """Load plain text or source code: one section with the whole text."""
+    """Load plain text or source code: one section with the whole text.
+
+    Form feeds separate pages (printed reports, `man` pages): blocks then carry their 0-based page
+    and the document its page count; V1's one section keeps the whole text as before.
+    """
     sections = [Section(text=text)] if text.strip() else []
-    blocks = paragraph_blocks(text, "code" if code else "paragraph")
+    block_kind: BlockKind = "code" if code else "paragraph"
+    page_count = None
+    if "\f" in text and kind == "text":
+        pages = text.split("\f")
+        page_count = len(pages)
+        blocks = [
+            block for page, part in enumerate(pages) for block in paragraph_blocks(part, block_kind, page)
+        ]
+    else:
+        blocks = paragraph_blocks(text, block_kind)
     content_type = {"json": "application/json", "xml": "application/xml"}.get(kind, "text/plain")
     return LoadedDocument(
-        sections=sections, blocks=blocks, kind=kind, content_type=content_type, encoding=encoding
+        sections=sections,
+        blocks=blocks,
+        kind=kind,
+        content_type=content_type,
+        encoding=encoding,
+        page_count=page_count,
     )
 
 
 _XML_DECLARATION = re.compile(r"^\s*<\?xml[^>]*\?>")
+_LXML_MAX_DEPTH = 256  # libxml2's cap without huge_tree
 
 
 def load_xml(text: str, encoding: str) -> LoadedDocument:
@@ -174,10 +194,16 @@ def load_xml(text: str, encoding: str) -> LoadedDocument:
         resolve_entities=False, no_network=True, huge_tree=False, remove_comments=True, remove_pis=True
     )
     warnings: list[str] = []
+    # The text is decoded already; its declaration would name the original encoding.
+    markup = _XML_DECLARATION.sub("", text, count=1)
+    guard = current_guard()
+    # Elements are counted before the tree is built; lxml itself stops past 256 levels of depth.
+    guard.add_elements(markup.count("<") - markup.count("</"))
     try:
-        # The text is decoded already; its declaration would name the original encoding.
-        root = etree.fromstring(_XML_DECLARATION.sub("", text, count=1), parser=parser)
+        root = etree.fromstring(markup, parser=parser)
     except (etree.XMLSyntaxError, ValueError) as exc:
+        if "depth" in str(exc).lower():
+            raise guard.too_deep(min(guard.limits.max_depth, _LXML_MAX_DEPTH)) from None
         logger.debug("xml parse failed, indexing raw text: %s", exc)
         warnings.append("the XML is not well-formed; indexed as plain text")
         doc = load_text(text, encoding, kind="xml")

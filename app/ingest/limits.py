@@ -1,0 +1,281 @@
+"""Bounds on what parsing one file may cost, and the counters that enforce them while it runs.
+
+A hostile file can be small and still expand without end: a zip member that inflates to gigabytes,
+shared strings that every cell of a sheet points to, HTML nested a hundred thousand levels deep.
+The loaders therefore count as they go (bytes inflated from each zip member, elements, depth,
+cells, extracted characters) against `ParseLimits` and stop at the first limit crossed with a
+`ParseLimitExceeded` whose detail names the limit and what to do. Memory and wall time are bounded
+outside the loaders, by the worker process they run in (`app/ingest/worker.py`).
+
+    with guarded(limits, filename):      # installs the counters for this parse (a ContextVar)
+        current_guard().add_chars(n)     # any loader, anywhere below
+
+Zip members are counted while they are read, not from the sizes their headers declare: the
+libraries' own zip reads (python-docx, python-pptx, openpyxl) go through `BoundedZipFile`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import io
+import types
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+from app.errors import RagError
+
+_MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ParseLimits:
+    """What one parse may consume; every field has its own setting (see `from_settings`)."""
+
+    max_unzipped_bytes: int = 256 * _MIB
+    max_cells: int = 2_000_000
+    max_shared_strings: int = 1_000_000
+    max_elements: int = 2_000_000
+    max_depth: int = 512
+    max_chars: int = 50_000_000
+    timeout_s: float = 300.0
+    memory_mb: int = 1024
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> ParseLimits:
+        """The limits configured in `Settings` (PARSE_* variables)."""
+        return cls(
+            max_unzipped_bytes=settings.parse_max_unzipped_bytes,
+            max_cells=settings.parse_max_cells,
+            max_shared_strings=settings.parse_max_shared_strings,
+            max_elements=settings.parse_max_elements,
+            max_depth=settings.parse_max_depth,
+            max_chars=settings.parse_max_chars,
+            timeout_s=settings.parse_timeout_s,
+            memory_mb=settings.parse_memory_mb,
+        )
+
+
+class ParseLimitExceeded(RagError):
+    """A file crossed a parsing limit: 413 for size-like limits, 422 for depth, time and crashes."""
+
+    def __init__(self, detail: str, status_code: int = 413) -> None:
+        self.status_code = status_code
+        super().__init__(detail)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Crosses the worker boundary by pickle; the default reduce would lose the status code.
+        return (type(self), (self.detail, self.status_code))
+
+
+def _mib(size: int) -> str:
+    return f"{size / _MIB:,.0f} MiB"
+
+
+class ParseGuard:
+    """The running counters of one parse, checked against its `ParseLimits`."""
+
+    def __init__(self, limits: ParseLimits, filename: str) -> None:
+        self.limits = limits
+        self.filename = filename
+        self.unzipped = 0
+        self.chars = 0
+        self.cells = 0
+        self.elements = 0
+        # one file per parse: a member read again (a pre-scan, then the library) counts once
+        self._members: dict[str, int] = {}
+
+    def _too_large(self, what: str, setting: str) -> ParseLimitExceeded:
+        return ParseLimitExceeded(
+            f"{self.filename} was refused: {what} ({setting}). Split it into smaller files and "
+            "upload them separately, or ask the operator to raise the limit"
+        )
+
+    def inflated(self, member: str, position: int) -> None:
+        """Count bytes inflated from a zip member; a member read twice counts once (its furthest read)."""
+        seen = self._members.get(member, 0)
+        if position <= seen:
+            return
+        self._members[member] = position
+        self.unzipped += position - seen
+        if self.unzipped > self.limits.max_unzipped_bytes:
+            raise self._too_large(
+                f"it unpacks to more than {_mib(self.limits.max_unzipped_bytes)}",
+                "PARSE_MAX_UNZIPPED_BYTES",
+            )
+
+    def add_chars(self, count: int) -> None:
+        """Count extracted characters."""
+        self.chars += count
+        if self.chars > self.limits.max_chars:
+            raise self._too_large(
+                f"it holds more than {self.limits.max_chars:,} characters of text", "PARSE_MAX_CHARS"
+            )
+
+    def add_cells(self, count: int) -> None:
+        """Count spreadsheet or CSV cells read (empty cells inside a row included)."""
+        self.cells += count
+        if self.cells > self.limits.max_cells:
+            raise self._too_large(f"it has more than {self.limits.max_cells:,} cells", "PARSE_MAX_CELLS")
+
+    def add_elements(self, count: int) -> None:
+        """Count markup elements (HTML, XML, the XML parts of office files)."""
+        self.elements += count
+        if self.elements > self.limits.max_elements:
+            raise self._too_large(
+                f"it has more than {self.limits.max_elements:,} markup elements", "PARSE_MAX_ELEMENTS"
+            )
+
+    def check_shared_strings(self, count: int) -> None:
+        """Refuse a workbook whose shared-string table has too many entries."""
+        if count > self.limits.max_shared_strings:
+            raise self._too_large(
+                f"its shared-string table has more than {self.limits.max_shared_strings:,} entries",
+                "PARSE_MAX_SHARED_STRINGS",
+            )
+
+    def check_depth(self, depth: int) -> None:
+        """Refuse markup nested deeper than the limit (422: the content is not too big, but malformed)."""
+        if depth > self.limits.max_depth:
+            raise self.too_deep(self.limits.max_depth)
+
+    def too_deep(self, levels: int) -> ParseLimitExceeded:
+        """The refusal for markup nested more than `levels` deep."""
+        return ParseLimitExceeded(
+            f"{self.filename} was refused: its markup is nested more than {levels} levels deep "
+            "(PARSE_MAX_DEPTH), which no real document needs. Repair or re-export the file "
+            "(unclosed tags are the usual cause) and upload it again",
+            status_code=422,
+        )
+
+
+_GUARD: contextvars.ContextVar[ParseGuard | None] = contextvars.ContextVar("parse_guard", default=None)
+
+
+def current_guard() -> ParseGuard:
+    """The active parse's guard; outside `guarded()` a fresh guard with default limits."""
+    guard = _GUARD.get()
+    return guard if guard is not None else ParseGuard(ParseLimits(), "the file")
+
+
+@contextlib.contextmanager
+def guarded(limits: ParseLimits, filename: str) -> Iterator[ParseGuard]:
+    """Install a guard for one parse."""
+    guard = ParseGuard(limits, filename)
+    token = _GUARD.set(guard)
+    try:
+        yield guard
+    finally:
+        _GUARD.reset(token)
+
+
+# ------------------------------------------------------------------------------------ zip reads
+
+_READ_SIZE = 1024 * 1024
+
+
+class _CountedMember(io.BufferedIOBase):
+    """A zip member opened for reading whose inflated bytes are counted as they come out."""
+
+    def __init__(self, member: Any, guard: ParseGuard, name: str) -> None:
+        super().__init__()
+        self._member = member
+        self._guard = guard
+        self._name = name
+
+    def _count(self) -> None:
+        self._guard.inflated(self._name, self._member.tell())
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:
+            # Never let the member inflate in one call: read in steps and count each one.
+            parts = bytearray()
+            while block := self._member.read(_READ_SIZE):
+                parts += block
+                self._count()
+            return bytes(parts)
+        data: bytes = self._member.read(size)
+        self._count()
+        return data
+
+    def read1(self, size: int = -1) -> bytes:
+        data: bytes = self._member.read1(size if size >= 0 else _READ_SIZE)
+        self._count()
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def readline(self, size: int | None = -1) -> bytes:
+        data: bytes = self._member.readline(size if size is not None else -1)
+        self._count()
+        return data
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return bool(self._member.seekable())
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        position = int(self._member.seek(offset, whence))
+        self._count()
+        return position
+
+    def tell(self) -> int:
+        return int(self._member.tell())
+
+    def close(self) -> None:
+        self._member.close()
+        super().close()
+
+
+class BoundedZipFile(zipfile.ZipFile):
+    """A ZipFile whose members, opened for reading, count their inflated bytes against the guard."""
+
+    def open(self, name: Any, mode: Any = "r", pwd: bytes | None = None, **kwargs: Any) -> IO[bytes]:
+        member = super().open(name, mode, pwd, **kwargs)
+        if mode != "r":
+            return member
+        label = name.filename if isinstance(name, zipfile.ZipInfo) else str(name)
+        return _CountedMember(member, current_guard(), label)  # type: ignore[return-value]
+
+
+def _bounded_zipfile_module() -> types.ModuleType:
+    """A stand-in for the `zipfile` module whose ZipFile is `BoundedZipFile`."""
+    shim = types.ModuleType("zipfile")
+    shim.__dict__.update({k: v for k, v in vars(zipfile).items() if not k.startswith("__")})
+    shim.ZipFile = BoundedZipFile  # type: ignore[attr-defined]
+    return shim
+
+
+def install_parser_bounds() -> None:
+    """Route the office libraries' zip reads through `BoundedZipFile` (idempotent), and more.
+
+    python-docx, python-pptx and openpyxl open packages with their own `ZipFile`; replacing the name
+    in their modules (not in `zipfile` itself) bounds exactly their reads. `tests/unit/test_parse_limits`
+    proves each library is covered, so a library that changes how it opens zips fails a test.
+
+    openpyxl's read-only worksheet also scans a whole sheet at load when the sheet declares no
+    dimensions (a hostile sheet omits them): we reset the dimensions anyway, so it never scans.
+    """
+    import docx.opc.phys_pkg
+    import openpyxl.reader.excel
+    import pptx.opc.serialized
+    from openpyxl.worksheet._read_only import ReadOnlyWorksheet
+
+    # the libraries are untyped here: the replaced names are module attributes, not an API
+    class _UnmeasuredWorksheet(ReadOnlyWorksheet):  # type: ignore[misc]
+        def _get_size(self) -> None:
+            """Skip the dimension scan; the loader calls `reset_dimensions()` and reads what is there."""
+
+    docx.opc.phys_pkg.ZipFile = BoundedZipFile  # type: ignore[attr-defined]
+    openpyxl.reader.excel.ZipFile = BoundedZipFile
+    if openpyxl.reader.excel.ReadOnlyWorksheet is ReadOnlyWorksheet:  # not replaced yet
+        openpyxl.reader.excel.ReadOnlyWorksheet = _UnmeasuredWorksheet
+    if pptx.opc.serialized.zipfile.ZipFile is not BoundedZipFile:  # type: ignore[attr-defined]
+        pptx.opc.serialized.zipfile = _bounded_zipfile_module()  # type: ignore[attr-defined]
