@@ -64,18 +64,21 @@ class TaskStatus:
 class MaintenanceRegistry:
     """The running maintenance tasks, each with its status, readable in one place."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, run_loops: bool = True) -> None:
+        # False: tasks are only registered, and something else runs their passes (`run_once`):
+        # the tests, and the job queue of a later release
+        self.run_loops = run_loops
         self._tasks: dict[str, MaintenanceTask] = {}
         self._status: dict[str, TaskStatus] = {}
         self._loops: dict[str, asyncio.Task[None]] = {}
 
-    def add(self, task: MaintenanceTask, *, start: bool = True) -> bool:
-        """Register `task` (and run it in the background); False when the name is taken."""
+    def add(self, task: MaintenanceTask) -> bool:
+        """Register `task` and run it in the background; False when the name is taken."""
         if task.name in self._tasks:
             return False
         self._tasks[task.name] = task
         self._status[task.name] = TaskStatus(task.name, task.interval)
-        if start:
+        if self.run_loops:
             self._loops[task.name] = asyncio.create_task(self._loop(task), name=f"maintenance:{task.name}")
         return True
 

@@ -57,11 +57,17 @@ class Scope:
         legacy_unowned: bool = False,
         any_owner: bool = False,
     ) -> Scope:
-        """A scope from any iterables: owners and file ids de-duplicated, order kept."""
+        """A scope from any iterables: owners and file ids de-duplicated, order kept.
+
+        The uploader is the caller's own namespace, so it is always one of the owners.
+        """
         files = tuple(dict.fromkeys(file_ids)) if file_ids is not None else None
+        owner_list = list(owners)
+        if uploader:
+            owner_list.append(uploader)
         return cls(
             collection_id,
-            tuple(dict.fromkeys(owners)),
+            tuple(dict.fromkeys(owner_list)),
             uploader or None,
             files,
             legacy_unowned,

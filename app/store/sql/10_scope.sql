@@ -34,7 +34,11 @@ BEGIN
         RAISE EXCEPTION 'ragoverlay_caller_scope: a scope needs a collection';
     END IF;
     scope.collection_id := p_collection;
+    -- the uploader is the caller's own namespace: always one of the owners
     scope.owners := coalesce(p_owners, '{}');
+    IF p_uploader <> '' AND NOT p_uploader = ANY (scope.owners) THEN
+        scope.owners := scope.owners || p_uploader;
+    END IF;
     IF p_files IS NOT NULL THEN
         -- an empty allow-list is no file at all, never "every file"; the key set is distinct, so
         -- its keys are the list (a file listed twice must not be scanned twice)
