@@ -182,3 +182,19 @@ async def test_dedicated_connections_have_no_statement_timeout(database: Databas
     async with dedicated_connection(database.dsn) as conn:
         assert await conn.fetchval("SHOW statement_timeout") == "0"
         assert await conn.fetchval("SELECT '[1,2]'::vector") is not None  # the codec is registered
+
+
+async def test_an_extension_the_server_does_not_have_is_named(database: Database) -> None:
+    """The same migration text, asked for an extension no server has: the message says to install it."""
+    sql = load_migrations()[0].sql.replace(
+        "ARRAY['vector', 'pg_trgm', 'unaccent']", "ARRAY['ragoverlay_nope']"
+    )
+    assert "ragoverlay_nope" in sql
+    conn = await asyncpg.connect(database.dsn)
+    try:
+        with pytest.raises(asyncpg.RaiseError) as raised:
+            await conn.execute(sql)
+        assert 'extension "ragoverlay_nope", which this server does not have installed' in str(raised.value)
+        assert "contrib" in (raised.value.hint or "")
+    finally:
+        await conn.close()
