@@ -31,7 +31,7 @@ from app.store import chunks as store
 from app.store.db import StoreInfo, bootstrap
 from app.store.ids import uuid7_batch
 from app.store.scope import Scope, ScopeError
-from app.store.vector_index import build_index, index_spec
+from app.store.vector_index import IndexSpec, build_index
 from tests.contract.helpers import query, upload
 from tests.fixtures.service import Database, auth, new_id, running_app
 
@@ -319,8 +319,7 @@ async def test_every_route_keeps_foreign_rows_out(scoped_app: tuple[httpx.AsyncC
 # --- the SQL search paths --------------------------------------------------------------------
 
 DIMS = 24  # a dimension of its own: its HNSW index holds this module's rows only
-SPEC = index_spec(DIMS)
-assert SPEC is not None
+SPEC = IndexSpec(DIMS)
 CALLER, VICTIM, AGENT, COLLEAGUE = "caller", "victim", "agent_x", "colleague"
 
 

@@ -30,7 +30,7 @@ from app.store import chunks as store
 from app.store.db import StoreInfo, bootstrap
 from app.store.ids import uuid7_batch
 from app.store.scope import Scope
-from app.store.vector_index import build_index, index_spec
+from app.store.vector_index import IndexSpec, build_index
 from tests.fixtures.service import Database
 from tests.integration.reference import exact_top_k
 
@@ -38,8 +38,7 @@ DIMS = 384
 FILES = 100
 PER_FILE = 20
 OWNER = "owner-a"
-SPEC = index_spec(DIMS)
-assert SPEC is not None
+SPEC = IndexSpec(DIMS)
 FOREIGN = "owner-b"
 
 
@@ -104,9 +103,7 @@ async def corpus(database: Database) -> AsyncIterator[Corpus]:
                 new,
             )
         await conn.execute("ANALYZE langchain_pg_embedding")
-        spec = index_spec(DIMS)
-        assert spec is not None
-        assert await build_index(conn, spec, m=16, ef_construction=64, memory="256MB")
+        assert await build_index(conn, SPEC, m=16, ef_construction=64, memory="256MB")
     finally:
         await conn.close()
     yield Corpus(info, file_ids, foreign, queries)

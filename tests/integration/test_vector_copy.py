@@ -8,6 +8,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -59,7 +60,7 @@ async def connect(dsn: str) -> asyncpg.Connection:
 
 def rag_api_row(
     info: StoreInfo, file_id: str | None, owner: str | None, vector: np.ndarray, text: str = "t"
-) -> tuple[object, ...]:
+) -> tuple[Any, ...]:
     """A row as rag_api writes it (random v4 uuid, json metadata text, custom_id = file id)."""
     meta: dict[str, object] = {"file_id": file_id, "digest": text, "source": f"/app/uploads/{file_id}.pdf"}
     if owner is not None:

@@ -10,6 +10,7 @@ from app.search.planner import (
     CatalogueStats,
     SearchKnowledge,
     SearchSettings,
+    VectorSearchDecision,
     candidate_count,
     index_pays_off,
     plan_vector_search,
@@ -108,7 +109,7 @@ def big(files: int, per_file: int, table_rows: float) -> CatalogueStats:
 
 def plan(
     knowledge: SearchKnowledge, files: int, *, k: int = 10, dims: int = 384, **settings: object
-) -> object:
+) -> VectorSearchDecision:
     return plan_vector_search(
         dims=dims,
         k=k,
