@@ -102,7 +102,8 @@ class SearchService:
 
     async def search(self, query: str, scope: Scope, k: int) -> SearchOutcome:
         """Global top-`k` chunks nearest to `query` among the rows `scope` can see."""
-        scope = scope.with_files(f for f in (scope.file_ids or ()) if f)
+        if scope.file_ids and "" in scope.file_ids:
+            scope = scope.with_files(f for f in scope.file_ids if f)
         if not scope.file_ids or not query.strip():
             return SearchOutcome()
         t0 = time.perf_counter()
