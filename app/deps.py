@@ -19,7 +19,7 @@ from app.clients.embeddings import Embedder
 from app.config import Settings
 from app.errors import ServiceUnavailable
 from app.ingest.pipeline import IngestService
-from app.search.index_manager import VectorIndexManager
+from app.maintenance.tasks import Maintenance
 from app.search.service import SearchService
 from app.store.db import StoreInfo
 
@@ -36,7 +36,7 @@ class Resources:
     search: SearchService
     ingest: IngestService
     http: httpx.AsyncClient
-    indexes: VectorIndexManager
+    maintenance: Maintenance
     admin_ids: frozenset[str] = field(default_factory=frozenset)
 
 

@@ -24,10 +24,12 @@ from app.deps import Resources, get_principal
 from app.errors import BlobStoreError, InvalidInput, RagError, Unauthorized
 from app.ingest.pipeline import IngestService
 from app.logs import RequestContextMiddleware, configure_logging, request_id_var
+from app.maintenance.tasks import Maintenance
 from app.runtime.postgres import EmbeddedPostgres
-from app.search.index_manager import VectorIndexManager
 from app.search.service import SearchService
+from app.search.state import SearchState
 from app.store.db import bootstrap, create_pool
+from app.store.maintenance import MaintenanceStore
 
 logger = logging.getLogger(__name__)
 
@@ -103,18 +105,18 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             logger.error("Blob store check failed at start-up: %s", exc.detail)
         ingest = IngestService(settings, pool, info, embedder, blobs)
         stack.callback(ingest.close)
-        indexes = VectorIndexManager(settings, dsn, info)
-        stack.push_async_callback(indexes.close)
-        indexes.start(embedder.dimensions)
-        ingest.on_stored = indexes.note_ingest
+        search_state = SearchState()
+        maintenance = Maintenance(settings, MaintenanceStore(dsn, info), search_state)
+        stack.push_async_callback(maintenance.close)
+        maintenance.start(embedder.dimensions)
         app.state.resources = Resources(
             settings=settings,
             pool=pool,
             info=info,
             embedder=embedder,
             blobs=blobs,
-            search=SearchService(settings, pool, info, embedder, indexes),
-            indexes=indexes,
+            search=SearchService(settings, pool, info, embedder, search_state, maintenance),
+            maintenance=maintenance,
             ingest=ingest,
             http=http,
             admin_ids=frozenset(settings.admin_user_ids),

@@ -227,7 +227,7 @@ def _as_array(value: Any) -> np.ndarray:
 
 
 async def hnsw_indexes(conn: asyncpg.Connection) -> list[dict[str, Any]]:
-    """The service's HNSW indexes (name prefix `ragoverlay_emb_hnsw`) and their validity."""
+    """The service's HNSW indexes (name prefix `ragoverlay_vec_hnsw`) and their validity."""
     return [dict(r) for r in await conn.fetch(HNSW_INDEXES)]
 
 

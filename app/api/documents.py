@@ -11,7 +11,7 @@ from fastapi.responses import Response
 from pydantic import StringConstraints
 
 from app.auth import read_namespaces
-from app.deps import CurrentPrincipal, IngestDep, SearchDep, SettingsDep
+from app.deps import CurrentPrincipal, IngestDep, SearchDep
 from app.errors import BadRequest, NotFound
 from app.schemas import (
     MAX_FILE_ID_CHARS,
@@ -44,8 +44,8 @@ def _pairs(hits: Sequence[ChunkHit], timing: str | None = None) -> Response:
 @router.post("/query", response_model=list[tuple[dict[str, Any], float]])
 async def query(body: QueryRequest, principal: CurrentPrincipal, search: SearchDep) -> Response:
     """Top-k chunks of one file; `[]` when nothing matches or the file is out of scope."""
-    owners = read_namespaces(principal, body.entity_id)
-    outcome = await search.search(body.query, [body.file_id], owners, body.k)
+    scope = search.scope(read_namespaces(principal, body.entity_id), principal.namespace, [body.file_id])
+    outcome = await search.search(body.query, scope, body.k)
     return _pairs(outcome.hits, outcome.server_timing())
 
 
@@ -59,8 +59,8 @@ async def query_multiple(
         raise BadRequest("file_ids must not be empty")
     if len(ids) > MAX_FILE_IDS:
         raise BadRequest(f"At most {MAX_FILE_IDS} file_ids are allowed")
-    owners = read_namespaces(principal, body.entity_id)
-    outcome = await search.search(body.query, ids, owners, body.k)
+    scope = search.scope(read_namespaces(principal, body.entity_id), principal.namespace, ids)
+    outcome = await search.search(body.query, scope, body.k)
     if not outcome.hits:
         raise NotFound("No documents found for the given query")
     return _pairs(outcome.hits, outcome.server_timing())
@@ -75,7 +75,7 @@ async def get_documents(
 ) -> Response:
     """All chunks of the given files, in order; 404 if any file is not in scope."""
     owners = read_namespaces(principal, entity_id)
-    rows = await search.documents(ids, owners)
+    rows = await search.documents(search.scope(owners, principal.namespace, ids))
     found = {r.file_id for r in rows}
     if any(i not in found for i in ids):
         raise NotFound("One or more IDs not found")
@@ -87,7 +87,7 @@ async def get_documents(
 async def delete_documents(
     principal: CurrentPrincipal,
     ingest: IngestDep,
-    settings: SettingsDep,
+    search: SearchDep,
     file_ids: Annotated[
         list[Annotated[str, StringConstraints(max_length=MAX_FILE_ID_CHARS)]], Body(max_length=MAX_FILE_IDS)
     ],
@@ -95,12 +95,8 @@ async def delete_documents(
 ) -> MessageResponse:
     """Delete files (chunks, index rows, originals) in the caller's delete scope."""
     ids = list(dict.fromkeys(file_ids))
-    found = await ingest.delete(
-        ids,
-        owners=read_namespaces(principal, entity_id),
-        uploader=principal.namespace,
-        any_owner=settings.delete_scope == "caller",
-    )
+    owners = read_namespaces(principal, entity_id)
+    found = await ingest.delete(search.delete_scope(owners, principal.namespace, ids))
     if any(i not in found for i in ids):
         raise NotFound("One or more IDs not found")
     count = len(ids)
@@ -114,7 +110,8 @@ async def document_context(
     file_id: str, principal: CurrentPrincipal, search: SearchDep, entity_id: EntityQuery = None
 ) -> Response:
     """The file's text for the model: name, then text with page markers (a JSON string)."""
-    text = await search.context(file_id, read_namespaces(principal, entity_id))
+    owners = read_namespaces(principal, entity_id)
+    text = await search.context(search.scope(owners, principal.namespace, [file_id]))
     if text is None:
         raise NotFound("One or more IDs not found")
     return Response(json.dumps(text, ensure_ascii=False), media_type="application/json")
@@ -125,4 +122,4 @@ async def list_ids(
     principal: CurrentPrincipal, search: SearchDep, entity_id: EntityQuery = None
 ) -> list[str]:
     """File ids in the caller's scope. **Decision**: rag_api lists every id in the collection."""
-    return await search.file_ids(read_namespaces(principal, entity_id))
+    return await search.file_ids(search.scope(read_namespaces(principal, entity_id), principal.namespace))

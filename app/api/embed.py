@@ -12,11 +12,12 @@ from fastapi import APIRouter, Query, Request
 
 from app.auth import Principal, write_owner
 from app.config import Settings
-from app.deps import CurrentPrincipal, IngestDep, SettingsDep
+from app.deps import CurrentPrincipal, IngestDep, SearchDep, SettingsDep
 from app.errors import BadRequest, InvalidInput, NotFound, PayloadTooLarge
 from app.ingest.pipeline import IngestService, SourceFile
 from app.ingest.upload import SavedUpload, check_content_length, receive_multipart
 from app.schemas import MAX_FILE_ID_CHARS, EmbedResponse, LocalEmbedRequest, TextResponse
+from app.search.service import SearchService
 
 router = APIRouter(tags=["upload"])
 
@@ -92,7 +93,12 @@ def _storage_metadata(fields: dict[str, str]) -> dict[str, Any] | None:
 
 
 async def _embed_multipart(
-    request: Request, principal: Principal, ingest: IngestService, settings: Settings, file_field: str
+    request: Request,
+    principal: Principal,
+    ingest: IngestService,
+    search: SearchService,
+    settings: Settings,
+    file_field: str,
 ) -> EmbedResponse:
     upload = await _receive(request, settings, file_field)
     try:
@@ -108,23 +114,24 @@ async def _embed_multipart(
         )
     finally:
         upload.cleanup()
+    search.note_stored(outcome.record)
     return EmbedResponse(file_id=outcome.file_id, filename=upload.filename, known_type=outcome.known_type)
 
 
 @router.post("/embed", response_model=EmbedResponse, openapi_extra=_multipart_schema("file"))
 async def embed(
-    request: Request, principal: CurrentPrincipal, ingest: IngestDep, settings: SettingsDep
+    request: Request, principal: CurrentPrincipal, ingest: IngestDep, search: SearchDep, settings: SettingsDep
 ) -> EmbedResponse:
     """Upload a file (multipart `file_id`, `file`, `entity_id?`, `storage_metadata?`) and index it."""
-    return await _embed_multipart(request, principal, ingest, settings, "file")
+    return await _embed_multipart(request, principal, ingest, search, settings, "file")
 
 
 @router.post("/embed-upload", response_model=EmbedResponse, openapi_extra=_multipart_schema("uploaded_file"))
 async def embed_upload(
-    request: Request, principal: CurrentPrincipal, ingest: IngestDep, settings: SettingsDep
+    request: Request, principal: CurrentPrincipal, ingest: IngestDep, search: SearchDep, settings: SettingsDep
 ) -> EmbedResponse:
     """Same as `/embed`, with the file part named `uploaded_file`."""
-    return await _embed_multipart(request, principal, ingest, settings, "uploaded_file")
+    return await _embed_multipart(request, principal, ingest, search, settings, "uploaded_file")
 
 
 @router.post("/text", response_model=TextResponse, openapi_extra=_multipart_schema("file", with_entity=False))
@@ -172,6 +179,7 @@ async def embed_local(
     body: LocalEmbedRequest,
     principal: CurrentPrincipal,
     ingest: IngestDep,
+    search: SearchDep,
     settings: SettingsDep,
     entity_id: str | None = Query(None, max_length=MAX_FILE_ID_CHARS),
 ) -> EmbedResponse:
@@ -184,4 +192,5 @@ async def embed_local(
         owner=write_owner(principal, entity_id),
         uploader=principal.namespace,
     )
+    search.note_stored(outcome.record)
     return EmbedResponse(file_id=outcome.file_id, filename=body.filename, known_type=outcome.known_type)

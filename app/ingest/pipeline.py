@@ -12,7 +12,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,19 +33,21 @@ from app.ingest.worker import parse_in_worker, start_worker_server
 from app.store import chunks as store
 from app.store.db import StoreInfo
 from app.store.ids import uuid7_batch
+from app.store.scope import Scope
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class EmbedOutcome:
-    """What an ingest stored."""
+    """What an ingest stored: counts, and the catalogue row (for the search statistics)."""
 
     file_id: str
     filename: str
     chunk_count: int
     embedded: int
     reused: int
+    record: store.FileRecord
     known_type: bool = True
 
 
@@ -96,9 +98,6 @@ class IngestService:
         self.embedder = embedder
         self.blobs = blobs
         self.model_id = model_identity(settings)
-        # told of every stored file (dimension, chunks): keeps the search statistics current
-        # (file id, owner, dimension, chunks) of each stored file: feeds the search path statistics
-        self.on_stored: Callable[[str, str, int | None, int], None] | None = None
         # Parsing runs in a worker process per upload (memory and time limits); chunking is CPU
         # work in threads. The semaphore bounds whole ingests so a burst of uploads cannot hold
         # dozens of parsed documents in memory at once.
@@ -205,8 +204,6 @@ class IngestService:
                     orphan = previous
             if orphan:
                 await self._delete_blob_quietly(orphan)
-        if self.on_stored is not None:
-            self.on_stored(record.file_id, record.owner, record.embedding_dim, len(new_chunks))
         logger.info(
             "Ingested file %s: %d chunks (%d embedded, %d reused), load %.0f ms, embed %.0f ms, "
             "total %.0f ms",
@@ -218,7 +215,7 @@ class IngestService:
             (embedded_at - loaded_at) * 1000,
             (time.perf_counter() - started) * 1000,
         )
-        return EmbedOutcome(file_id, source.filename, len(new_chunks), embedded, reused)
+        return EmbedOutcome(file_id, source.filename, len(new_chunks), embedded, reused, record)
 
     async def _vectors_for(
         self, file_id: str, owner: str, texts: list[str], metas: list[dict[str, Any]]
@@ -259,20 +256,10 @@ class IngestService:
         except Exception:  # the file row is already gone; a leftover blob is only wasted space
             logger.warning("Could not delete unreferenced blob %s", key, exc_info=False)
 
-    async def delete(
-        self, file_ids: list[str], *, owners: list[str], uploader: str, any_owner: bool
-    ) -> set[str]:
-        """Delete files in the caller's delete scope (chunks, catalogue rows, unreferenced originals)."""
+    async def delete(self, scope: Scope) -> set[str]:
+        """Delete the scope's files (chunks, catalogue rows, unreferenced originals); return those found."""
         async with self.pool.acquire() as conn, conn.transaction():
-            result = await store.delete_files(
-                conn,
-                self.info,
-                file_ids=file_ids,
-                owners=owners,
-                uploader=uploader,
-                any_owner=any_owner,
-                legacy_unowned=self.settings.legacy_unowned_readable,
-            )
+            result = await store.delete_files(conn, scope)
         for key in result.orphan_blob_keys:
             await self._delete_blob_quietly(key)
         return result.found

@@ -11,10 +11,13 @@ import asyncpg
 
 from app.clients.embeddings import Embedder
 from app.config import Settings
+from app.maintenance.tasks import Maintenance
 from app.search.context import ContextChunk, build_context
-from app.search.index_manager import VectorIndexManager
+from app.search.planner import SearchSettings, VectorSearchDecision, plan_vector_search
+from app.search.state import SearchState
 from app.store import chunks as store
 from app.store.db import StoreInfo
+from app.store.scope import Scope
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +42,7 @@ class SearchOutcome:
 
 
 class SearchService:
-    """Searches and reads chunks for one collection."""
+    """Searches and reads chunks for one collection, always inside the caller's `Scope`."""
 
     def __init__(
         self,
@@ -47,57 +50,72 @@ class SearchService:
         pool: asyncpg.Pool,
         info: StoreInfo,
         embedder: Embedder,
-        indexes: VectorIndexManager | None = None,
+        state: SearchState | None = None,
+        maintenance: Maintenance | None = None,
     ) -> None:
         self.settings = settings
         self.pool = pool
         self.info = info
         self.embedder = embedder
-        self.indexes = indexes
+        self.state = state or SearchState()
+        self.maintenance = maintenance
+        self.search_settings = SearchSettings.from_settings(settings)
 
-    def plan(self, dims: int, file_ids: Sequence[str], owners: Sequence[str]) -> store.SearchPlan:
-        """Search settings for a query vector of `dims` dimensions over distinct `file_ids`."""
-        spec = self.indexes.usable(dims) if self.indexes else None
-        stats = self.indexes.stats if self.indexes else store.CatalogueStats()
-        return store.SearchPlan(
-            exact_max_rows=self.settings.exact_scan_max_rows,
-            estimate=stats.estimate(file_ids, owners),
-            # rows of one dimension only: skip the per-row check (the database rechecks on a mismatch)
-            check_dims=stats.uniform_dims != dims or self.settings.legacy_unowned_readable,
-            index_function=spec.function_name if spec else None,
-            index_dims=spec.dims if spec else 0,
-            cost_factor=self.settings.hnsw_cost_factor,
-            ef_search=self.settings.hnsw_ef_search,
-            max_scan_tuples=self.settings.hnsw_max_scan_tuples,
+    def scope(
+        self, owners: Sequence[str], uploader: str | None, file_ids: Sequence[str] | None = None
+    ) -> Scope:
+        """The read scope of a caller: `owners` (from `read_namespaces`), the files it uploaded."""
+        return Scope.of(
+            self.info.collection_id,
+            owners,
+            uploader=uploader,
+            file_ids=file_ids,
             legacy_unowned=self.settings.legacy_unowned_readable,
-            use_copy=self.indexes.use_copy if self.indexes else False,
         )
 
-    async def search(
-        self, query: str, file_ids: Sequence[str], owners: Sequence[str], k: int
-    ) -> SearchOutcome:
-        """Global top-`k` chunks of `file_ids` nearest to `query`, among rows `owners` own."""
-        ids = list(dict.fromkeys(f for f in file_ids if f))
-        if not ids or not query.strip():
+    def delete_scope(self, owners: Sequence[str], uploader: str | None, file_ids: Sequence[str]) -> Scope:
+        """The delete scope: the read scope, or any owner under DELETE_SCOPE=caller."""
+        return Scope.of(
+            self.info.collection_id,
+            owners,
+            uploader=uploader,
+            file_ids=file_ids,
+            legacy_unowned=self.settings.legacy_unowned_readable,
+            any_owner=self.settings.delete_scope == "caller",
+        )
+
+    def note_stored(self, stored: store.FileRecord) -> None:
+        """Account for a file an ingest just stored (its return value), until the next refresh."""
+        self.state.note_stored(stored)
+
+    def plan(self, dims: int, scope: Scope, k: int) -> VectorSearchDecision:
+        """The planner's decision for a query vector of `dims` dimensions within `scope`."""
+        return plan_vector_search(
+            dims=dims,
+            k=k,
+            file_ids=scope.file_ids or (),
+            owners=scope.owners,
+            uploader=scope.uploader,
+            knowledge=self.state.knowledge(),
+            settings=self.search_settings,
+        )
+
+    async def search(self, query: str, scope: Scope, k: int) -> SearchOutcome:
+        """Global top-`k` chunks nearest to `query` among the rows `scope` can see."""
+        if scope.file_ids and "" in scope.file_ids:
+            scope = scope.with_files(f for f in scope.file_ids if f)
+        if not scope.file_ids or not query.strip():
             return SearchOutcome()
         t0 = time.perf_counter()
         vector = await self.embedder.embed_query(query)
         t1 = time.perf_counter()
         dims = int(vector.shape[0])
-        if self.indexes is not None:
-            self.indexes.note_dims(dims)
+        if self.maintenance is not None:
+            self.maintenance.want_index(dims)
+        decision = self.plan(dims, scope, k)
         timeout = self.settings.query_timeout_ms / 1000
         async with self.pool.acquire(timeout=timeout) as conn:
-            result = await store.search(
-                conn,
-                self.info,
-                vector=vector,
-                file_ids=ids,
-                owners=owners,
-                k=k,
-                plan=self.plan(dims, ids, owners),
-                timeout=timeout,
-            )
+            result = await store.search(conn, scope, decision.call(vector), timeout=timeout)
         t2 = time.perf_counter()
         hits = result.hits
         threshold = self.settings.rag_distance_threshold
@@ -105,11 +123,11 @@ class SearchService:
             # a relevance cut on already-authorised rows, not an authorisation filter
             hits = [h for h in hits if h.distance <= threshold]
         outcome = SearchOutcome(
-            hits, result.path, result.visible_estimate, (t1 - t0) * 1000, (t2 - t1) * 1000
+            hits, result.path, decision.visible_estimate, (t1 - t0) * 1000, (t2 - t1) * 1000
         )
         logger.debug(
             "search files=%d k=%d hits=%d path=%s estimate=%d embed_ms=%.1f db_ms=%.1f",
-            len(ids),
+            len(scope.file_ids),
             k,
             len(hits),
             outcome.path,
@@ -119,32 +137,25 @@ class SearchService:
         )
         return outcome
 
-    async def documents(self, file_ids: Sequence[str], owners: Sequence[str]) -> list[store.StoredChunk]:
-        """All chunks of `file_ids` the caller may read, grouped by file in document order."""
+    async def documents(self, scope: Scope) -> list[store.StoredChunk]:
+        """All chunks of the scope's files, grouped by file in document order."""
         async with self.pool.acquire() as conn:
-            return await store.documents(
-                conn,
-                self.info,
-                file_ids=list(dict.fromkeys(file_ids)),
-                owners=owners,
-                limit=MAX_DOCUMENT_ROWS,
-                legacy_unowned=self.settings.legacy_unowned_readable,
-            )
+            return await store.documents(conn, scope, limit=MAX_DOCUMENT_ROWS)
 
-    async def file_ids(self, owners: Sequence[str]) -> list[str]:
-        """Distinct file ids in the caller's namespaces."""
+    async def file_ids(self, scope: Scope) -> list[str]:
+        """Distinct file ids the scope can see (its file list, if any, is ignored)."""
+        listing = Scope.of(
+            scope.collection_id,
+            scope.owners,
+            uploader=scope.uploader,
+            legacy_unowned=scope.legacy_unowned,
+        )
         async with self.pool.acquire() as conn:
-            return await store.list_file_ids(
-                conn,
-                self.info,
-                owners=owners,
-                limit=MAX_IDS,
-                legacy_unowned=self.settings.legacy_unowned_readable,
-            )
+            return await store.list_file_ids(conn, listing, limit=MAX_IDS)
 
-    async def context(self, file_id: str, owners: Sequence[str]) -> str | None:
-        """The file's full text for the model, or None when it is not in scope."""
-        rows = await self.documents([file_id], owners)
+    async def context(self, scope: Scope) -> str | None:
+        """The text of the scope's file for the model, or None when it is not in scope."""
+        rows = await self.documents(scope)
         if not rows:
             return None
         filename = ""

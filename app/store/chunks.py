@@ -1,15 +1,16 @@
 """V1 chunk storage on rag_api's `langchain_pg_embedding`: search, read, replace, delete.
 
 Every function takes a connection, so callers choose the transaction (and tests can roll back).
-Every read and delete carries the caller's namespaces in its WHERE clause.
+Every read and delete takes the caller's `Scope` and runs inside it in SQL (`app/store/sql/`).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from app.store import queries
 from app.store.db import StoreInfo
+from app.store.scope import SCOPE_PARAMS, SCOPE_SQL, Scope
 
 
 @dataclass(frozen=True)
@@ -32,28 +34,22 @@ class ChunkHit:
 
 
 @dataclass(frozen=True)
-class SearchPlan:
-    """How a search may run: the exact-scan threshold and the usable HNSW index, if any."""
+class SearchCall:
+    """One call of a search channel's SQL function: its name and its arguments besides the scope.
 
-    exact_max_rows: int
-    estimate: int = 0  # visible rows expected (files x average chunks per file)
-    check_dims: bool = True  # False when every catalogued row has the query's dimension
-    index_function: str | None = None  # the valid HNSW index's walk function; None = exact only
-    index_dims: int = 0
-    cost_factor: float = 1.0
-    ef_search: int = 100
-    max_scan_tuples: int = 20_000
-    legacy_unowned: bool = False
-    use_copy: bool = False  # the compact vector copy (ragoverlay_vectors) is complete
+    The planner builds it (names are ours, never request data); values are bound as parameters.
+    """
+
+    function: str
+    args: Mapping[str, Any]
 
 
 @dataclass
 class SearchResult:
-    """Hits plus how they were found (for Server-Timing and tests)."""
+    """Hits plus the path the SQL took (for Server-Timing and tests)."""
 
     hits: list[ChunkHit]
     path: str
-    visible_estimate: int
 
 
 @dataclass(frozen=True)
@@ -101,9 +97,17 @@ class DeleteResult:
     orphan_blob_keys: list[str] = field(default_factory=list)
 
 
-@functools.lru_cache(maxsize=32)
-def _sql(template: str, param: int, legacy_unowned: bool) -> str:
-    return queries.with_owner_predicate(template, param, legacy_unowned=legacy_unowned)
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+@functools.lru_cache(maxsize=64)
+def _call_sql(function: str, arg_names: tuple[str, ...]) -> str:
+    """`SELECT <hit columns> FROM function(p_scope => <scope>, p_a => $7, ...)`, from our own names."""
+    for name in (function, *arg_names):
+        if not _IDENTIFIER.match(name):
+            raise ValueError(f"not a SQL identifier: {name!r}")
+    named = "".join(f", {name} => ${SCOPE_PARAMS + i}" for i, name in enumerate(arg_names, start=1))
+    return f"SELECT {queries.SEARCH_COLUMNS} FROM {function}(p_scope => {SCOPE_SQL}{named}) AS h"
 
 
 def _to_numpy(value: Any) -> np.ndarray:
@@ -122,161 +126,36 @@ def _meta(raw: str | None) -> dict[str, Any]:
 
 async def search(
     conn: asyncpg.Connection,
-    info: StoreInfo,
+    scope: Scope,
+    call: SearchCall,
     *,
-    vector: np.ndarray,
-    file_ids: Sequence[str],
-    owners: Sequence[str],
-    k: int,
-    plan: SearchPlan,
     timeout: float | None = None,  # noqa: ASYNC109 - asyncpg's own per-statement timeout
 ) -> SearchResult:
-    """Top-`k` chunks nearest to `vector` among the caller's rows of `file_ids`, in one round trip."""
+    """Run one search channel's SQL function inside `scope`, in one round trip."""
+    names = tuple(call.args)
     rows = await conn.fetch(
-        queries.SEARCH_FUNCTION,
-        vector,
-        info.collection_id,
-        list(file_ids),
-        list(owners),
-        k,
-        plan.legacy_unowned,
-        plan.estimate,
-        plan.check_dims,
-        plan.exact_max_rows,
-        plan.index_function,
-        plan.index_dims,
-        plan.ef_search,
-        plan.max_scan_tuples,
-        plan.cost_factor,
-        plan.use_copy,
+        _call_sql(call.function, names),
+        *scope.for_reading().sql_args(),
+        *(call.args[n] for n in names),
         timeout=timeout,
     )
     hits = [
         ChunkHit(r["uuid"], r["custom_id"], r["document"] or "", _meta(r["cmetadata"]), float(r["distance"]))
         for r in rows
     ]
-    path = rows[0]["path"] if rows else "none"
-    estimate = int(rows[0]["visible_estimate"]) if rows else 0
-    return SearchResult(hits, path, estimate)
+    return SearchResult(hits, rows[0]["path"] if rows else "none")
 
 
-async def search_exact_reference(
-    conn: asyncpg.Connection,
-    info: StoreInfo,
-    *,
-    vector: np.ndarray,
-    file_ids: Sequence[str],
-    owners: Sequence[str],
-    k: int,
-    legacy_unowned: bool = False,
-) -> list[ChunkHit]:
-    """Plain exact top-`k` (no function, no index): the reference the tests compare against."""
-    sql = _sql(queries.SEARCH_TEMPLATE, 4, legacy_unowned)
-    rows = await conn.fetch(
-        sql, vector, info.collection_id, list(file_ids), list(owners), int(vector.shape[0]), k
-    )
-    return [
-        ChunkHit(r["uuid"], r["custom_id"], r["document"] or "", _meta(r["cmetadata"]), float(r["distance"]))
-        for r in rows
-    ]
-
-
-# Per-file chunk counts are kept in memory for the path choice up to this many catalogued files
-# (~200 bytes each); above it the estimate falls back to files x average chunks per file.
-FILE_MAP_MAX = 100_000
-
-
-@dataclass(frozen=True)
-class CatalogueStats:
-    """Sizes and dimensions of one collection's files, for the search path choice."""
-
-    files: int = 0
-    chunks: int = 0
-    uniform_dims: int | None = None  # the single dimension of every catalogued file, if there is one
-    # file id -> owner -> chunk count; None when the catalogue is larger than FILE_MAP_MAX
-    file_chunks: dict[str, dict[str, int]] | None = None
-
-    @property
-    def chunks_per_file(self) -> float:
-        """Average chunks per file (20 before anything is known: rag_api's typical file)."""
-        return self.chunks / self.files if self.files else 20.0
-
-    def estimate(self, file_ids: Sequence[str], owners: Sequence[str]) -> int:
-        """Rows of `file_ids` that `owners` can see, as far as the catalogue knows.
-
-        Only the path choice uses this; authorisation is the database's. A listed file catalogued
-        under other owners counts 0 (a knowledge base listed without its `entity_id` sees none of
-        the Agent's files); a file the catalogue has not seen yet counts the average.
-        """
-        if self.file_chunks is None:
-            return round(len(file_ids) * self.chunks_per_file)
-        total = 0.0
-        for file_id in file_ids:
-            by_owner = self.file_chunks.get(file_id)
-            if by_owner is None:
-                total += self.chunks_per_file
-                continue
-            for owner in owners:
-                total += by_owner.get(owner, 0)
-        return round(total)
-
-    def with_file(self, file_id: str, owner: str, dims: int | None, chunks: int) -> CatalogueStats:
-        """These statistics plus (or with a new version of) one stored file."""
-        uniform = self.uniform_dims if (self.files == 0 or self.uniform_dims == dims) else None
-        if self.files == 0:
-            uniform = dims
-        file_chunks = self.file_chunks
-        previous = 0
-        if file_chunks is not None:
-            # replaced in place: requests read the map on the event loop, between awaits
-            previous = file_chunks.setdefault(file_id, {}).get(owner, 0)
-            file_chunks[file_id][owner] = chunks
-        new_file = previous == 0
-        return CatalogueStats(
-            self.files + (1 if new_file else 0), self.chunks + chunks - previous, uniform, file_chunks
-        )
-
-
-async def catalogue_stats(conn: asyncpg.Connection, info: StoreInfo) -> CatalogueStats:
-    """Current catalogue statistics of the collection (with per-file counts when small enough)."""
-    row = await conn.fetchrow(queries.CATALOGUE_STATS, info.collection_id)
-    uniform = row["dims"] if row["dim_kinds"] == 1 and not row["unknown_dims"] else None
-    files = int(row["files"])
-    file_chunks: dict[str, dict[str, int]] | None = None
-    if files <= FILE_MAP_MAX:
-        file_chunks = {}
-        for r in await conn.fetch(queries.CATALOGUE_FILE_CHUNKS, info.collection_id):
-            file_chunks.setdefault(r["file_id"], {})[r["owner"]] = int(r["chunk_count"])
-    return CatalogueStats(files, int(row["chunks"]), uniform, file_chunks)
-
-
-async def documents(
-    conn: asyncpg.Connection,
-    info: StoreInfo,
-    *,
-    file_ids: Sequence[str],
-    owners: Sequence[str],
-    limit: int,
-    legacy_unowned: bool = False,
-) -> list[StoredChunk]:
-    """The caller's chunks of `file_ids`, grouped by file, in document order."""
-    sql = _sql(queries.DOCUMENTS_TEMPLATE, 3, legacy_unowned)
-    rows = await conn.fetch(sql, info.collection_id, list(file_ids), list(owners), limit)
+async def documents(conn: asyncpg.Connection, scope: Scope, *, limit: int) -> list[StoredChunk]:
+    """The chunks of the scope's files, grouped by file, in document order."""
+    rows = await conn.fetch(queries.DOCUMENTS, *scope.for_reading().sql_args(), limit)
     return [StoredChunk(r["custom_id"], r["document"] or "", _meta(r["cmetadata"])) for r in rows]
 
 
-async def list_file_ids(
-    conn: asyncpg.Connection,
-    info: StoreInfo,
-    *,
-    owners: Sequence[str],
-    limit: int,
-    legacy_unowned: bool = False,
-) -> list[str]:
-    """Distinct file ids the caller's namespaces own."""
-    sql = _sql(queries.IDS_TEMPLATE, 2, legacy_unowned)
-    rows = await conn.fetch(sql, info.collection_id, list(owners), limit)
-    return [r["custom_id"] for r in rows]
+async def list_file_ids(conn: asyncpg.Connection, scope: Scope, *, limit: int) -> list[str]:
+    """Distinct file ids the scope can see."""
+    rows = await conn.fetch(queries.FILE_IDS, *scope.for_reading().sql_args(), limit)
+    return [r["file_id"] for r in rows]
 
 
 async def existing_vectors(
@@ -338,34 +217,20 @@ async def replace_file(
     return str(previous_blob) if previous_blob and previous_blob != record.blob_key else None
 
 
-async def delete_files(
-    conn: asyncpg.Connection,
-    info: StoreInfo,
-    *,
-    file_ids: Sequence[str],
-    owners: Sequence[str],
-    uploader: str,
-    any_owner: bool,
-    legacy_unowned: bool = False,
-) -> DeleteResult:
-    """Delete chunks and catalogue rows of `file_ids` in the caller's delete scope.
+async def delete_files(conn: asyncpg.Connection, scope: Scope) -> DeleteResult:
+    """Delete the chunks and catalogue rows of the scope's files; report what was found.
 
-    Must run inside a transaction. `any_owner` is DELETE_SCOPE=caller (rag_api's behaviour).
+    Must run inside a transaction (the blob checks read what the delete left).
     """
+    if scope.file_ids is None:
+        raise ValueError("a delete needs the file ids to delete")
     result = DeleteResult()
-    ids = list(dict.fromkeys(file_ids))
-    if any_owner:
-        chunk_rows = await conn.fetch(queries.DELETE_CHUNKS_ANY, info.collection_id, ids)
-        file_rows = await conn.fetch(queries.DELETE_FILES_ANY, info.collection_id, ids)
-    else:
-        sql = _sql(queries.DELETE_CHUNKS_OWNER_SCOPE_TEMPLATE, 3, legacy_unowned)
-        chunk_rows = await conn.fetch(sql, info.collection_id, ids, list(owners), uploader)
-        file_rows = await conn.fetch(
-            queries.DELETE_FILES_OWNER_SCOPE, info.collection_id, ids, list(owners), uploader
-        )
-    result.found.update(r["custom_id"] for r in chunk_rows)
-    result.found.update(r["file_id"] for r in file_rows)
-    for key in {r["blob_key"] for r in file_rows if r["blob_key"]}:
+    blob_keys: set[str] = set()
+    for row in await conn.fetch(queries.DELETE_FILES, *scope.sql_args()):
+        result.found.add(row["file_id"])
+        if row["blob_key"]:
+            blob_keys.add(row["blob_key"])
+    for key in sorted(blob_keys):
         if not await conn.fetchval(queries.BLOB_STILL_REFERENCED, key):
             result.orphan_blob_keys.append(key)
     return result

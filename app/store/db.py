@@ -1,4 +1,4 @@
-"""Database start-up: the connection pool, codecs, migrations and the collection in use."""
+"""Database start-up: the connection pool, codecs, schema and SQL code, and the collection in use."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import asyncpg
 from pgvector.asyncpg import register_vector
 
 from app.store import queries
-from app.store.migrate import migrate
+from app.store.migrate import prepare_schema
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +54,22 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     await register_vector(conn)
 
 
+@contextlib.asynccontextmanager
+async def dedicated_connection(dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    """A connection of its own, outside the pool, without a statement timeout: background work.
+
+    Maintenance holds a connection for minutes (an index built CONCURRENTLY, a backfill in committed
+    batches), which must neither starve the request pool nor be cut by its timeout.
+    """
+    conn = await asyncpg.connect(dsn, server_settings={"application_name": "ragoverlay-maintenance"})
+    try:
+        await _init_connection(conn)
+        await conn.execute("SET statement_timeout = 0")
+        yield conn
+    finally:
+        await conn.close()
+
+
 async def create_pool(
     dsn: str, *, min_size: int, max_size: int, statement_timeout_ms: int, command_timeout_s: float
 ) -> asyncpg.Pool:
@@ -76,12 +92,14 @@ async def create_pool(
 
 
 async def bootstrap(dsn: str, collection_name: str) -> StoreInfo:
-    """Apply migrations, check pgvector, and find or create the collection (idempotent)."""
+    """Apply migrations and SQL code, check pgvector, find or create the collection (idempotent)."""
     conn = await asyncpg.connect(dsn)
     try:
-        applied = await migrate(conn)
-        if applied:
-            logger.info("Applied migrations %s", applied)
+        changes = await prepare_schema(conn)
+        if changes.migrations:
+            logger.info("Applied migrations %s", changes.migrations)
+        if changes.code:
+            logger.info("Applied SQL code %s", ", ".join(changes.code))
         version = await conn.fetchval(queries.VECTOR_VERSION)
         if version is None:
             raise RuntimeError("the pgvector extension is not installed in this database")

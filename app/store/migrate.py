@@ -1,9 +1,16 @@
-"""A small migration runner: numbered `NNNN_name.sql` files, applied once, recorded, idempotent.
+"""Schema and SQL code at start-up: numbered migrations applied once, SQL code files kept current.
 
-Files are applied in order under a session advisory lock, so several replicas starting at once
-apply each migration exactly once. A file whose first line is `-- ragoverlay: no-transaction` runs
-statement by statement outside a transaction (needed for CREATE INDEX CONCURRENTLY); an index such
-a statement left INVALID after a crash is dropped and rebuilt on the next run.
+Two kinds of files, both applied under one session advisory lock, so several replicas starting at
+once apply each exactly once:
+- migrations (`migrations/NNNN_name.sql`): tables, types, indexes and data changes, applied once
+  and recorded in `ragoverlay_migrations`. A file whose first line is
+  `-- ragoverlay: no-transaction` runs statement by statement outside a transaction (needed for
+  CREATE INDEX CONCURRENTLY); an index such a statement left INVALID after a crash is dropped and
+  rebuilt on the next run.
+- SQL code (`sql/NN_name.sql`): functions and triggers, whose text is the truth. They are recorded
+  with their checksum in `ragoverlay_sql_code`; when any file's checksum differs from the record,
+  all of them are applied again, in name order, in one transaction (a changed type signature can
+  then never leave a dependent function behind).
 """
 
 from __future__ import annotations
@@ -19,9 +26,27 @@ import asyncpg
 logger = logging.getLogger(__name__)
 
 MIGRATIONS_PACKAGE = "app.store.migrations"
+CODE_PACKAGE = "app.store.sql"
 NO_TRANSACTION_MARKER = "-- ragoverlay: no-transaction"
 _LOCK_KEY = 0x7261676F  # "rago": one constant key for the migration advisory lock
 _NAME_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_CODE_RE = re.compile(r"^\d{2}_[a-z0-9_]+\.sql$")
+
+# Earlier texts of migrations edited before any release (their functions and triggers moved to
+# sql/): a database that applied one of them is up to date, and its record takes the new checksum.
+SUPERSEDED_CHECKSUMS: dict[int, frozenset[str]] = {
+    1: frozenset({"e9f016041ea35b9fce0a58b363af89bb3a0a4506380ab392d74cbc0273a1a06b"}),
+    6: frozenset({"edab2bc2e4695b2f2e071213eb13f2bb2df033db07c4fa6a82aa1a899c07df0e"}),
+}
+
+
+class SchemaError(RuntimeError):
+    """A migration or SQL code file the database refused, with PostgreSQL's message and hint."""
+
+    def __init__(self, what: str, exc: asyncpg.PostgresError) -> None:
+        message = getattr(exc, "message", None) or str(exc)
+        hint = getattr(exc, "hint", None)
+        super().__init__(f"{what} failed: {message}" + (f". {hint}" if hint else ""))
 
 
 @dataclass(frozen=True)
@@ -78,31 +103,88 @@ def split_statements(sql: str) -> list[str]:
     return statements
 
 
-async def migrate(conn: asyncpg.Connection) -> list[int]:
-    """Apply pending migrations on `conn`; return the versions applied now."""
+@dataclass(frozen=True)
+class CodeFile:
+    """One SQL code file: functions and triggers, applied again whenever its text changes."""
+
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        """SHA-256 of the file text."""
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+def load_code() -> list[CodeFile]:
+    """All SQL code files shipped with the package, in the order they are applied (by name)."""
+    found = [
+        CodeFile(entry.name, entry.read_text(encoding="utf-8"))
+        for entry in resources.files(CODE_PACKAGE).iterdir()
+        if _CODE_RE.match(entry.name)
+    ]
+    return sorted(found, key=lambda f: f.name)
+
+
+def read_template(name: str) -> str:
+    """A SQL template shipped next to the code files (e.g. `vec_walk.template.sql`)."""
+    return resources.files(CODE_PACKAGE).joinpath(name).read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class SchemaChanges:
+    """What `prepare_schema` applied: migration versions and SQL code files."""
+
+    migrations: list[int]
+    code: list[str]
+
+
+async def prepare_schema(conn: asyncpg.Connection) -> SchemaChanges:
+    """Apply pending migrations, then the SQL code files if they changed, under the advisory lock."""
     await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
     try:
-        await conn.execute(
-            """
-            CREATE TABLE IF NOT EXISTS ragoverlay_migrations (
-                version integer PRIMARY KEY,
-                name text NOT NULL,
-                checksum text NOT NULL,
-                applied_at timestamptz NOT NULL DEFAULT now()
-            )
-            """
+        migrations = await migrate(conn)
+        code = await apply_code(conn)
+        return SchemaChanges(migrations, code)
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
+
+
+async def migrate(conn: asyncpg.Connection) -> list[int]:
+    """Apply pending migrations on `conn`; return the versions applied now.
+
+    The caller holds the advisory lock (`prepare_schema`). Versions recorded by a database but
+    shipped no more (0004 and 0007 held search functions, now SQL code) are left alone.
+    """
+    await conn.execute(
+        """
+        CREATE TABLE IF NOT EXISTS ragoverlay_migrations (
+            version integer PRIMARY KEY,
+            name text NOT NULL,
+            checksum text NOT NULL,
+            applied_at timestamptz NOT NULL DEFAULT now()
         )
-        applied = {
-            r["version"]: r["checksum"]
-            for r in await conn.fetch("SELECT version, checksum FROM ragoverlay_migrations")
-        }
-        done: list[int] = []
-        for mig in load_migrations():
-            if mig.version in applied:
-                if applied[mig.version] != mig.checksum:
-                    logger.warning("Migration %04d_%s changed after it was applied", mig.version, mig.name)
-                continue
-            logger.info("Applying migration %04d_%s", mig.version, mig.name)
+        """
+    )
+    applied = {
+        r["version"]: r["checksum"]
+        for r in await conn.fetch("SELECT version, checksum FROM ragoverlay_migrations")
+    }
+    done: list[int] = []
+    for mig in load_migrations():
+        if mig.version in applied:
+            recorded = applied[mig.version]
+            if recorded in SUPERSEDED_CHECKSUMS.get(mig.version, frozenset()):
+                await conn.execute(
+                    "UPDATE ragoverlay_migrations SET checksum = $2 WHERE version = $1",
+                    mig.version,
+                    mig.checksum,
+                )
+            elif recorded != mig.checksum:
+                logger.warning("Migration %04d_%s changed after it was applied", mig.version, mig.name)
+            continue
+        logger.info("Applying migration %04d_%s", mig.version, mig.name)
+        try:
             if mig.transactional:
                 async with conn.transaction():
                     await conn.execute(mig.sql)
@@ -112,10 +194,74 @@ async def migrate(conn: asyncpg.Connection) -> list[int]:
                 for statement in split_statements(mig.sql):
                     await conn.execute(statement)
                 await _record(conn, mig)
-            done.append(mig.version)
-        return done
-    finally:
-        await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
+        except asyncpg.PostgresError as exc:
+            raise SchemaError(f"migration {mig.version:04d}_{mig.name}", exc) from exc
+        done.append(mig.version)
+    return done
+
+
+CODE_RECORD_DDL = """
+    CREATE TABLE IF NOT EXISTS ragoverlay_sql_code (
+        name text PRIMARY KEY,
+        checksum text NOT NULL,
+        applied_at timestamptz NOT NULL DEFAULT now()
+    )
+"""
+
+
+async def apply_code(conn: asyncpg.Connection) -> list[str]:
+    """Apply every SQL code file again when any differs from its record; return the names applied.
+
+    The caller holds the advisory lock (`prepare_schema`). Records of generated code (the
+    per-dimension index walks, `vector_index.ensure_walk`) are not files and are left alone.
+    """
+    await conn.execute(CODE_RECORD_DDL)
+    files = load_code()
+    recorded = {
+        r["name"]: r["checksum"]
+        for r in await conn.fetch("SELECT name, checksum FROM ragoverlay_sql_code")
+        if _CODE_RE.match(r["name"])
+    }
+    wanted = {f.name: f.checksum for f in files}
+    if recorded == wanted:
+        return []
+    async with conn.transaction():
+        for code in files:
+            logger.info("Applying SQL code %s", code.name)
+            try:
+                await conn.execute(code.sql)
+            except asyncpg.PostgresError as exc:
+                raise SchemaError(f"SQL code {code.name}", exc) from exc
+        await conn.executemany(
+            """
+            INSERT INTO ragoverlay_sql_code (name, checksum) VALUES ($1, $2)
+            ON CONFLICT (name) DO UPDATE SET checksum = excluded.checksum, applied_at = now()
+            """,
+            list(wanted.items()),
+        )
+        gone = [name for name in recorded if name not in wanted]
+        if gone:
+            await conn.execute("DELETE FROM ragoverlay_sql_code WHERE name = ANY($1::text[])", gone)
+    return [f.name for f in files]
+
+
+async def code_checksum(conn: asyncpg.Connection, name: str) -> str | None:
+    """The recorded checksum of generated SQL code `name`, or None."""
+    await conn.execute(CODE_RECORD_DDL)
+    value = await conn.fetchval("SELECT checksum FROM ragoverlay_sql_code WHERE name = $1", name)
+    return str(value) if value is not None else None
+
+
+async def record_code(conn: asyncpg.Connection, name: str, checksum: str) -> None:
+    """Record generated SQL code `name` as applied with `checksum`."""
+    await conn.execute(
+        """
+        INSERT INTO ragoverlay_sql_code (name, checksum) VALUES ($1, $2)
+        ON CONFLICT (name) DO UPDATE SET checksum = excluded.checksum, applied_at = now()
+        """,
+        name,
+        checksum,
+    )
 
 
 async def _record(conn: asyncpg.Connection, mig: Migration) -> None:

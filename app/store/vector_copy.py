@@ -1,8 +1,9 @@
-"""The compact vector copy (`ragoverlay_vectors`, migration 0006): its state and its backfill.
+"""The compact vector copy (`ragoverlay_vectors`, migration 0006): its state, backfill and drift check.
 
-Triggers mirror every write to rag_api's table from the moment the migration ran; rows that were
-there before are copied here, file by file in file-id order (so each file's rows sit together),
-in batches that each commit on their own: writers never wait for the whole backfill.
+Triggers (`sql/40_vector_copy.sql`) mirror every write to rag_api's table from the moment they
+exist; rows that were there before are copied here, file by file in file-id order (so each file's
+rows sit together), in batches that each commit on their own: writers never wait for the whole
+backfill.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ STATE = "SELECT state FROM ragoverlay_vector_copy WHERE singleton"
 
 COLLECTIONS = "SELECT uuid FROM langchain_pg_collection ORDER BY uuid"
 
-# The copy's row for a row `e` of langchain_pg_embedding (the triggers of 0006 write the same).
+# The copy's row for a row `e` of langchain_pg_embedding (the triggers of sql/40_vector_copy.sql
+# write the same).
 _INSERT_COPY = """
     INSERT INTO ragoverlay_vectors (uuid, collection_id, file_id, owner, dims, embedding)
     SELECT e.uuid, e.collection_id, e.custom_id, e.cmetadata ->> 'user_id', vector_dims(e.embedding),

@@ -1,30 +1,31 @@
-"""The HNSW index of each embedding dimension, on the compact vector copy, and the catalogue backfill.
+"""The HNSW index of each embedding dimension, on the compact vector copy, and its walk function.
 
 The index lives on `ragoverlay_vectors` (migration 0006), not on rag_api's table: its rows are small
 and inline, so each candidate the filtered walk meets is checked against plain "C"-collated columns
 instead of a TOASTed row and its JSON metadata (measured: ~6x faster at a 10 % allow-list, same
 recall). One halfvec index per dimension, partial on `dims = d`, on an expression cast to that
-dimension; the walk function queries through the very same expression. Builds run CONCURRENTLY on
-a dedicated connection under an advisory lock: ingestion and searches go on, and only one replica
-builds. Indexes of the previous layout (on rag_api's table) are dropped once the new one is valid.
+dimension; the walk function (`sql/vec_walk.template.sql`) queries through the very same
+expression. Builds run CONCURRENTLY on a dedicated connection under an advisory lock: ingestion and
+searches go on, and only one replica builds.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
-import uuid
 from dataclasses import dataclass
 
 import asyncpg
 
-from app.store.db import rows_affected, try_advisory_lock
+from app.store.db import try_advisory_lock
+from app.store.migrate import code_checksum, read_template, record_code
 
 logger = logging.getLogger(__name__)
 
 # pgvector's HNSW limit for halfvec
 MAX_INDEX_DIMS = 4000
 _BUILD_LOCK_KEY = 0x72616769  # "ragi"
-LEGACY_INDEX_PREFIX = "ragoverlay_emb_hnsw_"  # 0.x layout: HNSW on langchain_pg_embedding
+WALK_TEMPLATE = "vec_walk.template.sql"
 
 
 @dataclass(frozen=True)
@@ -45,35 +46,8 @@ class IndexSpec:
 
     @property
     def function_sql(self) -> str:
-        """CREATE OR REPLACE of the index-walk function: static SQL through the index expression.
-
-        plpgsql, not sql: a sql function would be inlined into the caller's dynamic statement and
-        planned on every call; plpgsql keeps one cached plan per connection. The query is made
-        unit length (as the copy's vectors are) once, in a variable, not per row.
-        """
-        expr = f"(v.embedding::halfvec({self.dims}))"
-        return f"""
-            CREATE OR REPLACE FUNCTION {self.function_name}(
-                p_query vector, p_collection uuid, p_fileset jsonb, p_owners text[],
-                p_legacy_unowned boolean, p_limit integer)
-            RETURNS TABLE (id uuid, distance double precision)
-            LANGUAGE plpgsql STABLE AS $fn$
-            DECLARE
-                unit_query halfvec({self.dims}) := l2_normalize(p_query)::halfvec({self.dims});
-            BEGIN
-                RETURN QUERY
-                    SELECT v.uuid, ({expr} <=> unit_query)::double precision
-                    FROM ragoverlay_vectors v
-                    WHERE v.dims = {self.dims}
-                      AND v.collection_id = p_collection
-                      -- jsonb `?` is a binary search over sorted keys: no linear scan per tuple
-                      AND p_fileset ? v.file_id
-                      AND (v.owner = ANY (p_owners) OR (p_legacy_unowned AND v.owner IS NULL))
-                    ORDER BY {expr} <=> unit_query
-                    LIMIT p_limit;
-            END;
-            $fn$
-        """
+        """The walk function's SQL: the template with this dimension (an int of ours) filled in."""
+        return read_template(WALK_TEMPLATE).replace("__DIMS__", str(int(self.dims)))
 
     @property
     def create_sql(self) -> str:
@@ -91,22 +65,6 @@ def index_spec(dims: int) -> IndexSpec | None:
     if 0 < dims <= MAX_INDEX_DIMS:
         return IndexSpec(dims)
     return None
-
-
-async def drop_legacy_indexes(conn: asyncpg.Connection) -> list[str]:
-    """Drop HNSW indexes of the previous layout on rag_api's table (CONCURRENTLY); return their names."""
-    names = [
-        r["relname"]
-        for r in await conn.fetch(
-            "SELECT c.relname FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid "
-            "WHERE i.indrelid = 'langchain_pg_embedding'::regclass AND starts_with(c.relname, $1)",
-            LEGACY_INDEX_PREFIX,
-        )
-    ]
-    for name in names:
-        # the name comes from the catalogue and carries our fixed prefix; quoted all the same
-        await conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
-    return names
 
 
 async def index_state(conn: asyncpg.Connection, spec: IndexSpec) -> str:
@@ -150,60 +108,27 @@ async def build_index(
             logger.info("Built %s", spec.name)
         valid = await index_state(conn, spec) == "valid"
         if valid:
-            await ensure_function(conn, spec)
+            await ensure_walk(conn, spec)
         return valid
 
 
-async def ensure_function(conn: asyncpg.Connection, spec: IndexSpec) -> None:
-    """Create (or refresh) the index-walk function of `spec` (idempotent)."""
-    # serialised: concurrent CREATE OR REPLACE of one function can fail with "tuple concurrently updated"
+async def ensure_walk(conn: asyncpg.Connection, spec: IndexSpec) -> bool:
+    """Create the index-walk function of `spec` unless it is current; True when it was (re)created.
+
+    Recorded in `ragoverlay_sql_code` under the function's name with the checksum of its text, like
+    the SQL code files, so a new template reaches every dimension at the next start.
+    """
+    sql = spec.function_sql
+    checksum = hashlib.sha256(sql.encode()).hexdigest()
+    exists = await conn.fetchval("SELECT to_regproc($1) IS NOT NULL", spec.function_name)
+    if exists and await code_checksum(conn, spec.function_name) == checksum:
+        return False
+    # serialised: concurrent CREATE of one function can fail with "tuple concurrently updated"
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", _BUILD_LOCK_KEY, -spec.dims)
-        await conn.execute(spec.function_sql)
-
-
-async def backfill_catalog(conn: asyncpg.Connection, collection_id: uuid.UUID) -> int:
-    """Catalogue the files rag_api wrote (chunk counts, dimension); returns the rows added or completed.
-
-    Their uploader is unknown (''), which never matches a caller, so delete rights stay with the owner.
-    The dimension is recorded only when all of a file's rows agree (then searches skip the per-row
-    check); mixed or unknown stays NULL and is checked row by row.
-    """
-    added = await conn.execute(
-        """
-        INSERT INTO ragoverlay_files (collection_id, file_id, owner, uploader, filename, status, chunk_count,
-                                      embedding_dim)
-        SELECT e.collection_id, e.custom_id, e.cmetadata ->> 'user_id', '',
-               coalesce(min(regexp_replace(e.cmetadata ->> 'source', '^.*[/\\\\]', '')), e.custom_id),
-               'legacy', count(*),
-               CASE WHEN min(vector_dims(e.embedding)) = max(vector_dims(e.embedding))
-                    THEN min(vector_dims(e.embedding)) END
-        FROM langchain_pg_embedding e
-        WHERE e.collection_id = $1 AND e.custom_id IS NOT NULL AND (e.cmetadata ->> 'user_id') IS NOT NULL
-          AND NOT EXISTS (SELECT 1 FROM ragoverlay_files f
-                          WHERE f.collection_id = e.collection_id AND f.file_id = e.custom_id
-                            AND f.owner = e.cmetadata ->> 'user_id')
-        GROUP BY e.collection_id, e.custom_id, e.cmetadata ->> 'user_id'
-        ON CONFLICT (collection_id, file_id, owner) DO NOTHING
-        """,
-        collection_id,
-    )
-    completed = await conn.execute(
-        """
-        UPDATE ragoverlay_files f
-        SET embedding_dim = d.dims
-        FROM (SELECT e.custom_id, e.cmetadata ->> 'user_id' AS owner,
-                     CASE WHEN min(vector_dims(e.embedding)) = max(vector_dims(e.embedding))
-                          THEN min(vector_dims(e.embedding)) END AS dims
-              FROM langchain_pg_embedding e
-              JOIN ragoverlay_files g
-                ON g.collection_id = e.collection_id AND g.file_id = e.custom_id
-               AND g.owner = e.cmetadata ->> 'user_id'
-              WHERE e.collection_id = $1 AND g.status = 'legacy' AND g.embedding_dim IS NULL
-              GROUP BY e.custom_id, e.cmetadata ->> 'user_id') d
-        WHERE f.collection_id = $1 AND f.file_id = d.custom_id AND f.owner = d.owner
-          AND f.status = 'legacy' AND f.embedding_dim IS NULL AND d.dims IS NOT NULL
-        """,
-        collection_id,
-    )
-    return rows_affected(added) + rows_affected(completed)
+        # pgvector's library defines the hnsw.* settings the function's SET clauses name; until it
+        # is loaded in this session they are placeholders, which only a superuser may set
+        await conn.execute("SELECT '[1]'::vector")
+        await conn.execute(sql)
+        await record_code(conn, spec.function_name, checksum)
+    return True

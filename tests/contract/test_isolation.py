@@ -79,21 +79,24 @@ async def test_foreign_nearest_chunk_never_appears(client: httpx.AsyncClient) ->
 
 
 async def test_entity_and_user_scopes_combine(client: httpx.AsyncClient) -> None:
-    user, agent = new_id("user"), new_id("agent")
-    kb, own = new_id("kb"), new_id("own")
+    user, colleague, agent = new_id("user"), new_id("colleague"), new_id("agent")
+    kb, own, theirs = new_id("kb"), new_id("own"), new_id("kb")
     assert (
         await upload(client, kb, "kb.txt", ALLOWED[1].encode(), auth(user), entity_id=agent)
     ).status_code == 200
     assert (await upload(client, own, "own.txt", ALLOWED[2].encode(), auth(user))).status_code == 200
-    r = await client.post(
-        "/query_multiple",
-        json={"query": "bread", "file_ids": [kb, own], "k": 5, "entity_id": agent},
-        headers=auth(user),
-    )
+    assert (
+        await upload(client, theirs, "kb2.txt", ALLOWED[1].encode(), auth(colleague), entity_id=agent)
+    ).status_code == 200
+    body = {"query": "bread", "file_ids": [kb, own, theirs], "k": 5}
+    r = await client.post("/query_multiple", json={**body, "entity_id": agent}, headers=auth(user))
+    assert {p[0]["metadata"]["file_id"] for p in r.json()} == {kb, own, theirs}
+    # without the entity: the caller's own files, and the Agent's files it uploaded itself, no others
+    r = await client.post("/query_multiple", json=body, headers=auth(user))
     assert {p[0]["metadata"]["file_id"] for p in r.json()} == {kb, own}
-    r = await client.post(
-        "/query_multiple", json={"query": "bread", "file_ids": [kb, own], "k": 5}, headers=auth(user)
-    )
-    assert {p[0]["metadata"]["file_id"] for p in r.json()} == {own}
+    r = await client.post("/query_multiple", json=body, headers=auth(colleague))
+    assert {p[0]["metadata"]["file_id"] for p in r.json()} == {theirs}
     ids = (await client.get("/ids", params={"entity_id": agent}, headers=auth(user))).json()
-    assert {kb, own} <= set(ids)
+    assert {kb, own, theirs} <= set(ids)
+    ids = (await client.get("/ids", headers=auth(user))).json()
+    assert {kb, own} <= set(ids) and theirs not in ids

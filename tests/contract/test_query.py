@@ -142,9 +142,11 @@ async def test_librechat_parallel_query_pattern(client: httpx.AsyncClient) -> No
     assert results[-1][0][0]["metadata"]["user_id"] == user
     merged = sorted((p for res in results for p in res), key=lambda p: p[1])
     assert "Photosynthesis" in texts(merged)[0]
-    # without entity_id the Agent's files are out of scope
-    r = await query(client, "photosynthesis", kb[1], h, k=5)
+    # without entity_id the Agent's files are out of scope, except for the user who uploaded them
+    r = await query(client, "photosynthesis", kb[1], auth(new_id("colleague")), k=5)
     assert r.json() == []
+    r = await query(client, "photosynthesis", kb[1], h, k=5)
+    assert file_ids_of(r.json()) == {kb[1]}
 
 
 async def test_server_timing_reports_embedding_database_and_total(client: httpx.AsyncClient) -> None:

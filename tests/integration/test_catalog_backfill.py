@@ -10,8 +10,9 @@ import numpy as np
 from pgvector.asyncpg import register_vector
 
 from app.store import chunks as store
+from app.store.catalogue import backfill_catalogue
 from app.store.db import bootstrap
-from app.store.vector_index import backfill_catalog
+from app.store.scope import Scope
 from tests.fixtures.service import Database
 
 
@@ -44,8 +45,8 @@ async def test_backfill_counts_dims_and_keeps_delete_rights(database: Database) 
             records=rows,
             columns=["uuid", "collection_id", "embedding", "document", "cmetadata", "custom_id"],
         )
-        assert await backfill_catalog(conn, info.collection_id) == 3
-        assert await backfill_catalog(conn, info.collection_id) == 0  # idempotent
+        assert await backfill_catalogue(conn, info.collection_id) == 3
+        assert await backfill_catalogue(conn, info.collection_id) == 0  # idempotent
         got = {
             r["file_id"]: dict(r)
             for r in await conn.fetch(
@@ -64,16 +65,15 @@ async def test_backfill_counts_dims_and_keeps_delete_rights(database: Database) 
             "embedding_dim": 4,
         }
         assert got["c"]["embedding_dim"] == 6
-        # the unknown uploader ('') grants nothing: only the owner's namespaces delete
+        # the unknown uploader ('') grants nothing: only the owner's namespaces read and delete
+        for uploader in ("u2", "", None):
+            scope = Scope.of(info.collection_id, ["u2"], uploader=uploader, file_ids=["b"])
+            assert await store.documents(conn, scope, limit=10) == []
+            async with conn.transaction():
+                assert (await store.delete_files(conn, scope)).found == set()
         async with conn.transaction():
-            result = await store.delete_files(
-                conn, info, file_ids=["b"], owners=["u2"], uploader="u2", any_owner=False
-            )
-        assert result.found == set()
-        async with conn.transaction():
-            result = await store.delete_files(
-                conn, info, file_ids=["b"], owners=["agent_x"], uploader="u2", any_owner=False
-            )
+            scope = Scope.of(info.collection_id, ["agent_x"], uploader="u2", file_ids=["b"])
+            result = await store.delete_files(conn, scope)
         assert result.found == {"b"}
     finally:
         await conn.close()

@@ -89,3 +89,19 @@ async def test_same_file_id_other_owner_is_separate(client: httpx.AsyncClient) -
     assert (await upload(client, fid, "b.txt", b"Beta owner text about mosses.", auth(b))).status_code == 200
     assert (await query(client, "ferns", fid, auth(a))).json()[0][0]["metadata"]["user_id"] == a
     assert (await query(client, "ferns", fid, auth(b))).json()[0][0]["metadata"]["user_id"] == b
+
+
+async def test_the_ingest_reports_what_it_stored_to_the_search_statistics(client: httpx.AsyncClient) -> None:
+    """The upload route hands the ingest's return value to the planner's statistics at once."""
+    user, agent, fid, kb = new_id("user"), new_id("agent"), new_id(), new_id()
+    assert (await upload(client, fid, "eels.txt", doc(PARAS[:3]), auth(user))).status_code == 200
+    assert (
+        await upload(client, kb, "eels.txt", doc(PARAS[:2]), auth(user), entity_id=agent)
+    ).status_code == 200
+    stats = client.app.state.resources.search.state.stats  # type: ignore[attr-defined]
+    stored = len(await chunk_texts(client, fid, auth(user)))
+    assert stored > 0 and stats.estimate([fid], [user]) == stored
+    # the Agent's file: visible through the entity, or to its uploader; not to anyone else
+    in_kb = stats.estimate([kb], [agent])
+    assert in_kb > 0 and stats.estimate([kb], [user], user) == in_kb
+    assert stats.estimate([kb], [new_id("colleague")], new_id("colleague")) == 0

@@ -1,9 +1,10 @@
-"""The exact and HNSW paths of the search function against the real PostgreSQL + pgvector.
+"""The paths of the search function against the real PostgreSQL + pgvector.
 
 A small clustered corpus is written through the store (so the file catalogue has chunk counts),
-the HNSW index is built, and each path is forced through the plan's threshold. The exact path runs
-twice: on rag_api's rows, and ranked on the compact vector copy (`use_copy`), which the triggers
-fill as the corpus is written.
+the HNSW index is built, and each path is forced by handing the SQL a decision of our own. The
+exact path runs twice: on rag_api's rows, and ranked on the compact vector copy (`use_copy`), which
+the triggers fill as the corpus is written. That nothing foreign ever comes back, on any path, is
+tests/integration/test_scope_everywhere.py's business.
 """
 
 from __future__ import annotations
@@ -17,18 +18,27 @@ import numpy as np
 import pytest
 from pgvector.asyncpg import register_vector
 
+from app.search.planner import (
+    CatalogueStats,
+    SearchKnowledge,
+    SearchSettings,
+    VectorSearchDecision,
+    candidate_count,
+    plan_vector_search,
+)
 from app.store import chunks as store
 from app.store.db import StoreInfo, bootstrap
 from app.store.ids import uuid7_batch
-from app.store.vector_index import build_index, index_spec
+from app.store.scope import Scope
+from app.store.vector_index import IndexSpec, build_index
 from tests.fixtures.service import Database
+from tests.integration.reference import exact_top_k
 
 DIMS = 384
 FILES = 100
 PER_FILE = 20
 OWNER = "owner-a"
-SPEC = index_spec(DIMS)
-assert SPEC is not None
+SPEC = IndexSpec(DIMS)
 FOREIGN = "owner-b"
 
 
@@ -93,12 +103,32 @@ async def corpus(database: Database) -> AsyncIterator[Corpus]:
                 new,
             )
         await conn.execute("ANALYZE langchain_pg_embedding")
-        spec = index_spec(DIMS)
-        assert spec is not None
-        assert await build_index(conn, spec, m=16, ef_construction=64, memory="256MB")
+        assert await build_index(conn, SPEC, m=16, ef_construction=64, memory="256MB")
     finally:
         await conn.close()
     yield Corpus(info, file_ids, foreign, queries)
+
+
+def decision(
+    path: str,
+    k: int,
+    *,
+    use_copy: bool = True,
+    ef: int = 100,
+    check_dims: bool = True,
+    max_scan: int = 50_000,
+) -> VectorSearchDecision:
+    """A decision as the planner would send it, for a path the test chooses."""
+    candidates = candidate_count(k) if use_copy else k
+    if path == "index":
+        return VectorSearchDecision(
+            "index", True, k, candidates, check_dims, 0, SPEC.function_name, max(ef, candidates), max_scan
+        )
+    return VectorSearchDecision("exact", use_copy, k, candidates, check_dims, 0)
+
+
+def scope_of(corpus: Corpus, files: list[str], owners: tuple[str, ...] = (OWNER,)) -> Scope:
+    return Scope.of(corpus.info.collection_id, owners, file_ids=files)
 
 
 async def run(
@@ -107,26 +137,16 @@ async def run(
     q: np.ndarray,
     files: list[str],
     k: int,
+    path: str,
     *,
-    exact_max: int,
+    use_copy: bool = True,
     ef: int = 100,
-    use_copy: bool = False,
 ) -> store.SearchResult:
     conn = await asyncpg.connect(database.dsn)
     await register_vector(conn)
     try:
-        # cost_factor 0: above exact_max the index path is taken however small the visible share
-        plan = store.SearchPlan(
-            exact_max_rows=exact_max,
-            estimate=len(set(files)) * PER_FILE,
-            index_function=SPEC.function_name,
-            index_dims=DIMS,
-            cost_factor=0.0,
-            ef_search=ef,
-            max_scan_tuples=50_000,
-            use_copy=use_copy,
-        )
-        return await store.search(conn, corpus.info, vector=q, file_ids=files, owners=[OWNER], k=k, plan=plan)
+        call = decision(path, k, use_copy=use_copy, ef=ef).call(q)
+        return await store.search(conn, scope_of(corpus, files), call)
     finally:
         await conn.close()
 
@@ -135,9 +155,7 @@ async def reference(database: Database, corpus: Corpus, q: np.ndarray, files: li
     conn = await asyncpg.connect(database.dsn)
     await register_vector(conn)
     try:
-        hits = await store.search_exact_reference(
-            conn, corpus.info, vector=q, file_ids=files, owners=[OWNER], k=k
-        )
+        hits = await exact_top_k(conn, corpus.info, vector=q, file_ids=files, owners=[OWNER], k=k)
         return [str(h.id) for h in hits]
     finally:
         await conn.close()
@@ -146,11 +164,10 @@ async def reference(database: Database, corpus: Corpus, q: np.ndarray, files: li
 async def test_exact_and_index_paths_agree(database: Database, corpus: Corpus) -> None:
     files = corpus.file_ids[:50]  # 1,000 visible rows
     for q in corpus.queries:
-        exact = await run(database, corpus, q, files, 10, exact_max=10**9)
-        copy = await run(database, corpus, q, files, 10, exact_max=10**9, use_copy=True)
-        index = await run(database, corpus, q, files, 10, exact_max=0, ef=400, use_copy=True)
+        exact = await run(database, corpus, q, files, 10, "exact", use_copy=False)
+        copy = await run(database, corpus, q, files, 10, "exact")
+        index = await run(database, corpus, q, files, 10, "index", ef=400)
         assert exact.path == "exact" and copy.path == "exact" and index.path == "index"
-        assert exact.visible_estimate == 50 * PER_FILE
         want = await reference(database, corpus, q, files, 10)
         assert [str(h.id) for h in exact.hits] == want
         # the copy ranks in halfvec, but the distances returned are the exact float32 ones
@@ -162,73 +179,58 @@ async def test_exact_and_index_paths_agree(database: Database, corpus: Corpus) -
         assert distances == sorted(distances)
 
 
-PATHS = [(0, True), (10**9, False), (10**9, True)]  # index, exact, exact on the copy
+PATHS = [("index", True), ("exact", False), ("exact", True)]  # index, exact, exact on the copy
 
 
-@pytest.mark.parametrize(("exact_max", "use_copy"), PATHS)
+@pytest.mark.parametrize(("path", "use_copy"), PATHS)
 async def test_k_rows_for_a_one_percent_allow_list(
-    database: Database, corpus: Corpus, exact_max: int, use_copy: bool
+    database: Database, corpus: Corpus, path: str, use_copy: bool
 ) -> None:
     files = [corpus.file_ids[37]]  # 20 of ~2,000 rows: 1 %
     for q in corpus.queries:
-        result = await run(database, corpus, q, files, 10, exact_max=exact_max, use_copy=use_copy)
+        result = await run(database, corpus, q, files, 10, path, use_copy=use_copy)
         assert len(result.hits) == 10
         assert {h.file_id for h in result.hits} == set(files)
         assert [str(h.id) for h in result.hits] == await reference(database, corpus, q, files, 10)
 
 
-@pytest.mark.parametrize(("exact_max", "use_copy"), PATHS)
-async def test_foreign_nearest_chunks_never_returned(
-    database: Database, corpus: Corpus, exact_max: int, use_copy: bool
-) -> None:
-    files = [corpus.foreign_file, *corpus.file_ids[1:30]]
-    for q in corpus.queries:
-        result = await run(database, corpus, q, files, 10, exact_max=exact_max, use_copy=use_copy)
-        assert len(result.hits) == 10
-        assert all(h.metadata["user_id"] == OWNER for h in result.hits)
-        assert all(not h.text.startswith("FOREIGN") for h in result.hits)
-
-
-@pytest.mark.parametrize(("exact_max", "use_copy"), PATHS)
-async def test_fewer_visible_than_k(
-    database: Database, corpus: Corpus, exact_max: int, use_copy: bool
-) -> None:
+@pytest.mark.parametrize(("path", "use_copy"), PATHS)
+async def test_fewer_visible_than_k(database: Database, corpus: Corpus, path: str, use_copy: bool) -> None:
     q = corpus.queries[0]
-    result = await run(database, corpus, q, [corpus.file_ids[5]], 50, exact_max=exact_max, use_copy=use_copy)
+    result = await run(database, corpus, q, [corpus.file_ids[5]], 50, path, use_copy=use_copy)
     assert len(result.hits) == PER_FILE  # all 20 visible rows, no more
+    if path == "index":
+        assert result.path == "exact-fallback"  # the walk met fewer than k: the exact scan answered
 
 
-@pytest.mark.parametrize(("exact_max", "use_copy"), PATHS)
+@pytest.mark.parametrize(("path", "use_copy"), PATHS)
 async def test_unknown_files_and_dimension_mismatch(
-    database: Database, corpus: Corpus, exact_max: int, use_copy: bool
+    database: Database, corpus: Corpus, path: str, use_copy: bool
 ) -> None:
     q = corpus.queries[0]
-    assert (await run(database, corpus, q, ["nope"], 10, exact_max=exact_max, use_copy=use_copy)).hits == []
+    assert (await run(database, corpus, q, ["nope"], 10, path, use_copy=use_copy)).hits == []
+    assert (await run(database, corpus, q, [], 10, path, use_copy=use_copy)).hits == []
     other_dims = unit(np.ones(8, dtype=np.float32))
-    found = await run(
-        database, corpus, other_dims, corpus.file_ids, 10, exact_max=exact_max, use_copy=use_copy
-    )
+    if path == "index":
+        return  # the planner never sends a query of another dimension to a walk (see below)
+    found = await run(database, corpus, other_dims, corpus.file_ids, 10, path, use_copy=use_copy)
     assert found.hits == []
 
 
 async def index_scans(conn: asyncpg.Connection) -> int:
     await conn.execute("SELECT pg_stat_clear_snapshot()")
-    spec = index_spec(DIMS)
-    assert spec is not None
     return int(
         await conn.fetchval(
-            "SELECT coalesce(sum(idx_scan), 0) FROM pg_stat_user_indexes WHERE indexrelname = $1", spec.name
+            "SELECT coalesce(sum(idx_scan), 0) FROM pg_stat_user_indexes WHERE indexrelname = $1", SPEC.name
         )
     )
 
 
 async def search_and_flush_stats(
-    conn: asyncpg.Connection, corpus: Corpus, plan: store.SearchPlan
+    conn: asyncpg.Connection, corpus: Corpus, choice: VectorSearchDecision
 ) -> store.SearchResult:
     """Search all files, then make this backend publish its index statistics."""
-    result = await store.search(
-        conn, corpus.info, vector=corpus.queries[1], file_ids=corpus.file_ids, owners=[OWNER], k=10, plan=plan
-    )
+    result = await store.search(conn, scope_of(corpus, corpus.file_ids), choice.call(corpus.queries[1]))
     await conn.execute("SELECT pg_stat_force_next_flush()")
     await conn.execute("SELECT 1")  # the flush happens at the end of the next transaction
     return result
@@ -240,68 +242,108 @@ async def test_index_path_really_walks_the_hnsw_index(database: Database, corpus
     await register_vector(conn)
     try:
         before = await index_scans(observer)
-        plan = store.SearchPlan(
-            exact_max_rows=0,
-            estimate=FILES * PER_FILE,
-            index_function=SPEC.function_name,
-            index_dims=DIMS,
-            cost_factor=0,
-            use_copy=True,
-        )
-        result = await search_and_flush_stats(conn, corpus, plan)
+        result = await search_and_flush_stats(conn, corpus, decision("index", 10))
         assert result.path == "index"
         after = await index_scans(observer)
         assert after > before
-        exact_plan = store.SearchPlan(
-            exact_max_rows=10**9, index_function=SPEC.function_name, index_dims=DIMS, use_copy=True
-        )
-        await search_and_flush_stats(conn, corpus, exact_plan)
+        await search_and_flush_stats(conn, corpus, decision("exact", 10))
         assert await index_scans(observer) == after  # the exact path never touches it
     finally:
         await conn.close()
         await observer.close()
 
 
-async def test_cost_rule_keeps_small_visible_shares_exact(database: Database, corpus: Corpus) -> None:
+async def test_the_planners_decision_reaches_the_sql(database: Database, corpus: Corpus) -> None:
+    """The cost rule (unit-tested in tests/unit/test_planner.py) decides; the SQL follows it."""
+    stats = CatalogueStats(
+        files=FILES + 1,
+        chunks=FILES * PER_FILE + 6,
+        uniform_dims=DIMS,
+        file_chunks={f: {OWNER: PER_FILE} for f in corpus.file_ids},
+        table_rows=FILES * PER_FILE + 6,
+    )
+    knowledge = SearchKnowledge(stats, use_copy=True, walks={DIMS: SPEC.function_name})
+    settings = SearchSettings(exact_max_rows=0, cost_factor=1.0)
     conn = await asyncpg.connect(database.dsn)
     await register_vector(conn)
     try:
-
-        def plan(files: int) -> store.SearchPlan:
-            return store.SearchPlan(
-                exact_max_rows=0,
-                estimate=files * PER_FILE,
-                index_function=SPEC.function_name,
-                index_dims=DIMS,
-                cost_factor=1.0,
-                ef_search=100,
-                use_copy=True,
-            )
-
         q = corpus.queries[2]
-        # 20 of ~2,000 rows: 20^2 = 400 < 2,000 x 30 candidates, so the exact scan answers
-        small = await store.search(
-            conn, corpus.info, vector=q, file_ids=corpus.file_ids[:1], owners=[OWNER], k=10, plan=plan(1)
-        )
-        assert small.path == "exact"
-        # 1,600 of ~2,000 rows: 1,600^2 = 2.56M >= 2,000 x 30, so the index walks
-        large = await store.search(
-            conn, corpus.info, vector=q, file_ids=corpus.file_ids[:80], owners=[OWNER], k=10, plan=plan(80)
-        )
-        assert large.path == "index"
+        for files, want in [(corpus.file_ids[:1], "exact"), (corpus.file_ids[:80], "index")]:
+            # 20 of ~2,000 rows: 20^2 < 2,000 x 30 candidates; 1,600^2 >= 2,000 x 30
+            choice = plan_vector_search(
+                dims=DIMS,
+                k=10,
+                file_ids=files,
+                owners=[OWNER],
+                uploader=None,
+                knowledge=knowledge,
+                settings=settings,
+            )
+            assert choice.path == want
+            result = await store.search(conn, scope_of(corpus, files), choice.call(q))
+            assert result.path == want and len(result.hits) == 10
         # a query vector of another dimension never reaches the index function
         other = unit(np.ones(8, dtype=np.float32))
-        mismatch = await store.search(
-            conn, corpus.info, vector=other, file_ids=corpus.file_ids, owners=[OWNER], k=10, plan=plan(FILES)
+        choice = plan_vector_search(
+            dims=8,
+            k=10,
+            file_ids=corpus.file_ids,
+            owners=[OWNER],
+            uploader=None,
+            knowledge=knowledge,
+            settings=settings,
         )
-        assert mismatch.hits == []
+        assert choice.path == "exact"
+        assert (await store.search(conn, scope_of(corpus, corpus.file_ids), choice.call(other))).hits == []
+    finally:
+        await conn.close()
+
+
+async def test_search_settings_never_leak_into_the_callers_transaction(
+    database: Database, corpus: Corpus
+) -> None:
+    """The walk's settings are function-local: whatever the caller had set stays as it was."""
+    conn = await asyncpg.connect(database.dsn)
+    await register_vector(conn)
+    names = [
+        "enable_sort",
+        "enable_bitmapscan",
+        "hnsw.ef_search",
+        "hnsw.iterative_scan",
+        "hnsw.max_scan_tuples",
+        "plan_cache_mode",
+    ]
+
+    async def settings() -> list[str]:
+        return [await conn.fetchval("SELECT current_setting($1, true)", n) for n in names]
+
+    try:
+        # load pgvector's library, so its settings exist (with their defaults) before the first search
+        await conn.execute("SELECT vector_dims('[1,2]'::vector)")
+        for local in ("off", "on"):
+            async with conn.transaction():
+                await conn.execute(f"SET LOCAL enable_sort = {local}")
+                await conn.execute("SET LOCAL hnsw.ef_search = 77")
+                before = await settings()
+                for choice in (
+                    decision("index", 10),
+                    decision("exact", 10),
+                    decision("exact", 10, use_copy=False),
+                ):
+                    result = await store.search(
+                        conn, scope_of(corpus, corpus.file_ids), choice.call(corpus.queries[0])
+                    )
+                    assert len(result.hits) == 10
+                assert await settings() == before
+                assert before[0] == local and before[2] == "77"
     finally:
         await conn.close()
 
 
 async def test_stale_uniform_dimension_is_rechecked(database: Database, corpus: Corpus) -> None:
-    """The service skips the per-row dimension check when its statistics say every row matches;
-    a row of another dimension (statistics out of date) makes the database recheck, not fail."""
+    """The planner skips the per-row dimension check when its statistics say every row matches;
+    a row of another dimension (statistics out of date) makes the database recheck, not fail, and
+    the retry never returns a row twice."""
     conn = await asyncpg.connect(database.dsn)
     await register_vector(conn)
     odd = "file-odd-dims"
@@ -323,21 +365,14 @@ async def test_stale_uniform_dimension_is_rechecked(database: Database, corpus: 
                 store.FileRecord(odd, OWNER, OWNER, "o", None, 1, None, None, 2, "other-model", 8),
                 new,
             )
-        plan = store.SearchPlan(exact_max_rows=10**9, estimate=60, check_dims=False)
-        result = await store.search(
-            conn,
-            corpus.info,
-            vector=corpus.queries[0],
-            file_ids=[odd, *corpus.file_ids[:2]],
-            owners=[OWNER],
-            k=10,
-            plan=plan,
-        )
-        assert len(result.hits) == 10
-        assert all(h.file_id != odd for h in result.hits)
+        files = [odd, *corpus.file_ids[:2]]
+        for use_copy in (False, True):
+            choice = decision("exact", 50, use_copy=use_copy, check_dims=False)
+            result = await store.search(conn, scope_of(corpus, files), choice.call(corpus.queries[0]))
+            assert len(result.hits) == 2 * PER_FILE
+            assert len({h.id for h in result.hits}) == len(result.hits)
+            assert all(h.file_id != odd for h in result.hits)
     finally:
         async with conn.transaction():
-            await store.delete_files(
-                conn, corpus.info, file_ids=[odd], owners=[OWNER], uploader=OWNER, any_owner=False
-            )
+            await store.delete_files(conn, scope_of(corpus, [odd]))
         await conn.close()

@@ -1,5 +1,6 @@
-"""The compact vector copy (migration 0006): triggers mirror rag_api-style writes, the backfill copies
-rows that predate the triggers, and a search on the copy trusts nothing but the row itself."""
+"""The compact vector copy (migration 0006, triggers in sql/40_vector_copy.sql): triggers mirror
+rag_api-style writes, the backfill copies rows that predate the triggers, and a search on the copy
+trusts nothing but the row itself."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -15,11 +17,13 @@ import pytest
 from pgvector.asyncpg import register_vector
 
 from app.config import Settings
+from app.search.planner import VectorSearchDecision
 from app.store import chunks as store
 from app.store import vector_copy
 from app.store.db import StoreInfo, bootstrap
-from app.store.vector_index import drop_legacy_indexes
+from app.store.scope import Scope
 from tests.fixtures.service import Database, auth, new_id, running_app
+from tests.integration.reference import exact_top_k
 
 DIMS = 8
 
@@ -56,7 +60,7 @@ async def connect(dsn: str) -> asyncpg.Connection:
 
 def rag_api_row(
     info: StoreInfo, file_id: str | None, owner: str | None, vector: np.ndarray, text: str = "t"
-) -> tuple[object, ...]:
+) -> tuple[Any, ...]:
     """A row as rag_api writes it (random v4 uuid, json metadata text, custom_id = file id)."""
     meta: dict[str, object] = {"file_id": file_id, "digest": text, "source": f"/app/uploads/{file_id}.pdf"}
     if owner is not None:
@@ -197,34 +201,15 @@ async def test_search_on_the_copy_rechecks_each_candidate_row(fresh_dsn: str) ->
         await conn.execute("DELETE FROM langchain_pg_embedding WHERE uuid = $1", mine[0][0])
         await conn.execute("ALTER TABLE langchain_pg_embedding ENABLE TRIGGER USER")
 
-        plan = store.SearchPlan(exact_max_rows=10**9, estimate=15, use_copy=True)
-        result = await store.search(conn, info, vector=q, file_ids=["mine"], owners=["me"], k=5, plan=plan)
+        choice = VectorSearchDecision("exact", True, 5, 20, True, 15)
+        scope = Scope.of(info.collection_id, ["me"], file_ids=["mine"])
+        result = await store.search(conn, scope, choice.call(q))
         assert result.path == "exact"
         assert len(result.hits) == 5
         assert all(h.text.startswith("mine ") for h in result.hits)
         assert all(h.id != mine[0][0] for h in result.hits)
-        want = await store.search_exact_reference(conn, info, vector=q, file_ids=["mine"], owners=["me"], k=5)
+        want = await exact_top_k(conn, info, vector=q, file_ids=["mine"], owners=["me"], k=5)
         assert [h.id for h in result.hits] == [h.id for h in want]
-    finally:
-        await conn.close()
-
-
-async def test_indexes_of_the_previous_layout_are_dropped(fresh_dsn: str) -> None:
-    await bootstrap(fresh_dsn, "vc")
-    conn = await connect(fresh_dsn)
-    try:
-        # the 0.x layout's HNSW index on rag_api's table (a btree stands in: only the name matters)
-        await conn.execute("CREATE INDEX ragoverlay_emb_hnsw_vector_8 ON langchain_pg_embedding (custom_id)")
-        await conn.execute("CREATE INDEX keep_me ON langchain_pg_embedding (document)")
-        assert await drop_legacy_indexes(conn) == ["ragoverlay_emb_hnsw_vector_8"]
-        left = {
-            r["indexname"]
-            for r in await conn.fetch(
-                "SELECT indexname FROM pg_indexes WHERE tablename = 'langchain_pg_embedding'"
-            )
-        }
-        assert "keep_me" in left and "ragoverlay_emb_hnsw_vector_8" not in left
-        assert await drop_legacy_indexes(conn) == []
     finally:
         await conn.close()
 
@@ -232,7 +217,7 @@ async def test_indexes_of_the_previous_layout_are_dropped(fresh_dsn: str) -> Non
 async def test_the_service_backfills_the_copy_then_searches_it_through_its_index(
     fresh_dsn: str, settings_factory: Callable[..., Settings]
 ) -> None:
-    """A rag_api deployment switched over: rows from before, a 0.x index; the service takes it from there."""
+    """A rag_api deployment switched over, rows from before included: the service takes it from there."""
     info = await bootstrap(fresh_dsn, "switched")
     conn = await connect(fresh_dsn)
     rng = np.random.default_rng(4)
@@ -243,35 +228,31 @@ async def test_the_service_backfills_the_copy_then_searches_it_through_its_index
         rows = [rag_api_row(info, f, user, rng.normal(size=384), f"{f} {i}") for f in files for i in range(5)]
         await conn.copy_records_to_table("langchain_pg_embedding", records=rows, columns=COLUMNS)
         await conn.execute("ALTER TABLE langchain_pg_embedding ENABLE TRIGGER USER")
-        await conn.execute(
-            "CREATE INDEX ragoverlay_emb_hnsw_vector_384 ON langchain_pg_embedding (custom_id)"
-        )
+        await conn.execute("UPDATE ragoverlay_vector_copy SET state = 'backfilling'")
     finally:
         await conn.close()
 
     settings = settings_factory(database_url=fresh_dsn, collection_name="switched")
     async with running_app(settings) as client:
         resources = client.app.state.resources  # type: ignore[attr-defined]
-        indexes = resources.indexes
-        await asyncio.wait_for(indexes.copy_ready.wait(), 60)
+        state = resources.search.state
+        await asyncio.wait_for(state.copy_ready.wait(), 60)
         for _ in range(600):  # the index build runs in the background
-            if indexes.usable(384) is not None and not await _index_exists(
-                fresh_dsn, "ragoverlay_emb_hnsw_vector_384"
-            ):
+            if state.walk(384) is not None:
                 break
             await asyncio.sleep(0.1)
-        assert indexes.usable(384) is not None
-        assert not await _index_exists(fresh_dsn, "ragoverlay_emb_hnsw_vector_384")  # the 0.x index is gone
+        assert state.walk(384) == "ragoverlay_vec_walk_384"
+        registry = resources.maintenance.registry
+        assert registry.status("vector-copy").state == "idle"
+        assert registry.status("hnsw-index-384").state == "done"
         conn = await connect(fresh_dsn)
         try:
             assert await conn.fetchval("SELECT count(*) FROM ragoverlay_vectors") == len(rows)
             query = "anything at all"
             vector = await resources.embedder.embed_query(query)
-            plan = resources.search.plan(384, files, [user])
-            assert plan.use_copy and plan.index_function == "ragoverlay_vec_walk_384"
-            want = await store.search_exact_reference(
-                conn, info, vector=vector, file_ids=files, owners=[user], k=7
-            )
+            choice = resources.search.plan(384, resources.search.scope([user], user, files), 7)
+            assert choice.use_copy
+            want = await exact_top_k(conn, info, vector=vector, file_ids=files, owners=[user], k=7)
         finally:
             await conn.close()
         r = await client.post(
@@ -279,14 +260,6 @@ async def test_the_service_backfills_the_copy_then_searches_it_through_its_index
         )
         assert r.status_code == 200
         assert [p[0]["id"] for p in r.json()] == [str(h.id) for h in want]
-
-
-async def _index_exists(dsn: str, name: str) -> bool:
-    conn = await asyncpg.connect(dsn)
-    try:
-        return bool(await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", name))
-    finally:
-        await conn.close()
 
 
 async def test_reconcile_repairs_rows_written_or_removed_behind_the_triggers(fresh_dsn: str) -> None:

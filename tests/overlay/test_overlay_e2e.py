@@ -39,6 +39,7 @@ DRIVER = NODE_DIR / "e2e_driver.js"
 SECRET = "e2e-overlay-secret-" + uuid.uuid4().hex
 ALICE = "user-alice"
 MALLORY = "user-mallory"
+BOB = "user-bob"  # uses the Agent, uploaded none of its files
 AGENT = "agent_e2e_kb"
 AGENT_V2 = "agent_e2e_v2"
 OTHER_AGENT = "agent_e2e_other"
@@ -460,9 +461,9 @@ def test_knowledge_base_group_with_entity_id_finds_agent_owned_chunks(proxy: Pro
 
 @pytest.mark.usefixtures("node_ready")
 def test_knowledge_base_files_are_out_of_scope_without_entity_id(proxy: Proxy, corpus: Corpus) -> None:
-    """Without the Agent's entity_id the user's token cannot reach Agent-owned chunks."""
+    """Without the Agent's entity_id a user's token cannot reach Agent-owned chunks it did not upload."""
     files = [entry(corpus.kb_refund, True), entry(corpus.kb_onboarding, True)]
-    output = drive(proxy, {"userId": ALICE, "query": REFUND_QUERY, "files": files})
+    output = drive(proxy, {"userId": BOB, "query": REFUND_QUERY, "files": files})
     exchanges = proxy.take()
     assert len(exchanges) == 1
     assert "entity_id" not in exchanges[0].body

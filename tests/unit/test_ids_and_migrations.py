@@ -1,10 +1,11 @@
-"""UUIDv7 chunk ids and the migration files (pure)."""
+"""UUIDv7 chunk ids, the migration files and the SQL code files (pure)."""
 
 import itertools
 import uuid
 
 from app.store.ids import uuid7_batch
-from app.store.migrate import load_migrations, split_statements
+from app.store.migrate import SUPERSEDED_CHECKSUMS, load_code, load_migrations, split_statements
+from app.store.vector_index import IndexSpec
 
 
 def test_uuid7_batch_is_strictly_increasing_and_version_7() -> None:
@@ -21,8 +22,38 @@ def test_uuid7_batch_is_strictly_increasing_and_version_7() -> None:
 def test_migrations_are_numbered_and_unique() -> None:
     migs = load_migrations()
     assert [m.version for m in migs] == sorted({m.version for m in migs})
-    assert migs[0].version == 1
+    assert migs[0].version == 0 and migs[0].name == "extensions"  # before the tables that need them
     assert any(not m.transactional for m in migs)  # concurrent index builds
+    # 0004 and 0007 held search functions (now SQL code): their numbers stay unused, so a database
+    # that recorded them never skips a new migration
+    assert not {4, 7} & {m.version for m in migs}
+    for version, old in SUPERSEDED_CHECKSUMS.items():
+        current = next(m for m in migs if m.version == version)
+        assert current.checksum not in old
+
+
+def test_migrations_hold_no_functions_and_code_files_no_tables() -> None:
+    for mig in load_migrations():
+        text = mig.sql.upper()
+        assert "CREATE FUNCTION" not in text and "CREATE OR REPLACE FUNCTION" not in text, mig.name
+        assert "CREATE TRIGGER" not in text, mig.name
+    code = load_code()
+    assert [c.name for c in code] == sorted(c.name for c in code)
+    assert code[0].name == "00_retired.sql"
+    for c in code:
+        text = c.sql.upper()
+        assert "CREATE TABLE" not in text and "CREATE INDEX" not in text, c.name
+
+
+def test_every_read_and_delete_function_checks_the_scope() -> None:
+    """A function that takes a scope must check rows with the one predicate (and nothing else)."""
+    for c in load_code():
+        if "p_scope ragoverlay_scope" in c.sql and c.name != "10_scope.sql":
+            assert "ragoverlay_in_scope(p_scope," in c.sql, c.name
+            assert "user_id') = ANY (p_owners)" not in c.sql, c.name
+    walk = IndexSpec(384).function_sql
+    assert "__DIMS__" not in walk and "ragoverlay_vec_walk_384(" in walk
+    assert "ragoverlay_in_scope(p_scope, v.collection_id, v.file_id, v.owner)" in walk
 
 
 def test_split_statements_respects_dollar_quotes() -> None:

@@ -1,8 +1,8 @@
 -- rag_api's own tables, exactly as langchain_community's PGVector (used by rag_api v0.9) creates
 -- them, so a fresh database is one rag_api can take over, and an existing one is left untouched.
 -- `embedding` has no dimension and `cmetadata` is jsonb (rag_api sets use_jsonb=True; older
--- deployments have json, which every statement of ours also reads).
-CREATE EXTENSION IF NOT EXISTS vector;
+-- deployments have json, which every statement of ours also reads). The `vector` extension comes
+-- from 0000.
 
 CREATE TABLE IF NOT EXISTS langchain_pg_collection (
     uuid uuid PRIMARY KEY,

@@ -1,0 +1,192 @@
+"""The service's maintenance tasks: catalogue statistics, the vector copy, an HNSW index per dimension.
+
+Everything here runs in the background: start-up and requests never wait for it. Until the copy is
+ready and an index is valid, searches take the exact path (always correct, slower on large
+allow-lists). Each task does one pass per call and reaches the database only through
+`MaintenanceStore`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import asyncpg
+
+from app.config import Settings
+from app.maintenance.registry import MaintenanceRegistry, MaintenanceTask, Pass, Report
+from app.search.planner import CatalogueStats
+from app.search.state import SearchState
+from app.store.maintenance import MaintenanceStore
+from app.store.vector_index import IndexSpec, index_spec
+
+logger = logging.getLogger(__name__)
+
+CATALOGUE_SECONDS = 60.0  # statistics refresh
+COPY_RECHECK_SECONDS = 30.0  # while another replica fills the copy
+# drift check of the vector copy: a count of both tables, so not every minute on large tables
+RECONCILE_SECONDS = 3600.0
+INDEX_RECHECK_SECONDS = 30.0  # while another replica builds an index
+INDEX_RETRY_SECONDS = 300.0  # after a failed build (the exact path answers meanwhile)
+
+CATALOGUE = "catalogue"
+VECTOR_COPY = "vector-copy"
+HNSW_PREFIX = "hnsw-index-"
+
+
+class CatalogueTask:
+    """Catalogue rag_api's files once, then refresh the planner's statistics."""
+
+    def __init__(self, store: MaintenanceStore, state: SearchState) -> None:
+        self.store = store
+        self.state = state
+        self.backfilled = False
+
+    async def __call__(self, report: Report) -> Pass:
+        """One pass: the backfill (first pass only), then a fresh read of the statistics."""
+        note = ""
+        if not self.backfilled:
+            report("cataloguing files written by rag_api")
+            try:
+                added = await self.store.backfill_catalogue()
+            except (OSError, asyncpg.PostgresError) as exc:
+                # statistics of what is catalogued are still worth having; estimates may be off
+                logger.warning("Catalogue backfill failed (%s); path estimates may be off", exc)
+                note = f"; backfill failed: {type(exc).__name__}"
+            else:
+                if added:
+                    logger.info("Catalogued %d files written by rag_api", added)
+            self.backfilled = True
+        snapshot = await self.store.read_catalogue()
+        self.state.set_stats(CatalogueStats.from_snapshot(snapshot))
+        return Pass(progress=f"{snapshot.files} files, {snapshot.chunks} chunks{note}")
+
+
+class VectorCopyTask:
+    """Fill the compact vector copy with rows that predate its triggers, then check it for drift."""
+
+    def __init__(self, store: MaintenanceStore, state: SearchState) -> None:
+        self.store = store
+        self.state = state
+
+    async def __call__(self, report: Report) -> Pass:
+        """One pass: backfill if needed, then (once ready) compare and repair; stops when disabled."""
+        started = time.monotonic()
+        if await self.store.copy_state() == "backfilling":
+            report("backfilling")
+            copied = await self.store.backfill_copy()
+            if copied is not None:
+                logger.info("Vector copy backfilled: %d rows in %.1f s", copied, time.monotonic() - started)
+        state = await self.store.copy_state()
+        self.state.set_copy_state(state)
+        if state == "disabled":
+            return Pass(progress="disabled (no TRIGGER privilege): exact scans of rag_api's rows", done=True)
+        if state != "ready":
+            # another replica holds the backfill lock
+            return Pass(progress=state, again_in=COPY_RECHECK_SECONDS)
+        repaired = await self.store.reconcile_copy()
+        if repaired and any(repaired):
+            logger.warning("Vector copy repaired: %d rows added, %d removed", *repaired)
+            return Pass(progress=f"ready; repaired {repaired[0]} added, {repaired[1]} removed rows")
+        return Pass(progress="ready")
+
+
+class HnswIndexTask:
+    """Build the HNSW index of one dimension on the vector copy, then make it usable."""
+
+    def __init__(
+        self, settings: Settings, store: MaintenanceStore, state: SearchState, spec: IndexSpec
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.state = state
+        self.spec = spec
+
+    async def __call__(self, report: Report) -> Pass:
+        """One pass: build (or wait for another replica's build); done once the index is usable."""
+        # the index lives on the copy: build it once the copy holds every row (a build during the
+        # backfill would work, but slower, and nothing may use it before then)
+        if not self.state.copy_ready.is_set():
+            report("waiting for the vector copy")
+            await self.state.copy_ready.wait()
+        state = await self.store.index_state(self.spec)
+        if state == "valid":
+            await self.store.ensure_walk(self.spec)
+            valid = True
+        else:
+            report(f"building {self.spec.name}")
+            valid = await self.store.build_index(
+                self.spec,
+                m=self.settings.hnsw_m,
+                ef_construction=self.settings.hnsw_ef_construction,
+                memory=self.settings.hnsw_build_memory,
+            )
+        if not valid:
+            return Pass(
+                progress=f"{self.spec.name}: another session is building it", again_in=INDEX_RECHECK_SECONDS
+            )
+        self.state.add_walk(self.spec.dims, self.spec.function_name)
+        return Pass(progress=f"{self.spec.name} valid", done=True)
+
+
+class Maintenance:
+    """The service's maintenance: the tasks above in a registry, and the search state they keep."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: MaintenanceStore,
+        state: SearchState,
+        registry: MaintenanceRegistry | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.state = state
+        self.registry = registry or MaintenanceRegistry()
+
+    def start(self, dims_hint: int | None) -> None:
+        """Start the catalogue and vector copy tasks, and the index of `dims_hint` when known."""
+        self.registry.add(
+            MaintenanceTask(CATALOGUE, CatalogueTask(self.store, self.state), CATALOGUE_SECONDS)
+        )
+        self.registry.add(
+            MaintenanceTask(
+                VECTOR_COPY,
+                VectorCopyTask(self.store, self.state),
+                RECONCILE_SECONDS,
+                retry_interval=COPY_RECHECK_SECONDS,
+            )
+        )
+        if dims_hint:
+            self.want_index(dims_hint)
+
+    def want_index(self, dims: int) -> None:
+        """Make sure the index for `dims` exists (the first sight of a dimension starts its task)."""
+        if self.settings.vector_index == "none" or f"{HNSW_PREFIX}{dims}" in self.registry:
+            return
+        spec = index_spec(dims)
+        if spec is None:
+            logger.warning("pgvector cannot index %d dimensions; searches stay exact", dims)
+            # registered all the same, as done: the status says why there is no index
+            self.registry.add(MaintenanceTask(f"{HNSW_PREFIX}{dims}", _unindexable(dims), 0.0))
+            return
+        task = HnswIndexTask(self.settings, self.store, self.state, spec)
+        self.registry.add(
+            MaintenanceTask(
+                f"{HNSW_PREFIX}{dims}", task, INDEX_RECHECK_SECONDS, retry_interval=INDEX_RETRY_SECONDS
+            )
+        )
+
+    async def close(self) -> None:
+        """Stop every task."""
+        await self.registry.close()
+
+
+def _unindexable(dims: int) -> Callable[[Report], Awaitable[Pass]]:
+    async def run(report: Report) -> Pass:
+        return Pass(
+            progress=f"{dims} dimensions: more than pgvector can index; searches stay exact", done=True
+        )
+
+    return run

@@ -1,0 +1,246 @@
+"""How a search runs: the visible-row estimate, the cost rule, the path and the candidate count.
+
+Pure values and functions, no database: the planner reads what the background maintenance learned
+(`SearchKnowledge`: catalogue statistics, the vector copy's state, the usable HNSW walks) and
+returns a decision; the SQL function receives that decision as named parameters and only carries it
+out (plus the exact fallback, which needs the walk's result). Authorisation is never decided here:
+every path runs inside the caller's scope in SQL.
+
+A retrieval channel is a SQL function in `app/store/sql/` that takes `p_scope` (and checks rows
+with `ragoverlay_in_scope`) and returns the chunk-hit columns, plus one planner function here that
+returns its `SearchCall`. `plan_vector_search` is V1's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import numpy as np
+
+from app.config import Settings
+from app.store.catalogue import CatalogueSnapshot
+from app.store.chunks import FileRecord, SearchCall
+
+# rag_api's typical file, until the catalogue says otherwise
+DEFAULT_CHUNKS_PER_FILE = 20.0
+VECTOR_SEARCH_FUNCTION = "ragoverlay_nearest_chunks"
+
+Path = Literal["exact", "index"]
+
+
+@dataclass(frozen=True)
+class CatalogueStats:
+    """Sizes and dimensions of one collection's files, from the catalogue (`ragoverlay_files`)."""
+
+    files: int = 0
+    chunks: int = 0
+    uniform_dims: int | None = None  # the single dimension of every catalogued file, if there is one
+    # file id -> owner -> chunk count; None when the catalogue is too large to hold per file
+    file_chunks: dict[str, dict[str, int]] | None = None
+    # file id -> owner -> uploader, for files uploaded into another namespace (an Agent's)
+    delegated: dict[str, dict[str, str]] = field(default_factory=dict)
+    # rows in the searched tables (the largest of PostgreSQL's estimates for rag_api's table and the
+    # copy); 0 before the first refresh
+    table_rows: float = 0.0
+
+    @classmethod
+    def from_snapshot(cls, snapshot: CatalogueSnapshot) -> CatalogueStats:
+        """The statistics of a catalogue snapshot (read in the background by the maintenance)."""
+        file_chunks: dict[str, dict[str, int]] | None = None
+        delegated: dict[str, dict[str, str]] = {}
+        if snapshot.rows is not None:
+            file_chunks = {}
+            for row in snapshot.rows:
+                file_chunks.setdefault(row.file_id, {})[row.owner] = row.chunks
+                if row.uploader and row.uploader != row.owner:
+                    delegated.setdefault(row.file_id, {})[row.owner] = row.uploader
+        return cls(
+            snapshot.files,
+            snapshot.chunks,
+            snapshot.uniform_dims,
+            file_chunks,
+            delegated,
+            snapshot.table_rows,
+        )
+
+    @property
+    def chunks_per_file(self) -> float:
+        """Average chunks per file (DEFAULT_CHUNKS_PER_FILE before anything is known)."""
+        return self.chunks / self.files if self.files else DEFAULT_CHUNKS_PER_FILE
+
+    def estimate(self, file_ids: Sequence[str], owners: Sequence[str], uploader: str | None = None) -> int:
+        """Rows of `file_ids` the caller can see, as far as the catalogue knows.
+
+        A listed file catalogued only under other owners counts 0 (a knowledge base listed without
+        its `entity_id` shows nothing), unless the caller uploaded it; a file the catalogue has not
+        seen yet counts the average.
+        """
+        average = self.chunks_per_file
+        if self.file_chunks is None:
+            return round(len(file_ids) * average)
+        file_chunks = self.file_chunks
+        # per request, up to 1,000 files: the common case (no delegated uploads) stays one lookup
+        delegated = self.delegated if uploader else None
+        total = 0.0
+        for file_id in file_ids:
+            by_owner = file_chunks.get(file_id)
+            if by_owner is None:
+                total += average
+                continue
+            for owner in owners:
+                total += by_owner.get(owner, 0)
+            uploaders = delegated.get(file_id) if delegated else None
+            if uploaders:
+                for owner, by in uploaders.items():
+                    if by == uploader and owner not in owners:
+                        total += by_owner.get(owner, 0)
+        return round(total)
+
+    def with_file(self, stored: FileRecord) -> CatalogueStats:
+        """These statistics plus (or with a new version of) one stored file."""
+        uniform = self.uniform_dims if self.uniform_dims == stored.embedding_dim else None
+        if self.files == 0:
+            uniform = stored.embedding_dim
+        file_chunks = self.file_chunks
+        previous = 0
+        if file_chunks is not None:
+            # replaced in place: requests read the map on the event loop, between awaits
+            previous = file_chunks.setdefault(stored.file_id, {}).get(stored.owner, 0)
+            file_chunks[stored.file_id][stored.owner] = stored.chunk_count
+        if stored.uploader and stored.uploader != stored.owner:
+            self.delegated.setdefault(stored.file_id, {})[stored.owner] = stored.uploader
+        new_file = previous == 0
+        return replace(
+            self,
+            files=self.files + (1 if new_file else 0),
+            chunks=self.chunks + stored.chunk_count - previous,
+            uniform_dims=uniform,
+            table_rows=self.table_rows + stored.chunk_count - previous,
+        )
+
+
+@dataclass(frozen=True)
+class SearchKnowledge:
+    """What the planner may rely on: catalogue statistics, the copy, the usable index walks."""
+
+    stats: CatalogueStats = field(default_factory=CatalogueStats)
+    use_copy: bool = False  # the compact vector copy holds every row
+    walks: Mapping[int, str] = field(default_factory=dict)  # dimension -> its HNSW walk function
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """The planner's configuration (see the README's configuration table)."""
+
+    exact_max_rows: int = 4000
+    cost_factor: float = 20.0
+    ef_search: int = 100
+    max_scan_tuples: int = 50_000
+    legacy_unowned: bool = False
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SearchSettings:
+        """The planner's share of the service settings."""
+        return cls(
+            exact_max_rows=settings.exact_scan_max_rows,
+            cost_factor=settings.hnsw_cost_factor,
+            ef_search=settings.hnsw_ef_search,
+            max_scan_tuples=settings.hnsw_max_scan_tuples,
+            legacy_unowned=settings.legacy_unowned_readable,
+        )
+
+
+@dataclass(frozen=True)
+class VectorSearchDecision:
+    """How one vector search runs; `call()` turns it into the SQL function's named arguments."""
+
+    path: Path
+    use_copy: bool
+    k: int
+    candidates: int  # rows ranked (copy) or collected (walk) before the exact re-rank
+    check_dims: bool  # check each row's dimension (rag_api's rows; the copy has a column for it)
+    visible_estimate: int
+    walk: str | None = None  # the HNSW walk function (index path)
+    ef_search: int | None = None
+    max_scan_tuples: int | None = None
+
+    def call(self, query: np.ndarray) -> SearchCall:
+        """The SQL call that carries this decision out for `query`."""
+        return SearchCall(
+            VECTOR_SEARCH_FUNCTION,
+            {
+                "p_query": query,
+                "p_k": self.k,
+                "p_path": self.path,
+                "p_use_copy": self.use_copy,
+                "p_candidates": self.candidates,
+                "p_check_dims": self.check_dims,
+                "p_walk": self.walk,
+                "p_ef_search": self.ef_search,
+                "p_max_scan_tuples": self.max_scan_tuples,
+            },
+        )
+
+
+def candidate_count(k: int) -> int:
+    """Rows ranked before the exact re-rank: 2k + 10 absorbs halfvec rounding and relaxed order."""
+    return 2 * k + 10
+
+
+def index_pays_off(visible: int, table_rows: float, candidates: int, cost_factor: float) -> bool:
+    """The cost rule: walk the index only when visible^2 >= factor x table rows x candidates.
+
+    A filtered walk meets about table/visible rows per visible one, so collecting `candidates`
+    visible rows costs ~candidates x table/visible steps, against `visible` rows for an exact scan
+    (`cost_factor` weighs a step of the walk against a row of the scan; measured with scripts/bench).
+    """
+    return float(visible) * visible >= cost_factor * max(table_rows, 1.0) * candidates
+
+
+def plan_vector_search(
+    *,
+    dims: int,
+    k: int,
+    file_ids: Sequence[str],
+    owners: Sequence[str],
+    uploader: str | None,
+    knowledge: SearchKnowledge,
+    settings: SearchSettings,
+) -> VectorSearchDecision:
+    """The path, candidate count and index settings of one vector search over `file_ids`."""
+    stats = knowledge.stats
+    estimate = stats.estimate(file_ids, owners, uploader)
+    # rows of one dimension only: skip the per-row check (the database rechecks on a mismatch);
+    # unowned legacy rows are not catalogued, so nothing is known of their dimension
+    check_dims = stats.uniform_dims != dims or settings.legacy_unowned
+    candidates = candidate_count(k)
+    walk = knowledge.walks.get(dims)
+    table_rows = max(stats.table_rows, float(stats.chunks))
+    if (
+        knowledge.use_copy
+        and walk is not None
+        and estimate > settings.exact_max_rows
+        and index_pays_off(estimate, table_rows, candidates, settings.cost_factor)
+    ):
+        return VectorSearchDecision(
+            path="index",
+            use_copy=True,
+            k=k,
+            candidates=candidates,
+            check_dims=check_dims,
+            visible_estimate=estimate,
+            walk=walk,
+            ef_search=max(settings.ef_search, candidates),
+            max_scan_tuples=settings.max_scan_tuples,
+        )
+    return VectorSearchDecision(
+        path="exact",
+        use_copy=knowledge.use_copy,
+        k=k,
+        # without the copy the scan is exact on rag_api's rows: no re-rank, k is enough
+        candidates=candidates if knowledge.use_copy else k,
+        check_dims=check_dims,
+        visible_estimate=estimate,
+    )

@@ -1,0 +1,63 @@
+"""What the background maintenance has learned for the search planner, in one place."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from app.search.planner import CatalogueStats, SearchKnowledge
+from app.store.chunks import FileRecord
+
+logger = logging.getLogger(__name__)
+
+
+class SearchState:
+    """Catalogue statistics, the vector copy's state and the usable HNSW walks, kept current.
+
+    Written by the maintenance tasks (and by `note_stored` after each ingest), read by every search
+    through `knowledge()`. Requests and tasks share the event loop, so plain attributes suffice.
+    """
+
+    def __init__(self) -> None:
+        self.stats = CatalogueStats()
+        self.copy_state = "missing"  # 'backfilling', 'ready', 'disabled' or 'missing'
+        self._walks: dict[int, str] = {}
+        self.catalogue_ready = asyncio.Event()  # statistics read at least once
+        self.copy_ready = asyncio.Event()  # the compact vector copy holds every row
+
+    def knowledge(self) -> SearchKnowledge:
+        """The planner's inputs now."""
+        return SearchKnowledge(self.stats, self.copy_state == "ready", self._walks)
+
+    @property
+    def use_copy(self) -> bool:
+        """True when searches may rank on the compact vector copy."""
+        return self.copy_state == "ready"
+
+    def walk(self, dims: int) -> str | None:
+        """The usable HNSW walk function for `dims`, or None (searches are then exact)."""
+        return self._walks.get(dims)
+
+    def set_stats(self, stats: CatalogueStats) -> None:
+        """Statistics of a fresh catalogue read."""
+        self.stats = stats
+        self.catalogue_ready.set()
+
+    def note_stored(self, stored: FileRecord) -> None:
+        """Account for a file this process just stored, until the next statistics refresh."""
+        self.stats = self.stats.with_file(stored)
+
+    def set_copy_state(self, state: str) -> None:
+        """The vector copy's state, as the database records it."""
+        if state != self.copy_state:
+            logger.info("Vector copy state: %s", state)
+        self.copy_state = state
+        if state == "ready":
+            self.copy_ready.set()
+        else:
+            self.copy_ready.clear()
+
+    def add_walk(self, dims: int, function: str) -> None:
+        """An HNSW index for `dims` is valid and walked by `function`."""
+        # replaced, not mutated: a knowledge() handed out earlier keeps its own view
+        self._walks = {**self._walks, dims: function}

@@ -1,0 +1,189 @@
+"""Named maintenance tasks and their registry, against a stand-in for the database side (pure)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import asyncpg
+import pytest
+
+from app.config import load_settings
+from app.maintenance.registry import MaintenanceRegistry, MaintenanceTask, Pass, Report
+from app.maintenance.tasks import CATALOGUE, HNSW_PREFIX, VECTOR_COPY, Maintenance
+from app.search.state import SearchState
+from app.store.catalogue import CatalogueFile, CatalogueSnapshot
+from app.store.db import StoreInfo
+from app.store.vector_index import IndexSpec
+
+
+class FakeStore:
+    """MaintenanceStore's interface, in memory, recording what was asked of it."""
+
+    def __init__(self) -> None:
+        self.info = StoreInfo(uuid.uuid4(), "c", "jsonb", "0.8.6")
+        self.calls: list[str] = []
+        self.state = "backfilling"
+        self.index = "missing"
+        self.build_results = [True]
+        self.fail_catalogue_backfill = False
+        self.repairs: tuple[int, int] | None = (0, 0)
+
+    async def backfill_catalogue(self) -> int:
+        self.calls.append("backfill_catalogue")
+        if self.fail_catalogue_backfill:
+            raise asyncpg.PostgresError("no such table")
+        return 2
+
+    async def read_catalogue(self) -> CatalogueSnapshot:
+        self.calls.append("read_catalogue")
+        return CatalogueSnapshot(1, 3, 384, [CatalogueFile("f", "me", "me", 3)], 3.0)
+
+    async def copy_state(self) -> str:
+        self.calls.append("copy_state")
+        return self.state
+
+    async def backfill_copy(self) -> int | None:
+        self.calls.append("backfill_copy")
+        self.state = "ready"
+        return 10
+
+    async def reconcile_copy(self) -> tuple[int, int] | None:
+        self.calls.append("reconcile_copy")
+        return self.repairs
+
+    async def index_state(self, spec: IndexSpec) -> str:
+        self.calls.append(f"index_state {spec.dims}")
+        return self.index
+
+    async def build_index(self, spec: IndexSpec, **kwargs: Any) -> bool:
+        self.calls.append(f"build_index {spec.dims}")
+        return self.build_results.pop(0)
+
+    async def ensure_walk(self, spec: IndexSpec) -> bool:
+        self.calls.append(f"ensure_walk {spec.dims}")
+        return True
+
+
+def maintenance(store: FakeStore, **settings: Any) -> Maintenance:
+    cfg = load_settings(_env_file=None, **settings)
+    # tasks registered, not looping: each test runs the passes itself
+    return Maintenance(cfg, store, SearchState(), MaintenanceRegistry(run_loops=False))  # type: ignore[arg-type]
+
+
+async def test_every_task_has_a_name_and_a_status_in_one_place() -> None:
+    store = FakeStore()
+    m = maintenance(store)
+    m.start(384)
+    assert m.registry.names() == [CATALOGUE, VECTOR_COPY, f"{HNSW_PREFIX}384"]
+    assert [s.state for s in m.registry.statuses()] == ["waiting"] * 3
+    m.want_index(384)  # the same dimension again: no second task
+    assert len(m.registry.names()) == 3
+
+    first = await m.registry.run_once(CATALOGUE)
+    assert first.progress == "1 files, 3 chunks"
+    assert store.calls == ["backfill_catalogue", "read_catalogue"]
+    status = m.registry.status(CATALOGUE)
+    assert (status.state, status.runs, status.last_error) == ("idle", 1, None)
+    assert status.last_run is not None and status.last_duration_s is not None
+    assert m.state.catalogue_ready.is_set() and m.state.stats.estimate(["f"], ["me"]) == 3
+    await m.registry.run_once(CATALOGUE)  # the backfill runs once per process
+    assert store.calls.count("backfill_catalogue") == 1 and store.calls.count("read_catalogue") == 2
+
+
+async def test_vector_copy_backfills_then_reconciles() -> None:
+    store = FakeStore()
+    m = maintenance(store)
+    m.start(None)
+    result = await m.registry.run_once(VECTOR_COPY)
+    assert (result.progress, result.done) == ("ready", False)
+    assert store.calls == ["copy_state", "backfill_copy", "copy_state", "reconcile_copy"]
+    assert m.state.use_copy and m.state.copy_ready.is_set()
+    store.repairs = (3, 1)
+    assert "repaired 3 added, 1 removed" in (await m.registry.run_once(VECTOR_COPY)).progress
+    store.state = "disabled"
+    result = await m.registry.run_once(VECTOR_COPY)
+    assert result.done and not m.state.use_copy
+    assert m.registry.status(VECTOR_COPY).state == "done"
+
+
+async def test_hnsw_task_waits_for_the_copy_and_makes_the_index_usable() -> None:
+    store = FakeStore()
+    m = maintenance(store)
+    m.start(384)
+    name = f"{HNSW_PREFIX}384"
+    waiting = asyncio.create_task(m.registry.run_once(name))
+    await asyncio.sleep(0.01)
+    assert not waiting.done() and m.registry.status(name).progress == "waiting for the vector copy"
+    m.state.set_copy_state("ready")
+    store.build_results = [False]  # another replica holds the build lock
+    result = await waiting
+    assert (result.done, result.again_in) == (False, 30.0)
+    assert m.state.walk(384) is None
+    store.index = "valid"  # built by the other replica: create the walk, done
+    result = await m.registry.run_once(name)
+    assert result.done and m.state.walk(384) == "ragoverlay_vec_walk_384"
+    assert store.calls[-2:] == ["index_state 384", "ensure_walk 384"]
+
+
+async def test_no_index_tasks_with_vector_index_none_or_too_many_dimensions() -> None:
+    m = maintenance(FakeStore(), vector_index="none")
+    m.start(384)
+    assert m.registry.names() == [CATALOGUE, VECTOR_COPY]
+    m = maintenance(FakeStore())
+    m.want_index(5000)
+    result = await m.registry.run_once(f"{HNSW_PREFIX}5000")
+    assert result.done and "more than pgvector can index" in result.progress
+
+
+async def test_a_failed_pass_is_recorded_and_the_loop_goes_on() -> None:
+    calls: list[int] = []
+
+    async def flaky(report: Report) -> Pass:
+        calls.append(1)
+        report(f"pass {len(calls)}")
+        if len(calls) == 1:
+            raise OSError("database unreachable")
+        if len(calls) == 3:
+            return Pass("finished", done=True)
+        return Pass()
+
+    registry = MaintenanceRegistry()
+    registry.add(MaintenanceTask("flaky", flaky, interval=0.01, retry_interval=0.01))
+    for _ in range(200):
+        if registry.status("flaky").state == "done":
+            break
+        await asyncio.sleep(0.01)
+    status = registry.status("flaky")
+    assert (status.state, status.runs, status.failures, status.progress) == ("done", 3, 1, "finished")
+    assert status.last_error == "OSError: database unreachable"
+    await asyncio.sleep(0.05)
+    assert len(calls) == 3  # done: no further pass
+    await registry.close()
+
+
+async def test_the_catalogue_backfill_failing_still_refreshes_statistics() -> None:
+    store = FakeStore()
+    store.fail_catalogue_backfill = True
+    m = maintenance(store)
+    m.start(None)
+    result = await m.registry.run_once(CATALOGUE)
+    assert "backfill failed" in result.progress and m.state.catalogue_ready.is_set()
+
+
+async def test_close_stops_every_loop() -> None:
+    started = asyncio.Event()
+
+    async def forever(report: Report) -> Pass:
+        started.set()
+        await asyncio.sleep(3600)
+        return Pass()
+
+    registry = MaintenanceRegistry()
+    registry.add(MaintenanceTask("forever", forever, interval=1.0))
+    await asyncio.wait_for(started.wait(), 1)
+    await asyncio.wait_for(registry.close(), 1)
+    assert registry.status("forever").state == "running"  # the status of the pass that was cut short
+    with pytest.raises(KeyError):
+        registry.status("nope")

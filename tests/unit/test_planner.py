@@ -1,0 +1,179 @@
+"""The search planner: visible-row estimate, cost rule, path and candidates (pure, no database)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.search.planner import (
+    VECTOR_SEARCH_FUNCTION,
+    CatalogueStats,
+    SearchKnowledge,
+    SearchSettings,
+    VectorSearchDecision,
+    candidate_count,
+    index_pays_off,
+    plan_vector_search,
+)
+from app.store.catalogue import CatalogueFile, CatalogueSnapshot
+from app.store.chunks import FileRecord
+
+WALK = "ragoverlay_vec_walk_384"
+
+
+def stats() -> CatalogueStats:
+    # two of my files, one Agent file, one file both of us hold under the same id, and an Agent
+    # file I uploaded
+    rows = [
+        CatalogueFile("a", "me", "me", 10),
+        CatalogueFile("b", "me", "me", 30),
+        CatalogueFile("kb", "agent", "colleague", 50),
+        CatalogueFile("shared", "me", "me", 4),
+        CatalogueFile("shared", "agent", "colleague", 6),
+        CatalogueFile("mine-in-kb", "agent", "me", 8),
+    ]
+    return CatalogueStats.from_snapshot(CatalogueSnapshot(6, 108, 384, rows, 1000.0))
+
+
+def record(file_id: str, owner: str, chunks: int, dims: int | None = 384, uploader: str = "") -> FileRecord:
+    return FileRecord(file_id, owner, uploader or owner, "f", None, None, None, None, chunks, "m", dims)
+
+
+def test_estimate_counts_only_what_the_caller_can_see() -> None:
+    s = stats()
+    assert s.estimate(["a", "b"], ["me"]) == 40
+    # a knowledge base listed without its entity_id: nothing of it is visible
+    assert s.estimate(["kb"], ["me"]) == 0
+    assert s.estimate(["kb", "shared"], ["me", "agent"]) == 60
+    assert s.estimate(["shared"], ["agent"]) == 6
+
+
+def test_estimate_counts_the_files_the_caller_uploaded_into_other_namespaces() -> None:
+    s = stats()
+    assert s.estimate(["mine-in-kb"], ["me"]) == 0  # no uploader given: the owner rule alone
+    assert s.estimate(["mine-in-kb"], ["me"], "me") == 8
+    assert s.estimate(["kb", "mine-in-kb"], ["me"], "me") == 8  # not what a colleague uploaded
+    assert s.estimate(["mine-in-kb"], ["me", "agent"], "me") == 8  # counted once
+
+
+def test_unknown_files_count_the_average() -> None:
+    s = stats()
+    assert s.chunks_per_file == 18
+    assert s.estimate(["a", "not-catalogued-yet"], ["me"]) == 28
+
+
+def test_without_a_file_map_files_times_average() -> None:
+    s = CatalogueStats.from_snapshot(CatalogueSnapshot(4, 100, None, None, 100.0))
+    assert s.file_chunks is None
+    assert s.estimate(["a", "kb", "x"], ["me"]) == 75
+    assert CatalogueStats().chunks_per_file == 20  # nothing known yet: rag_api's typical file
+
+
+def test_with_file_adds_and_replaces() -> None:
+    s = stats().with_file(record("c", "me", 7))
+    assert (s.files, s.chunks, s.uniform_dims, s.table_rows) == (7, 115, 384, 1007)
+    assert s.estimate(["c"], ["me"]) == 7
+    # a new version of the same file replaces its count, it is not a new file
+    s = s.with_file(record("c", "me", 12))
+    assert (s.files, s.chunks) == (7, 120)
+    assert s.estimate(["c"], ["me"]) == 12
+    # another dimension: no longer uniform
+    assert s.with_file(record("d", "me", 1, dims=768)).uniform_dims is None
+    # an upload into an Agent's namespace is visible to its uploader at once
+    s = s.with_file(record("e", "agent", 5, uploader="me"))
+    assert s.estimate(["e"], ["me"], "me") == 5 and s.estimate(["e"], ["me"], "colleague") == 0
+
+
+def test_first_file_sets_the_dimension() -> None:
+    s = CatalogueStats().with_file(record("a", "me", 3, dims=1536))
+    assert (s.files, s.chunks, s.uniform_dims) == (1, 3, 1536)
+    assert s.file_chunks is None  # no map before the first refresh: averages until then
+
+
+def test_candidates_and_cost_rule() -> None:
+    assert candidate_count(10) == 30
+    assert candidate_count(1) == 12
+    # visible^2 >= factor x table x candidates
+    assert index_pays_off(1600, 2000, 30, 1.0)
+    assert not index_pays_off(20, 2000, 30, 1.0)
+    assert index_pays_off(20_373, 200_000, 30, 20.0)  # 1,000 files of the benchmark: the index
+    assert not index_pays_off(7_818, 200_000, 30, 20.0)  # 373 files: exact
+    assert index_pays_off(1, 10**9, 30, 0.0)  # factor 0: always
+    assert not index_pays_off(0, 0, 30, 1.0)  # an empty table counts as one row, never zero
+
+
+def big(files: int, per_file: int, table_rows: float) -> CatalogueStats:
+    rows = [CatalogueFile(f"f{i}", "me", "me", per_file) for i in range(files)]
+    return CatalogueStats.from_snapshot(CatalogueSnapshot(files, files * per_file, 384, rows, table_rows))
+
+
+def plan(
+    knowledge: SearchKnowledge, files: int, *, k: int = 10, dims: int = 384, **settings: object
+) -> VectorSearchDecision:
+    return plan_vector_search(
+        dims=dims,
+        k=k,
+        file_ids=[f"f{i}" for i in range(files)],
+        owners=["me"],
+        uploader="me",
+        knowledge=knowledge,
+        settings=SearchSettings(**settings),  # type: ignore[arg-type]
+    )
+
+
+def test_path_choice() -> None:
+    stats_ = big(10_000, 20, 200_000)
+    ready = SearchKnowledge(stats_, use_copy=True, walks={384: WALK})
+    # small allow-lists: exact on the copy, 2k + 10 candidates for the re-rank
+    d = plan(ready, 100)
+    assert (d.path, d.use_copy, d.candidates, d.visible_estimate, d.walk) == ("exact", True, 30, 2000, None)
+    # large: the index, ef_search at least the candidates, the walk of the query's dimension
+    d = plan(ready, 1000)
+    assert (d.path, d.walk, d.candidates, d.ef_search, d.max_scan_tuples) == ("index", WALK, 30, 100, 50_000)
+    assert plan(ready, 1000, k=60, cost_factor=1.0).ef_search == 130
+    # above EXACT_SCAN_MAX_ROWS but too small a share of the table: exact (the cost rule)
+    assert plan(ready, 300).path == "exact"
+    assert plan(ready, 300, cost_factor=0.0).path == "index"
+    # EXACT_SCAN_MAX_ROWS above the estimate: exact, whatever the cost rule says
+    assert plan(ready, 1000, exact_max_rows=1_000_000).path == "exact"
+
+
+@pytest.mark.parametrize(
+    "knowledge",
+    [
+        SearchKnowledge(big(10_000, 20, 200_000), use_copy=False, walks={384: WALK}),  # copy not ready
+        SearchKnowledge(big(10_000, 20, 200_000), use_copy=True, walks={}),  # no valid index
+        SearchKnowledge(big(10_000, 20, 200_000), use_copy=True, walks={768: "w"}),  # other dimension
+    ],
+)
+def test_no_index_path_without_copy_and_walk(knowledge: SearchKnowledge) -> None:
+    d = plan(knowledge, 1000)
+    assert d.path == "exact" and d.walk is None
+    assert d.candidates == (30 if knowledge.use_copy else 10)  # on rag_api's rows: no re-rank
+
+
+def test_dimension_check() -> None:
+    ready = SearchKnowledge(big(10, 20, 200), use_copy=True)
+    assert plan(ready, 5).check_dims is False  # every catalogued row has the query's dimension
+    assert plan(ready, 5, dims=768).check_dims is True
+    assert plan(ready, 5, legacy_unowned=True).check_dims is True  # unowned rows are not catalogued
+    mixed = SearchKnowledge(CatalogueStats(files=2, chunks=4, uniform_dims=None))
+    assert plan(mixed, 2).check_dims is True
+
+
+def test_the_decision_is_a_call_with_named_arguments() -> None:
+    d = plan(SearchKnowledge(big(10_000, 20, 200_000), use_copy=True, walks={384: WALK}), 1000)
+    query = np.ones(384, dtype=np.float32)
+    call = d.call(query)
+    assert call.function == VECTOR_SEARCH_FUNCTION
+    assert call.args["p_query"] is query
+    assert {k: v for k, v in call.args.items() if k != "p_query"} == {
+        "p_k": 10,
+        "p_path": "index",
+        "p_use_copy": True,
+        "p_candidates": 30,
+        "p_check_dims": False,
+        "p_walk": WALK,
+        "p_ef_search": 100,
+        "p_max_scan_tuples": 50_000,
+    }
