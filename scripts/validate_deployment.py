@@ -737,17 +737,24 @@ SEED_WORDS = (
 
 @dataclass
 class Seeded:
-    """The generated corpus: namespaces, grounded queries, and who uploaded each file (for cleanup)."""
+    """The generated corpus: namespaces, grounded queries, who uploaded each file (for cleanup), and
+    the user the Agent probes act as."""
 
     namespaces: list[Namespace]
     queries: list[GroundedQuery]
     uploaders: dict[str, str]
+    probe_user: str
 
 
 def seed_corpus(client: httpx.Client, tokens: Tokens, *, files_per_namespace: int = 3) -> Seeded:
-    """Upload generated documents under two Agents and two users through /embed."""
+    """Upload generated documents under two Agents and two users through /embed.
+
+    Each Agent's files are uploaded by its own author, and the Agent probes act as a third user who
+    uploaded nothing: the service lets an uploader read its own uploads, so an author of both Agents
+    would rightly see both knowledge bases, which is not what an isolation probe asks.
+    """
     run = uuid.uuid4().hex[:10]
-    uploader = random_user_id()
+    authors: dict[str, str] = {}
     namespaces = [
         Namespace(f"agent_probe_{run}_a", AGENT),
         Namespace(f"agent_probe_{run}_b", AGENT),
@@ -758,7 +765,7 @@ def seed_corpus(client: httpx.Client, tokens: Tokens, *, files_per_namespace: in
     uploaders: dict[str, str] = {}
     words = iter(SEED_WORDS * 4)
     for ns_index, ns in enumerate(namespaces):
-        user = uploader if ns.kind == AGENT else ns.id
+        user = authors.setdefault(ns.id, random_user_id()) if ns.kind == AGENT else ns.id
         for i in range(files_per_namespace):
             colour, animal, city = next(words)
             crates = 11 + 7 * (ns_index * files_per_namespace + i)
@@ -791,11 +798,11 @@ def seed_corpus(client: httpx.Client, tokens: Tokens, *, files_per_namespace: in
                     k=1,
                 )
             )
-    probe_user = uploader
+    probe_user = random_user_id()
     for q in queries:
         if q.user_id is None:
             q.user_id = probe_user
-    return Seeded(namespaces, queries, uploaders)
+    return Seeded(namespaces, queries, uploaders, probe_user)
 
 
 def delete_seed(client: httpx.Client, tokens: Tokens, seeded: Seeded) -> list[str]:
@@ -938,7 +945,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--jwt-secret-env", default="JWT_SECRET", help="environment variable holding the JWT secret"
     )
     parser.add_argument("--tokens", type=Path, help="JSON object {user_id: token} of ready tokens")
-    parser.add_argument("--probe-user", help="user id the Agent probes act as (default: a fresh id)")
+    parser.add_argument(
+        "--probe-user",
+        help="user id the Agent probes act as: a user who uploaded none of the knowledge bases' "
+        "files, since an uploader may read its own uploads (default: a fresh id)",
+    )
     parser.add_argument("--seed", action="store_true", help="upload a generated probe corpus first")
     parser.add_argument("--keep-seed", action="store_true", help="do not delete the seeded corpus afterwards")
     parser.add_argument("--inventory", type=Path, help="JSON namespaces file to probe")
@@ -998,7 +1009,7 @@ def validate(
             seeded = seed_corpus(client, tokens)
             namespaces += seeded.namespaces
             grounded_queries += seeded.queries
-            probe_user = next(iter(seeded.uploaders.values()))
+            probe_user = seeded.probe_user
         try:
             for ns in namespaces:
                 ns.file_ids = ns.file_ids[: args.max_files]

@@ -746,10 +746,11 @@ def test_wrong_jwt_secret_is_a_configuration_problem(proxy: Proxy, corpus: Corpu
 def test_files_without_from_agent_are_searched_without_entity_id(proxy: Proxy, corpus: Corpus) -> None:
     """Upstream's safe default: an unflagged file never widens the search to the Agent's namespace."""
     files = [{"file_id": corpus.kb_refund.file_id, "filename": corpus.kb_refund.filename}]
-    output = drive(proxy, {"userId": ALICE, "entity_id": AGENT, "query": REFUND_QUERY, "files": files})
+    # Bob uses the Agent but uploaded none of its files (an uploader may read its own uploads)
+    output = drive(proxy, {"userId": BOB, "entity_id": AGENT, "query": REFUND_QUERY, "files": files})
     [exchange] = proxy.take()
     assert "entity_id" not in exchange.body
-    assert output["artifact"] is None  # the chunks belong to the Agent, so the user's scope has none
+    assert output["artifact"] is None  # the chunks belong to the Agent, so Bob's own scope has none
     assert corpus.kb_refund.marker not in output["text"]
 
 
