@@ -11,14 +11,16 @@ from typing import Annotated
 
 import asyncpg
 import httpx
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 
-from app.auth import Principal, anonymous, require_admin, verify_token
+from app.auth import Principal, anonymous, check_entity_id, require_admin, single_authorization, verify_token
 from app.clients.blobs import BlobStore
 from app.clients.embeddings import Embedder
 from app.config import Settings
+from app.edge import SafeStr
 from app.errors import ServiceUnavailable
 from app.ingest.pipeline import IngestService
+from app.schemas import MAX_ENTITY_ID_CHARS
 from app.search.index_manager import VectorIndexManager
 from app.search.service import SearchService
 from app.store.db import StoreInfo
@@ -58,7 +60,7 @@ async def get_principal(
     else:
         assert settings.jwt_secret is not None
         principal = verify_token(
-            request.headers.get("authorization"),
+            single_authorization(request.headers.getlist("authorization")),
             secret=settings.jwt_secret,
             audience=settings.jwt_audience,
             admin_user_ids=resources.admin_ids,
@@ -96,3 +98,22 @@ async def get_ingest(resources: ResourcesDep) -> IngestService:
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 SearchDep = Annotated[SearchService, Depends(get_search)]
 IngestDep = Annotated[IngestService, Depends(get_ingest)]
+
+
+ENTITY_ID_DESCRIPTION = (
+    "A LibreChat Agent id (agent_...) whose files the caller may also read; it must match "
+    "ENTITY_ID_PATTERN (400 otherwise). Empty means absent."
+)
+
+
+async def get_entity_id(
+    settings: SettingsDep,
+    entity_id: Annotated[
+        SafeStr | None, Query(max_length=MAX_ENTITY_ID_CHARS, description=ENTITY_ID_DESCRIPTION)
+    ] = None,
+) -> str | None:
+    """The `?entity_id=` query parameter, checked against ENTITY_ID_PATTERN (400) or None."""
+    return check_entity_id(entity_id, settings.entity_id_regex)
+
+
+EntityIdQuery = Annotated[str | None, Depends(get_entity_id)]

@@ -1,0 +1,145 @@
+"""Request bodies bounded while they stream in, before any parser sees them (pure ASGI).
+
+A JSON body is parsed whole (FastAPI reads it into memory, then `json.loads` builds every object), so
+its size must be decided on the byte stream: the declared Content-Length is refused at once, and a
+body without one (chunked) is counted as it arrives and refused the moment it passes the cap. Four
+parallel 50 MB bodies used to grow the service by ~776 MiB before an answer; now each costs at most
+the cap. The same pass checks that a JSON body is UTF-8 (RFC 8259), so invalid bytes answer 422
+instead of the framework's generic 400.
+
+Routes that stream a multipart upload to disk (`/embed`, ...) keep their own MAX_UPLOAD_BYTES cap and
+are exempt. Methods without a body (GET, HEAD, OPTIONS) pass untouched: no route reads one.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from collections.abc import Collection
+from typing import Any
+
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+_BODYLESS_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# the rest of a refused body is never read: the connection must not be reused
+_CLOSE = {"Connection": "close"}
+INVALID_UTF8_MESSAGE = "The request body is not valid UTF-8; JSON bodies must be UTF-8 encoded (RFC 8259)"
+
+
+def too_large_detail(limit: int) -> str:
+    """The 413 detail: what the limit is and what to change."""
+    return (
+        f"The request body is larger than MAX_JSON_BODY_BYTES ({limit} bytes); send fewer file ids "
+        "or a shorter query, or ask the operator to raise MAX_JSON_BODY_BYTES"
+    )
+
+
+class BodyRefused(HTTPException):
+    """Raised from `receive` when the body passes the cap or is not UTF-8.
+
+    An HTTPException, so FastAPI's body reader re-raises it untouched and the app's handler answers;
+    should it escape the app, the middleware answers it.
+    """
+
+
+def _is_json(content_type: str | None) -> bool:
+    if content_type is None:
+        return True  # FastAPI may still parse it as JSON
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+class GuardedReceive:
+    """`receive` that counts body bytes (and checks UTF-8), raising BodyRefused past the cap."""
+
+    def __init__(self, receive: Receive, limit: int, *, check_utf8: bool) -> None:
+        self._receive = receive
+        self.limit = limit
+        self.received = 0
+        self.messages = 0
+        self._decoder = codecs.getincrementaldecoder("utf-8")() if check_utf8 else None
+
+    async def __call__(self) -> Message:
+        """The next ASGI message, after the checks."""
+        message = await self._receive()
+        if message["type"] != "http.request":
+            return message
+        body: bytes = message.get("body", b"")
+        self.messages += 1
+        self.received += len(body)
+        if self.received > self.limit:
+            raise BodyRefused(413, too_large_detail(self.limit), headers=_CLOSE)
+        if self._decoder is not None:
+            try:
+                self._decoder.decode(body, final=not message.get("more_body", False))
+            except UnicodeDecodeError:
+                self._decoder = None
+                raise BodyRefused(
+                    422,
+                    [{"type": "json_invalid", "loc": ["body"], "msg": INVALID_UTF8_MESSAGE}],  # type: ignore[arg-type]
+                    headers=_CLOSE,
+                ) from None
+        return message
+
+
+class BodyGuardMiddleware:
+    """Cap request bodies at `max_body_bytes` (413) and require UTF-8 JSON (422), on the byte stream."""
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, exempt_paths: Collection[str] = ()) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.exempt_paths = frozenset(exempt_paths)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Handle one ASGI call."""
+        if (
+            scope["type"] != "http"
+            or scope["method"] in _BODYLESS_METHODS
+            or scope["path"] in self.exempt_paths
+        ):
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        declared = headers.get("content-length")
+        if declared is not None and declared.strip().isdigit() and int(declared) > self.max_body_bytes:
+            # refused before a single body byte is read, and before authentication
+            await _answer(send, 413, too_large_detail(self.max_body_bytes))
+            return
+        guarded = GuardedReceive(
+            receive, self.max_body_bytes, check_utf8=_is_json(headers.get("content-type"))
+        )
+        started = False
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, guarded, send_wrapper)
+        except BodyRefused as exc:
+            if started:
+                raise
+            await _answer(send, exc.status_code, exc.detail)
+
+
+async def _answer(send: Send, status: int, detail: Any) -> None:
+    payload: dict[str, Any] = {"detail": detail}
+    if status == 422:
+        payload["message"] = "Request validation failed"
+    body = json.dumps(payload).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
