@@ -244,6 +244,8 @@ def _resolve_local(settings: Settings, filepath: str) -> Path:
             raise NotFound("File not found")
     except OSError as exc:
         raise _unusable_path(exc) from None
+    except RuntimeError:  # Python < 3.13 reports a symlink loop this way
+        raise _unusable_path(OSError(errno.ELOOP, os.strerror(errno.ELOOP))) from None
     except ValueError:  # e.g. an embedded NUL, should one ever get past the schema
         raise BadRequest("filepath cannot be opened; give a path to a file inside RAG_UPLOAD_DIR") from None
     return candidate

@@ -1,4 +1,4 @@
-"""Request bodies bounded while they stream in, before any parser sees them (pure ASGI).
+"""Request bodies bounded while they stream in, before any parser sees them (pure ASGI); URLs UTF-8.
 
 A JSON body is parsed whole (FastAPI reads it into memory, then `json.loads` builds every object), so
 its size must be decided on the byte stream: the declared Content-Length is refused at once, and a
@@ -6,6 +6,9 @@ body without one (chunked) is counted as it arrives and refused the moment it pa
 parallel 50 MB bodies used to grow the service by ~776 MiB before an answer; now each costs at most
 the cap. The same pass checks that a JSON body is UTF-8 (RFC 8259), so invalid bytes answer 422
 instead of the framework's generic 400.
+
+The path and query string must percent-decode to UTF-8 too (422): an encoded lone surrogate would
+otherwise reach the route as U+FFFD, a different id than the one the caller sent.
 
 Routes that stream a multipart upload to disk (`/embed`, ...) keep their own MAX_UPLOAD_BYTES cap and
 are exempt. Methods without a body (GET, HEAD, OPTIONS) pass untouched: no route reads one.
@@ -17,6 +20,7 @@ import codecs
 import json
 from collections.abc import Collection
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
@@ -26,6 +30,10 @@ _BODYLESS_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # the rest of a refused body is never read: the connection must not be reused
 _CLOSE = {"Connection": "close"}
 INVALID_UTF8_MESSAGE = "The request body is not valid UTF-8; JSON bodies must be UTF-8 encoded (RFC 8259)"
+INVALID_URL_MESSAGE = (
+    "The {part} is not valid UTF-8 once percent-decoded (an encoded surrogate or a stray byte); "
+    "percent-encode the UTF-8 bytes of valid text"
+)
 
 
 def too_large_detail(limit: int) -> str:
@@ -42,6 +50,25 @@ class BodyRefused(HTTPException):
     An HTTPException, so FastAPI's body reader re-raises it untouched and the app's handler answers;
     should it escape the app, the middleware answers it.
     """
+
+
+def _url_error(scope: Scope) -> list[dict[str, Any]] | None:
+    """422 errors when the path or query string does not decode to UTF-8.
+
+    Servers would otherwise decode such bytes to U+FFFD and hand the route a different id.
+    """
+    raw_path = scope.get("raw_path")
+    if isinstance(raw_path, bytes):
+        raw_path = raw_path.split(b"?", 1)[0]
+    parts = (("path", "path", raw_path), ("query", "query string", scope.get("query_string", b"")))
+    for loc, name, raw in parts:
+        if not raw:
+            continue
+        try:
+            unquote_to_bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            return [{"type": "string_unicode", "loc": [loc], "msg": INVALID_URL_MESSAGE.format(part=name)}]
+    return None
 
 
 def _is_json(content_type: str | None) -> bool:
@@ -85,7 +112,7 @@ class GuardedReceive:
 
 
 class BodyGuardMiddleware:
-    """Cap request bodies at `max_body_bytes` (413) and require UTF-8 JSON (422), on the byte stream."""
+    """Cap request bodies at `max_body_bytes` (413), require UTF-8 JSON and URLs (422), on the byte stream."""
 
     def __init__(self, app: ASGIApp, *, max_body_bytes: int, exempt_paths: Collection[str] = ()) -> None:
         self.app = app
@@ -94,11 +121,14 @@ class BodyGuardMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Handle one ASGI call."""
-        if (
-            scope["type"] != "http"
-            or scope["method"] in _BODYLESS_METHODS
-            or scope["path"] in self.exempt_paths
-        ):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        url_error = _url_error(scope)
+        if url_error is not None:
+            await _answer(send, 422, url_error)
+            return
+        if scope["method"] in _BODYLESS_METHODS or scope["path"] in self.exempt_paths:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)

@@ -90,7 +90,12 @@ def _decode_filename(disposition: bytes, params: dict[bytes, bytes]) -> str | No
     try:
         return name.decode("utf-8")
     except UnicodeDecodeError:
-        return name.decode("latin-1")
+        pass
+    try:
+        # UTF-8 apart from encoded surrogates (ED A0..BF ..): invalid Unicode, not a legacy charset
+        return name.decode("utf-8", "surrogatepass")  # the caller refuses it (lone surrogates)
+    except UnicodeDecodeError:
+        return name.decode("latin-1")  # old clients send the page's charset
 
 
 async def receive_multipart(
