@@ -27,8 +27,9 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 _BODYLESS_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-# the rest of a refused body is never read: the connection must not be reused
-_CLOSE = {"Connection": "close"}
+# No `Connection: close` on a refusal: closing with the body unread makes the kernel answer the
+# client's next bytes with a reset, and a client still sending never sees the 413. uvicorn instead
+# discards the rest of the body as it arrives (nothing is buffered once the answer is complete).
 INVALID_UTF8_MESSAGE = "The request body is not valid UTF-8; JSON bodies must be UTF-8 encoded (RFC 8259)"
 INVALID_URL_MESSAGE = (
     "The {part} is not valid UTF-8 once percent-decoded (an encoded surrogate or a stray byte); "
@@ -97,7 +98,7 @@ class GuardedReceive:
         self.messages += 1
         self.received += len(body)
         if self.received > self.limit:
-            raise BodyRefused(413, too_large_detail(self.limit), headers=_CLOSE)
+            raise BodyRefused(413, too_large_detail(self.limit))
         if self._decoder is not None:
             try:
                 self._decoder.decode(body, final=not message.get("more_body", False))
@@ -106,7 +107,6 @@ class GuardedReceive:
                 raise BodyRefused(
                     422,
                     [{"type": "json_invalid", "loc": ["body"], "msg": INVALID_UTF8_MESSAGE}],  # type: ignore[arg-type]
-                    headers=_CLOSE,
                 ) from None
         return message
 
@@ -168,7 +168,6 @@ async def _answer(send: Send, status: int, detail: Any) -> None:
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
             ],
         }
     )
