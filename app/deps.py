@@ -17,7 +17,7 @@ from app.auth import Principal, anonymous, check_entity_id, require_admin, singl
 from app.clients.blobs import BlobStore
 from app.clients.embeddings import Embedder
 from app.config import Settings
-from app.edge import SafeStr
+from app.edge import safe_str
 from app.errors import ServiceUnavailable
 from app.ingest.pipeline import IngestService
 from app.schemas import MAX_ENTITY_ID_CHARS
@@ -109,7 +109,7 @@ ENTITY_ID_DESCRIPTION = (
 async def get_entity_id(
     settings: SettingsDep,
     entity_id: Annotated[
-        SafeStr | None, Query(max_length=MAX_ENTITY_ID_CHARS, description=ENTITY_ID_DESCRIPTION)
+        safe_str(max_length=MAX_ENTITY_ID_CHARS) | None, Query(description=ENTITY_ID_DESCRIPTION)
     ] = None,
 ) -> str | None:
     """The `?entity_id=` query parameter, checked against ENTITY_ID_PATTERN (400) or None."""

@@ -6,6 +6,7 @@ Refusing them here, once, as a 422 with a clear message, keeps every route and e
 
     unsafe_reason(text)        pure check; None when the string is storable
     SafeStr                    a pydantic/FastAPI string type that refuses unsafe strings (422)
+    safe_str(...)              the same with length bounds (checked first, so their errors read well)
     safe_str_list(...)         the same for lists of ids (one C-speed check for the whole list)
     unsafe_in_json(value)      the same check over every key and string of a parsed JSON value
 """
@@ -86,6 +87,16 @@ class JsonSchemaPattern:
 _NUL_FREE = JsonSchemaPattern(NUL_FREE_PATTERN)
 
 SafeStr = Annotated[str, AfterValidator(_check_str), _NUL_FREE]
+
+
+def safe_str(*, min_length: int = 0, max_length: int | None = None) -> Any:
+    """A safe string with length bounds checked before it (for Query/Path parameters)."""
+    return Annotated[  # type: ignore[valid-type]
+        str,
+        StringConstraints(min_length=min_length, max_length=max_length),
+        AfterValidator(_check_str),
+        _NUL_FREE,
+    ]
 
 
 def safe_str_list(*, min_length: int = 0, max_length: int | None = None) -> Any:

@@ -148,13 +148,42 @@ _ERROR_TEXT: dict[int, str] = {
 }
 
 
-def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI `responses=` for the error statuses a route can answer, with their body models."""
+def error_responses(*codes: int, long_url: bool = False) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses=` for the error statuses a route can answer, with their body models.
+
+    `long_url`: the route takes a list in its query string, so a schema-valid URL can pass the HTTP
+    server's request-line limit (~64 KB), which the server itself answers with a text/plain 400.
+    """
     out: dict[int | str, dict[str, Any]] = {}
     for code in codes:
         model = ValidationErrorResponse if code == 422 else ErrorResponse
         out[code] = {"model": model, "description": _ERROR_TEXT[code]}
+    if long_url and 400 in out:
+        out[400]["description"] += (
+            "; a URL longer than ~64 KB is refused by the HTTP server itself as text/plain "
+            "(send fewer ids per request)"
+        )
+        out[400]["content"] = {"text/plain": {"schema": {"type": "string"}}}
     return out
+
+
+# `[[document, distance], ...]` without `prefixItems` (which some OpenAPI tools still misread)
+SEARCH_PAIRS_RESPONSE: dict[str, Any] = {
+    "description": "`[[document, cosine distance], ...]`, nearest first; `[]` when nothing is in scope",
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "array",
+                "items": {
+                    "type": "array",
+                    "minItems": 2,
+                    "maxItems": 2,
+                    "items": {"anyOf": [SearchDocument.model_json_schema(), {"type": "number"}]},
+                },
+            }
+        }
+    },
+}
 
 
 # every route behind authentication can answer these

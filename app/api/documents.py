@@ -11,12 +11,13 @@ from fastapi.responses import Response
 
 from app.auth import check_entity_id, delete_namespaces, read_namespaces
 from app.deps import CurrentPrincipal, EntityIdQuery, IngestDep, SearchDep, SettingsDep
-from app.edge import SafeStr
+from app.edge import safe_str
 from app.errors import BadRequest, NotFound
 from app.schemas import (
     AUTHED_ERRORS,
     MAX_FILE_ID_CHARS,
     MAX_FILE_IDS,
+    SEARCH_PAIRS_RESPONSE,
     DocumentOut,
     FileIdList,
     MessageResponse,
@@ -28,7 +29,7 @@ from app.store.chunks import ChunkHit
 
 router = APIRouter(tags=["documents"])
 
-FileIdPath = Annotated[SafeStr, Path(min_length=1, max_length=MAX_FILE_ID_CHARS)]
+FileIdPath = Annotated[safe_str(min_length=1, max_length=MAX_FILE_ID_CHARS), Path()]
 
 
 def _pairs(hits: Sequence[ChunkHit], timing: str | None = None) -> Response:
@@ -46,8 +47,8 @@ def _pairs(hits: Sequence[ChunkHit], timing: str | None = None) -> Response:
 
 @router.post(
     "/query",
-    response_model=list[tuple[dict[str, Any], float]],
-    responses=error_responses(400, 413, *AUTHED_ERRORS),
+    response_model=None,
+    responses={200: SEARCH_PAIRS_RESPONSE, **error_responses(400, 413, *AUTHED_ERRORS)},
 )
 async def query(
     body: QueryRequest, principal: CurrentPrincipal, search: SearchDep, settings: SettingsDep
@@ -60,8 +61,8 @@ async def query(
 
 @router.post(
     "/query_multiple",
-    response_model=list[tuple[dict[str, Any], float]],
-    responses=error_responses(400, 404, 413, *AUTHED_ERRORS),
+    response_model=None,
+    responses={200: SEARCH_PAIRS_RESPONSE, **error_responses(400, 404, 413, *AUTHED_ERRORS)},
 )
 async def query_multiple(
     body: QueryMultipleRequest, principal: CurrentPrincipal, search: SearchDep, settings: SettingsDep
@@ -80,7 +81,9 @@ async def query_multiple(
 
 
 @router.get(
-    "/documents", response_model=list[DocumentOut], responses=error_responses(400, 404, *AUTHED_ERRORS)
+    "/documents",
+    response_model=list[DocumentOut],
+    responses=error_responses(400, 404, *AUTHED_ERRORS, long_url=True),
 )
 async def get_documents(
     principal: CurrentPrincipal,
