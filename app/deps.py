@@ -20,7 +20,7 @@ from app.config import Settings
 from app.edge import safe_str
 from app.errors import ServiceUnavailable
 from app.ingest.pipeline import IngestService
-from app.schemas import MAX_ENTITY_ID_CHARS
+from app.schemas import ENTITY_ID_FIELD_DESCRIPTION, MAX_ENTITY_ID_CHARS
 from app.search.index_manager import VectorIndexManager
 from app.search.service import SearchService
 from app.store.db import StoreInfo
@@ -100,16 +100,10 @@ SearchDep = Annotated[SearchService, Depends(get_search)]
 IngestDep = Annotated[IngestService, Depends(get_ingest)]
 
 
-ENTITY_ID_DESCRIPTION = (
-    "A LibreChat Agent id (agent_...) whose files the caller may also read; it must match "
-    "ENTITY_ID_PATTERN (400 otherwise). Empty means absent."
-)
-
-
 async def get_entity_id(
     settings: SettingsDep,
     entity_id: Annotated[
-        safe_str(max_length=MAX_ENTITY_ID_CHARS) | None, Query(description=ENTITY_ID_DESCRIPTION)
+        safe_str(max_length=MAX_ENTITY_ID_CHARS) | None, Query(description=ENTITY_ID_FIELD_DESCRIPTION)
     ] = None,
 ) -> str | None:
     """The `?entity_id=` query parameter, checked against ENTITY_ID_PATTERN (400) or None."""
