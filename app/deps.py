@@ -18,7 +18,7 @@ from app.clients.blobs import BlobStore
 from app.clients.embeddings import Embedder
 from app.config import Settings
 from app.edge import safe_str
-from app.errors import ServiceUnavailable
+from app.errors import InvalidInput, ServiceUnavailable
 from app.ingest.pipeline import IngestService
 from app.schemas import ENTITY_ID_FIELD_DESCRIPTION, MAX_ENTITY_ID_CHARS
 from app.search.index_manager import VectorIndexManager
@@ -101,12 +101,18 @@ IngestDep = Annotated[IngestService, Depends(get_ingest)]
 
 
 async def get_entity_id(
+    request: Request,
     settings: SettingsDep,
     entity_id: Annotated[
         safe_str(max_length=MAX_ENTITY_ID_CHARS) | None, Query(description=ENTITY_ID_FIELD_DESCRIPTION)
     ] = None,
 ) -> str | None:
     """The `?entity_id=` query parameter, checked against ENTITY_ID_PATTERN (400) or None."""
+    if len(request.query_params.getlist("entity_id")) > 1:
+        # which one would count? a proxy may check the first while we read the last
+        raise InvalidInput(
+            [{"type": "duplicate", "loc": ["query", "entity_id"], "msg": "entity_id is given more than once"}]
+        )
     return check_entity_id(entity_id, settings.entity_id_regex)
 
 

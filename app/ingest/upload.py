@@ -204,7 +204,11 @@ class _PartState:
         raw_name = params.get(b"name")
         self._name = raw_name.decode("utf-8", "replace") if raw_name is not None else None
         filename = _decode_filename(disposition, params)
-        if self._name == self.file_field and filename is not None and not self._have_file:
+        if self._name == self.file_field and filename is not None and self._have_file:
+            raise InvalidInput(
+                [_error(("body", self.file_field), "duplicate", "Send one file part, not several")]
+            )
+        if self._name == self.file_field and filename is not None:
             reason = unsafe_reason(filename)
             if reason is not None:
                 raise InvalidInput(
@@ -254,7 +258,18 @@ class _PartState:
             assert self._fh is not None
             self._fh.close()
             self._fh = None
-        elif not self._skip and self._name is not None and self._name not in self.fields:
+        elif not self._skip and self._name is not None:
+            if self._name in self.fields:
+                # which one would count? refuse rather than pick (an entity_id above all)
+                raise InvalidInput(
+                    [
+                        _error(
+                            ("body", self._name),
+                            "duplicate",
+                            f"Form field '{self._name}' is given more than once",
+                        )
+                    ]
+                )
             self.fields[self._name] = self._text(self._name, bytes(self._buf))
 
     @staticmethod

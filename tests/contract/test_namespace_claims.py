@@ -168,6 +168,20 @@ async def test_blank_entity_id_means_the_callers_own_scope(
     assert not found(route, await read(client, h, world.agent_file, entity), world.agent_file)
 
 
+@pytest.mark.parametrize("route", ["GET /ids", "GET /documents", "GET /documents/{id}/context"])
+async def test_entity_id_given_twice_is_refused(client: httpx.AsyncClient, world: World, route: str) -> None:
+    # a proxy may check the first while a framework reads the last: refuse rather than pick
+    fid = world.agent_file
+    url = {"GET /ids": "/ids?", "GET /documents": f"/documents?ids={fid}&"}.get(
+        route, f"/documents/{fid}/context?"
+    )
+    r = await client.get(
+        f"{url}entity_id={world.agent}&entity_id={world.victim}", headers=auth(world.attacker)
+    )
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["loc"] == ["query", "entity_id"]
+
+
 # --- delete ------------------------------------------------------------------------------------
 
 

@@ -179,3 +179,20 @@ async def test_only_the_named_text_fields_are_kept(tmp_path: Path) -> None:
     # without the filter the NUL in `junk` is refused, since the caller might use the field
     with pytest.raises(InvalidInput):
         await parse(ctype, body, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        [(b'name="file_id"', b"f-1"), (b'name="entity_id"', b"agent_a"), (b'name="entity_id"', b"agent_b")],
+        [(b'name="file_id"', b"f-1"), (b'name="file_id"', b"f-2")],
+        [(b'name="file_id"', b"f-1"), (b'name="file"; filename="second.txt"', b"again")],
+    ],
+)
+async def test_a_field_or_file_given_twice_is_422(tmp_path: Path, parts: list[tuple[bytes, bytes]]) -> None:
+    # which one would count? a proxy may look at the first while the service used another
+    ctype, body = raw_multipart([*parts, FILE_PART] if b"second" not in parts[-1][1] else [FILE_PART, *parts])
+    with pytest.raises(InvalidInput) as exc:
+        await parse(ctype, body, tmp_path, text_fields=("file_id", "entity_id"))
+    assert exc.value.errors[0]["type"] == "duplicate"
+    assert list(tmp_path.iterdir()) == []
