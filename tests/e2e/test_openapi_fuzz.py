@@ -10,6 +10,8 @@ run by hand is `st run` with the same options and `--max-examples 100` or more.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import re
@@ -19,9 +21,11 @@ import sys
 import tempfile
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import asyncpg
 import httpx
 import pytest
 
@@ -71,6 +75,46 @@ def schemathesis_command(base: str, token: str, report_dir: Path) -> list[str]:
     ]
 
 
+def _with_database(dsn: str, name: str) -> str:
+    return dsn.rsplit("/", 1)[0] + "/" + name
+
+
+@contextlib.contextmanager
+def own_database(database: Database) -> Iterator[str]:
+    """A fresh database on the session's server, for the service under fuzzing alone.
+
+    Not the session database: the vector copy and its HNSW index are shared by every collection of
+    a database, and thousands of fuzzed uploads would change what other tests' index paths find.
+    """
+    name = f"fuzz_{uuid.uuid4().hex[:12]}"
+    owner = urlsplit(database.dsn).username
+
+    async def create() -> None:
+        conn = await asyncpg.connect(database.superuser_dsn)
+        try:
+            await conn.execute(f'CREATE DATABASE "{name}" OWNER "{owner}"')
+        finally:
+            await conn.close()
+        conn = await asyncpg.connect(_with_database(database.superuser_dsn, name))
+        try:
+            await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        finally:
+            await conn.close()
+
+    async def drop() -> None:
+        conn = await asyncpg.connect(database.superuser_dsn)
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await conn.close()
+
+    asyncio.run(create())
+    try:
+        yield _with_database(database.dsn, name)
+    finally:
+        asyncio.run(drop())
+
+
 def operation_of(method: str, path: str, document: dict) -> tuple[str, str] | None:
     """The OpenAPI operation a concrete request path belongs to."""
     for template, operations in document["paths"].items():
@@ -95,15 +139,16 @@ def test_schemathesis_finds_no_5xx_and_no_undocumented_status(database: Database
             "RAG_HOST": "127.0.0.1",
             "DATA_DIR": str(data_dir),
             "JWT_SECRET": TEST_JWT_SECRET,
-            # the session's PostgreSQL, a collection of its own: no second embedded server to start
-            "DATABASE_URL": database.dsn,
-            "COLLECTION_NAME": f"fuzz_{uuid.uuid4().hex[:12]}",
         }
     )
     base = f"http://127.0.0.1:{port}"
     report_dir = data_dir / "report"
     try:
-        with serving(env, data_dir / "serve.log", timeout_s=240):
+        # the session's PostgreSQL server (no second embedded server to start), a database of its own
+        with (
+            own_database(database) as dsn,
+            serving({**env, "DATABASE_URL": dsn}, data_dir / "serve.log", timeout_s=240),
+        ):
             document = httpx.get(f"{base}/openapi.json", timeout=10).json()
             token = make_token("fuzz-user", ttl=3600)
             run = subprocess.run(
