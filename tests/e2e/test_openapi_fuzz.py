@@ -2,7 +2,8 @@
 
 schemathesis reads `/openapi.json` and sends schema-valid and schema-violating requests to every
 operation with a valid token. The run must produce no 5xx, no status code, content type or body the
-document does not list for that operation, and every request the schema forbids must be refused.
+document does not list for that operation, and every request the schema forbids must be refused
+(JSON bodies and URLs; see CONFIG for the multipart routes).
 The HAR report is read back to count requests and statuses, so the figures are checked here too.
 A fixed seed keeps the run reproducible (set RAGOVERLAY_FUZZ_SEED to explore others); the longer
 run by hand is `st run` with the same options and `--max-examples 100` or more.
@@ -34,15 +35,24 @@ from tests.fixtures.service import TEST_JWT_SECRET, Database, env_without_ragove
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-CHECKS = ",".join(
-    [
-        "not_a_server_error",
-        "status_code_conformance",
-        "content_type_conformance",
-        "response_schema_conformance",
-        "negative_data_rejection",
-    ]
-)
+# The checks, as a schemathesis config file. Multipart fields are strings on the wire, so a mutation
+# "file_id became a boolean" arrives as the string "false" and an empty array as no field at all: the
+# same bytes as a valid request. Schema-violation checks on the multipart routes would only report
+# that (a long run found exactly these three cases and nothing else); their refusals are pinned by
+# the contract tests instead.
+CONFIG = """
+[checks]
+enabled = false
+not_a_server_error.enabled = true
+status_code_conformance.enabled = true
+content_type_conformance.enabled = true
+response_schema_conformance.enabled = true
+negative_data_rejection.enabled = true
+
+[[operations]]
+include-path-regex = "^/(embed|embed-upload|text)$"
+checks.negative_data_rejection.enabled = false
+"""
 MAX_EXAMPLES = 4
 SEED = os.environ.get("RAGOVERLAY_FUZZ_SEED", "20261201")
 
@@ -50,14 +60,16 @@ SEED = os.environ.get("RAGOVERLAY_FUZZ_SEED", "20261201")
 def schemathesis_command(base: str, token: str, report_dir: Path) -> list[str]:
     """The `st run` command line (the same one, with more examples, makes the longer run)."""
     st = Path(sys.executable).parent / "st"
+    config = report_dir.parent / "schemathesis.toml"
+    config.write_text(CONFIG)
     return [
         str(st),
+        "--config-file",
+        str(config),
         "run",
         f"{base}/openapi.json",
         "--header",
         f"Authorization: Bearer {token}",
-        "--checks",
-        CHECKS,
         "--phases",
         "coverage,fuzzing",
         "--max-examples",
