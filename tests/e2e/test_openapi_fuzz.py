@@ -169,6 +169,7 @@ def test_schemathesis_finds_no_5xx_and_no_undocumented_status(database: Database
                 text=True,
                 timeout=300,
                 check=False,
+                cwd=data_dir,  # schemathesis keeps a `.schemathesis/` cache in its working folder
                 env={**os.environ, "NO_COLOR": "1"},
             )
         output = run.stdout + run.stderr
