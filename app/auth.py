@@ -5,16 +5,24 @@ Pure functions: no FastAPI here, so the rules are tested without HTTP.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+import re
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import jwt
 
-from app.errors import Forbidden, Unauthorized
+from app.edge import UNSAFE_ERROR_TYPE, unsafe_reason
+from app.errors import BadRequest, Forbidden, InvalidInput, Unauthorized
 
 PUBLIC_NAMESPACE = "public"
 _ALGORITHMS = ["HS256"]
+LEEWAY_S = 5
+_TIME_CLAIMS = ("exp", "iat", "nbf")
+# string claims we read: each must be storable (it becomes an owner / uploader in SQL)
+_STRING_CLAIMS = ("id", "role")
 
 
 @dataclass(frozen=True)
@@ -36,12 +44,20 @@ def anonymous() -> Principal:
     return Principal(user_id=None, is_admin=False)
 
 
+def single_authorization(values: Sequence[str]) -> str | None:
+    """The one `Authorization` header of a request; two or more are refused (which one would count?)."""
+    if len(values) > 1:
+        raise Unauthorized("Missing or invalid Authorization header")
+    return values[0] if values else None
+
+
 def verify_token(
     authorization: str | None,
     *,
     secret: str,
     audience: str | None,
     admin_user_ids: frozenset[str] | set[str] = frozenset(),
+    now: float | None = None,
 ) -> Principal:
     """Check `Authorization: Bearer <jwt>` (HS256, `exp` required) and return the principal."""
     if not authorization:
@@ -50,17 +66,22 @@ def verify_token(
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
         raise Unauthorized("Missing or invalid Authorization header")
+    # PyJWT would accept `"exp": "1999999999"` or `true` (it calls int()); we check the times ourselves
+    options: jwt.types.Options = {
+        "require": ["exp"],
+        "verify_aud": audience is not None,
+        "verify_exp": False,
+        "verify_iat": False,
+        "verify_nbf": False,
+    }
     try:
         claims = jwt.decode(
             token,
             secret,
             algorithms=_ALGORITHMS,  # fixed list: `alg: none` and RS/HS confusion are refused
             audience=audience,
-            options={"require": ["exp"], "verify_aud": audience is not None},
-            leeway=5,
+            options=options,
         )
-    except jwt.ExpiredSignatureError:
-        raise Unauthorized("Invalid token: token has expired") from None
     except jwt.MissingRequiredClaimError as exc:
         raise Unauthorized(f"Invalid token: token has no '{exc.claim}' claim") from None
     except jwt.InvalidAudienceError:
@@ -71,6 +92,8 @@ def verify_token(
         raise Unauthorized("Invalid token: algorithm not allowed (use HS256)") from None
     except jwt.InvalidTokenError:
         raise Unauthorized("Invalid token: malformed token") from None
+    check_time_claims(claims, time.time() if now is None else now)
+    check_string_claims(claims)
     user_id = claims.get("id")
     if not isinstance(user_id, str) or not user_id.strip():
         raise Unauthorized("Invalid token: token has no user 'id'")
@@ -78,26 +101,79 @@ def verify_token(
     return Principal(user_id=user_id, is_admin=is_admin, claims=claims)
 
 
-def clean_entity_id(entity_id: str | None) -> str | None:
-    """An `entity_id` as LibreChat sends it: empty or blank means absent."""
-    if entity_id is None:
-        return None
-    entity_id = entity_id.strip()
-    return entity_id or None
+def check_time_claims(claims: Mapping[str, Any], now: float, leeway: float = LEEWAY_S) -> None:
+    """`exp`, `iat` and `nbf` are JSON numbers (RFC 7519 NumericDate), and the token is valid at `now`."""
+    for name in _TIME_CLAIMS:
+        if name not in claims:
+            continue
+        value = claims[name]
+        # bool is an int in Python; a string is not a NumericDate even when it holds digits
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise Unauthorized(f"Invalid token: '{name}' must be a number (seconds since the epoch)")
+    if "exp" not in claims:
+        raise Unauthorized("Invalid token: token has no 'exp' claim")
+    if claims["exp"] <= now - leeway:
+        raise Unauthorized("Invalid token: token has expired")
+    if "nbf" in claims and claims["nbf"] > now + leeway:
+        raise Unauthorized("Invalid token: token is not valid yet ('nbf' is in the future)")
+    if "iat" in claims and claims["iat"] > now + leeway:
+        raise Unauthorized("Invalid token: token was issued in the future ('iat')")
+
+
+def check_string_claims(claims: Mapping[str, Any]) -> None:
+    """Refuse (422) a string claim we use that holds NUL or invalid Unicode: it would reach SQL."""
+    for name in _STRING_CLAIMS:
+        value = claims.get(name)
+        if isinstance(value, str) and (reason := unsafe_reason(value)) is not None:
+            raise InvalidInput(
+                [
+                    {
+                        "type": UNSAFE_ERROR_TYPE,
+                        "loc": ["header", "Authorization", name],
+                        "msg": f"Token claim '{name}' {reason}",
+                    }
+                ]
+            )
+
+
+def entity_id_refused_detail(pattern: str) -> str:
+    """The 400 detail for an `entity_id` that is not an Agent id: names the setting and the fix."""
+    return (
+        f"entity_id must be a LibreChat Agent id matching ENTITY_ID_PATTERN ({pattern}); "
+        "LibreChat sends only Agent ids (agent_...) as entity_id, and an empty value or none at all "
+        "for the caller's own files. Leave entity_id out, or ask the operator to change ENTITY_ID_PATTERN"
+    )
+
+
+def check_entity_id(entity_id: str | None, pattern: re.Pattern[str]) -> str | None:
+    """The `entity_id` a request may name: None when absent or blank, else it must match `pattern` (400).
+
+    Nobody verifies an `entity_id` (it is a claim), so only the shape LibreChat sends is honoured:
+    a user id can never be named to read, list or delete another user's files.
+    """
+    if entity_id is None or not entity_id.strip():
+        return None  # LibreChat may send the field empty
+    if pattern.fullmatch(entity_id) is None:
+        raise BadRequest(entity_id_refused_detail(pattern.pattern))
+    return entity_id
 
 
 def read_namespaces(principal: Principal, entity_id: str | None) -> list[str]:
-    """Namespaces a read may touch: the caller's own, plus `entity_id` when given."""
+    """Namespaces a read may touch: the caller's own, plus a checked `entity_id` when given."""
     owners = [principal.namespace]
-    entity = clean_entity_id(entity_id)
-    if entity and entity not in owners:
-        owners.append(entity)
+    if entity_id and entity_id.strip() and entity_id not in owners:
+        owners.append(entity_id)
     return owners
 
 
+def delete_namespaces(principal: Principal) -> list[str]:
+    """Owners a delete may touch: the caller's own namespace only; `entity_id` never widens it."""
+    return [principal.namespace]
+
+
 def write_owner(principal: Principal, entity_id: str | None) -> str:
-    """Owner of an upload: `entity_id` if given, else the caller's id, else `public`."""
-    return clean_entity_id(entity_id) or principal.namespace
+    """Owner of an upload: a checked `entity_id` if given, else the caller's id, else `public`."""
+    return entity_id if entity_id and entity_id.strip() else principal.namespace
 
 
 def require_admin(principal: Principal) -> None:

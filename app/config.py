@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import quote, quote_plus
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.errors import ConfigError
@@ -52,6 +53,9 @@ def _csv(value: object) -> list[str]:
 
 CsvList = Annotated[list[str], NoDecode]
 
+# The shape of a LibreChat Agent id, the only thing LibreChat sends as `entity_id` (CONTRACT.md section 3).
+DEFAULT_ENTITY_ID_PATTERN = r"^agent_[A-Za-z0-9_-]{1,100}$"
+
 
 class Settings(BaseSettings):
     """All runtime settings of the service."""
@@ -81,6 +85,12 @@ class Settings(BaseSettings):
     admin_user_ids: CsvList = Field(default_factory=list, validation_alias=_env("RAG_ADMIN_USER_IDS"))
     delete_scope: Literal["owner", "caller"] = Field("owner", validation_alias=_env("DELETE_SCOPE"))
     legacy_unowned_readable: bool = Field(False, validation_alias=_env("LEGACY_UNOWNED_READABLE"))
+    entity_id_pattern: str = Field(DEFAULT_ENTITY_ID_PATTERN, validation_alias=_env("ENTITY_ID_PATTERN"))
+    # a /query_multiple body needs ~260 KB for 1,000 ids of 200 chars and a 20,000-char query
+    max_json_body_bytes: int = Field(512 * 1024, ge=1024, validation_alias=_env("MAX_JSON_BODY_BYTES"))
+    _entity_id_regex: re.Pattern[str] = PrivateAttr(
+        default_factory=lambda: re.compile(DEFAULT_ENTITY_ID_PATTERN)
+    )
 
     # --- database -----------------------------------------------------------------------------
     database_url: str | None = Field(None, validation_alias=_env("DATABASE_URL"))
@@ -184,6 +194,23 @@ class Settings(BaseSettings):
     def _split_csv(cls, value: object) -> list[str]:
         return _csv(value)
 
+    @field_validator("entity_id_pattern", mode="before")
+    @classmethod
+    def _pattern_blank_is_default(cls, value: object) -> object:
+        # `ENTITY_ID_PATTERN=` in a compose file must not silently refuse every Agent id
+        if isinstance(value, str) and not value.strip():
+            return DEFAULT_ENTITY_ID_PATTERN
+        return value
+
+    @field_validator("entity_id_pattern")
+    @classmethod
+    def _pattern_compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression ({exc})") from None
+        return value
+
     @field_validator("embeddings_provider", mode="before")
     @classmethod
     def _provider_lower(cls, value: object) -> object:
@@ -231,6 +258,8 @@ class Settings(BaseSettings):
             raise ValueError("EMBEDDED_POSTGRES=true conflicts with DATABASE_URL/DB_HOST")
         if self.embedded_postgres == "false" and not (self.database_url or self.db_host):
             raise ValueError("EMBEDDED_POSTGRES=false needs DATABASE_URL or DB_HOST")
+        # compiled once here; every request full-matches against it
+        self._entity_id_regex = re.compile(self.entity_id_pattern)
         return self
 
     # --- derived values -----------------------------------------------------------------------
@@ -251,6 +280,11 @@ class Settings(BaseSettings):
     def auth_enabled(self) -> bool:
         """True when JWT_SECRET is set: every route but /health and the docs needs a token."""
         return bool(self.jwt_secret)
+
+    @property
+    def entity_id_regex(self) -> re.Pattern[str]:
+        """ENTITY_ID_PATTERN, compiled: an `entity_id` is honoured only when it matches in full."""
+        return self._entity_id_regex
 
     @property
     def use_embedded_postgres(self) -> bool:

@@ -7,19 +7,21 @@ and three thread hops per request cost more than the work itself (HS256 verifica
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import asyncpg
 import httpx
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 
-from app.auth import Principal, anonymous, require_admin, verify_token
+from app.auth import Principal, anonymous, check_entity_id, require_admin, single_authorization, verify_token
 from app.clients.blobs import BlobStore
 from app.clients.embeddings import Embedder
 from app.config import Settings
-from app.errors import ServiceUnavailable
+from app.edge import safe_str
+from app.errors import InvalidInput, ServiceUnavailable
 from app.ingest.pipeline import IngestService
 from app.maintenance.tasks import Maintenance
+from app.schemas import ENTITY_ID_FIELD_DESCRIPTION, MAX_ENTITY_ID_CHARS
 from app.search.service import SearchService
 from app.store.db import StoreInfo
 
@@ -58,7 +60,7 @@ async def get_principal(
     else:
         assert settings.jwt_secret is not None
         principal = verify_token(
-            request.headers.get("authorization"),
+            single_authorization(request.headers.getlist("authorization")),
             secret=settings.jwt_secret,
             audience=settings.jwt_audience,
             admin_user_ids=resources.admin_ids,
@@ -96,3 +98,26 @@ async def get_ingest(resources: ResourcesDep) -> IngestService:
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 SearchDep = Annotated[SearchService, Depends(get_search)]
 IngestDep = Annotated[IngestService, Depends(get_ingest)]
+
+
+if TYPE_CHECKING:  # built at run time; to a type checker it is a str
+    _EntityIdParam = str
+else:
+    _EntityIdParam = safe_str(max_length=MAX_ENTITY_ID_CHARS)
+
+
+async def get_entity_id(
+    request: Request,
+    settings: SettingsDep,
+    entity_id: Annotated[_EntityIdParam | None, Query(description=ENTITY_ID_FIELD_DESCRIPTION)] = None,
+) -> str | None:
+    """The `?entity_id=` query parameter, checked against ENTITY_ID_PATTERN (400) or None."""
+    if len(request.query_params.getlist("entity_id")) > 1:
+        # which one would count? a proxy may check the first while we read the last
+        raise InvalidInput(
+            [{"type": "duplicate", "loc": ["query", "entity_id"], "msg": "entity_id is given more than once"}]
+        )
+    return check_entity_id(entity_id, settings.entity_id_regex)
+
+
+EntityIdQuery = Annotated[str | None, Depends(get_entity_id)]

@@ -16,6 +16,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api import documents, embed, health
+from app.api.guards import BodyGuardMiddleware
+from app.api.openapi import install_openapi
 from app.clients.blobs import build_blob_store
 from app.clients.embeddings import build_embedder
 from app.clients.http import build_http_client
@@ -184,8 +186,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        body = _error_body(exc.detail, exc.status_code)
+        if exc.status_code == 422:  # the body guard's "not UTF-8": the contract's validation shape
+            body["message"] = "Request validation failed"
         return JSONResponse(
-            _error_body(exc.detail, exc.status_code),
+            body,
             status_code=exc.status_code,
             headers=getattr(exc, "headers", None),
         )
@@ -210,6 +215,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     authed = [Depends(get_principal)]
     app.include_router(embed.router, dependencies=authed)
     app.include_router(documents.router, dependencies=authed)
+    install_openapi(app, settings.entity_id_pattern)
+    # innermost of the three: a refused body still gets CORS headers, a request id and an access line
+    app.add_middleware(
+        BodyGuardMiddleware,
+        max_body_bytes=settings.max_json_body_bytes,
+        exempt_paths=embed.STREAMED_UPLOAD_PATHS,
+    )
     app.add_middleware(
         CORSMiddleware,
         allow_origins=settings.cors_origins,

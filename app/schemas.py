@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.edge import SafeStr, safe_str_list
+
 MAX_QUERY_CHARS = 20_000
 MAX_FILE_ID_CHARS = 512
+MAX_ENTITY_ID_CHARS = 512
 MAX_FILE_IDS = 1000
+
+ENTITY_ID_FIELD_DESCRIPTION = (
+    "A LibreChat Agent id (agent_...) whose files the caller may also read; it must match "
+    "ENTITY_ID_PATTERN (400 otherwise). Empty or null means absent."
+)
+if TYPE_CHECKING:  # the validated alias is built at run time; to a type checker it is a list of str
+    FileIdList = list[str]
+else:
+    FileIdList = safe_str_list(min_length=1, max_length=MAX_FILE_ID_CHARS)
 
 
 class _Body(BaseModel):
@@ -19,29 +31,37 @@ class _Body(BaseModel):
 class QueryRequest(_Body):
     """`POST /query`."""
 
-    query: str = Field(max_length=MAX_QUERY_CHARS)
-    file_id: str = Field(min_length=1, max_length=MAX_FILE_ID_CHARS)
+    query: SafeStr = Field(max_length=MAX_QUERY_CHARS)
+    file_id: SafeStr = Field(min_length=1, max_length=MAX_FILE_ID_CHARS)
     k: int = Field(4, ge=1, le=100)
-    entity_id: str | None = Field(None, max_length=MAX_FILE_ID_CHARS)
+    entity_id: SafeStr | None = Field(
+        None, max_length=MAX_ENTITY_ID_CHARS, description=ENTITY_ID_FIELD_DESCRIPTION
+    )
 
 
 class QueryMultipleRequest(_Body):
     """`POST /query_multiple`: k is global across all files."""
 
-    query: str = Field(max_length=MAX_QUERY_CHARS)
-    # emptiness and the 1,000 cap are checked by the route, to answer 400 as the contract says
-    file_ids: list[str]
+    query: SafeStr = Field(max_length=MAX_QUERY_CHARS)
+    # emptiness and the 1,000 cap on *distinct* ids are checked by the route, to answer 400 as the
+    # contract says; the schema still says "at least one"
+    file_ids: FileIdList = Field(
+        json_schema_extra={"minItems": 1},
+        description=f"1 to {MAX_FILE_IDS} distinct file ids (400 when empty or more)",
+    )
     k: int = Field(4, ge=1, le=100)
-    entity_id: str | None = Field(None, max_length=MAX_FILE_ID_CHARS)
+    entity_id: SafeStr | None = Field(
+        None, max_length=MAX_ENTITY_ID_CHARS, description=ENTITY_ID_FIELD_DESCRIPTION
+    )
 
 
 class LocalEmbedRequest(_Body):
     """`POST /local/embed`: a file already in RAG_UPLOAD_DIR."""
 
-    filepath: str = Field(min_length=1, max_length=4096)
-    filename: str = Field(min_length=1, max_length=1024)
-    file_content_type: str | None = Field(None, max_length=255)
-    file_id: str = Field(min_length=1, max_length=MAX_FILE_ID_CHARS)
+    filepath: SafeStr = Field(min_length=1, max_length=4096)
+    filename: SafeStr = Field(min_length=1, max_length=1024)
+    file_content_type: SafeStr | None = Field(None, max_length=255)
+    file_id: SafeStr = Field(min_length=1, max_length=MAX_FILE_ID_CHARS)
 
 
 class EmbedResponse(BaseModel):
@@ -89,3 +109,85 @@ class HealthResponse(BaseModel):
     """`GET /health`."""
 
     status: Literal["UP", "DOWN"]
+
+
+class ErrorResponse(BaseModel):
+    """Every error but validation: a `detail` that says what to change (5xx add a request id)."""
+
+    detail: str
+    request_id: str | None = Field(None, description="only on 5xx answers; quote it to the operator")
+
+
+class ValidationIssue(BaseModel):
+    """One problem with the request (pydantic's error shape, without the input)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    loc: list[str | int]
+    msg: str
+
+
+class ValidationErrorResponse(BaseModel):
+    """422: the request does not fit the schema (or holds NUL / invalid Unicode)."""
+
+    detail: list[ValidationIssue]
+    message: Literal["Request validation failed"]
+
+
+_ERROR_TEXT: dict[int, str] = {
+    400: "Bad request: an entity_id that is not an Agent id (ENTITY_ID_PATTERN), or a body that "
+    "cannot be served as asked",
+    401: "Missing or invalid Authorization header, or an invalid token",
+    403: "The caller is not allowed to use this route",
+    404: "Nothing in the caller's scope matches",
+    413: "The body is larger than its limit (MAX_JSON_BODY_BYTES, or MAX_UPLOAD_BYTES for uploads)",
+    415: "The file cannot be turned into text",
+    422: "Validation failed: a missing or malformed field, NUL or invalid Unicode in a string, or a "
+    "JSON body that is not UTF-8",
+    500: "Unexpected server error (never carries exception text; quote request_id)",
+    502: "A dependency (embedding provider, file storage) failed",
+    503: "The service is starting, a dependency is temporarily unavailable, or the database is down",
+}
+
+
+def error_responses(*codes: int, long_url: bool = False) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses=` for the error statuses a route can answer, with their body models.
+
+    `long_url`: the route takes a list in its query string, so a schema-valid URL can pass the HTTP
+    server's request-line limit (~64 KB), which the server itself answers with a text/plain 400.
+    """
+    out: dict[int | str, dict[str, Any]] = {}
+    for code in codes:
+        model = ValidationErrorResponse if code == 422 else ErrorResponse
+        out[code] = {"model": model, "description": _ERROR_TEXT[code]}
+    if long_url and 400 in out:
+        out[400]["description"] += (
+            "; a URL longer than ~64 KB is refused by the HTTP server itself as text/plain "
+            "(send fewer ids per request)"
+        )
+        out[400]["content"] = {"text/plain": {"schema": {"type": "string"}}}
+    return out
+
+
+# `[[document, distance], ...]` without `prefixItems` (which some OpenAPI tools still misread)
+SEARCH_PAIRS_RESPONSE: dict[str, Any] = {
+    "description": "`[[document, cosine distance], ...]`, nearest first; `[]` when nothing is in scope",
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "array",
+                "items": {
+                    "type": "array",
+                    "minItems": 2,
+                    "maxItems": 2,
+                    "items": {"anyOf": [SearchDocument.model_json_schema(), {"type": "number"}]},
+                },
+            }
+        }
+    },
+}
+
+
+# every route behind authentication can answer these
+AUTHED_ERRORS = (401, 422, 500, 503)

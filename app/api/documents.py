@@ -4,28 +4,35 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Body, Path, Query
 from fastapi.responses import Response
-from pydantic import StringConstraints
 
-from app.auth import read_namespaces
-from app.deps import CurrentPrincipal, IngestDep, SearchDep
+from app.auth import check_entity_id, delete_namespaces, read_namespaces
+from app.deps import CurrentPrincipal, EntityIdQuery, IngestDep, SearchDep, SettingsDep
+from app.edge import safe_str
 from app.errors import BadRequest, NotFound
 from app.schemas import (
+    AUTHED_ERRORS,
     MAX_FILE_ID_CHARS,
     MAX_FILE_IDS,
+    SEARCH_PAIRS_RESPONSE,
     DocumentOut,
+    FileIdList,
     MessageResponse,
     QueryMultipleRequest,
     QueryRequest,
+    error_responses,
 )
 from app.store.chunks import ChunkHit
 
 router = APIRouter(tags=["documents"])
 
-EntityQuery = Annotated[str | None, Query(max_length=MAX_FILE_ID_CHARS)]
+if TYPE_CHECKING:  # built at run time; to a type checker it is a str
+    FileIdPath = str
+else:
+    FileIdPath = Annotated[safe_str(min_length=1, max_length=MAX_FILE_ID_CHARS), Path()]
 
 
 def _pairs(hits: Sequence[ChunkHit], timing: str | None = None) -> Response:
@@ -41,17 +48,28 @@ def _pairs(hits: Sequence[ChunkHit], timing: str | None = None) -> Response:
     return Response(json.dumps(payload, ensure_ascii=False), media_type="application/json", headers=headers)
 
 
-@router.post("/query", response_model=list[tuple[dict[str, Any], float]])
-async def query(body: QueryRequest, principal: CurrentPrincipal, search: SearchDep) -> Response:
+@router.post(
+    "/query",
+    response_model=None,
+    responses={200: SEARCH_PAIRS_RESPONSE, **error_responses(400, 413, *AUTHED_ERRORS)},
+)
+async def query(
+    body: QueryRequest, principal: CurrentPrincipal, search: SearchDep, settings: SettingsDep
+) -> Response:
     """Top-k chunks of one file; `[]` when nothing matches or the file is out of scope."""
-    scope = search.scope(read_namespaces(principal, body.entity_id), principal.namespace, [body.file_id])
+    entity = check_entity_id(body.entity_id, settings.entity_id_regex)
+    scope = search.scope(read_namespaces(principal, entity), principal.namespace, [body.file_id])
     outcome = await search.search(body.query, scope, body.k)
     return _pairs(outcome.hits, outcome.server_timing())
 
 
-@router.post("/query_multiple", response_model=list[tuple[dict[str, Any], float]])
+@router.post(
+    "/query_multiple",
+    response_model=None,
+    responses={200: SEARCH_PAIRS_RESPONSE, **error_responses(400, 404, 413, *AUTHED_ERRORS)},
+)
 async def query_multiple(
-    body: QueryMultipleRequest, principal: CurrentPrincipal, search: SearchDep
+    body: QueryMultipleRequest, principal: CurrentPrincipal, search: SearchDep, settings: SettingsDep
 ) -> Response:
     """Global top-k across up to 1,000 files in one request; 404 when nothing matches."""
     ids = list(dict.fromkeys(body.file_ids))
@@ -59,19 +77,24 @@ async def query_multiple(
         raise BadRequest("file_ids must not be empty")
     if len(ids) > MAX_FILE_IDS:
         raise BadRequest(f"At most {MAX_FILE_IDS} file_ids are allowed")
-    scope = search.scope(read_namespaces(principal, body.entity_id), principal.namespace, ids)
+    entity = check_entity_id(body.entity_id, settings.entity_id_regex)
+    scope = search.scope(read_namespaces(principal, entity), principal.namespace, ids)
     outcome = await search.search(body.query, scope, body.k)
     if not outcome.hits:
         raise NotFound("No documents found for the given query")
     return _pairs(outcome.hits, outcome.server_timing())
 
 
-@router.get("/documents", response_model=list[DocumentOut])
+@router.get(
+    "/documents",
+    response_model=list[DocumentOut],
+    responses=error_responses(400, 404, *AUTHED_ERRORS, long_url=True),
+)
 async def get_documents(
     principal: CurrentPrincipal,
     search: SearchDep,
-    ids: Annotated[list[str], Query(min_length=1, max_length=MAX_FILE_IDS)],
-    entity_id: EntityQuery = None,
+    ids: Annotated[FileIdList, Query(min_length=1, max_length=MAX_FILE_IDS)],
+    entity_id: EntityIdQuery,
 ) -> Response:
     """All chunks of the given files, in order; 404 if any file is not in scope."""
     owners = read_namespaces(principal, entity_id)
@@ -83,20 +106,25 @@ async def get_documents(
     return Response(json.dumps(payload, ensure_ascii=False), media_type="application/json")
 
 
-@router.delete("/documents", response_model=MessageResponse)
+@router.delete(
+    "/documents",
+    response_model=MessageResponse,
+    responses=error_responses(400, 404, 413, *AUTHED_ERRORS),
+)
 async def delete_documents(
     principal: CurrentPrincipal,
     ingest: IngestDep,
     search: SearchDep,
-    file_ids: Annotated[
-        list[Annotated[str, StringConstraints(max_length=MAX_FILE_ID_CHARS)]], Body(max_length=MAX_FILE_IDS)
-    ],
-    entity_id: EntityQuery = None,
+    file_ids: Annotated[FileIdList, Body(max_length=MAX_FILE_IDS)],
+    entity_id: EntityIdQuery,
 ) -> MessageResponse:
-    """Delete files (chunks, index rows, originals) in the caller's delete scope."""
+    """Delete files (chunks, index rows, originals) the caller owns or uploaded.
+
+    `entity_id` is checked like everywhere else but never widens what may be deleted: LibreChat
+    never sends it on delete, and the uploader rule already covers an Agent's knowledge base.
+    """
     ids = list(dict.fromkeys(file_ids))
-    owners = read_namespaces(principal, entity_id)
-    found = await ingest.delete(search.delete_scope(owners, principal.namespace, ids))
+    found = await ingest.delete(search.delete_scope(delete_namespaces(principal), principal.namespace, ids))
     if any(i not in found for i in ids):
         raise NotFound("One or more IDs not found")
     count = len(ids)
@@ -105,9 +133,11 @@ async def delete_documents(
     )
 
 
-@router.get("/documents/{file_id}/context", response_model=str)
+@router.get(
+    "/documents/{file_id}/context", response_model=str, responses=error_responses(400, 404, *AUTHED_ERRORS)
+)
 async def document_context(
-    file_id: str, principal: CurrentPrincipal, search: SearchDep, entity_id: EntityQuery = None
+    file_id: FileIdPath, principal: CurrentPrincipal, search: SearchDep, entity_id: EntityIdQuery
 ) -> Response:
     """The file's text for the model: name, then text with page markers (a JSON string)."""
     owners = read_namespaces(principal, entity_id)
@@ -117,9 +147,7 @@ async def document_context(
     return Response(json.dumps(text, ensure_ascii=False), media_type="application/json")
 
 
-@router.get("/ids", response_model=list[str])
-async def list_ids(
-    principal: CurrentPrincipal, search: SearchDep, entity_id: EntityQuery = None
-) -> list[str]:
+@router.get("/ids", response_model=list[str], responses=error_responses(400, *AUTHED_ERRORS))
+async def list_ids(principal: CurrentPrincipal, search: SearchDep, entity_id: EntityIdQuery) -> list[str]:
     """File ids in the caller's scope. **Decision**: rag_api lists every id in the collection."""
     return await search.file_ids(search.scope(read_namespaces(principal, entity_id), principal.namespace))

@@ -3,34 +3,70 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 
-from app.auth import Principal, write_owner
+from app.auth import Principal, check_entity_id, write_owner
 from app.config import Settings
-from app.deps import CurrentPrincipal, IngestDep, SearchDep, SettingsDep
+from app.deps import CurrentPrincipal, EntityIdQuery, IngestDep, SearchDep, SettingsDep
+from app.edge import NON_BLANK_NUL_FREE_PATTERN, NUL_FREE_PATTERN, UNSAFE_ERROR_TYPE, unsafe_in_json
 from app.errors import BadRequest, InvalidInput, NotFound, PayloadTooLarge
 from app.ingest.pipeline import IngestService, SourceFile
-from app.ingest.upload import SavedUpload, check_content_length, receive_multipart
-from app.schemas import MAX_FILE_ID_CHARS, EmbedResponse, LocalEmbedRequest, TextResponse
+from app.ingest.upload import MAX_FIELD_BYTES, SavedUpload, check_content_length, receive_multipart
+from app.schemas import (
+    AUTHED_ERRORS,
+    ENTITY_ID_FIELD_DESCRIPTION,
+    MAX_ENTITY_ID_CHARS,
+    MAX_FILE_ID_CHARS,
+    EmbedResponse,
+    LocalEmbedRequest,
+    TextResponse,
+    error_responses,
+)
 from app.search.service import SearchService
 
 router = APIRouter(tags=["upload"])
 
+# Routes that stream a multipart body to disk under MAX_UPLOAD_BYTES (the JSON body cap skips them).
+STREAMED_UPLOAD_PATHS = frozenset({"/embed", "/embed-upload", "/text"})
+_EMBED_FIELDS = ("file_id", "entity_id", "storage_metadata")
+_TEXT_FIELDS = ("file_id",)
+
 
 def _multipart_schema(file_field: str, *, with_entity: bool = True) -> dict[str, Any]:
-    """OpenAPI description of a multipart body we parse by hand (streamed to disk)."""
+    """OpenAPI description of a multipart body we parse by hand (streamed to disk).
+
+    The constraints are the ones the parser and the route enforce: `file_id` must hold more than
+    whitespace, no text field may hold NUL, and text fields are at most MAX_FIELD_BYTES.
+    """
     props: dict[str, Any] = {
-        "file_id": {"type": "string"},
-        file_field: {"type": "string", "format": "binary"},
+        "file_id": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_FILE_ID_CHARS,
+            "pattern": NON_BLANK_NUL_FREE_PATTERN,
+        },
+        file_field: {"type": "string", "format": "binary", "description": "the file (its name: no NUL)"},
     }
     if with_entity:
-        props["entity_id"] = {"type": "string"}
-        props["storage_metadata"] = {"type": "string", "description": "JSON object"}
+        props["entity_id"] = {
+            "type": "string",
+            "maxLength": MAX_ENTITY_ID_CHARS,
+            "pattern": NUL_FREE_PATTERN,  # the app's ENTITY_ID_PATTERN replaces this in /openapi.json
+            "description": ENTITY_ID_FIELD_DESCRIPTION,
+        }
+        props["storage_metadata"] = {
+            "type": "string",
+            "maxLength": MAX_FIELD_BYTES,
+            "pattern": NUL_FREE_PATTERN,
+            "description": "a JSON object, encoded as a string (422 otherwise)",
+        }
     return {
         "requestBody": {
             "required": True,
@@ -43,7 +79,9 @@ def _multipart_schema(file_field: str, *, with_entity: bool = True) -> dict[str,
     }
 
 
-async def _receive(request: Request, settings: Settings, file_field: str) -> SavedUpload:
+async def _receive(
+    request: Request, settings: Settings, file_field: str, text_fields: tuple[str, ...]
+) -> SavedUpload:
     check_content_length(request.headers.get("content-length"), settings.max_upload_bytes)
     return await receive_multipart(
         request.headers.get("content-type"),
@@ -51,24 +89,37 @@ async def _receive(request: Request, settings: Settings, file_field: str) -> Sav
         file_field=file_field,
         dest_dir=settings.data_dir.resolve() / "tmp",
         max_upload_bytes=settings.max_upload_bytes,
+        text_fields=text_fields,
+    )
+
+
+def _too_long(name: str, limit: int) -> InvalidInput:
+    return InvalidInput(
+        [
+            {
+                "type": "string_too_long",
+                "loc": ["body", name],
+                "msg": f"String should have at most {limit} characters",
+            }
+        ]
     )
 
 
 def _file_id(fields: dict[str, str]) -> str:
-    value = fields.get("file_id", "").strip()
+    raw = fields.get("file_id", "")
+    if len(raw) > MAX_FILE_ID_CHARS:
+        raise _too_long("file_id", MAX_FILE_ID_CHARS)
+    value = raw.strip()
     if not value:
         raise InvalidInput([{"type": "missing", "loc": ["body", "file_id"], "msg": "Field required"}])
-    if len(value) > MAX_FILE_ID_CHARS:
-        raise InvalidInput(
-            [
-                {
-                    "type": "string_too_long",
-                    "loc": ["body", "file_id"],
-                    "msg": f"String should have at most {MAX_FILE_ID_CHARS} characters",
-                }
-            ]
-        )
     return value
+
+
+def _entity_id(fields: dict[str, str], settings: Settings) -> str | None:
+    raw = fields.get("entity_id")
+    if raw is not None and len(raw) > MAX_ENTITY_ID_CHARS:
+        raise _too_long("entity_id", MAX_ENTITY_ID_CHARS)
+    return check_entity_id(raw, settings.entity_id_regex)
 
 
 def _storage_metadata(fields: dict[str, str]) -> dict[str, Any] | None:
@@ -77,7 +128,7 @@ def _storage_metadata(fields: dict[str, str]) -> dict[str, Any] | None:
         return None
     try:
         value = json.loads(raw)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # malformed, or nested deeper than the parser's stack
         value = None
     if not isinstance(value, dict):
         raise InvalidInput(
@@ -86,6 +137,18 @@ def _storage_metadata(fields: dict[str, str]) -> dict[str, Any] | None:
                     "type": "json_invalid",
                     "loc": ["body", "storage_metadata"],
                     "msg": "storage_metadata must be a JSON object encoded as a string",
+                }
+            ]
+        )
+    # stored as jsonb, which refuses NUL (`\u0000`) and lone surrogates anywhere inside
+    reason = unsafe_in_json(value)
+    if reason is not None:
+        raise InvalidInput(
+            [
+                {
+                    "type": UNSAFE_ERROR_TYPE,
+                    "loc": ["body", "storage_metadata"],
+                    "msg": f"storage_metadata: {reason}",
                 }
             ]
         )
@@ -100,11 +163,12 @@ async def _embed_multipart(
     settings: Settings,
     file_field: str,
 ) -> EmbedResponse:
-    upload = await _receive(request, settings, file_field)
+    upload = await _receive(request, settings, file_field, _EMBED_FIELDS)
     try:
         file_id = _file_id(upload.fields)
+        entity_id = _entity_id(upload.fields, settings)
         storage_metadata = _storage_metadata(upload.fields)
-        owner = write_owner(principal, upload.fields.get("entity_id"))
+        owner = write_owner(principal, entity_id)
         outcome = await ingest.ingest(
             SourceFile(upload.path, upload.filename, upload.content_type, upload.size, upload.sha256),
             file_id=file_id,
@@ -118,7 +182,12 @@ async def _embed_multipart(
     return EmbedResponse(file_id=outcome.file_id, filename=upload.filename, known_type=outcome.known_type)
 
 
-@router.post("/embed", response_model=EmbedResponse, openapi_extra=_multipart_schema("file"))
+_UPLOAD_ERRORS = error_responses(400, 413, 415, 502, *AUTHED_ERRORS)
+
+
+@router.post(
+    "/embed", response_model=EmbedResponse, openapi_extra=_multipart_schema("file"), responses=_UPLOAD_ERRORS
+)
 async def embed(
     request: Request, principal: CurrentPrincipal, ingest: IngestDep, search: SearchDep, settings: SettingsDep
 ) -> EmbedResponse:
@@ -126,7 +195,12 @@ async def embed(
     return await _embed_multipart(request, principal, ingest, search, settings, "file")
 
 
-@router.post("/embed-upload", response_model=EmbedResponse, openapi_extra=_multipart_schema("uploaded_file"))
+@router.post(
+    "/embed-upload",
+    response_model=EmbedResponse,
+    openapi_extra=_multipart_schema("uploaded_file"),
+    responses=_UPLOAD_ERRORS,
+)
 async def embed_upload(
     request: Request, principal: CurrentPrincipal, ingest: IngestDep, search: SearchDep, settings: SettingsDep
 ) -> EmbedResponse:
@@ -134,12 +208,17 @@ async def embed_upload(
     return await _embed_multipart(request, principal, ingest, search, settings, "uploaded_file")
 
 
-@router.post("/text", response_model=TextResponse, openapi_extra=_multipart_schema("file", with_entity=False))
+@router.post(
+    "/text",
+    response_model=TextResponse,
+    openapi_extra=_multipart_schema("file", with_entity=False),
+    responses=error_responses(400, 413, 415, *AUTHED_ERRORS),
+)
 async def extract_text(
     request: Request, principal: CurrentPrincipal, ingest: IngestDep, settings: SettingsDep
 ) -> TextResponse:
     """Return the text of an uploaded file; nothing is stored."""
-    upload = await _receive(request, settings, "file")
+    upload = await _receive(request, settings, "file", _TEXT_FIELDS)
     try:
         file_id = _file_id(upload.fields)
         text = await ingest.extract_text(
@@ -150,20 +229,43 @@ async def extract_text(
     return TextResponse(text=text, file_id=file_id, filename=upload.filename)
 
 
+# The OS said the file does not exist; anything else it refuses (too long, a loop, not a
+# directory on the way, permissions) is the caller's path being unusable: 400, never a 500.
+_MISSING_ERRNOS = frozenset({errno.ENOENT})
+
+
+def _unusable_path(exc: OSError) -> BadRequest | NotFound:
+    if exc.errno in _MISSING_ERRNOS:
+        return NotFound("File not found")
+    reason = os.strerror(exc.errno) if exc.errno else "the path cannot be used"
+    return BadRequest(f"filepath cannot be opened ({reason}); give a path to a file inside RAG_UPLOAD_DIR")
+
+
 def _resolve_local(settings: Settings, filepath: str) -> Path:
     base = settings.upload_dir
-    candidate = (base / filepath).resolve()
-    if not candidate.is_relative_to(base):
-        raise BadRequest("filepath must point inside RAG_UPLOAD_DIR")
-    if not candidate.is_file():
-        raise NotFound("File not found")
+    try:
+        candidate = (base / filepath).resolve()
+        if not candidate.is_relative_to(base):
+            raise BadRequest("filepath must point inside RAG_UPLOAD_DIR")
+        if not candidate.is_file():
+            raise NotFound("File not found")
+    except OSError as exc:
+        raise _unusable_path(exc) from None
+    except RuntimeError:  # Python < 3.13 reports a symlink loop this way
+        raise _unusable_path(OSError(errno.ELOOP, os.strerror(errno.ELOOP))) from None
+    except ValueError:  # e.g. an embedded NUL, should one ever get past the schema
+        raise BadRequest("filepath cannot be opened; give a path to a file inside RAG_UPLOAD_DIR") from None
     return candidate
 
 
 def _hash_file(path: Path, limit: int) -> tuple[int, str]:
     digest = hashlib.sha256()
     size = 0
-    with path.open("rb") as fh:
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise _unusable_path(exc) from None
+    with fh:
         while block := fh.read(1024 * 1024):
             size += len(block)
             if size > limit:
@@ -174,14 +276,18 @@ def _hash_file(path: Path, limit: int) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
-@router.post("/local/embed", response_model=EmbedResponse)
+@router.post(
+    "/local/embed",
+    response_model=EmbedResponse,
+    responses=error_responses(400, 404, 413, 415, 502, *AUTHED_ERRORS),
+)
 async def embed_local(
     body: LocalEmbedRequest,
     principal: CurrentPrincipal,
     ingest: IngestDep,
     search: SearchDep,
     settings: SettingsDep,
-    entity_id: str | None = Query(None, max_length=MAX_FILE_ID_CHARS),
+    entity_id: EntityIdQuery,
 ) -> EmbedResponse:
     """Index a file that already sits in RAG_UPLOAD_DIR."""
     path = _resolve_local(settings, body.filepath)

@@ -8,6 +8,7 @@ import logging
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from app.schemas import HealthResponse
 from app.store import queries
 
 router = APIRouter(tags=["health"])
@@ -16,7 +17,11 @@ logger = logging.getLogger(__name__)
 HEALTH_TIMEOUT_S = 2.0
 
 
-@router.get("/health")
+@router.get(
+    "/health",
+    response_model=HealthResponse,
+    responses={503: {"model": HealthResponse, "description": "The database is unreachable (DOWN)"}},
+)
 async def health(request: Request) -> JSONResponse:
     """200 `{"status": "UP"}`, or 503 `{"status": "DOWN"}` when the database is unreachable."""
     resources = getattr(request.app.state, "resources", None)

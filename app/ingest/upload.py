@@ -13,13 +13,14 @@ import os
 import re
 import tempfile
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 from python_multipart.multipart import MultipartParser, parse_options_header
 
+from app.edge import UNSAFE_ERROR_TYPE, unsafe_reason
 from app.errors import BadRequest, InvalidInput, PayloadTooLarge
 
 # Text fields (file_id, entity_id, storage_metadata) are small; anything bigger is not ours.
@@ -29,6 +30,9 @@ MAX_FIELDS = 32
 FORM_OVERHEAD_BYTES = 1024 * 1024
 
 _FILENAME_STAR = re.compile(r"filename\*\s*=\s*([^;]+)", re.IGNORECASE)
+# RFC 5987 charsets; anything else (say `unicode_escape`, which decodes to arbitrary code points) is
+# ignored in favour of the plain `filename` parameter
+_FILENAME_CHARSETS = frozenset({"utf-8", "utf8", "iso-8859-1", "latin-1", "latin1"})
 
 
 @dataclass
@@ -75,7 +79,8 @@ def _decode_filename(disposition: bytes, params: dict[bytes, bytes]) -> str | No
         value = star.group(1).strip().strip('"')
         charset, _, rest = value.partition("'")
         _, _, encoded = rest.partition("'")
-        if encoded:
+        charset = (charset or "utf-8").strip().lower()
+        if encoded and charset in _FILENAME_CHARSETS:
             with contextlib.suppress(LookupError, UnicodeDecodeError):
                 return urllib.parse.unquote(encoded, encoding=charset or "utf-8", errors="strict")
     name = params.get(b"filename")
@@ -85,7 +90,12 @@ def _decode_filename(disposition: bytes, params: dict[bytes, bytes]) -> str | No
     try:
         return name.decode("utf-8")
     except UnicodeDecodeError:
-        return name.decode("latin-1")
+        pass
+    try:
+        # UTF-8 apart from encoded surrogates (ED A0..BF ..): invalid Unicode, not a legacy charset
+        return name.decode("utf-8", "surrogatepass")  # the caller refuses it (lone surrogates)
+    except UnicodeDecodeError:
+        return name.decode("latin-1")  # old clients send the page's charset
 
 
 async def receive_multipart(
@@ -95,8 +105,13 @@ async def receive_multipart(
     file_field: str,
     dest_dir: Path,
     max_upload_bytes: int,
+    text_fields: Collection[str] | None = None,
 ) -> SavedUpload:
-    """Parse a multipart body: the `file_field` part to a temp file in `dest_dir`, text fields to a dict."""
+    """Parse a multipart body: the `file_field` part to a temp file in `dest_dir`, text fields to a dict.
+
+    Only `text_fields` are kept (every named field when None); other parts are skipped unread. Kept
+    fields must be UTF-8 without NUL, and the file name must be storable: 422 otherwise.
+    """
     ctype, params = parse_options_header(content_type or "")
     boundary = params.get(b"boundary")
     if ctype != b"multipart/form-data" or not boundary:
@@ -106,7 +121,7 @@ async def receive_multipart(
     # small metadata and page-cache writes: cheaper inline than a thread hop per 64 KiB piece
     dest_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240
 
-    state = _PartState(file_field, dest_dir, max_upload_bytes)
+    state = _PartState(file_field, dest_dir, max_upload_bytes, text_fields)
     parser = MultipartParser(
         boundary,
         callbacks={
@@ -141,8 +156,11 @@ def _error(loc: tuple[str, ...], kind: str, msg: str) -> dict[str, object]:
 class _PartState:
     """Callback target for MultipartParser: tracks the current part and writes the file part."""
 
-    def __init__(self, file_field: str, dest_dir: Path, limit: int) -> None:
+    def __init__(
+        self, file_field: str, dest_dir: Path, limit: int, text_fields: Collection[str] | None = None
+    ) -> None:
         self.file_field = file_field
+        self.text_fields = frozenset(text_fields) if text_fields is not None else None
         self.dest_dir = dest_dir
         self.limit = limit
         self.fields: dict[str, str] = {}
@@ -186,7 +204,16 @@ class _PartState:
         raw_name = params.get(b"name")
         self._name = raw_name.decode("utf-8", "replace") if raw_name is not None else None
         filename = _decode_filename(disposition, params)
-        if self._name == self.file_field and filename is not None and not self._have_file:
+        if self._name == self.file_field and filename is not None and self._have_file:
+            raise InvalidInput(
+                [_error(("body", self.file_field), "duplicate", "Send one file part, not several")]
+            )
+        if self._name == self.file_field and filename is not None:
+            reason = unsafe_reason(filename)
+            if reason is not None:
+                raise InvalidInput(
+                    [_error(("body", self.file_field), UNSAFE_ERROR_TYPE, f"The file name {reason}")]
+                )
             self._is_file_part = True
             self._have_file = True
             self._filename = filename
@@ -195,8 +222,13 @@ class _PartState:
             fd, name = tempfile.mkstemp(prefix="upload-", dir=self.dest_dir)
             self._path = Path(name)
             self._fh = os.fdopen(fd, "wb")
-        elif filename is not None or self._name is None or len(self.fields) >= MAX_FIELDS:
-            self._skip = True  # other file parts and nameless parts are ignored (unknown fields are)
+        elif (
+            filename is not None
+            or self._name is None
+            or len(self.fields) >= MAX_FIELDS
+            or (self.text_fields is not None and self._name not in self.text_fields)
+        ):
+            self._skip = True  # other file parts, nameless parts and unknown fields are ignored
 
     # body
     def on_part_data(self, data: bytes, start: int, end: int) -> None:
@@ -227,7 +259,31 @@ class _PartState:
             self._fh.close()
             self._fh = None
         elif not self._skip and self._name is not None:
-            self.fields.setdefault(self._name, self._buf.decode("utf-8", "replace"))
+            if self._name in self.fields:
+                # which one would count? refuse rather than pick (an entity_id above all)
+                raise InvalidInput(
+                    [
+                        _error(
+                            ("body", self._name),
+                            "duplicate",
+                            f"Form field '{self._name}' is given more than once",
+                        )
+                    ]
+                )
+            self.fields[self._name] = self._text(self._name, bytes(self._buf))
+
+    @staticmethod
+    def _text(name: str, raw: bytes) -> str:
+        try:
+            value = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidInput(
+                [_error(("body", name), "string_unicode", f"Form field '{name}' is not valid UTF-8")]
+            ) from None
+        reason = unsafe_reason(value)
+        if reason is not None:
+            raise InvalidInput([_error(("body", name), UNSAFE_ERROR_TYPE, f"Form field '{name}' {reason}")])
+        return value
 
     def discard(self) -> None:
         """Close and delete a partially written file."""

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import httpx
+
+
+def agent_id() -> str:
+    """A unique id shaped like a LibreChat Agent id (`agent_...`), the only honoured `entity_id`."""
+    return f"agent_{uuid.uuid4().hex[:12]}"
 
 
 async def upload(

@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 
 from app.clients.blobs import blob_key
-from tests.contract.helpers import query, upload
+from tests.contract.helpers import agent_id, query, upload
 from tests.fixtures.documents import make_pdf
 from tests.fixtures.service import SettingsFactory, auth, new_id, resources, running_app
 
@@ -69,7 +69,7 @@ async def test_delete_body_must_be_an_array(client: httpx.AsyncClient) -> None:
 
 async def test_delete_by_uploader_without_entity_id(client: httpx.AsyncClient) -> None:
     """LibreChat deletes knowledge-base files with the uploader's token and no entity_id."""
-    uploader, other, agent, fid = new_id("user"), new_id("user"), new_id("agent"), new_id()
+    uploader, other, agent, fid = new_id("user"), new_id("user"), agent_id(), new_id()
     assert (
         await upload(client, fid, "kb.txt", b"Agent knowledge.", auth(uploader), entity_id=agent)
     ).status_code == 200

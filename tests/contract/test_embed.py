@@ -6,7 +6,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.contract.helpers import query, upload
+from tests.contract.helpers import agent_id, query, upload
 from tests.fixtures.documents import make_pdf
 from tests.fixtures.service import SettingsFactory, auth, new_id, running_app
 
@@ -40,7 +40,7 @@ async def test_embed_success_shape(client: httpx.AsyncClient) -> None:
 
 
 async def test_embed_with_storage_metadata_and_entity(client: httpx.AsyncClient) -> None:
-    user, agent, fid = new_id("user"), new_id("agent"), new_id()
+    user, agent, fid = new_id("user"), agent_id(), new_id()
     meta = '{"storage_type": "s3", "storage_key": "uploads/u/x.txt", "region": "eu-west-1", "bucket": "lc"}'
     r = await upload(
         client,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.contract.helpers import query, upload
+from tests.contract.helpers import agent_id, query, upload
 from tests.fixtures.service import auth, new_id
 
 SECRET_TEXT = "The launch code for project Nightingale is 7-4-1-9."
@@ -20,7 +20,7 @@ ALLOWED = [
 
 
 async def test_foreign_nearest_chunk_never_appears(client: httpx.AsyncClient) -> None:
-    victim, attacker, agent = new_id("victim"), new_id("attacker"), new_id("agent")
+    victim, attacker, agent = new_id("victim"), new_id("attacker"), agent_id()
     foreign = new_id("foreign")
     shared_id = new_id("shared")  # the same file id exists in both namespaces
     assert (
@@ -79,7 +79,7 @@ async def test_foreign_nearest_chunk_never_appears(client: httpx.AsyncClient) ->
 
 
 async def test_entity_and_user_scopes_combine(client: httpx.AsyncClient) -> None:
-    user, colleague, agent = new_id("user"), new_id("colleague"), new_id("agent")
+    user, colleague, agent = new_id("user"), new_id("colleague"), agent_id()
     kb, own, theirs = new_id("kb"), new_id("own"), new_id("kb")
     assert (
         await upload(client, kb, "kb.txt", ALLOWED[1].encode(), auth(user), entity_id=agent)

@@ -7,7 +7,7 @@ import hashlib
 
 import httpx
 
-from tests.contract.helpers import file_ids_of, query, texts, upload
+from tests.contract.helpers import agent_id, file_ids_of, query, texts, upload
 from tests.fixtures.service import auth, new_id
 
 FACTS = [
@@ -122,7 +122,7 @@ async def test_query_multiple_thousand_ids_with_a_real_one(client: httpx.AsyncCl
 
 async def test_librechat_parallel_query_pattern(client: httpx.AsyncClient) -> None:
     """Stock LibreChat: one /query per file in parallel, k=5, entity_id only on knowledge-base files."""
-    user, agent = new_id("user"), new_id("agent")
+    user, agent = new_id("user"), agent_id()
     h = auth(user)
     kb = [new_id() for _ in range(3)]
     conv = new_id()

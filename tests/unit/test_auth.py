@@ -1,5 +1,10 @@
 """Token checks and namespace rules (CONTRACT.md sections 2 and 3), without HTTP."""
 
+import base64
+import hashlib
+import hmac
+import json
+import re
 import time
 
 import jwt
@@ -8,12 +13,17 @@ import pytest
 from app.auth import (
     Principal,
     anonymous,
+    check_entity_id,
+    check_time_claims,
+    delete_namespaces,
     read_namespaces,
     require_admin,
+    single_authorization,
     verify_token,
     write_owner,
 )
-from app.errors import Forbidden, Unauthorized
+from app.config import DEFAULT_ENTITY_ID_PATTERN
+from app.errors import BadRequest, Forbidden, InvalidInput, Unauthorized
 
 SECRET = "unit-test-secret-0123456789abcdef-0123456789abcdef"
 
@@ -115,3 +125,134 @@ def test_write_owner() -> None:
     assert write_owner(Principal("u1"), "agent_x") == "agent_x"
     assert write_owner(Principal("u1"), "  ") == "u1"
     assert write_owner(anonymous(), None) == "public"
+
+
+def test_delete_scope_never_includes_an_entity() -> None:
+    assert delete_namespaces(Principal("u1")) == ["u1"]
+    assert delete_namespaces(anonymous()) == ["public"]
+
+
+# --- entity_id claims (ENTITY_ID_PATTERN) ---------------------------------------------------------
+
+AGENT_PATTERN = re.compile(DEFAULT_ENTITY_ID_PATTERN)
+
+
+@pytest.mark.parametrize("value", [None, "", " ", "\t\n  "])
+def test_blank_entity_id_is_absent(value: str | None) -> None:
+    # LibreChat may send the form field empty
+    assert check_entity_id(value, AGENT_PATTERN) is None
+
+
+@pytest.mark.parametrize("value", ["agent_abc123", "agent_A-b_C", "agent_" + "x" * 100])
+def test_agent_ids_are_honoured(value: str) -> None:
+    assert check_entity_id(value, AGENT_PATTERN) == value
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "user-1",  # a user id: the hole this closes
+        "6650f0c2a1b2c3d4e5f60718",  # a MongoDB ObjectId, the shape of LibreChat user ids
+        "public",
+        "agent_",
+        "agent_" + "x" * 101,
+        "agent_abc\n",  # full match: no trailing newline slips through `$`
+        " agent_abc",
+        "agent_abc;drop",
+        "xagent_abc",
+        "AGENT_abc",
+    ],
+)
+def test_other_entity_ids_are_400_and_name_the_setting(value: str) -> None:
+    with pytest.raises(BadRequest) as exc:
+        check_entity_id(value, AGENT_PATTERN)
+    assert "ENTITY_ID_PATTERN" in exc.value.detail
+    assert "LibreChat sends only Agent ids" in exc.value.detail
+    if len(value) > len("agent_"):
+        assert value.strip() not in exc.value.detail  # the caller's value is not echoed back
+
+
+def test_dot_star_restores_upstream_trust() -> None:
+    assert check_entity_id("user-2", re.compile(".*")) == "user-2"
+
+
+# --- headers and claims -----------------------------------------------------------------------
+
+
+def test_exactly_one_authorization_header() -> None:
+    assert single_authorization([]) is None
+    assert single_authorization(["Bearer a"]) == "Bearer a"
+    with pytest.raises(Unauthorized) as exc:
+        single_authorization(["Bearer valid", "Bearer forged"])
+    assert exc.value.detail == "Missing or invalid Authorization header"
+
+
+def raw_token(claims: dict, secret: str = SECRET) -> str:
+    """A correctly signed HS256 token whose payload JSON is exactly `claims` (PyJWT would reject
+    some of these values when encoding)."""
+
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    header = b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+    payload = b64(json.dumps(claims, allow_nan=True).encode())
+    signing_input = f"{header}.{payload}".encode()
+    signature = b64(hmac.new(secret.encode(), signing_input, hashlib.sha256).digest())
+    return f"{header}.{payload}.{signature}"
+
+
+@pytest.mark.parametrize(
+    "claim_values",
+    [
+        {"exp": "99999999999"},  # a numeric string: PyJWT alone would accept it
+        {"exp": True},
+        {"exp": [1]},
+        {"exp": float("nan")},
+        {"exp": float("inf")},
+        {"iat": "1700000000"},
+        {"iat": False},
+        {"nbf": "0"},
+    ],
+)
+def test_time_claims_must_be_numbers(claim_values: dict) -> None:
+    claims = {**fresh(), **claim_values}
+    with pytest.raises(Unauthorized) as exc:
+        verify_token(bearer(raw_token(claims)), secret=SECRET, audience=None)
+    name = next(iter(claim_values))
+    assert exc.value.detail == f"Invalid token: '{name}' must be a number (seconds since the epoch)"
+
+
+def test_float_times_are_numeric_dates() -> None:
+    now = time.time()
+    p = verify_token(
+        bearer(raw_token({"id": "u", "iat": now, "exp": now + 60.5, "nbf": now - 1.5})),
+        secret=SECRET,
+        audience=None,
+    )
+    assert p.user_id == "u"
+
+
+def test_not_before_and_issued_in_the_future() -> None:
+    now = 1_800_000_000
+    with pytest.raises(Unauthorized, match="not valid yet"):
+        check_time_claims({"exp": now + 600, "nbf": now + 60}, now)
+    with pytest.raises(Unauthorized, match="issued in the future"):
+        check_time_claims({"exp": now + 600, "iat": now + 60}, now)
+    # within the 5 s leeway both are fine, as an expiry 4 s ago is
+    check_time_claims({"exp": now - 4, "iat": now + 4, "nbf": now + 4}, now)
+    with pytest.raises(Unauthorized, match="expired"):
+        check_time_claims({"exp": now - 6}, now)
+
+
+@pytest.mark.parametrize(
+    ("claim", "value"),
+    [("id", "user\x00-1"), ("id", "user-\ud800"), ("role", "ADMIN\x00"), ("role", "\udfff")],
+)
+def test_unsafe_string_claims_are_422(claim: str, value: str) -> None:
+    claims = {**fresh(), claim: value}
+    with pytest.raises(InvalidInput) as exc:
+        verify_token(bearer(raw_token(claims)), secret=SECRET, audience=None)
+    (error,) = exc.value.errors
+    assert error["loc"] == ["header", "Authorization", claim]
+    assert error["type"] == "string_unsafe"
+    assert f"Token claim '{claim}'" in str(error["msg"])
