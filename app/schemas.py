@@ -151,16 +151,31 @@ _ERROR_TEXT: dict[int, str] = {
 }
 
 
-def error_responses(*codes: int, long_url: bool = False) -> dict[int | str, dict[str, Any]]:
+_FILE_422_TEXT = (
+    "; or, for an uploaded file, a file that yields no text (a scanned PDF: OCR is not supported) or "
+    "breaks a parsing limit (PARSE_*), answered with a `detail` sentence"
+)
+
+
+def error_responses(
+    *codes: int, long_url: bool = False, file_errors: bool = False
+) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses=` for the error statuses a route can answer, with their body models.
+
+    `file_errors`: the route parses an uploaded file, so its 422 may also be a sentence about the
+    file (no extractable text, a parsing limit) rather than a list of field errors.
 
     `long_url`: the route takes a list in its query string, so a schema-valid URL can pass the HTTP
     server's request-line limit (~64 KB), which the server itself answers with a text/plain 400.
     """
     out: dict[int | str, dict[str, Any]] = {}
     for code in codes:
-        model = ValidationErrorResponse if code == 422 else ErrorResponse
-        out[code] = {"model": model, "description": _ERROR_TEXT[code]}
+        model: Any = ValidationErrorResponse if code == 422 else ErrorResponse
+        description = _ERROR_TEXT[code]
+        if code == 422 and file_errors:
+            model = ValidationErrorResponse | ErrorResponse
+            description += _FILE_422_TEXT
+        out[code] = {"model": model, "description": description}
     if long_url and 400 in out:
         out[400]["description"] += (
             "; a URL longer than ~64 KB is refused by the HTTP server itself as text/plain "

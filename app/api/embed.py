@@ -182,7 +182,7 @@ async def _embed_multipart(
     return EmbedResponse(file_id=outcome.file_id, filename=upload.filename, known_type=outcome.known_type)
 
 
-_UPLOAD_ERRORS = error_responses(400, 413, 415, 502, *AUTHED_ERRORS)
+_UPLOAD_ERRORS = error_responses(400, 413, 415, 502, *AUTHED_ERRORS, file_errors=True)
 
 
 @router.post(
@@ -212,7 +212,7 @@ async def embed_upload(
     "/text",
     response_model=TextResponse,
     openapi_extra=_multipart_schema("file", with_entity=False),
-    responses=error_responses(400, 413, 415, *AUTHED_ERRORS),
+    responses=error_responses(400, 413, 415, *AUTHED_ERRORS, file_errors=True),
 )
 async def extract_text(
     request: Request, principal: CurrentPrincipal, ingest: IngestDep, settings: SettingsDep
@@ -279,7 +279,7 @@ def _hash_file(path: Path, limit: int) -> tuple[int, str]:
 @router.post(
     "/local/embed",
     response_model=EmbedResponse,
-    responses=error_responses(400, 404, 413, 415, 502, *AUTHED_ERRORS),
+    responses=error_responses(400, 404, 413, 415, 502, *AUTHED_ERRORS, file_errors=True),
 )
 async def embed_local(
     body: LocalEmbedRequest,

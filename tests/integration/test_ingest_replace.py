@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from app.errors import BlobStoreError
-from tests.contract.helpers import query, upload
+from tests.contract.helpers import agent_id, query, upload
 from tests.fixtures.service import auth, new_id
 
 PARAS = [
@@ -93,7 +93,7 @@ async def test_same_file_id_other_owner_is_separate(client: httpx.AsyncClient) -
 
 async def test_the_ingest_reports_what_it_stored_to_the_search_statistics(client: httpx.AsyncClient) -> None:
     """The upload route hands the ingest's return value to the planner's statistics at once."""
-    user, agent, fid, kb = new_id("user"), new_id("agent"), new_id(), new_id()
+    user, agent, fid, kb = new_id("user"), agent_id(), new_id(), new_id()
     assert (await upload(client, fid, "eels.txt", doc(PARAS[:3]), auth(user))).status_code == 200
     assert (
         await upload(client, kb, "eels.txt", doc(PARAS[:2]), auth(user), entity_id=agent)

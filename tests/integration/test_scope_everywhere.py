@@ -32,7 +32,7 @@ from app.store.db import StoreInfo, bootstrap
 from app.store.ids import uuid7_batch
 from app.store.scope import Scope, ScopeError
 from app.store.vector_index import IndexSpec, build_index
-from tests.contract.helpers import query, upload
+from tests.contract.helpers import agent_id, query, upload
 from tests.fixtures.service import Database, auth, new_id, running_app
 
 SECRET = "The launch code for project Nightingale is 7-4-1-9."
@@ -81,7 +81,7 @@ async def make_world(client: httpx.AsyncClient, settings: Settings) -> World:
         new_id("caller"),
         new_id("victim"),
         new_id("colleague"),
-        new_id("agent"),
+        agent_id(),
         [new_id("mine") for _ in MINE],
         new_id("other"),
         new_id("shared"),
