@@ -80,6 +80,20 @@ def parse(argv: list[str]) -> Options:
         metavar="KEY=VALUE",
         help="extra service setting (repeatable)",
     )
+    p.add_argument(
+        "--service-url",
+        default=None,
+        help="measure this running service (no JWT_SECRET) instead of starting scripts/serve",
+    )
+    p.add_argument(
+        "--man-dirs",
+        type=lambda t: tuple(Path(x) for x in _names(t)),
+        default=d.man_dirs,
+        help="man page folders (default: sections 1 and 8 under /usr/share/man)",
+    )
+    p.add_argument(
+        "--html-root", type=Path, default=d.html_root, help="HTML documentation root (%(default)s)"
+    )
     p.add_argument("--tag", default="", help="name part of the result files (quality-<tag>-...)")
     a = p.parse_args(argv)
     base = QUICK if a.quick else Sizes()
@@ -125,6 +139,9 @@ def parse(argv: list[str]) -> Options:
         setup=a.setup,
         service_env=parse_env_pairs(a.service_env),
         tag=a.tag,
+        service_url=a.service_url,
+        man_dirs=a.man_dirs,
+        html_root=a.html_root,
     )
 
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from benchmarks.http import LeanHTTP
 from benchmarks.progress import Progress
@@ -77,12 +78,17 @@ class Options:
     service_env: dict[str, str] = field(default_factory=dict)
     write_results: bool = True
     tag: str = ""
+    service_url: str | None = None  # measure this running service (unauthenticated) instead of starting one
+    man_dirs: tuple[Path, ...] = manpages.MAN_DIRS
+    html_root: Path = htmldocs.DOC_ROOT
 
 
-def ensure_python_doc(setup: bool, progress: Progress) -> None:
+def ensure_python_doc(setup: bool, progress: Progress, root: Path = htmldocs.DOC_ROOT) -> None:
     """The HTML set's source: present, installed now (`--setup`, as root), or a clear error."""
-    if htmldocs.DOC_ROOT.is_dir():
+    if root.is_dir():
         return
+    if root != htmldocs.DOC_ROOT:
+        raise SetupError(f"--html-root {root} is not a folder")
     if not setup:
         raise SetupError(htmldocs.INSTALL_HINT + " (or pass --setup to let the benchmark install it)")
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
@@ -131,7 +137,7 @@ def build_corpus(opts: Options, progress: Progress) -> tuple[Corpus, list[htmldo
         counts["indexed_chars"] = sum(len(p.text) for p in indexed)
         corpus.facts["man"] = counts
     if "html" in opts.sets:
-        ensure_python_doc(opts.setup, progress)
+        ensure_python_doc(opts.setup, progress, opts.html_root)
         with progress.phase("HTML pages: sample and parse"):
             docs, queries, defs, counts = htmldocs.build(
                 pages=s.html_pages,
@@ -288,16 +294,21 @@ async def run_async(opts: Options, progress: Progress) -> dict[str, Any]:
         "QUERY_EMBEDDING_CACHE_SIZE": "0",
         **opts.service_env,
     }
-    with progress.phase("service start"):
-        served = await svc.start(service_dir, env)
+    if opts.service_url:
+        served: svc.Served | None = None
+        base_url = opts.service_url.rstrip("/")
+    else:
+        with progress.phase("service start"):
+            served = await svc.start(service_dir, env)
+        base_url = served.base_url
     result: dict[str, Any] = {}
     try:
         with progress.phase("upload through POST /embed"):
             upload_facts = await svc.upload(
-                served.base_url, corpus.documents, concurrency=opts.upload_concurrency, say=progress.say
+                base_url, corpus.documents, concurrency=opts.upload_concurrency, say=progress.say
             )
         with progress.phase("fetch stored chunks"):
-            chunks = await svc.fetch_chunks(served.base_url, corpus.documents)
+            chunks = await svc.fetch_chunks(base_url, corpus.documents)
         n_chunks = sum(len(v) for v in chunks.values())
         if upload_facts["uploaded"]:
             upload_facts["chunks_per_s"] = round(
@@ -309,7 +320,8 @@ async def run_async(opts: Options, progress: Progress) -> dict[str, Any]:
             )
         made = add_mutants(corpus, chunks, defs, opts)
         queries = _order(corpus.queries, opts.seed)
-        http = LeanHTTP("127.0.0.1", served.port)
+        parsed = urlsplit(base_url)
+        http = LeanHTTP(parsed.hostname or "127.0.0.1", parsed.port or 80)
         try:
             systems = make_systems(opts.systems, http, kbs, chunks, opts)
             with progress.phase("prepare systems"):
@@ -334,6 +346,7 @@ async def run_async(opts: Options, progress: Progress) -> dict[str, Any]:
                 "fingerprint": fingerprint,
                 "documents": len(corpus.documents),
                 "knowledge_bases": {kb: len(ids) for kb, ids in kbs.items()},
+                "kb_files": kbs,
                 "chunks": {kb: len(v) for kb, v in chunks.items()},
                 "facts": corpus.facts,
                 "mutants": made,
@@ -351,7 +364,8 @@ async def run_async(opts: Options, progress: Progress) -> dict[str, Any]:
         if opts.write_results:
             write_results(result, opts)
     finally:
-        svc.stop(served)
+        if served is not None:
+            svc.stop(served)
     return result
 
 
