@@ -6,6 +6,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
+from benchmarks.quality.embedders import CANDIDATES
 from benchmarks.quality.run import QUICK, SET_NAMES, SYSTEM_NAMES, Options, Sizes, run
 from benchmarks.run import parse_env_pairs
 
@@ -47,8 +48,15 @@ def parse(argv: list[str]) -> Options:
         "--systems",
         type=_names,
         default=d.systems,
-        help=f"of {','.join(SYSTEM_NAMES)} (default {','.join(d.systems)}); "
+        help=f"of {','.join(SYSTEM_NAMES)} or none (default {','.join(d.systems)}); "
         "query_v2 stops the run with a message while the service has no /query_v2",
+    )
+    p.add_argument(
+        "--models",
+        type=_names,
+        default=(),
+        help=f"also measure these embedding models in process ({', '.join(CANDIDATES)}); "
+        "issue 11 item 9, see README",
     )
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--k", type=int, default=d.k, help="passages per answer (%(default)s)")
@@ -116,8 +124,10 @@ def parse(argv: list[str]) -> Options:
     unknown = [x for x in a.sets if x not in SET_NAMES]
     if unknown or not a.sets:
         p.error(f"--sets takes {', '.join(SET_NAMES)}")
-    bad = [x for x in a.systems if x not in SYSTEM_NAMES]
-    if bad or not a.systems:
+    bad = [x for x in a.systems if x not in (*SYSTEM_NAMES, "none")]
+    if any(m not in CANDIDATES for m in a.models):
+        p.error(f"--models takes {', '.join(CANDIDATES)}")
+    if bad or not (a.systems or a.models):
         p.error(f"--systems takes {', '.join(SYSTEM_NAMES)}")
     if not 1 <= a.kb_size <= 1000:
         p.error("--kb-size must be 1..1000 (the service answers at most 1,000 file ids per request)")
@@ -127,7 +137,8 @@ def parse(argv: list[str]) -> Options:
         sizes=replace(base, **overrides),
         quick=a.quick,
         sets=a.sets,
-        systems=a.systems,
+        systems=tuple(x for x in a.systems if x != "none"),
+        models=a.models,
         seed=a.seed,
         k=a.k,
         depth=a.depth,

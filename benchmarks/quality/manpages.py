@@ -38,7 +38,7 @@ _HEADING = re.compile(r"^[A-Z][A-Z0-9 ,()/_-]*$")
 _DASH = re.compile(r"\s[-\u2010-\u2014]\s+")
 MIN_TEXT_CHARS = 200
 MIN_DESCRIPTION_WORDS = 3
-DEFAULT_FAMILY_CAP = 0.4
+DEFAULT_FAMILY_CAP = 0.45
 _FAMILY = re.compile(r"[_.\-]")
 
 

@@ -77,6 +77,28 @@ def unanswerable_table(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def model_table(models: dict[str, dict[str, Any]]) -> list[str]:
+    """Provenance and throughput of each in-process candidate."""
+    lines = [
+        "| system | package | file | MiB | weights check | prefixes | passages/s |",
+        "| --- | --- | --- | ---: | --- | --- | ---: |",
+    ]
+    for name, f in models.items():
+        if f.get("sha256_is_upstream") is True:
+            check = "SHA-256 = upstream"
+        elif "matches_upstream_int8_export" in f:
+            match = f.get("matches_upstream_int8_export")
+            check = f"= {match}" if match else "pinned SHA-256; no published int8 export has it"
+        else:
+            check = "no upstream file to compare"
+        rate = f.get("passages_per_s")
+        lines.append(
+            f"| {name} | {f.get('package', '?')} | {f.get('file', '?')} | {f.get('bytes', 0) / 2**20:.1f} | "
+            f"{check} | {f.get('prefixes', '?')} | {'cached' if rate is None else f'{rate:.1f}'} |"
+        )
+    return lines
+
+
 def markdown(result: dict[str, Any]) -> str:
     """The whole report."""
     c = result["corpus"]
@@ -104,6 +126,9 @@ def markdown(result: dict[str, Any]) -> str:
             *unanswerable_table(result),
             "",
         ]
+    models = {n: s["model"] for n, s in result["systems"].items() if "model" in s}
+    if models:
+        out += ["## Embedding models (in process, one thread)", "", *model_table(models), ""]
     up = result.get("upload") or {}
     if up.get("uploaded"):
         out += [

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +23,7 @@ from benchmarks.progress import Progress
 from benchmarks.quality import htmldocs, manpages
 from benchmarks.quality import service as svc
 from benchmarks.quality.dataset import MAX_FILES_PER_REQUEST, Chunk, Corpus, Query, save_json
+from benchmarks.quality.embedders import DenseInProcess
 from benchmarks.quality.metrics import Judged, judge, summarise
 from benchmarks.quality.report import markdown
 from benchmarks.quality.systems import (
@@ -78,6 +80,7 @@ class Options:
     service_env: dict[str, str] = field(default_factory=dict)
     write_results: bool = True
     tag: str = ""
+    models: tuple[str, ...] = ()  # in-process candidate embedding models (embedders.CANDIDATES)
     service_url: str | None = None  # measure this running service (unauthenticated) instead of starting one
     man_dirs: tuple[Path, ...] = manpages.MAN_DIRS
     html_root: Path = htmldocs.DOC_ROOT
@@ -208,8 +211,9 @@ def make_systems(
     kbs: dict[str, list[str]],
     chunks: dict[str, list[Chunk]],
     opts: Options,
+    say: Callable[[str], None] = lambda _m: None,
 ) -> list[System]:
-    """The requested systems, in the order asked."""
+    """The requested systems, in the order asked, then one per candidate model."""
     out: list[System] = []
     for name in names:
         if name == "v1-dense":
@@ -229,6 +233,8 @@ def make_systems(
             out.append(QueryV2(http, kbs, k=opts.k))
         else:
             raise SetupError(f"unknown system {name!r} (choose from {', '.join(SYSTEM_NAMES)})")
+    for model in opts.models:
+        out.append(DenseInProcess(model, chunks, opts.data_dir / "embeddings", k=opts.k, say=say))
     return out
 
 
@@ -323,7 +329,7 @@ async def run_async(opts: Options, progress: Progress) -> dict[str, Any]:
         parsed = urlsplit(base_url)
         http = LeanHTTP(parsed.hostname or "127.0.0.1", parsed.port or 80)
         try:
-            systems = make_systems(opts.systems, http, kbs, chunks, opts)
+            systems = make_systems(opts.systems, http, kbs, chunks, opts, progress.say)
             with progress.phase("prepare systems"):
                 for system in systems:
                     await system.prepare()
@@ -358,6 +364,8 @@ async def run_async(opts: Options, progress: Progress) -> dict[str, Any]:
             "phases": progress.phases,
         }
         for s in systems:
+            if isinstance(s, DenseInProcess):
+                result["systems"][s.name]["model"] = s.facts
             if isinstance(s, QueryV2):
                 result["systems"][s.name]["debug_samples"] = s.debug_samples
                 result["systems"][s.name]["debug_refused_403"] = s.debug_refused

@@ -318,3 +318,39 @@ def test_report_renders_every_metric() -> None:
     for column in ("R@1", "R@5", "R@10", "MRR", "nDCG@10", "answer in passage", "false refusals", "p95 ms"):
         assert column in text
     assert "refused: mutated" in text
+
+
+# ---- candidate models: the pure helpers of the numpy reference encoder ---------------------------
+
+
+def test_erf_approximation_is_within_its_bound() -> None:
+    import numpy as np
+
+    from benchmarks.quality.embedders import _erf
+
+    xs = np.linspace(-4, 4, 161)
+    # Abramowitz & Stegun 7.1.26: |error| <= 1.5e-7
+    assert max(abs(float(_erf(np.array([x]))[0]) - math.erf(x)) for x in xs) < 2e-7
+
+
+def test_read_safetensors_round_trip(tmp_path) -> None:
+    import json as _json
+    import struct
+
+    import numpy as np
+
+    from benchmarks.quality.embedders import read_safetensors
+
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.array([7, 8], dtype=np.int64)
+    header = {
+        "__metadata__": {"format": "pt"},
+        "a": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+        "b": {"dtype": "I64", "shape": [2], "data_offsets": [24, 40]},
+    }
+    raw = _json.dumps(header).encode()
+    path = tmp_path / "t.safetensors"
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + a.tobytes() + b.tobytes())
+    tensors = read_safetensors(path)
+    assert set(tensors) == {"a", "b"}
+    assert tensors["a"].tolist() == a.tolist() and tensors["b"].tolist() == [7, 8]
