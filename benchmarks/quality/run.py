@@ -278,6 +278,34 @@ def summaries(queries: list[Query], judged: dict[str, list[Judged]]) -> dict[str
     return out
 
 
+def per_query(queries: list[Query], judged: dict[str, list[Judged]]) -> list[dict[str, Any]]:
+    """Every query with its ground truth and each system's file ranking, refusal, answer and latency
+    (for looking into single cases; the tables use `summary`)."""
+    out = []
+    for i, q in enumerate(queries):
+        out.append(
+            {
+                "qid": q.qid,
+                "set": q.set,
+                "kind": q.kind,
+                "text": q.text,
+                "kb": q.kb,
+                "relevant": list(q.relevant),
+                "note": q.note,
+                "systems": {
+                    name: {
+                        "ranking": list(r[i].ranking),
+                        "refused": r[i].refused,
+                        "answer_found": r[i].answer_found,
+                        "ms": round(r[i].latency_ms, 2),
+                    }
+                    for name, r in judged.items()
+                },
+            }
+        )
+    return out
+
+
 def _order(queries: list[Query], seed: int) -> list[Query]:
     # a seeded shuffle: sets interleave, so a slow phase of the machine does not hit one set only
     ordered = sorted(queries, key=lambda q: q.qid)
@@ -361,6 +389,7 @@ async def run_async(opts: Options, progress: Progress) -> dict[str, Any]:
             "upload": upload_facts,
             "systems": {s.name: {"description": s.description, "refuses": s.refuses} for s in systems},
             "summary": summaries(queries, judged),
+            "per_query": per_query(queries, judged),
             "phases": progress.phases,
         }
         for s in systems:
