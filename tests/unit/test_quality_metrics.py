@@ -354,3 +354,121 @@ def test_read_safetensors_round_trip(tmp_path) -> None:
     tensors = read_safetensors(path)
     assert set(tensors) == {"a", "b"}
     assert tensors["a"].tolist() == a.tolist() and tensors["b"].tolist() == [7, 8]
+
+
+# ---- systems: fusion and the /query_v2 reader, with a stand-in for the HTTP client --------------
+
+
+class _Reply:
+    def __init__(self, status: int, body: object) -> None:
+        import json as _json
+
+        self.status, self.headers, self.content = status, {}, _json.dumps(body).encode()
+
+
+class _FakeHTTP:
+    """Answers each request with the next scripted reply and records what was sent."""
+
+    def __init__(self, replies: list[_Reply]) -> None:
+        self.replies, self.sent = replies, []
+
+    async def request(self, method: str, path: str, body: bytes = b"", headers=None) -> _Reply:
+        import json as _json
+
+        self.sent.append((method, path, _json.loads(body)))
+        return self.replies.pop(0)
+
+
+def _v2_query():
+    from benchmarks.quality.dataset import Query
+
+    return Query("q1", "man", "description", "list directory contents", "agent_kb", ("f1",))
+
+
+async def test_query_v2_reads_results_and_refusals_per_the_contract() -> None:
+    from benchmarks.quality.systems import QueryV2
+
+    results = [
+        {
+            "citation_id": "V2-1",
+            "file_id": "f1",
+            "content": "ls lists",
+            "page": 1,
+            "score": 0.9,
+            "channels": ["lexical", "vector"],
+            "metadata": {"digest": "d1"},
+        },
+        {
+            "citation_id": "V2-2",
+            "file_id": "f2",
+            "content": "dir lists",
+            "page": None,
+            "score": 0.5,
+            "channels": ["vector"],
+        },
+    ]
+    http = _FakeHTTP(
+        [
+            _Reply(200, {"route": "v2", "results": results, "degraded": False, "safe_refusal": None}),
+            _Reply(200, {"route": "v2", "results": [], "degraded": False, "safe_refusal": "Not found."}),
+        ]
+    )
+    system = QueryV2(http, {"agent_kb": ["f1", "f2"]}, k=10, debug=False)  # type: ignore[arg-type]
+    answered = await system.search(_v2_query())
+    assert [p.file_id for p in answered.passages] == ["f1", "f2"] and not answered.refused
+    assert answered.passages[0].key == ("f1", "d1") and answered.passages[0].page == 1
+    assert answered.info["channels"] == {"lexical": 1, "vector": 2}
+    refused = await system.search(_v2_query())
+    assert refused.refused and refused.passages == []
+    method, path, body = http.sent[0]
+    assert (method, path) == ("POST", "/query_v2")
+    assert body == {
+        "query": "list directory contents",
+        "file_ids": ["f1", "f2"],
+        "k": 10,
+        "entity_id": "agent_kb",
+        "debug": False,
+    }
+
+
+async def test_query_v2_fails_clearly_on_404_and_drops_debug_on_403() -> None:
+    from benchmarks.quality.systems import QueryV2, SystemUnavailable
+
+    missing = QueryV2(_FakeHTTP([_Reply(404, {"detail": "Not Found"})]), {"agent_kb": ["f1"]})  # type: ignore[arg-type]
+    with pytest.raises(SystemUnavailable, match=r"/query_v2 answered 404"):
+        await missing.prepare()
+    http = _FakeHTTP(
+        [
+            _Reply(403, {"detail": "debug needs an admin"}),
+            _Reply(200, {"route": "v2", "results": [], "degraded": False, "safe_refusal": "No."}),
+        ]
+    )
+    system = QueryV2(http, {"agent_kb": ["f1"]}, debug=True)  # type: ignore[arg-type]
+    outcome = await system.search(_v2_query())
+    assert outcome.refused and system.debug_refused and http.sent[1][2]["debug"] is False
+    broken = QueryV2(_FakeHTTP([_Reply(500, {"detail": "boom"})]), {"agent_kb": ["f1"]})  # type: ignore[arg-type]
+    with pytest.raises(SystemUnavailable, match="500"):
+        await broken.search(_v2_query())
+
+
+async def test_rrf_system_fuses_both_legs_and_adds_their_latency() -> None:
+    from benchmarks.quality.systems import Outcome, Passage, RRFusion
+
+    def p(fid: str) -> Passage:
+        return Passage(fid, f"text {fid}", None, None, (fid, fid))
+
+    class Leg:
+        def __init__(self, files: list[str], ms: float, k: int = 3) -> None:
+            self.files, self.ms, self.k = files, ms, k
+
+        async def prepare(self) -> None:
+            pass
+
+        async def search(self, query) -> Outcome:
+            return Outcome([p(f) for f in self.files], refused=False, latency_ms=self.ms)
+
+    fused = RRFusion(Leg(["a", "b", "c"], 10.0), Leg(["c", "d", "a"], 2.0), k=3)  # type: ignore[arg-type]
+    out = await fused.search(_v2_query())
+    # a: 1/61 + 1/63; c: 1/63 + 1/61 (tie, a met first); b: 1/62; d: 1/62 (b met first)
+    assert [x.file_id for x in out.passages] == ["a", "c", "b"]
+    assert out.latency_ms >= 12.0
