@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import platform
 import random
@@ -432,8 +431,3 @@ def run(opts: Options) -> int:
         return 2
     print(markdown(result))
     return 0
-
-
-def main_json(result: dict[str, Any]) -> str:
-    """The result as JSON text (for tests and tools)."""
-    return json.dumps(result, indent=1, default=str)

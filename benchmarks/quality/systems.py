@@ -10,6 +10,7 @@ Latency is what the client sees per query (for `rrf`, dense plus BM25 plus fusio
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -63,8 +64,6 @@ class System(Protocol):
 def _content_key(file_id: str, metadata: Mapping[str, Any], content: str) -> tuple[str, str]:
     digest = metadata.get("digest")
     if not isinstance(digest, str) or not digest:
-        import hashlib
-
         digest = hashlib.md5(content.encode("utf-8"), usedforsecurity=False).hexdigest()
     return chunk_key(file_id, digest)
 
