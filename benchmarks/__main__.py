@@ -1,4 +1,5 @@
-"""`python -m benchmarks`: the search benchmark (see `scripts/bench --help`)."""
+"""`python -m benchmarks`: the search benchmark (see `scripts/bench --help`); `python -m benchmarks
+quality ...` runs the retrieval quality benchmark instead (see `scripts/bench quality --help`)."""
 
 from __future__ import annotations
 
@@ -109,4 +110,8 @@ def parse(argv: list[str]) -> Options:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["quality"]:
+        from benchmarks.quality.cli import main as quality_main
+
+        sys.exit(quality_main(sys.argv[2:]))
     sys.exit(run(parse(sys.argv[1:])))

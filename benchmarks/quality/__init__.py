@@ -1,0 +1,1 @@
+"""Retrieval quality benchmark (`scripts/bench quality`): sets, systems, metrics, report."""

@@ -1,0 +1,161 @@
+"""`scripts/bench quality ...`: command-line options of the retrieval quality benchmark."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+from benchmarks.quality.embedders import CANDIDATES
+from benchmarks.quality.run import QUICK, SET_NAMES, SYSTEM_NAMES, Options, Sizes, run
+from benchmarks.run import parse_env_pairs
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def parse(argv: list[str]) -> Options:
+    """Options from the command line."""
+    d, s = Options(), Sizes()
+    p = argparse.ArgumentParser(
+        prog="scripts/bench quality",
+        description="Retrieval quality on sets built from this machine's documentation: a seeded sample "
+        "of man pages (sections 1 and 8) and Python's HTML reference (Debian's python3-doc), plus "
+        "unanswerable questions. Uploads through the service's POST /embed (scripts/serve on its "
+        "defaults), asks each system every query, prints Recall@1/5/10, MRR, nDCG@10, answer in a "
+        "returned passage, refusal rates and p50/p95 latency; writes bench-results/quality-*.json.",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"small sets ({QUICK.pages} man pages, {QUICK.html_pages} HTML pages) for routine use",
+    )
+    p.add_argument("--pages", type=int, default=None, help=f"man pages indexed (full: {s.pages})")
+    p.add_argument("--held-out", type=int, default=None, help=f"man pages left out (full: {s.held_out})")
+    p.add_argument("--html-pages", type=int, default=None, help=f"HTML pages indexed (full: {s.html_pages})")
+    p.add_argument("--table-queries", type=int, default=None, help=f"(full: {s.table_queries})")
+    p.add_argument("--identifier-queries", type=int, default=None, help=f"(full: {s.identifier_queries})")
+    p.add_argument("--mutants", type=int, default=None, help=f"mutated identifiers (full: {s.mutants})")
+    p.add_argument(
+        "--max-chars",
+        type=int,
+        default=None,
+        help=f"man page text cut at this many characters (full: {s.max_chars})",
+    )
+    p.add_argument("--sets", type=_names, default=d.sets, help=f"of {','.join(SET_NAMES)} (default both)")
+    p.add_argument(
+        "--systems",
+        type=_names,
+        default=d.systems,
+        help=f"of {','.join(SYSTEM_NAMES)} or none (default {','.join(d.systems)}); "
+        "query_v2 stops the run with a message while the service has no /query_v2",
+    )
+    p.add_argument(
+        "--models",
+        type=_names,
+        default=(),
+        help=f"also measure these embedding models in process ({', '.join(CANDIDATES)}); "
+        "issue 11 item 9, see README",
+    )
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--k", type=int, default=d.k, help="passages per answer (%(default)s)")
+    p.add_argument("--depth", type=int, default=d.depth, help="list depth of each fused leg (%(default)s)")
+    p.add_argument("--rrf-k", type=float, default=d.rrf_k, help="RRF constant (%(default)s)")
+    p.add_argument(
+        "--kb-size",
+        type=int,
+        default=d.kb_size,
+        help="files per knowledge base (the service's per-request limit, %(default)s)",
+    )
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=d.data_dir,
+        help="cache of renders, texts and the service's data (%(default)s; not committed)",
+    )
+    p.add_argument("--out", type=Path, default=d.out_dir, help="results folder (%(default)s)")
+    p.add_argument("--fresh", action="store_true", help="discard this corpus's service data and upload again")
+    p.add_argument(
+        "--setup",
+        action="store_true",
+        help="install python3-doc with apt-get first when it is missing (root)",
+    )
+    p.add_argument(
+        "--service-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra service setting (repeatable)",
+    )
+    p.add_argument(
+        "--service-url",
+        default=None,
+        help="measure this running service (no JWT_SECRET) instead of starting scripts/serve",
+    )
+    p.add_argument(
+        "--man-dirs",
+        type=lambda t: tuple(Path(x) for x in _names(t)),
+        default=d.man_dirs,
+        help="man page folders (default: sections 1 and 8 under /usr/share/man)",
+    )
+    p.add_argument(
+        "--html-root", type=Path, default=d.html_root, help="HTML documentation root (%(default)s)"
+    )
+    p.add_argument("--tag", default="", help="name part of the result files (quality-<tag>-...)")
+    a = p.parse_args(argv)
+    base = QUICK if a.quick else Sizes()
+    overrides = {
+        name: getattr(a, name)
+        for name in (
+            "pages",
+            "held_out",
+            "html_pages",
+            "table_queries",
+            "identifier_queries",
+            "mutants",
+            "max_chars",
+        )
+        if getattr(a, name) is not None
+    }
+    for name, value in overrides.items():
+        if value < 0:
+            p.error(f"--{name.replace('_', '-')} must not be negative")
+    unknown = [x for x in a.sets if x not in SET_NAMES]
+    if unknown or not a.sets:
+        p.error(f"--sets takes {', '.join(SET_NAMES)}")
+    bad = [x for x in a.systems if x not in (*SYSTEM_NAMES, "none")]
+    if any(m not in CANDIDATES for m in a.models):
+        p.error(f"--models takes {', '.join(CANDIDATES)}")
+    if bad or not (a.systems or a.models):
+        p.error(f"--systems takes {', '.join(SYSTEM_NAMES)}")
+    if not 1 <= a.kb_size <= 1000:
+        p.error("--kb-size must be 1..1000 (the service answers at most 1,000 file ids per request)")
+    if not 1 <= a.k <= 10 or a.depth < a.k or a.depth > 100:
+        p.error("--k must be 1..10 and --depth k..100")
+    return Options(
+        sizes=replace(base, **overrides),
+        quick=a.quick,
+        sets=a.sets,
+        systems=tuple(x for x in a.systems if x != "none"),
+        models=a.models,
+        seed=a.seed,
+        k=a.k,
+        depth=a.depth,
+        rrf_k=a.rrf_k,
+        kb_size=a.kb_size,
+        data_dir=a.data_dir.resolve(),
+        out_dir=a.out.resolve(),
+        fresh=a.fresh,
+        setup=a.setup,
+        service_env=parse_env_pairs(a.service_env),
+        tag=a.tag,
+        service_url=a.service_url,
+        man_dirs=a.man_dirs,
+        html_root=a.html_root,
+    )
+
+
+def main(argv: list[str]) -> int:
+    """Parse and run."""
+    return run(parse(argv))

@@ -1,0 +1,433 @@
+"""One quality run: build the sets, start the service, upload, ask every system every query, report."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from benchmarks.http import LeanHTTP
+from benchmarks.progress import Progress
+from benchmarks.quality import htmldocs, manpages
+from benchmarks.quality import service as svc
+from benchmarks.quality.dataset import MAX_FILES_PER_REQUEST, Chunk, Corpus, Query, save_json
+from benchmarks.quality.embedders import DenseInProcess
+from benchmarks.quality.metrics import Judged, judge, summarise
+from benchmarks.quality.report import markdown
+from benchmarks.quality.systems import (
+    BM25Reference,
+    QueryV2,
+    RRFusion,
+    System,
+    SystemUnavailable,
+    V1Dense,
+)
+from benchmarks.quality.unanswerable import AbsenceChecker, long_options, mutants
+from benchmarks.service import REPO_ROOT
+
+SYSTEM_NAMES = ("v1-dense", "bm25", "rrf", "query_v2")
+SET_NAMES = ("man", "html")
+
+
+@dataclass
+class Sizes:
+    """How big the sets are (see `--quick` and the README for the figures of each size)."""
+
+    pages: int = 2000
+    held_out: int = 200
+    html_pages: int = 120
+    table_queries: int = 300
+    identifier_queries: int = 300
+    mutants: int = 200
+    per_table: int = 2
+    max_chars: int = 12_000
+
+
+QUICK = Sizes(pages=300, held_out=50, html_pages=30, table_queries=60, identifier_queries=60, mutants=60)
+
+
+@dataclass
+class Options:
+    """Everything a quality run can be told (`scripts/bench quality --help`)."""
+
+    sizes: Sizes = field(default_factory=Sizes)
+    quick: bool = False
+    sets: tuple[str, ...] = SET_NAMES
+    systems: tuple[str, ...] = ("v1-dense", "bm25", "rrf")
+    seed: int = 42
+    k: int = 10
+    depth: int = 30
+    rrf_k: float = 60.0
+    kb_size: int = MAX_FILES_PER_REQUEST
+    data_dir: Path = REPO_ROOT / "data" / "bench-quality"
+    out_dir: Path = REPO_ROOT / "bench-results"
+    fresh: bool = False
+    setup: bool = False
+    render_workers: int = 2
+    upload_concurrency: int = 2
+    service_env: dict[str, str] = field(default_factory=dict)
+    write_results: bool = True
+    tag: str = ""
+    models: tuple[str, ...] = ()  # in-process candidate embedding models (embedders.CANDIDATES)
+    service_url: str | None = None  # measure this running service (unauthenticated) instead of starting one
+    man_dirs: tuple[Path, ...] = manpages.MAN_DIRS
+    html_root: Path = htmldocs.DOC_ROOT
+
+
+def ensure_python_doc(setup: bool, progress: Progress, root: Path = htmldocs.DOC_ROOT) -> None:
+    """The HTML set's source: present, installed now (`--setup`, as root), or a clear error."""
+    if root.is_dir():
+        return
+    if root != htmldocs.DOC_ROOT:
+        raise SetupError(f"--html-root {root} is not a folder")
+    if not setup:
+        raise SetupError(htmldocs.INSTALL_HINT + " (or pass --setup to let the benchmark install it)")
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise SetupError("--setup installs python3-doc with apt-get and needs root; " + htmldocs.INSTALL_HINT)
+    progress.say("installing python3-doc (apt-get update && apt-get install -y python3-doc) ...")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "python3-doc"]):
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise SetupError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr[-500:]}")
+    if not htmldocs.DOC_ROOT.is_dir():
+        raise SetupError(f"python3-doc installed but {htmldocs.DOC_ROOT} is missing")
+
+
+class SetupError(RuntimeError):
+    """The benchmark cannot run as asked; the message says what to do."""
+
+
+def build_corpus(opts: Options, progress: Progress) -> tuple[Corpus, list[htmldocs.Definition]]:
+    """The documents and the answerable and held-out queries of the chosen sets (cached renders)."""
+    s = opts.sizes
+    corpus = Corpus()
+    defs: list[htmldocs.Definition] = []
+    cache = opts.data_dir / "cache"
+    if "man" in opts.sets:
+        with progress.phase("man pages: sample and render"):
+            indexed, held, counts = manpages.sample(
+                pages=s.pages,
+                held_out=s.held_out,
+                seed=opts.seed,
+                max_chars=s.max_chars,
+                cache=cache / "man-rendered",
+                workers=opts.render_workers,
+                say=progress.say,
+            )
+        if len(indexed) < s.pages:
+            raise SetupError(f"only {len(indexed)} usable man pages in sections 1 and 8 (asked {s.pages})")
+        docs, queries = manpages.build(
+            indexed, held, kb_size=opts.kb_size, folder=cache / f"man-text-{s.max_chars}", seed=opts.seed
+        )
+        corpus.documents += docs
+        corpus.queries += queries
+        counts["cut_at_max_chars"] = sum(p.cut for p in indexed)
+        counts["indexed"] = len(indexed)
+        counts["held_out"] = len(held)
+        counts["indexed_chars"] = sum(len(p.text) for p in indexed)
+        corpus.facts["man"] = counts
+    if "html" in opts.sets:
+        ensure_python_doc(opts.setup, progress, opts.html_root)
+        with progress.phase("HTML pages: sample and parse"):
+            docs, queries, defs, counts = htmldocs.build(
+                pages=s.html_pages,
+                table_queries=s.table_queries,
+                identifier_queries=s.identifier_queries,
+                per_table=s.per_table,
+                seed=opts.seed,
+            )
+        corpus.documents += docs
+        corpus.queries += queries
+        counts["indexed_bytes"] = sum(Path(d.path).stat().st_size for d in docs)
+        corpus.facts["html"] = counts
+    return corpus, defs
+
+
+def add_mutants(
+    corpus: Corpus, chunks: dict[str, list[Chunk]], defs: list[htmldocs.Definition], opts: Options
+) -> dict[str, int]:
+    """Mutated identifiers (HTML ids; man long options) verified absent from every stored chunk."""
+    checker = AbsenceChecker(c.content for kb in chunks.values() for c in kb)
+    kbs = corpus.kbs()
+    man_kbs = sorted(kb for kb in kbs if kb.startswith("agent_quality_man_"))
+    html_kbs = sorted(kb for kb in kbs if kb == "agent_quality_html")
+    total = opts.sizes.mutants
+    n_html = total // 2 if html_kbs and man_kbs else (total if html_kbs else 0)
+    n_man = total - n_html if man_kbs else 0
+    indexed_pages = {d.file_id for d in corpus.documents}
+    made = {"mutated-identifier": 0, "mutated-option": 0}
+    if n_html:
+        idents = [d.ident for d in defs if d.page in indexed_pages]
+        for mutant, original in mutants(idents, checker, n_html, opts.seed + 3):
+            corpus.queries.append(
+                Query(
+                    qid=f"unans:ident:{mutant}",
+                    set="unanswerable",
+                    kind="mutated-identifier",
+                    text=mutant,
+                    kb=html_kbs[0],
+                    relevant=(),
+                    answerable=False,
+                    note=original,
+                )
+            )
+            made["mutated-identifier"] += 1
+    if n_man:
+        rng = random.Random(opts.seed + 4)
+        options = long_options(c.content for kb in man_kbs for c in chunks[kb])
+        for mutant, original in mutants(options, checker, n_man, opts.seed + 5):
+            corpus.queries.append(
+                Query(
+                    qid=f"unans:option:{mutant}",
+                    set="unanswerable",
+                    kind="mutated-option",
+                    text=mutant,
+                    kb=rng.choice(man_kbs),
+                    relevant=(),
+                    answerable=False,
+                    note=original,
+                )
+            )
+            made["mutated-option"] += 1
+    return made
+
+
+def make_systems(
+    names: tuple[str, ...],
+    http: LeanHTTP,
+    kbs: dict[str, list[str]],
+    chunks: dict[str, list[Chunk]],
+    opts: Options,
+    say: Callable[[str], None] = lambda _m: None,
+) -> list[System]:
+    """The requested systems, in the order asked, then one per candidate model."""
+    out: list[System] = []
+    for name in names:
+        if name == "v1-dense":
+            out.append(V1Dense(http, kbs, k=opts.k))
+        elif name == "bm25":
+            out.append(BM25Reference(chunks, k=opts.k))
+        elif name == "rrf":
+            out.append(
+                RRFusion(
+                    V1Dense(http, kbs, k=opts.depth, name="v1-dense@depth"),
+                    BM25Reference(chunks, k=opts.depth, name="bm25@depth"),
+                    k=opts.k,
+                    rrf_k=opts.rrf_k,
+                )
+            )
+        elif name == "query_v2":
+            out.append(QueryV2(http, kbs, k=opts.k))
+        else:
+            raise SetupError(f"unknown system {name!r} (choose from {', '.join(SYSTEM_NAMES)})")
+    for model in opts.models:
+        out.append(DenseInProcess(model, chunks, opts.data_dir / "embeddings", k=opts.k, say=say))
+    return out
+
+
+async def measure(systems: list[System], queries: list[Query], progress: Progress) -> dict[str, list[Judged]]:
+    """Every system answers every query, one query at a time (system after system per query)."""
+    judged: dict[str, list[Judged]] = {s.name: [] for s in systems}
+    channel_counts: dict[str, dict[str, int]] = {s.name: {} for s in systems}
+    t_last = time.perf_counter()
+    for i, q in enumerate(queries):
+        for system in systems:
+            outcome = await system.search(q)
+            judged[system.name].append(
+                judge(
+                    answerable=q.answerable,
+                    refused=outcome.refused,
+                    passage_files=[p.file_id for p in outcome.passages],
+                    passage_texts=[p.content for p in outcome.passages],
+                    relevant=q.relevant,
+                    answer=q.answer,
+                    latency_ms=outcome.latency_ms,
+                )
+            )
+            for ch, n in (outcome.info.get("channels") or {}).items():
+                channel_counts[system.name][ch] = channel_counts[system.name].get(ch, 0) + n
+        if time.perf_counter() - t_last > 20:
+            t_last = time.perf_counter()
+            progress.say(f"queries: {i + 1}/{len(queries)}")
+    return judged
+
+
+def summaries(queries: list[Query], judged: dict[str, list[Judged]]) -> dict[str, dict[str, Any]]:
+    """Per system, per set (and per unanswerable kind): the metric summary."""
+    groups: dict[str, list[int]] = {}
+    for i, q in enumerate(queries):
+        groups.setdefault(q.set, []).append(i)
+        if not q.answerable:
+            groups.setdefault(f"unanswerable:{q.kind}", []).append(i)
+    out: dict[str, dict[str, Any]] = {}
+    for system, results in judged.items():
+        out[system] = {name: asdict(summarise([results[i] for i in idx])) for name, idx in groups.items()}
+    return out
+
+
+def per_query(queries: list[Query], judged: dict[str, list[Judged]]) -> list[dict[str, Any]]:
+    """Every query with its ground truth and each system's file ranking, refusal, answer and latency
+    (for looking into single cases; the tables use `summary`)."""
+    out = []
+    for i, q in enumerate(queries):
+        out.append(
+            {
+                "qid": q.qid,
+                "set": q.set,
+                "kind": q.kind,
+                "text": q.text,
+                "kb": q.kb,
+                "relevant": list(q.relevant),
+                "note": q.note,
+                "systems": {
+                    name: {
+                        "ranking": list(r[i].ranking),
+                        "refused": r[i].refused,
+                        "answer_found": r[i].answer_found,
+                        "ms": round(r[i].latency_ms, 2),
+                    }
+                    for name, r in judged.items()
+                },
+            }
+        )
+    return out
+
+
+def _order(queries: list[Query], seed: int) -> list[Query]:
+    # a seeded shuffle: sets interleave, so a slow phase of the machine does not hit one set only
+    ordered = sorted(queries, key=lambda q: q.qid)
+    random.Random(seed + 6).shuffle(ordered)
+    return ordered
+
+
+async def run_async(opts: Options, progress: Progress) -> dict[str, Any]:
+    """The whole run; returns the result document (also written under `out_dir`)."""
+    started = datetime.now(UTC)
+    corpus, defs = build_corpus(opts, progress)
+    kbs = corpus.kbs()
+    fingerprint = corpus.fingerprint()
+    service_dir = opts.data_dir / f"service-{fingerprint}"
+    if opts.fresh and service_dir.exists():
+        shutil.rmtree(service_dir)
+    env = {
+        "RAG_V2_NAMESPACE_IDS": ",".join(sorted(kbs)),
+        # every query pays its embedding, as a new question does (the LRU would hide it on repeats)
+        "QUERY_EMBEDDING_CACHE_SIZE": "0",
+        **opts.service_env,
+    }
+    if opts.service_url:
+        served: svc.Served | None = None
+        base_url = opts.service_url.rstrip("/")
+    else:
+        with progress.phase("service start"):
+            served = await svc.start(service_dir, env)
+        base_url = served.base_url
+    result: dict[str, Any] = {}
+    try:
+        with progress.phase("upload through POST /embed"):
+            upload_facts = await svc.upload(
+                base_url, corpus.documents, concurrency=opts.upload_concurrency, say=progress.say
+            )
+        with progress.phase("fetch stored chunks"):
+            chunks = await svc.fetch_chunks(base_url, corpus.documents)
+        n_chunks = sum(len(v) for v in chunks.values())
+        if upload_facts["uploaded"]:
+            upload_facts["chunks_per_s"] = round(
+                n_chunks
+                * upload_facts["uploaded"]
+                / len(corpus.documents)
+                / max(upload_facts["seconds"], 1e-9),
+                2,
+            )
+        made = add_mutants(corpus, chunks, defs, opts)
+        queries = _order(corpus.queries, opts.seed)
+        parsed = urlsplit(base_url)
+        http = LeanHTTP(parsed.hostname or "127.0.0.1", parsed.port or 80)
+        try:
+            systems = make_systems(opts.systems, http, kbs, chunks, opts, progress.say)
+            with progress.phase("prepare systems"):
+                for system in systems:
+                    await system.prepare()
+            with progress.phase(f"measure {len(queries)} queries x {len(systems)} systems"):
+                judged = await measure(systems, queries, progress)
+        finally:
+            await http.aclose()
+        result = {
+            "kind": "quality",
+            "started": started.isoformat(timespec="seconds"),
+            "seconds": round(progress.elapsed(), 1),
+            "options": {**asdict(opts), "data_dir": str(opts.data_dir), "out_dir": str(opts.out_dir)},
+            "machine": {
+                "cpus": os.cpu_count(),
+                "load_avg": os.getloadavg(),
+                "python": sys.version.split()[0],
+                "platform": platform.platform(),
+            },
+            "corpus": {
+                "fingerprint": fingerprint,
+                "documents": len(corpus.documents),
+                "knowledge_bases": {kb: len(ids) for kb, ids in kbs.items()},
+                "kb_files": kbs,
+                "chunks": {kb: len(v) for kb, v in chunks.items()},
+                "facts": corpus.facts,
+                "mutants": made,
+                "queries": _count_queries(corpus.queries),
+            },
+            "upload": upload_facts,
+            "systems": {s.name: {"description": s.description, "refuses": s.refuses} for s in systems},
+            "summary": summaries(queries, judged),
+            "per_query": per_query(queries, judged),
+            "phases": progress.phases,
+        }
+        for s in systems:
+            if isinstance(s, DenseInProcess):
+                result["systems"][s.name]["model"] = s.facts
+            if isinstance(s, QueryV2):
+                result["systems"][s.name]["debug_samples"] = s.debug_samples
+                result["systems"][s.name]["debug_refused_403"] = s.debug_refused
+        if opts.write_results:
+            write_results(result, opts)
+    finally:
+        if served is not None:
+            svc.stop(served)
+    return result
+
+
+def _count_queries(queries: list[Query]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for q in queries:
+        out[f"{q.set}/{q.kind}"] = out.get(f"{q.set}/{q.kind}", 0) + 1
+    return out
+
+
+def write_results(result: dict[str, Any], opts: Options) -> None:
+    """bench-results/quality-<UTC>.json and quality-latest.{json,md}."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    name = f"quality{('-' + opts.tag) if opts.tag else ''}"
+    save_json(opts.out_dir / f"{name}-{stamp}.json", result)
+    save_json(opts.out_dir / f"{name}-latest.json", result)
+    (opts.out_dir / f"{name}-latest.md").write_text(markdown(result))
+
+
+def run(opts: Options) -> int:
+    """Entry point: prints the markdown report; exit 0, or 2 when the run cannot be done as asked."""
+    progress = Progress()
+    try:
+        result = asyncio.run(run_async(opts, progress))
+    except (SetupError, SystemUnavailable, FileNotFoundError) as exc:
+        print(f"scripts/bench quality: {exc}", file=sys.stderr)
+        return 2
+    print(markdown(result))
+    return 0

@@ -1,0 +1,171 @@
+"""`scripts/bench quality` in miniature: a handful of documents, the real service, every metric.
+
+Keeps the harness from rotting; asserts that it runs and reports every figure, never a level of
+quality or speed. The man pages and HTML pages are written here (a fresh machine may have neither
+python3-doc nor the same man pages); `man` and `col` must exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from benchmarks.http import LeanHTTP
+from benchmarks.progress import Progress
+from benchmarks.quality import service as svc
+from benchmarks.quality.dataset import Query
+from benchmarks.quality.run import Options, Sizes, run_async
+from benchmarks.quality.systems import QueryV2, SystemUnavailable
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+MAN_PAGES = {
+    "frobnicate": ("adjust the widget tension of a loom", "The loom keeps its threads taut with springs."),
+    "quuxctl": ("control the quux daemon over its socket", "It sends start, stop and reload to quuxd."),
+    "tidewatch": ("print the harbour tide tables for a date", "High and low water for each port, in metres."),
+    "lampkeep": ("rotate the lighthouse lamp log files", "Old logs are compressed and kept for a year."),
+    "saltpan": ("measure the salinity of a sample of brine", "Reads a conductivity probe and prints ppt."),
+    "netmend": (
+        "repair torn fishing nets from a pattern file",
+        "Each knot is retied in the pattern's order.",
+    ),
+}
+
+HTML_PAGES = {
+    "library/boats.html": (
+        "Boats",
+        [("Skiff", "4.2 metres of larch planking"), ("Trawler", "18 metres with a steel hull")],
+        [("boats.Hull.caulk", "caulk(seam, pitch='pine tar')"), ("boats.launch", "launch(boat, tide)")],
+    ),
+    "library/knots.html": (
+        "Knots",
+        [("Bowline", "a fixed loop that never slips"), ("Clove hitch", "binds a line to a post quickly")],
+        [("knots.tie", "tie(rope, kind='bowline')"), ("knots.Rope.splice", "splice(other, tucks=5)")],
+    ),
+}
+
+
+def _roff(name: str, description: str, body: str) -> str:
+    filler = " ".join(
+        f"The {name} command reads its settings from /etc/{name}.conf line {i}." for i in range(6)
+    )
+    return (
+        f'.TH {name.upper()} 1 "2026" "smoke" "User Commands"\n.SH NAME\n{name} \\- {description}\n'
+        f".SH SYNOPSIS\n.B {name}\n[\\-\\-dry\\-run] [\\-\\-keep\\-going]\n"
+        f".SH DESCRIPTION\n{body}\n{filler}\n"
+        f".SH OPTIONS\n.TP\n.B \\-\\-dry\\-run\nShow what would be done.\n"
+    )
+
+
+def _html(title: str, rows: list[tuple[str, str]], defs: list[tuple[str, str]]) -> str:
+    body_rows = "".join(f"<tr><td><p>{label}</p></td><td><p>{value}</p></td></tr>" for label, value in rows)
+    dts = "".join(
+        f'<dl><dt class="sig sig-object py" id="{ident}">{sig}<a class="headerlink" href="#">¶</a></dt>'
+        f"<dd><p>Documented behaviour of {ident} for the smoke test.</p></dd></dl>"
+        for ident, sig in defs
+    )
+    return (
+        f"<html><head><title>{title}</title></head><body><div class='body'><h1>{title}</h1>"
+        f"<p>This page describes {title.lower()} used in the harbour.</p>"
+        f"<table><thead><tr><th><p>Name</p></th><th><p>Build</p></th></tr></thead><tbody>{body_rows}"
+        f"</tbody></table>{dts}</div></body></html>"
+    )
+
+
+@pytest.fixture(scope="module")
+def sources() -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix="ragoverlay-quality-"))
+    root.chmod(0o755)  # the embedded server may run as another user when tests run as root
+    man1 = root / "man1"
+    man1.mkdir()
+    for name, (description, body) in MAN_PAGES.items():
+        (man1 / f"{name}.1.gz").write_bytes(gzip.compress(_roff(name, description, body).encode()))
+    for rel, (title, rows, defs) in HTML_PAGES.items():
+        target = root / "html" / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(_html(title, rows, defs))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_quality_benchmark_runs_and_reports_every_metric(sources: Path) -> None:
+    if shutil.which("man") is None or shutil.which("col") is None:
+        pytest.skip("man-db (man, col) is not installed")
+    opts = Options(
+        sizes=Sizes(pages=4, held_out=2, html_pages=2, table_queries=4, identifier_queries=4, mutants=4),
+        systems=("v1-dense", "bm25", "rrf"),
+        data_dir=sources / "data",
+        out_dir=sources / "results",
+        man_dirs=(sources / "man1",),
+        html_root=sources / "html",
+    )
+
+    async def scenario() -> tuple[dict, int, str]:
+        env = {"RAG_V2_NAMESPACE_IDS": "agent_quality_man_1,agent_quality_html"}
+        served = await svc.start(sources / "service", env, timeout_s=240)
+        try:
+            opts.service_url = served.base_url
+            result = await run_async(opts, Progress())
+            async with httpx.AsyncClient(base_url=served.base_url, timeout=30) as client:
+                probe = await client.post("/query_v2", json={"query": "x", "file_ids": ["man-frobnicate.1"]})
+            http = LeanHTTP("127.0.0.1", served.port)
+            system = QueryV2(http, result["corpus"]["kb_files"], k=10)
+            message = ""
+            try:
+                await system.prepare()
+                query = Query(
+                    "q", "man", "description", "tide tables", "agent_quality_man_1", ("man-tidewatch.1",)
+                )
+                outcome = await system.search(query)
+                message = f"answered with {len(outcome.passages)} passages, refused={outcome.refused}"
+            except SystemUnavailable as exc:
+                message = str(exc)
+            finally:
+                await http.aclose()
+            return result, probe.status_code, message
+        finally:
+            svc.stop(served)
+
+    result, v2_status, v2_message = asyncio.run(scenario())
+
+    corpus = result["corpus"]
+    assert corpus["knowledge_bases"] == {"agent_quality_man_1": 4, "agent_quality_html": 2}
+    kinds = corpus["queries"]
+    assert kinds["man/description"] == 4
+    assert kinds["unanswerable/held-out-description"] == 2
+    assert kinds.get("html-tables/table-cell", 0) >= 1 and kinds.get("html-identifiers/identifier", 0) >= 1
+    assert kinds.get("unanswerable/mutated-identifier", 0) + kinds.get("unanswerable/mutated-option", 0) >= 1
+
+    metrics = ("recall_at_1", "recall_at_5", "recall_at_10", "mrr", "ndcg_at_10", "false_refusal_rate")
+    for system in ("v1-dense", "bm25", "rrf(v1-dense, bm25)"):
+        sets = result["summary"][system]
+        for set_name in ("man", "html-tables", "html-identifiers"):
+            s = sets[set_name]
+            for metric in metrics:
+                assert s[metric] is not None and 0.0 <= s[metric] <= 1.0, (system, set_name, metric)
+            assert s["latency_p50_ms"] is not None and s["latency_p95_ms"] >= s["latency_p50_ms"]
+        for set_name in ("html-tables", "html-identifiers"):
+            assert sets[set_name]["answer_in_passage"] is not None
+        assert sets["man"]["answer_in_passage"] is None  # man queries carry no answer text
+        assert sets["unanswerable"]["refusal_rate"] == 0.0  # none of these systems refuses
+
+    written = json.loads((sources / "results" / "quality-latest.json").read_text())
+    assert written["summary"] == result["summary"]
+    report = (sources / "results" / "quality-latest.md").read_text()
+    assert "| v1-dense |" in report and "nDCG@10" in report and "Unanswerable" in report
+
+    # /query_v2: a missing route is a clear failure, never a silent skip
+    if v2_status == 404:
+        assert "/query_v2" in v2_message and "404" in v2_message
+    else:
+        assert "answered with" in v2_message, v2_message
