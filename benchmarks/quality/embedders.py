@@ -79,7 +79,8 @@ def _package_dir(name: str) -> Path:
 
 def _unit(rows: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
-    return rows / np.maximum(norms, 1e-12)
+    out: np.ndarray = rows / np.maximum(norms, 1e-12)
+    return out
 
 
 class MiniLMInt8:
@@ -135,13 +136,15 @@ def _erf(x: np.ndarray) -> np.ndarray:
     a = np.abs(x)
     t = 1.0 / (1.0 + 0.3275911 * a)
     poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    return sign * (1.0 - poly * np.exp(-a * a))
+    out: np.ndarray = sign * (1.0 - poly * np.exp(-a * a))
+    return out
 
 
 def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1e-12) -> np.ndarray:
     mean = x.mean(axis=-1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + eps) * w + b
+    out: np.ndarray = (x - mean) / np.sqrt(var + eps) * w + b
+    return out
 
 
 class NumpyBert:
@@ -171,7 +174,8 @@ class NumpyBert:
         }
 
     def _lin(self, x: np.ndarray, name: str) -> np.ndarray:
-        return x @ self.w[f"{name}.weight"].T + self.w[f"{name}.bias"]
+        out: np.ndarray = x @ self.w[f"{name}.weight"].T + self.w[f"{name}.bias"]
+        return out
 
     def _one(self, text: str) -> np.ndarray:
         ids = np.asarray(self.tok.encode(text).ids, dtype=np.int64)
@@ -205,7 +209,8 @@ class NumpyBert:
                 w[f"{p}.output.LayerNorm.weight"],
                 w[f"{p}.output.LayerNorm.bias"],
             )
-        return x.mean(axis=0)  # no padding, so every token counts
+        out: np.ndarray = x.mean(axis=0)  # no padding, so every token counts
+        return out
 
     def passages(self, texts: Sequence[str]) -> np.ndarray:
         """One forward pass per text."""

@@ -55,7 +55,7 @@ class ManPage:
 
 def candidates(dirs: tuple[Path, ...] = MAN_DIRS) -> list[Path]:
     """Regular (non-symlink) page files of the given sections, sorted by path."""
-    out = []
+    out: list[Path] = []
     for folder in dirs:
         if not folder.is_dir():
             continue
@@ -205,7 +205,7 @@ def sample(
     # walk the shuffled list in windows so that rendering stops soon after enough pages are accepted
     pos = 0
     while wanted() and pos < len(todo):
-        window = []
+        window: list[Path] = []
         while pos < len(todo) and len(window) < 64:
             path = todo[pos]
             pos += 1

@@ -160,7 +160,7 @@ async def fetch_chunks(base_url: str, docs: Sequence[Document], batch: int = 40)
             for i in range(0, len(ids), batch):
                 part = ids[i : i + batch]
                 reply = await client.get(
-                    "/documents", params=[("ids", x) for x in part] + [("entity_id", kb)]
+                    "/documents", params=[*(("ids", str(x)) for x in part), ("entity_id", kb)]
                 )
                 if reply.status_code != 200:
                     raise RuntimeError(f"GET /documents answered {reply.status_code}: {reply.text[:300]}")
