@@ -23,8 +23,10 @@ from typing import Any, Literal
 import asyncpg
 import numpy as np
 
-from app.store.db import rows_affected
+from app.store.db import rows_affected, try_advisory_lock
+from app.store.migrate import read_template
 from app.store.scope import SCOPE_SQL, Scope
+from app.store.vector_index import MAX_INDEX_DIMS, IndexSpec, ensure_walk, index_state
 
 RunStatus = Literal["running", "active", "failed", "abandoned"]
 FileState = Literal["pending", "staging", "staged", "failed"]
@@ -419,6 +421,15 @@ RUN_CHUNKS = f"""
 DELETE_FILES = f"SELECT d.file_id FROM ragoverlay_v2_delete_files(p_scope => {SCOPE_SQL}) AS d"
 RUN_STATS = "SELECT chunks, average_length FROM ragoverlay_v2_run_stats($1)"
 TERM_STATS = "SELECT term, df FROM ragoverlay_v2_term_stats($1, $2::text[])"
+# The stored original of one file, read in the namespace's scope (admin work on behalf of it).
+CATALOGUE_FILE = f"""
+    SELECT f.filename, f.content_type, f.sha256, f.blob_key, f.size_bytes
+    FROM ragoverlay_files f
+    WHERE f.collection_id = $1 AND f.file_id = $7
+      AND ragoverlay_in_scope({SCOPE_SQL}, f.collection_id, f.file_id, f.owner)
+    ORDER BY f.owner
+    LIMIT 1
+"""
 SCHEMA_READY = """
     SELECT to_regclass('ragoverlay_v2_chunks') IS NOT NULL
        AND to_regproc('ragoverlay_v2_run_chunks') IS NOT NULL
@@ -910,6 +921,93 @@ async def term_stats(conn: asyncpg.Connection, run_id: int, terms: Sequence[str]
     return {r["term"]: int(r["df"]) for r in await conn.fetch(TERM_STATS, run_id, list(terms))}
 
 
+@dataclass(frozen=True)
+class CatalogueEntry:
+    """What the catalogue knows about a stored original."""
+
+    filename: str
+    content_type: str | None
+    sha256: str | None
+    blob_key: str | None
+    size_bytes: int | None
+
+
+async def catalogue_file(conn: asyncpg.Connection, scope: Scope, file_id: str) -> CatalogueEntry | None:
+    """The catalogue row of `file_id` inside `scope` (one owner: the run's namespace), or None."""
+    row = await conn.fetchrow(CATALOGUE_FILE, *scope.for_reading().sql_args(), file_id)
+    if row is None:
+        return None
+    return CatalogueEntry(
+        row["filename"], row["content_type"], row["sha256"], row["blob_key"], row["size_bytes"]
+    )
+
+
 async def schema_ready(conn: asyncpg.Connection) -> bool:
     """True when the V2 tables and functions exist."""
     return bool(await conn.fetchval(SCHEMA_READY))
+
+
+# --- the HNSW index of each dimension over V2 chunk vectors --------------------------------------
+
+_V2_BUILD_LOCK_KEY = 0x72616732  # "rag2": V1's builds use another key, so neither waits for the other
+V2_WALK_TEMPLATE = "v2_walk.template.sql"
+
+
+@dataclass(frozen=True)
+class V2IndexSpec(IndexSpec):
+    """The HNSW index of one dimension on `ragoverlay_v2_chunks` (partial on `dims`, like V1's copy)."""
+
+    @property
+    def name(self) -> str:
+        """Index name."""
+        return f"ragoverlay_v2_hnsw_{self.dims}"
+
+    @property
+    def function_name(self) -> str:
+        """The walk function over this index."""
+        return f"ragoverlay_v2_vec_walk_{self.dims}"
+
+    @property
+    def function_sql(self) -> str:
+        """The walk function's SQL: the template with this dimension filled in."""
+        return read_template(V2_WALK_TEMPLATE).replace("__DIMS__", str(int(self.dims)))
+
+    @property
+    def create_sql(self) -> str:
+        """CREATE INDEX CONCURRENTLY statement ($M and $EFC are replaced by integers of ours)."""
+        return (
+            f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {self.name} ON ragoverlay_v2_chunks "
+            f"USING hnsw ((embedding::halfvec({self.dims})) halfvec_cosine_ops) "
+            f"WITH (m = $M, ef_construction = $EFC) WHERE dims = {self.dims}"
+        )
+
+
+def v2_index_spec(dims: int) -> V2IndexSpec | None:
+    """The V2 index to build for `dims`, or None when pgvector cannot index that many dimensions."""
+    return V2IndexSpec(dims) if 0 < dims <= MAX_INDEX_DIMS else None
+
+
+async def build_v2_index(
+    conn: asyncpg.Connection, spec: V2IndexSpec, *, m: int, ef_construction: int, memory: str
+) -> bool:
+    """Build the index unless another session is; True when it is valid (with its walk function).
+
+    `conn` must be a dedicated connection outside any transaction (CONCURRENTLY needs that).
+    """
+    async with try_advisory_lock(conn, _V2_BUILD_LOCK_KEY, spec.dims) as got:
+        if not got:
+            return False
+        state = await index_state(conn, spec)
+        if state == "building":  # we hold the lock: a crash left it invalid
+            await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {spec.name}")
+            state = "missing"
+        if state == "missing":
+            await conn.execute("SELECT set_config('maintenance_work_mem', $1, false)", memory)
+            await conn.execute("SET statement_timeout = 0")
+            await conn.execute(
+                spec.create_sql.replace("$M", str(int(m))).replace("$EFC", str(int(ef_construction)))
+            )
+        valid = await index_state(conn, spec) == "valid"
+        if valid:
+            await ensure_walk(conn, spec)
+        return valid
