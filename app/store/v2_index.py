@@ -57,6 +57,10 @@ class RunIncomplete(RunError):
     """Activation refused: not every expected file is staged."""
 
 
+class RunFileGone(RunError):
+    """The file is not (or no longer) one of the run's files."""
+
+
 # --- records -------------------------------------------------------------------------------------
 
 
@@ -602,7 +606,12 @@ async def link_file(
     fingerprints: Iterable[str],
 ) -> None:
     """Point the run's file at a stored document: the file is staged."""
-    await conn.execute(LINK_FILE, run_id, file_id, document_id, source, linked, chunks, sorted(fingerprints))
+    status = await conn.execute(
+        LINK_FILE, run_id, file_id, document_id, source, linked, chunks, sorted(fingerprints)
+    )
+    if rows_affected(status) == 0:
+        # the file left the run meanwhile (deleted): the caller's transaction must not keep the document
+        raise RunFileGone(f"File {file_id} is no longer one of the files of index run {run_id}")
     await conn.execute(TOUCH_RUN, run_id)
 
 

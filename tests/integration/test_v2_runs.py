@@ -24,7 +24,7 @@ import pytest
 from app.config import Settings
 from app.ingest.v2.tokens import local_model_counter
 from app.store import v2_index as store
-from app.store.scope import Scope
+from app.store.scope import SCOPE_SQL, Scope
 from tests.contract.helpers import agent_id, upload
 from tests.fixtures import v2_corpus
 from tests.fixtures.service import auth, new_id, resources, running_app
@@ -77,8 +77,8 @@ async def insert_v1_only(client: httpx.AsyncClient, owner: str, file_id: str) ->
                 "page": page,
             }
             await conn.execute(
-                "INSERT INTO langchain_pg_embedding (uuid, collection_id, embedding, document, cmetadata, custom_id) "
-                "VALUES ($1, $2, $3, $4, $5, $6)",
+                "INSERT INTO langchain_pg_embedding (uuid, collection_id, embedding, document, cmetadata, "
+                "custom_id) VALUES ($1, $2, $3, $4, $5, $6)",
                 uuid.uuid4(),
                 res.info.collection_id,
                 await res.embedder.embed_query(text),
@@ -109,9 +109,9 @@ async def world(
 
 
 async def wait_for_run(
-    client: httpx.AsyncClient, run_id: int, *, until: str = "active", timeout: float = 240
+    client: httpx.AsyncClient, run_id: int, *, until: str = "active", seconds: float = 240
 ) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + seconds
     while True:
         r = await client.get(f"/v2/runs/{run_id}", headers=auth(ADMIN))
         assert r.status_code == 200, r.text
@@ -422,3 +422,37 @@ async def test_the_derivative_route_answers_403_to_everyone_else(world: World) -
         "/v2/derivative", data=data, files={"file": ("a.md", b"x")}, headers=auth(UPLOADER)
     )
     assert r.status_code == 403
+
+
+async def test_the_vector_index_is_built_in_the_background_and_walked_inside_the_scope(
+    world: World, backfilled: int
+) -> None:
+    deadline = time.monotonic() + 120
+    while True:
+        body = (await world.client.get("/v2/status", headers=world.admin())).json()
+        task = [t for t in body["tasks"] if t["name"] == "v2-hnsw-index-384"]
+        if task and task[0]["state"] == "done":
+            break
+        assert time.monotonic() < deadline, body["tasks"]
+        await asyncio.sleep(0.2)
+    res = resources(world.client)
+    query = await res.embedder.embed_query("power and weight of the K 28 model")
+    walk = (
+        "SELECT c.file_id, c.row_values FROM ragoverlay_v2_vec_walk_384("
+        f"p_query => $7, p_scope => {SCOPE_SQL}, p_run => $8, p_limit => 5, p_ef_search => 100, "
+        "p_max_scan_tuples => 20000) w "
+        "JOIN ragoverlay_v2_chunks c ON c.document_id = w.document_id AND c.ordinal = w.ordinal"
+    )
+    async with res.pool.acquire() as conn:
+        valid = await conn.fetchval(
+            "SELECT i.indisvalid FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid "
+            "WHERE c.relname = 'ragoverlay_v2_hnsw_384'"
+        )
+        assert valid is True
+        mine = Scope.of(res.info.collection_id, [world.agent])
+        rows = await conn.fetch(walk, *mine.sql_args(), query, backfilled)
+        assert len(rows) == 5 and {r["file_id"] for r in rows} <= set(world.files.values())
+        stranger = Scope.of(res.info.collection_id, [new_id("stranger")])
+        assert await conn.fetch(walk, *stranger.sql_args(), query, backfilled) == []
+        # a run that is not the one asked for contributes nothing
+        assert await conn.fetch(walk, *mine.sql_args(), query, 0) == []

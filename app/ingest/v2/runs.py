@@ -268,8 +268,7 @@ class Derivative:
     sha256: str
 
 
-class RunFileNotFound(store.RunError):
-    """The file is not one of the run's expected files."""
+RunFileNotFound = store.RunFileGone
 
 
 # --- runs --------------------------------------------------------------------------------------
@@ -889,6 +888,9 @@ async def stage_upload(ctx: V2Context, file_id: str, owner: str) -> list[int]:
                 )
                 continue
             staged.append(run.run_id)
+        if staged:
+            async with ctx.pool.acquire() as conn:
+                await store.prune_documents(conn, ctx.info.collection_id)  # the replaced version
     except Exception:  # a background task: log, never propagate into the upload
         logger.exception("V2: staging new upload %s failed", file_id)
     return staged
