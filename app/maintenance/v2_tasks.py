@@ -18,42 +18,33 @@ from app.config import Settings
 from app.ingest.v2.runs import V2Context, resume_backfill
 from app.maintenance.registry import MaintenanceRegistry, MaintenanceTask, Pass, Report
 from app.store import v2_index as store
-from app.store.db import dedicated_connection, try_advisory_lock
+from app.store.db import dedicated_connection
 
 logger = logging.getLogger(__name__)
 
 BACKFILL_PREFIX = "v2-backfill-"
 HNSW_PREFIX = "v2-hnsw-index-"
 BACKFILL_RETRY_SECONDS = 60.0  # after a failed pass (the database or the blob store was away)
-BACKFILL_RECHECK_SECONDS = 30.0  # while another replica works on the run
+BACKFILL_RECHECK_SECONDS = 30.0  # while another process works on the run
 INDEX_RECHECK_SECONDS = 30.0
 INDEX_RETRY_SECONDS = 300.0
-_RUN_LOCK_KEY = 0x72616762  # "ragb"
 
 
 class BackfillTask:
     """One backfill run: each pass stages what is left, then activates the run."""
 
-    def __init__(self, ctx: V2Context, dsn: str, run_id: int, *, activate: bool = True) -> None:
+    def __init__(self, ctx: V2Context, run_id: int, *, activate: bool = True) -> None:
         self.ctx = ctx
-        self.dsn = dsn
         self.run_id = run_id
         self.activate = activate
 
     async def __call__(self, report: Report) -> Pass:
-        """One pass: resume the run (unless another replica holds it)."""
-        async with (
-            dedicated_connection(self.dsn) as conn,
-            try_advisory_lock(conn, _RUN_LOCK_KEY, self.run_id) as got,
-        ):
-            if not got:
-                return Pass(
-                    progress=f"run {self.run_id}: another replica is staging it",
-                    again_in=BACKFILL_RECHECK_SECONDS,
-                )
-            progress = await resume_backfill(
-                self.ctx, self.run_id, activate_when_done=self.activate, report=report
-            )
+        """One pass: resume the run (unless another process holds it)."""
+        progress = await resume_backfill(
+            self.ctx, self.run_id, activate_when_done=self.activate, report=report
+        )
+        if progress.busy:
+            return Pass(progress=progress.describe(), again_in=BACKFILL_RECHECK_SECONDS)
         if progress.run.status != "running" or progress.staged == progress.expected:
             return Pass(progress=progress.describe(), done=True)
         # files that failed their last attempt stay failed: the admin restages or fails the run
@@ -117,7 +108,7 @@ class V2Maintenance:
         """Run the backfill of `run_id` as a named task; returns the task's name."""
         name = f"{BACKFILL_PREFIX}{run_id}"
         if name not in self.registry:
-            task = BackfillTask(self.ctx, self.dsn, run_id, activate=activate)
+            task = BackfillTask(self.ctx, run_id, activate=activate)
             self.registry.add(MaintenanceTask(name, task, 0.0, retry_interval=BACKFILL_RETRY_SECONDS))
         return name
 

@@ -5,8 +5,11 @@ for the re-embed sweep. The provider is the fake OpenAI-compatible server on a r
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +19,7 @@ from app.store import v2_index as store
 from app.store.scope import Scope
 from tests.contract.helpers import agent_id, upload
 from tests.fixtures.fake_providers import FakeProvider, RecordedRequest, Reply
-from tests.fixtures.service import auth, new_id, resources, running_app
+from tests.fixtures.service import auth, env_without_ragoverlay, new_id, resources, running_app
 
 pytestmark = pytest.mark.slow
 
@@ -140,3 +143,50 @@ async def test_a_provider_outage_stores_chunks_without_vectors_for_the_sweep(
                 )
                 == 0
             )
+
+
+async def test_scripts_v2_backfill_builds_an_active_run(
+    settings_factory: Callable[..., Settings], tmp_path: Path
+) -> None:
+    settings = settings_factory()
+    agent = agent_id()
+    async with running_app(settings) as client:
+        for n in range(2):
+            r = await upload(
+                client,
+                new_id("doc"),
+                f"d{n}.md",
+                f"# Doc {n}\n\nUnit K {n} needs {n}.5 bar.\n".encode(),
+                auth("owner"),
+                entity_id=agent,
+            )
+            assert r.status_code == 200
+        env = {
+            **env_without_ragoverlay(),
+            "DATABASE_URL": str(settings.database_url),
+            "COLLECTION_NAME": settings.collection_name,
+            "DATA_DIR": str(settings.data_dir),
+            "EMBEDDINGS_PROVIDER": "local",
+        }
+        script = Path(__file__).resolve().parents[2] / "scripts" / "v2-backfill"
+
+        def run(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [str(script), *args], env=env, capture_output=True, text=True, timeout=300, check=False
+            )
+
+        done = await asyncio.to_thread(run, agent, "--json")
+        assert done.returncode == 0, done.stderr[-3000:]
+        summary = json.loads(done.stdout)
+        assert summary["status"] == "active" and summary["staged"] == summary["expected"] == 2
+        status = await asyncio.to_thread(run, "--status", str(summary["run_id"]))
+        assert status.returncode == 0 and json.loads(status.stdout)["counts"]["staged"] == 2
+        assert (await asyncio.to_thread(run)).returncode == 2  # nothing to do: a usage error
+        # the running service sees the run the command activated
+        r = await client.get("/v2/status", headers=auth("owner"))
+        assert r.status_code == 403
+        ctx = resources(client).v2
+        assert ctx is not None
+        async with ctx.pool.acquire() as conn:
+            active = await store.active_run(conn, ctx.info.collection_id, agent)
+        assert active is not None and active.run_id == summary["run_id"]

@@ -57,7 +57,7 @@ from app.search.context import overlap_length
 from app.search.v2.tuning import V2Tuning
 from app.store import chunks as v1_store
 from app.store import v2_index as store
-from app.store.db import StoreInfo
+from app.store.db import StoreInfo, try_advisory_lock
 from app.store.scope import Scope
 
 logger = logging.getLogger(__name__)
@@ -68,6 +68,7 @@ EXTRACTOR_RELEASE = "1"
 # Files staged before this many are re-read to count repeated blocks (below it no block can repeat
 # often enough, see RepeatedBlockPolicy.min_documents).
 _V1_MAX_CHUNKS = 200_000
+_RUN_LOCK_KEY = 0x72616762  # "ragb": the session advisory lock of one run's stager
 _TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".text")
 
 
@@ -585,6 +586,8 @@ async def _stage(
             embedding_model=profile.embedding_model,
         )
     for candidate in candidates:
+        if candidate.vectors_missing:
+            continue  # built while the provider was down: rebuild it (its vectors are reused)
         repeated = _repeated(profile.boilerplate, others.values(), candidate.fingerprints)
         if repeated & candidate.fingerprints == candidate.repeated_removed:
             # the same bytes, extractor and model, and the same blocks removed: the very same chunks
@@ -905,6 +908,7 @@ class BackfillProgress:
     failed: int
     expected: int
     files: list[FileOutcome] = field(default_factory=list)
+    busy: bool = False  # another process holds the run
 
     def describe(self) -> str:
         """One line for the maintenance status."""
@@ -951,6 +955,24 @@ async def resume_backfill(
     stopped. A file that failed `max_attempts` times is left failed (the run then stays running).
     """
     say = report or (lambda _text: None)
+    # one stager per run across processes (the service's task, scripts/v2-backfill, other replicas)
+    async with ctx.pool.acquire() as lock, try_advisory_lock(lock, _RUN_LOCK_KEY, run_id) as got:
+        if not got:
+            status = await run_status(ctx, run_id)
+            say(f"run {run_id}: another process is staging it")
+            return BackfillProgress(
+                status.run,
+                status.counts["staged"],
+                status.counts["failed"],
+                status.run.expected_files,
+                busy=True,
+            )
+        return await _resume(ctx, run_id, activate_when_done, say, max_attempts)
+
+
+async def _resume(
+    ctx: V2Context, run_id: int, activate_when_done: bool, say: Callable[[str], None], max_attempts: int
+) -> BackfillProgress:
     async with ctx.pool.acquire() as conn:
         run = await store.require_run(conn, ctx.info.collection_id, run_id)
         if run.status != "running":
@@ -967,22 +989,24 @@ async def resume_backfill(
         outcomes: list[FileOutcome] = []
         for position, file_id in enumerate(todo, start=1):
             say(f"run {run_id}: staging file {position} of {len(todo)} ({file_id})")
-            try:
-                async with ctx.file_lock(run_id, file_id):
-                    async with ctx.pool.acquire() as conn:
-                        await store.start_file(conn, run_id, file_id)
-                    try:
-                        parsed = await asyncio.to_thread(cache.take, file_id)
-                        outcomes.append(await _stage(ctx, run, file_id, None, parsed))
-                    except (RagError, store.RunError) as exc:
-                        await _record_failure(ctx, run_id, file_id, exc.detail)
-                    except (OSError, asyncpg.PostgresError):
-                        raise  # the database or the disk: stop here, resume later
-                    except Exception:
-                        logger.exception("V2 run %d: staging %s failed", run_id, file_id)
-                        await _record_failure(ctx, run_id, file_id, "internal error while staging")
-            except asyncio.CancelledError:
-                raise
+            async with ctx.file_lock(run_id, file_id):
+                async with ctx.pool.acquire() as conn:
+                    await store.start_file(conn, run_id, file_id)
+                try:
+                    parsed = await asyncio.to_thread(cache.take, file_id)
+                    outcomes.append(await _stage(ctx, run, file_id, None, parsed))
+                except UpstreamUnavailable as exc:
+                    # the blob store is away: stop here, the next pass resumes (the file stays failed
+                    # until then, so the status says why)
+                    await _record_failure(ctx, run_id, file_id, exc.detail)
+                    raise
+                except (RagError, store.RunError) as exc:
+                    await _record_failure(ctx, run_id, file_id, exc.detail)
+                except (OSError, asyncpg.PostgresError):
+                    raise  # the database or the disk: stop here, resume later
+                except Exception:
+                    logger.exception("V2 run %d: staging %s failed", run_id, file_id)
+                    await _record_failure(ctx, run_id, file_id, "internal error while staging")
     finally:
         await asyncio.to_thread(cache.clear)
     status = await run_status(ctx, run_id)
