@@ -169,6 +169,7 @@ async def test_backfill_puts_pages_sections_and_table_rows_on_the_right_chunks(
     for furniture in v2_corpus.SETTINGS_FURNITURE:
         assert not any(furniture in c.content or furniture in c.embed_text for c in html), furniture
     assert not any("max _size" in c.content or "part _size" in c.content for c in html)
+    assert not any("- Limits" in c.content or "- Units" in c.content for c in html)  # the page's contents
     limits = [c for c in html if c.kind == "table_row"]
     assert [c.row_values[0] for c in limits] == ["max_size", "part_size"]
     assert all(c.table_caption == "Table 3.1. Upload limits" for c in limits)
