@@ -189,7 +189,28 @@ class Settings(BaseSettings):
         None, ge=0.0, le=2.0, validation_alias=_env("RAG_DISTANCE_THRESHOLD")
     )
 
-    @field_validator("cors_origins", "admin_user_ids", mode="before")
+    # --- V2 index (app/ingest/v2/runs.py) ----------------------------------------------------------
+    v2_namespace_ids: CsvList = Field(default_factory=list, validation_alias=_env("RAG_V2_NAMESPACE_IDS"))
+    v2_index_version: str = Field(
+        "v2",
+        min_length=1,
+        max_length=200,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        validation_alias=_env("RAG_V2_INDEX_VERSION"),
+    )
+    v2_chunk_tokens: int = Field(256, ge=32, le=8192, validation_alias=_env("RAG_V2_CHUNK_TOKENS"))
+    v2_overlap_tokens: int = Field(32, ge=0, le=1024, validation_alias=_env("RAG_V2_OVERLAP_TOKENS"))
+    v2_http_window_chars: int = Field(
+        1500, ge=200, le=100_000, validation_alias=_env("RAG_V2_HTTP_WINDOW_CHARS")
+    )
+    v2_boilerplate_min_documents: int = Field(
+        5, ge=2, le=100_000, validation_alias=_env("RAG_V2_BOILERPLATE_MIN_DOCUMENTS")
+    )
+    v2_boilerplate_min_share: float = Field(
+        0.2, ge=0.0, le=1.0, validation_alias=_env("RAG_V2_BOILERPLATE_MIN_SHARE")
+    )
+
+    @field_validator("cors_origins", "admin_user_ids", "v2_namespace_ids", mode="before")
     @classmethod
     def _split_csv(cls, value: object) -> list[str]:
         return _csv(value)
@@ -222,6 +243,8 @@ class Settings(BaseSettings):
     def _check(self) -> Settings:
         if self.chunk_overlap >= self.chunk_size:
             raise ValueError("CHUNK_OVERLAP must be smaller than CHUNK_SIZE")
+        if self.v2_overlap_tokens >= self.v2_chunk_tokens:
+            raise ValueError("RAG_V2_OVERLAP_TOKENS must be smaller than RAG_V2_CHUNK_TOKENS")
         if self.db_pool_min_size > self.db_pool_max_size:
             raise ValueError("DB_POOL_MIN_SIZE must not exceed DB_POOL_MAX_SIZE")
         provider = self.provider

@@ -20,7 +20,9 @@ from app.config import Settings
 from app.edge import safe_str
 from app.errors import InvalidInput, ServiceUnavailable
 from app.ingest.pipeline import IngestService
+from app.ingest.v2.runs import V2Context
 from app.maintenance.tasks import Maintenance
+from app.maintenance.v2_tasks import V2Maintenance
 from app.schemas import ENTITY_ID_FIELD_DESCRIPTION, MAX_ENTITY_ID_CHARS
 from app.search.service import SearchService
 from app.store.db import StoreInfo
@@ -40,6 +42,8 @@ class Resources:
     http: httpx.AsyncClient
     maintenance: Maintenance
     admin_ids: frozenset[str] = field(default_factory=frozenset)
+    v2: V2Context | None = None
+    v2_tasks: V2Maintenance | None = None
 
 
 async def get_resources(request: Request) -> Resources:

@@ -5,6 +5,7 @@
     ├── Unauthorized              401: missing/invalid token
     ├── Forbidden                 403: authenticated, not allowed
     ├── NotFound                  404: nothing in the caller's scope
+    ├── Conflict                  409: the resource is not in a state that allows this
     ├── PayloadTooLarge           413: upload over MAX_UPLOAD_BYTES
     ├── UnsupportedFileType       415: undecodable or unsupported binary
     ├── InvalidInput              422: body fails validation outside pydantic
@@ -58,6 +59,13 @@ class NotFound(RagError):
 
     status_code = 404
     default_detail = "Not found"
+
+
+class Conflict(RagError):
+    """The resource exists but its state does not allow the operation (e.g. activating a partial run)."""
+
+    status_code = 409
+    default_detail = "Conflict"
 
 
 class PayloadTooLarge(RagError):

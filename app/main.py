@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg
 from fastapi import Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -15,7 +17,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.api import documents, embed, health
+from app.api import documents, embed, health, v2_admin
 from app.api.guards import BodyGuardMiddleware
 from app.api.openapi import install_openapi
 from app.clients.blobs import build_blob_store
@@ -25,8 +27,10 @@ from app.config import Settings, get_settings
 from app.deps import Resources, get_principal
 from app.errors import BlobStoreError, InvalidInput, RagError, Unauthorized
 from app.ingest.pipeline import IngestService
+from app.ingest.v2.runs import V2Context, note_upload
 from app.logs import RequestContextMiddleware, configure_logging, request_id_var
 from app.maintenance.tasks import Maintenance
+from app.maintenance.v2_tasks import V2Maintenance
 from app.runtime.postgres import EmbeddedPostgres
 from app.search.service import SearchService
 from app.search.state import SearchState
@@ -111,6 +115,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         maintenance = Maintenance(settings, MaintenanceStore(dsn, info), search_state)
         stack.push_async_callback(maintenance.close)
         maintenance.start(embedder.dimensions)
+        v2 = V2Context(settings, pool, info, embedder, blobs)
+        stack.push_async_callback(v2.close)
+        v2_tasks = V2Maintenance(v2, dsn, maintenance.registry)
+        ingest.on_stored = functools.partial(note_upload, v2)
+        try:
+            await v2_tasks.start()  # resumes interrupted backfills
+        except (OSError, asyncpg.PostgresError) as exc:
+            logger.error("V2 index tasks could not start (%s); backfills resume at the next start", exc)
         app.state.resources = Resources(
             settings=settings,
             pool=pool,
@@ -122,6 +134,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             ingest=ingest,
             http=http,
             admin_ids=frozenset(settings.admin_user_ids),
+            v2=v2,
+            v2_tasks=v2_tasks,
         )
         warmup = getattr(embedder, "warmup", None)
         if warmup is not None:
@@ -215,12 +229,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     authed = [Depends(get_principal)]
     app.include_router(embed.router, dependencies=authed)
     app.include_router(documents.router, dependencies=authed)
+    app.include_router(v2_admin.router, dependencies=authed)
     install_openapi(app, settings.entity_id_pattern)
     # innermost of the three: a refused body still gets CORS headers, a request id and an access line
     app.add_middleware(
         BodyGuardMiddleware,
         max_body_bytes=settings.max_json_body_bytes,
-        exempt_paths=embed.STREAMED_UPLOAD_PATHS,
+        exempt_paths=embed.STREAMED_UPLOAD_PATHS | v2_admin.STREAMED_UPLOAD_PATHS,
     )
     app.add_middleware(
         CORSMiddleware,

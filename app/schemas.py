@@ -141,6 +141,7 @@ _ERROR_TEXT: dict[int, str] = {
     401: "Missing or invalid Authorization header, or an invalid token",
     403: "The caller is not allowed to use this route",
     404: "Nothing in the caller's scope matches",
+    409: "The resource is not in a state that allows this (for example an index run that is not complete)",
     413: "The body is larger than its limit (MAX_JSON_BODY_BYTES, or MAX_UPLOAD_BYTES for uploads)",
     415: "The file cannot be turned into text",
     422: "Validation failed: a missing or malformed field, NUL or invalid Unicode in a string, or a "

@@ -12,7 +12,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +31,7 @@ from app.ingest.loaders import safe_basename
 from app.ingest.types import Chunk, LoadedDocument
 from app.ingest.worker import parse_in_worker, start_worker_server
 from app.store import chunks as store
+from app.store import v2_index as v2_store
 from app.store.db import StoreInfo
 from app.store.ids import uuid7_batch
 from app.store.scope import Scope
@@ -106,6 +107,8 @@ class IngestService:
         )
         self._slots = asyncio.Semaphore(settings.ingest_concurrency)
         self._limits = ParseLimits.from_settings(settings)
+        # told (file_id, owner) after every stored upload: the V2 index stages it in the background
+        self.on_stored: Callable[[str, str], None] | None = None
         start_worker_server()
 
     def close(self) -> None:
@@ -204,6 +207,8 @@ class IngestService:
                     orphan = previous
             if orphan:
                 await self._delete_blob_quietly(orphan)
+        if self.on_stored is not None:
+            self.on_stored(file_id, owner)
         logger.info(
             "Ingested file %s: %d chunks (%d embedded, %d reused), load %.0f ms, embed %.0f ms, "
             "total %.0f ms",
@@ -259,6 +264,8 @@ class IngestService:
     async def delete(self, scope: Scope) -> set[str]:
         """Delete the scope's files (chunks, catalogue rows, unreferenced originals); return those found."""
         async with self.pool.acquire() as conn, conn.transaction():
+            # V2 rows first: the scope's uploader rule reads the catalogue rows the V1 delete removes
+            await v2_store.delete_files(conn, scope)
             result = await store.delete_files(conn, scope)
         for key in result.orphan_blob_keys:
             await self._delete_blob_quietly(key)

@@ -257,6 +257,23 @@ async def probe_text(w: World) -> None:
     assert w.other not in (await w.client.get("/ids", headers=w.h())).json()
 
 
+def admin_only(
+    method: str, path: str, body: object = None, **form: str
+) -> Callable[[World], Awaitable[None]]:
+    """A V2 admin route: a caller who is not an admin is refused (403) before any row is read or written."""
+
+    async def probe(w: World) -> None:
+        if form:
+            r = await w.client.post(path, data=form, files={"file": ("a.md", SECRET.encode())}, headers=w.h())
+        else:
+            r = await w.client.request(method, path, json=body, headers=w.h())
+        assert r.status_code == 403, r.text
+        assert "Nightingale" not in r.text
+        await victim_still_has(w, w.other, w.victim)
+
+    return probe
+
+
 Probe = Callable[[World], Awaitable[None]]
 PROBES: dict[tuple[str, str], Probe] = {
     ("POST", "/query"): probe_query,
@@ -269,6 +286,18 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("POST", "/embed-upload"): probe_embed_upload,
     ("POST", "/local/embed"): probe_local_embed,
     ("POST", "/text"): probe_text,
+    # the V2 index's admin routes (an admin manages every namespace's runs; nobody else reaches them)
+    ("GET", "/v2/status"): admin_only("GET", "/v2/status"),
+    ("GET", "/v2/runs"): admin_only("GET", "/v2/runs"),
+    ("GET", "/v2/runs/{run_id}"): admin_only("GET", "/v2/runs/1"),
+    ("POST", "/v2/runs"): admin_only("POST", "/v2/runs", {"namespace": "victim", "file_ids": ["x"]}),
+    ("POST", "/v2/runs/{run_id}/stage"): admin_only("POST", "/v2/runs/1/stage", {"file_id": "x"}),
+    ("POST", "/v2/runs/{run_id}/activate"): admin_only("POST", "/v2/runs/1/activate"),
+    ("POST", "/v2/runs/{run_id}/fail"): admin_only("POST", "/v2/runs/1/fail"),
+    ("POST", "/v2/backfill"): admin_only("POST", "/v2/backfill", {"namespace": "victim"}),
+    ("POST", "/v2/derivative"): admin_only(
+        "POST", "/v2/derivative", run_id="1", file_id="x", sha256="0" * 64
+    ),
 }
 # Routes that touch no caller data, and why.
 NO_CALLER_DATA = {

@@ -1,0 +1,528 @@
+"""Admin routes of the V2 index: runs, staging, activation, backfill and status (`/v2/...`).
+
+Every route needs an admin (RAG_ADMIN_USER_IDS or a token with `role: "ADMIN"`); anyone else gets
+403. The work itself is in `app/ingest/v2/runs.py`; this module only maps HTTP to it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from pydantic import BaseModel, Field
+
+from app.config import Settings
+from app.deps import AdminPrincipal, ResourcesDep
+from app.edge import NON_BLANK_NUL_FREE_PATTERN, SafeStr, safe_str, safe_str_list
+from app.errors import BadRequest, Conflict, InvalidInput, NotFound, ServiceUnavailable, UnsupportedFileType
+from app.ingest.upload import check_content_length, receive_multipart
+from app.ingest.v2 import runs
+from app.maintenance.v2_tasks import BACKFILL_PREFIX, HNSW_PREFIX, V2Maintenance
+from app.schemas import AUTHED_ERRORS, MAX_ENTITY_ID_CHARS, MAX_FILE_ID_CHARS, error_responses
+from app.store import v2_index as store
+
+router = APIRouter(prefix="/v2", tags=["v2 index (admin)"])
+
+# Routes that stream a multipart body to disk under MAX_UPLOAD_BYTES (the JSON body cap skips them).
+STREAMED_UPLOAD_PATHS = frozenset({"/v2/derivative"})
+MAX_RUN_FILES = 100_000
+MAX_RUN_ID = 2**63 - 1
+INDEX_VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+_DERIVATIVE_FIELDS = ("run_id", "file_id", "sha256")
+_DERIVATIVE_SUFFIXES = (".txt", ".md", ".markdown", ".text")
+
+if TYPE_CHECKING:
+    FileIds = list[str]
+    RunIdPath = int
+    NamespaceQuery = str
+else:
+    FileIds = safe_str_list(min_length=1, max_length=MAX_FILE_ID_CHARS)
+    RunIdPath = Annotated[int, Path(ge=1, le=MAX_RUN_ID, description="the run's id")]
+    NamespaceQuery = safe_str(min_length=1, max_length=MAX_ENTITY_ID_CHARS)
+
+
+# --- wire models ---------------------------------------------------------------------------------
+
+
+class StartRunRequest(BaseModel):
+    """`POST /v2/runs`: a run of `namespace` that must contain `file_ids`."""
+
+    namespace: SafeStr = Field(
+        min_length=1,
+        max_length=MAX_ENTITY_ID_CHARS,
+        description="the owner whose files are indexed: an Agent id or a user id",
+    )
+    index_version: SafeStr | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        pattern=INDEX_VERSION_PATTERN,
+        description="default RAG_V2_INDEX_VERSION",
+    )
+    file_ids: FileIds = Field(min_length=1, max_length=MAX_RUN_FILES)
+
+
+class BackfillRequest(BaseModel):
+    """`POST /v2/backfill`: build a run of `namespace` from stored originals, in the background."""
+
+    namespace: SafeStr = Field(min_length=1, max_length=MAX_ENTITY_ID_CHARS)
+    index_version: SafeStr | None = Field(None, min_length=1, max_length=200, pattern=INDEX_VERSION_PATTERN)
+    file_ids: FileIds | None = Field(
+        None, min_length=1, max_length=MAX_RUN_FILES, description="default: every file of the namespace"
+    )
+    activate: bool = Field(True, description="activate the run once every file is staged")
+
+
+class StageRequest(BaseModel):
+    """`POST /v2/runs/{run_id}/stage`: stage one expected file from its stored original."""
+
+    file_id: SafeStr = Field(min_length=1, max_length=MAX_FILE_ID_CHARS)
+
+
+class FailRequest(BaseModel):
+    """`POST /v2/runs/{run_id}/fail`."""
+
+    reason: SafeStr = Field("failed by an admin", min_length=1, max_length=2000)
+
+
+class RunOut(BaseModel):
+    """An index run."""
+
+    run_id: int
+    namespace: str
+    index_version: str
+    status: Literal["running", "active", "failed", "abandoned"]
+    origin: str
+    extractor_version: str
+    embedding_model: str
+    embedding_dim: int | None
+    expected_files: int
+    error: str | None
+    created_by: str | None
+    created_at: datetime
+    updated_at: datetime
+    activated_at: datetime | None
+    finished_at: datetime | None
+
+
+class RunFileOut(BaseModel):
+    """One expected file of a run and its progress."""
+
+    file_id: str
+    state: Literal["pending", "staging", "staged", "failed"]
+    source: Literal["original", "derivative", "v1_chunks"] | None
+    linked: bool = Field(description="an identical document of an earlier run was reused (no new embedding)")
+    chunks: int | None
+    attempts: int
+    error: str | None
+    updated_at: datetime
+
+
+class RunStatusOut(BaseModel):
+    """A run with its per-file progress."""
+
+    run: RunOut
+    counts: dict[str, int] = Field(description="files per state: pending, staging, staged, failed")
+    chunks: int = Field(description="chunks the run holds now")
+    files: list[RunFileOut]
+
+
+class StagedFileOut(BaseModel):
+    """What staging one file did."""
+
+    file_id: str
+    state: Literal["staged"] = "staged"
+    source: Literal["original", "derivative", "v1_chunks"]
+    linked: bool
+    chunks: int
+    table_rows: int
+    entities: int
+    embedded: int
+    reused: int
+    vectors_missing: int = Field(description="chunks stored without a vector (the embedding provider failed)")
+    boilerplate_chars: int
+    seconds: float
+
+
+class BackfillOut(BaseModel):
+    """A backfill started in the background."""
+
+    run: RunOut
+    task: str = Field(description="the maintenance task that stages it (see GET /v2/status)")
+
+
+class ActiveRunOut(BaseModel):
+    """A namespace's active run."""
+
+    namespace: str
+    index_version: str
+    run_id: int
+    files: int
+    activated_at: datetime | None
+
+
+class TaskOut(BaseModel):
+    """A V2 maintenance task."""
+
+    name: str
+    state: str
+    progress: str
+    last_error: str | None
+
+
+class V2StatusOut(BaseModel):
+    """`GET /v2/status`."""
+
+    enabled: bool = Field(description="RAG_V2_NAMESPACE_IDS names at least one namespace")
+    namespaces: list[str]
+    schema_ready: bool
+    index_version: str = Field(description="the default index version (RAG_V2_INDEX_VERSION)")
+    extractor_version: str
+    embedding_model: str
+    embedding_dimensions: int | None
+    token_counter: str
+    window: int = Field(description="the longest text the model reads, in the counter's units")
+    reranker_configured: bool
+    reranker: str
+    active_runs: list[ActiveRunOut]
+    running_runs: int
+    tasks: list[TaskOut]
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+async def get_v2(resources: ResourcesDep) -> runs.V2Context:
+    """The V2 index context (503 when the service started without it)."""
+    if resources.v2 is None:
+        raise ServiceUnavailable("The V2 index is not available in this service")
+    return resources.v2
+
+
+async def get_v2_tasks(resources: ResourcesDep) -> V2Maintenance:
+    """The V2 maintenance tasks."""
+    if resources.v2_tasks is None:
+        raise ServiceUnavailable("The V2 index is not available in this service")
+    return resources.v2_tasks
+
+
+V2Dep = Annotated[runs.V2Context, Depends(get_v2)]
+V2TasksDep = Annotated[V2Maintenance, Depends(get_v2_tasks)]
+
+
+def _run_out(run: store.RunRecord) -> RunOut:
+    return RunOut(
+        run_id=run.run_id,
+        namespace=run.namespace,
+        index_version=run.index_version,
+        status=run.status,
+        origin=run.origin,
+        extractor_version=run.extractor_version,
+        embedding_model=run.embedding_model,
+        embedding_dim=run.embedding_dim,
+        expected_files=run.expected_files,
+        error=run.error,
+        created_by=run.created_by,
+        created_at=run.created_at,
+        updated_at=run.updated_at,
+        activated_at=run.activated_at,
+        finished_at=run.finished_at,
+    )
+
+
+def _status_out(status: runs.RunStatus) -> RunStatusOut:
+    return RunStatusOut(
+        run=_run_out(status.run),
+        counts=status.counts,
+        chunks=status.chunks,
+        files=[
+            RunFileOut(
+                file_id=f.file_id,
+                state=f.state,
+                source=f.source,
+                linked=f.linked,
+                chunks=f.chunks,
+                attempts=f.attempts,
+                error=f.error,
+                updated_at=f.updated_at,
+            )
+            for f in status.files
+        ],
+    )
+
+
+def _http(exc: store.RunError) -> Exception:
+    """A run error as the HTTP error the route documents."""
+    if isinstance(exc, (store.RunNotFound, runs.RunFileNotFound)):
+        return NotFound(exc.detail)
+    return Conflict(exc.detail)
+
+
+async def _stage(
+    ctx: runs.V2Context, run_id: int, file_id: str, derivative: runs.Derivative | None
+) -> StagedFileOut:
+    try:
+        outcome = await runs.index_file(ctx, run_id, file_id, derivative=derivative)
+    except store.RunError as exc:
+        raise _http(exc) from None
+    return StagedFileOut(
+        file_id=outcome.file_id,
+        source=outcome.source,
+        linked=outcome.linked,
+        chunks=outcome.chunks,
+        table_rows=outcome.table_rows,
+        entities=outcome.entities,
+        embedded=outcome.embedded,
+        reused=outcome.reused,
+        vectors_missing=outcome.vectors_missing,
+        boilerplate_chars=outcome.boilerplate_chars,
+        seconds=round(outcome.seconds, 3),
+    )
+
+
+_ADMIN = (403, *AUTHED_ERRORS)
+
+
+# --- routes --------------------------------------------------------------------------------------
+
+
+@router.get("/status", response_model=V2StatusOut, responses=error_responses(*_ADMIN))
+async def v2_status(
+    principal: AdminPrincipal, resources: ResourcesDep, ctx: V2Dep, tasks: V2TasksDep
+) -> V2StatusOut:
+    """Whether V2 is enabled and ready, the active run of each namespace, and how the index is built."""
+    async with ctx.pool.acquire() as conn:
+        ready = await store.schema_ready(conn)
+        active = await store.active_runs(conn, ctx.info.collection_id) if ready else []
+        running = (
+            await store.list_runs(conn, ctx.info.collection_id, statuses=["running"], limit=10_000)
+            if ready
+            else []
+        )
+    profile = ctx.profile
+    tuning = runs.tuning_from_settings(ctx.settings)
+    statuses = [
+        TaskOut(name=s.name, state=s.state, progress=s.progress, last_error=s.last_error)
+        for s in tasks.registry.statuses()
+        if s.name.startswith((BACKFILL_PREFIX, HNSW_PREFIX))
+    ]
+    return V2StatusOut(
+        enabled=bool(ctx.enabled_namespaces),
+        namespaces=sorted(ctx.enabled_namespaces),
+        schema_ready=ready,
+        index_version=ctx.settings.v2_index_version,
+        extractor_version=profile.extractor_version,
+        embedding_model=profile.embedding_model,
+        embedding_dimensions=ctx.embedder.dimensions,
+        token_counter=profile.counter_name,
+        window=profile.window,
+        reranker_configured=tuning.rerank.backend != "features",
+        reranker=tuning.rerank.backend,
+        active_runs=[
+            ActiveRunOut(
+                namespace=r.namespace,
+                index_version=r.index_version,
+                run_id=r.run_id,
+                files=r.expected_files,
+                activated_at=r.activated_at,
+            )
+            for r in active
+        ],
+        running_runs=len(running),
+        tasks=statuses,
+    )
+
+
+@router.post(
+    "/runs", status_code=201, response_model=RunStatusOut, responses=error_responses(400, 413, *_ADMIN)
+)
+async def start_run(body: StartRunRequest, principal: AdminPrincipal, ctx: V2Dep) -> RunStatusOut:
+    """Start a run of a namespace that must contain exactly `file_ids`; stage them, then activate it."""
+    run = await runs.start_run(
+        ctx,
+        namespace=body.namespace,
+        index_version=body.index_version,
+        file_ids=body.file_ids,
+        created_by=principal.namespace,
+    )
+    return _status_out(await runs.run_status(ctx, run.run_id))
+
+
+@router.get("/runs", response_model=list[RunOut], responses=error_responses(*_ADMIN))
+async def list_runs(
+    principal: AdminPrincipal,
+    ctx: V2Dep,
+    namespace: Annotated[NamespaceQuery | None, Query()] = None,
+    status: Annotated[Literal["running", "active", "failed", "abandoned"] | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[RunOut]:
+    """Runs, newest first (optionally of one namespace or status)."""
+    async with ctx.pool.acquire() as conn:
+        found = await store.list_runs(
+            conn,
+            ctx.info.collection_id,
+            namespace=namespace,
+            statuses=[status] if status else None,
+            limit=limit,
+        )
+    return [_run_out(r) for r in found]
+
+
+@router.get("/runs/{run_id}", response_model=RunStatusOut, responses=error_responses(404, *_ADMIN))
+async def get_run(run_id: RunIdPath, principal: AdminPrincipal, ctx: V2Dep) -> RunStatusOut:
+    """A run with the progress of each of its files."""
+    try:
+        return _status_out(await runs.run_status(ctx, run_id))
+    except store.RunError as exc:
+        raise _http(exc) from None
+
+
+@router.post(
+    "/runs/{run_id}/stage",
+    response_model=StagedFileOut,
+    responses=error_responses(404, 409, 413, 415, 502, *_ADMIN, file_errors=True),
+)
+async def stage_file(
+    run_id: RunIdPath, body: StageRequest, principal: AdminPrincipal, ctx: V2Dep
+) -> StagedFileOut:
+    """Stage one expected file from its stored original (a file rag_api stored without one: its V1 chunks).
+
+    404 when the run or the file is unknown, 409 when the run is not running or active; a file that
+    cannot be read answers as an upload would (413, 415, 422) and is recorded as failed on the run.
+    """
+    return await _stage(ctx, run_id, body.file_id, None)
+
+
+def _derivative_schema() -> dict[str, Any]:
+    props: dict[str, Any] = {
+        "run_id": {"type": "string", "maxLength": 40, "pattern": r"^\s*[1-9][0-9]{0,17}\s*$"},
+        "file_id": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_FILE_ID_CHARS,
+            "pattern": NON_BLANK_NUL_FREE_PATTERN,
+        },
+        "sha256": {
+            "type": "string",
+            "maxLength": 80,
+            "pattern": r"^\s*[0-9A-Fa-f]{64}\s*$",
+            "description": "SHA-256 (hex) of the file's bytes; 400 when it does not match",
+        },
+        "file": {
+            "type": "string",
+            "format": "binary",
+            "description": "a .txt or .md file (its name: no NUL)",
+        },
+    }
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "multipart/form-data": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["run_id", "file_id", "sha256", "file"],
+                        "properties": props,
+                    }
+                }
+            },
+        }
+    }
+
+
+def _field(fields: dict[str, str], name: str) -> str:
+    value = fields.get(name, "").strip()
+    if not value:
+        raise InvalidInput([{"type": "missing", "loc": ["body", name], "msg": "Field required"}])
+    return value
+
+
+@router.post(
+    "/derivative",
+    response_model=StagedFileOut,
+    openapi_extra=_derivative_schema(),
+    responses=error_responses(400, 404, 409, 413, 415, *_ADMIN, file_errors=True),
+)
+async def stage_derivative(request: Request, principal: AdminPrincipal, ctx: V2Dep) -> StagedFileOut:
+    """Stage an expected file from an uploaded text or Markdown version of it (multipart `run_id`,
+    `file_id`, `sha256`, `file`): the bytes must have that SHA-256 (400 otherwise)."""
+    settings: Settings = ctx.settings
+    check_content_length(request.headers.get("content-length"), settings.max_upload_bytes)
+    upload = await receive_multipart(
+        request.headers.get("content-type"),
+        request.stream(),
+        file_field="file",
+        dest_dir=settings.data_dir.resolve() / "tmp",
+        max_upload_bytes=settings.max_upload_bytes,
+        text_fields=_DERIVATIVE_FIELDS,
+    )
+    try:
+        raw_run = _field(upload.fields, "run_id")
+        if not (raw_run.isascii() and raw_run.isdigit()) or not 1 <= int(raw_run) <= MAX_RUN_ID:
+            raise BadRequest("run_id must be a run's id (a positive whole number)")
+        file_id = _field(upload.fields, "file_id")
+        if len(file_id) > MAX_FILE_ID_CHARS:
+            raise BadRequest(f"file_id must be at most {MAX_FILE_ID_CHARS} characters")
+        claimed = _field(upload.fields, "sha256").lower()
+        if len(claimed) != 64 or any(c not in "0123456789abcdef" for c in claimed):
+            raise BadRequest("sha256 must be the 64 hex digits of the file's SHA-256")
+        if claimed != upload.sha256:
+            raise BadRequest(
+                "The file's SHA-256 does not match the sha256 field: the upload was damaged or it is "
+                "another file; send the file again with its own SHA-256"
+            )
+        if not upload.filename.lower().endswith(_DERIVATIVE_SUFFIXES):
+            raise UnsupportedFileType("A derivative must be a text (.txt) or Markdown (.md) file")
+        derivative = runs.Derivative(upload.path, upload.filename, upload.content_type, upload.sha256)
+        return await _stage(ctx, int(raw_run), file_id, derivative)
+    finally:
+        upload.cleanup()
+
+
+@router.post(
+    "/runs/{run_id}/activate", response_model=RunStatusOut, responses=error_responses(404, 409, *_ADMIN)
+)
+async def activate_run(run_id: RunIdPath, principal: AdminPrincipal, ctx: V2Dep) -> RunStatusOut:
+    """Make a complete run the active one of its namespace and version (409 while a file is not staged)."""
+    try:
+        await runs.activate(ctx, run_id)
+        return _status_out(await runs.run_status(ctx, run_id))
+    except store.RunError as exc:
+        raise _http(exc) from None
+
+
+@router.post(
+    "/runs/{run_id}/fail", response_model=RunStatusOut, responses=error_responses(404, 409, 413, *_ADMIN)
+)
+async def fail_run(
+    run_id: RunIdPath, principal: AdminPrincipal, ctx: V2Dep, body: FailRequest | None = None
+) -> RunStatusOut:
+    """Give a running run up: it never becomes active, and what queries read does not change."""
+    try:
+        await runs.fail(ctx, run_id, (body or FailRequest()).reason)
+        return _status_out(await runs.run_status(ctx, run_id))
+    except store.RunError as exc:
+        raise _http(exc) from None
+
+
+@router.post(
+    "/backfill", status_code=202, response_model=BackfillOut, responses=error_responses(400, 413, *_ADMIN)
+)
+async def backfill(
+    body: BackfillRequest, principal: AdminPrincipal, ctx: V2Dep, tasks: V2TasksDep, response: Response
+) -> BackfillOut:
+    """Build a run of a namespace from the originals `/embed` stored (files without one: their V1 chunks),
+    in the background; it is activated when every file is staged. Progress: `GET /v2/runs/{run_id}`."""
+    run = await runs.start_run(
+        ctx,
+        namespace=body.namespace,
+        index_version=body.index_version,
+        file_ids=body.file_ids,
+        origin="backfill",
+        created_by=principal.namespace,
+        options={"activate": body.activate},
+    )
+    name = tasks.start_backfill(run.run_id, activate=body.activate)
+    response.headers["Location"] = f"/v2/runs/{run.run_id}"
+    return BackfillOut(run=_run_out(run), task=name)

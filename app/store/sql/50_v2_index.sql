@@ -1,0 +1,111 @@
+-- Functions of the V2 index (tables: migration 0010_v2_index.sql). Every function that reads or
+-- deletes rows of files takes the caller's ragoverlay_scope and checks each row with
+-- ragoverlay_in_scope(), as V1 does.
+
+-- The chunks of one run that the scope may read, in document order (file, then ordinal). Only rows
+-- the run links (its staged files) count: a run's content is exactly its staged ragoverlay_v2_run_files.
+DROP FUNCTION IF EXISTS ragoverlay_v2_run_chunks;
+CREATE FUNCTION ragoverlay_v2_run_chunks(p_scope ragoverlay_scope, p_run bigint, p_limit integer)
+RETURNS SETOF ragoverlay_v2_chunks
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    IF (p_scope).any_owner THEN
+        RAISE EXCEPTION 'ragoverlay_v2_run_chunks: an any-owner scope is for deletes only';
+    END IF;
+    RETURN QUERY
+        SELECT c.*
+        FROM ragoverlay_v2_run_files rf
+        JOIN ragoverlay_v2_chunks c ON c.document_id = rf.document_id
+        WHERE rf.run_id = p_run AND rf.state = 'staged'
+          AND ((p_scope).files IS NULL OR rf.file_id = ANY ((p_scope).files))
+          AND ragoverlay_in_scope(p_scope, c.collection_id, c.file_id, c.owner)
+        ORDER BY c.file_id, c.ordinal
+        LIMIT p_limit;
+END;
+$$;
+
+-- BM25's collection figures for one run: N (chunks) and the mean chunk length in terms.
+DROP FUNCTION IF EXISTS ragoverlay_v2_run_stats;
+CREATE FUNCTION ragoverlay_v2_run_stats(p_run bigint)
+RETURNS TABLE (chunks bigint, average_length double precision)
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT coalesce(sum(d.chunk_count), 0)::bigint,
+           CASE WHEN coalesce(sum(d.chunk_count), 0) > 0
+                THEN sum(d.term_total)::double precision / sum(d.chunk_count) ELSE 0 END
+    FROM ragoverlay_v2_run_files rf
+    JOIN ragoverlay_v2_documents d ON d.document_id = rf.document_id
+    WHERE rf.run_id = p_run AND rf.state = 'staged'
+$$;
+
+-- BM25's document frequency of each of `p_terms` in one run: the run's chunks that hold the term.
+DROP FUNCTION IF EXISTS ragoverlay_v2_term_stats;
+CREATE FUNCTION ragoverlay_v2_term_stats(p_run bigint, p_terms text[])
+RETURNS TABLE (term text, df bigint)
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT q.term, coalesce(sum(t.chunks), 0)::bigint
+    FROM (SELECT DISTINCT u AS term FROM unnest(p_terms) AS u WHERE u IS NOT NULL AND u <> '') q
+    LEFT JOIN ragoverlay_v2_document_terms t
+      ON t.term = q.term
+     AND t.document_id IN (SELECT rf.document_id FROM ragoverlay_v2_run_files rf
+                           WHERE rf.run_id = p_run AND rf.state = 'staged')
+    GROUP BY q.term
+$$;
+
+-- The tsquery "any of these terms", each taken as one lexeme exactly as written (no re-parsing, the
+-- same terms `search_vector` holds). NULL for no terms.
+DROP FUNCTION IF EXISTS ragoverlay_v2_any_terms;
+CREATE FUNCTION ragoverlay_v2_any_terms(p_terms text[])
+RETURNS tsquery
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+AS $$
+    SELECT nullif(string_agg(quote_literal(left(u, 200)), ' | '), '')::tsquery
+    FROM (SELECT DISTINCT u FROM unnest(p_terms) AS u WHERE u IS NOT NULL AND u <> '') s
+$$;
+
+-- Delete the V2 rows of the scope's files: their documents (chunks, entities and term counts follow)
+-- and the runs' entries for them. Called by the V1 delete's transaction *before* it removes the
+-- catalogue rows, because the scope's uploader rule reads those rows. Returns each file id found.
+DROP FUNCTION IF EXISTS ragoverlay_v2_delete_files;
+CREATE FUNCTION ragoverlay_v2_delete_files(p_scope ragoverlay_scope)
+RETURNS TABLE (file_id text)
+LANGUAGE plpgsql
+VOLATILE
+AS $$
+BEGIN
+    IF (p_scope).files IS NULL THEN
+        RAISE EXCEPTION 'ragoverlay_v2_delete_files: a delete needs a file allow-list';
+    END IF;
+    RETURN QUERY
+        WITH entries AS (
+            DELETE FROM ragoverlay_v2_run_files rf
+            USING ragoverlay_v2_runs r
+            WHERE r.run_id = rf.run_id AND r.collection_id = (p_scope).collection_id
+              AND rf.file_id = ANY ((p_scope).files)
+              AND ragoverlay_in_scope(p_scope, r.collection_id, rf.file_id, r.namespace)
+            RETURNING rf.run_id, rf.file_id::text AS file_id
+        ), counted AS (
+            UPDATE ragoverlay_v2_runs r
+            SET expected_files = r.expected_files - e.n, updated_at = now()
+            FROM (SELECT run_id, count(*) AS n FROM entries GROUP BY run_id) e
+            WHERE r.run_id = e.run_id
+            RETURNING r.run_id
+        ), docs AS (
+            DELETE FROM ragoverlay_v2_documents d
+            WHERE d.collection_id = (p_scope).collection_id
+              AND d.file_id = ANY ((p_scope).files)
+              AND ragoverlay_in_scope(p_scope, d.collection_id, d.file_id, d.owner)
+            RETURNING d.file_id::text AS file_id
+        )
+        -- `counted` runs whether or not it is read (PostgreSQL runs every data-modifying WITH once)
+        SELECT DISTINCT x.file_id
+        FROM (SELECT e.file_id FROM entries e UNION ALL SELECT d.file_id FROM docs d) x;
+END;
+$$;

@@ -1,0 +1,313 @@
+"""The V2 index tables on the real PostgreSQL: a staged run is readable by plain SQL through the scope
+predicate, its lexical terms and statistics match the BM25 reference, and the database holds the rules
+(one active run per namespace and index version, activation only of complete runs, scoped deletes)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import asyncpg
+import numpy as np
+import pytest
+from pgvector.asyncpg import register_vector
+
+from app.ingest.types import Block, LoadedDocument
+from app.ingest.v2.chunker import ChunkRecord, chunk_document
+from app.ingest.v2.tokens import SimpleTokenCounter
+from app.search.v2 import bm25
+from app.store import v2_index as v2
+from app.store.db import StoreInfo, bootstrap
+from app.store.scope import SCOPE_SQL, Scope
+from tests.fixtures.service import Database, new_id
+
+DIMS = 8
+
+
+def manual() -> LoadedDocument:
+    """A small manual: navigation, two sections on two pages, a captioned table with units."""
+    return LoadedDocument(
+        sections=[],
+        blocks=[
+            Block("list_item", "Home | Products | Contact", 0, boilerplate="nav"),
+            Block("heading", "Installation", 0, level=1),
+            Block("paragraph", "Mount the unit on a flat wall. Keep 50 % of the vents free.", 0),
+            Block("heading", "Dimensions", 1, level=1),
+            Block(
+                "table",
+                "t",
+                1,
+                rows=[["K 25", "12", "3"], ["K 28", "14", "4"]],
+                headers=["Type", "Length (mm)", "Weight (kg)"],
+                title="Table 2: Sizes",
+            ),
+        ],
+        kind="pdf",
+        content_type="application/pdf",
+    )
+
+
+def rows_of(chunks: list[ChunkRecord], *, vectors: bool = True) -> list[v2.ChunkRow]:
+    rng = np.random.default_rng(5)
+    return [
+        v2.ChunkRow(
+            ordinal=c.ordinal,
+            chunk_id=c.id,
+            kind=c.kind,
+            page=c.page,
+            page_label=c.page_label,
+            section=c.section,
+            content=c.content,
+            embed_text=c.embed_text,
+            search_text=c.search_text,
+            tokens=c.tokens,
+            table_caption=c.table_caption,
+            table_index=c.table_index,
+            row_index=c.row_index,
+            row_label=c.row_label,
+            headers=c.headers,
+            row_values=c.row_values,
+            units=c.units,
+            footnotes=c.footnotes,
+            whole_table=c.whole_table,
+            entities=tuple(v2.EntityRow(e.kind, e.raw, e.normalized, e.value, e.unit) for e in c.entities),
+            embedding=rng.normal(size=DIMS).astype(np.float32) if vectors else None,
+        )
+        for c in chunks
+    ]
+
+
+@dataclass
+class Staged:
+    conn: asyncpg.Connection
+    info: StoreInfo
+    owner: str
+    file_id: str
+    run: v2.RunRecord
+    chunks: list[ChunkRecord]
+
+
+async def stage(conn: asyncpg.Connection, info: StoreInfo, owner: str, file_ids: list[str]) -> v2.RunRecord:
+    """A run of `owner` with every file staged (the same manual under each id); not activated."""
+    run = await v2.create_run(
+        conn,
+        info.collection_id,
+        namespace=owner,
+        index_version="v2",
+        extractor_version="test-1",
+        embedding_model="test:model",
+        embedding_dim=DIMS,
+        file_ids=file_ids,
+    )
+    chunked = chunk_document(manual(), title="Manual", document_key="k", counter=SimpleTokenCounter())
+    for file_id in file_ids:
+        document = v2.DocumentRow(
+            file_id=file_id,
+            owner=owner,
+            checksum="0" * 64,
+            extractor_version="test-1",
+            embedding_model="test:model",
+            source="original",
+            filename="manual.pdf",
+            title="Manual",
+        )
+        async with conn.transaction():
+            document_id = await v2.insert_document(
+                conn, info.collection_id, document, rows_of(chunked.chunks)
+            )
+            await v2.link_file(
+                conn,
+                run.run_id,
+                file_id,
+                document_id=document_id,
+                source="original",
+                linked=False,
+                chunks=len(chunked.chunks),
+                fingerprints=(),
+            )
+    return run
+
+
+@pytest.fixture
+async def staged(database: Database) -> AsyncIterator[Staged]:
+    info = await bootstrap(database.dsn, f"v2store_{uuid.uuid4().hex[:8]}")
+    conn = await asyncpg.connect(database.dsn)
+    await register_vector(conn)
+    owner, file_id = new_id("owner"), new_id("file")
+    try:
+        run = await stage(conn, info, owner, [file_id])
+        chunks = chunk_document(
+            manual(), title="Manual", document_key="k", counter=SimpleTokenCounter()
+        ).chunks
+        yield Staged(conn, info, owner, file_id, run, chunks)
+    finally:
+        await conn.close()
+
+
+PLAIN_SQL = f"""
+    SELECT c.kind, c.page, c.section, c.table_caption, c.headers, c.row_values, c.units, c.content
+    FROM ragoverlay_v2_runs r
+    JOIN ragoverlay_v2_run_files rf ON rf.run_id = r.run_id AND rf.state = 'staged'
+    JOIN ragoverlay_v2_chunks c ON c.document_id = rf.document_id
+    WHERE r.collection_id = $1 AND r.namespace = $7 AND r.status = 'active'
+      AND ragoverlay_in_scope({SCOPE_SQL}, c.collection_id, c.file_id, c.owner)
+    ORDER BY c.ordinal
+"""
+
+
+async def test_an_active_run_is_readable_by_plain_sql_through_the_scope_predicate(staged: Staged) -> None:
+    conn, info = staged.conn, staged.info
+    mine = Scope.of(info.collection_id, [staged.owner], file_ids=[staged.file_id])
+    # running: nothing is active yet, so a query for the active run finds nothing
+    assert await conn.fetch(PLAIN_SQL, *mine.sql_args(), staged.owner) == []
+    await v2.activate_run(conn, info.collection_id, staged.run.run_id)
+    rows = await conn.fetch(PLAIN_SQL, *mine.sql_args(), staged.owner)
+    assert len(rows) == len(staged.chunks) > 0
+    assert not any("Products" in r["content"] for r in rows)  # navigation reached no chunk
+    table_rows = [r for r in rows if r["kind"] == "table_row"]
+    assert [r["row_values"][0] for r in table_rows] == ["K 25", "K 28"]
+    assert all(r["table_caption"] == "Table 2: Sizes" and r["page"] == 2 for r in table_rows)
+    assert table_rows[0]["headers"] == ["Type", "Length (mm)", "Weight (kg)"]
+    assert table_rows[0]["units"] == [None, "mm", "kg"]
+    assert [r["page"] for r in rows if r["kind"] == "prose" and r["section"] == ["Installation"]] == [1]
+    # another caller, or the right caller without the file in its allow-list, reads nothing
+    stranger = Scope.of(info.collection_id, [new_id("stranger")], file_ids=[staged.file_id])
+    assert await conn.fetch(PLAIN_SQL, *stranger.sql_args(), staged.owner) == []
+    other_file = Scope.of(info.collection_id, [staged.owner], file_ids=["another"])
+    assert await conn.fetch(PLAIN_SQL, *other_file.sql_args(), staged.owner) == []
+    # the store's own read gives the same rows
+    read = await v2.run_chunks(conn, mine, staged.run.run_id, limit=100)
+    assert [c.content for c in read] == [r["content"] for r in rows]
+    assert all(c.has_vector for c in read)
+
+
+async def test_terms_and_statistics_match_the_bm25_reference(staged: Staged) -> None:
+    conn, run_id = staged.conn, staged.run.run_id
+    documents = [c.search_text.split() for c in staged.chunks]
+    reference = bm25.corpus_stats(documents)
+    chunks, average = await v2.run_stats(conn, run_id)
+    assert chunks == reference.documents
+    assert average == pytest.approx(reference.average_length)
+    terms = ["k", "28", "%", "mm", "absent"]
+    df = await v2.term_stats(conn, run_id, terms)
+    assert df == {t: reference.document_frequency.get(t, 0) for t in terms}
+    assert df["%"] > 0  # the tsvector keeps what to_tsvector would drop
+    # the tsvector's lexemes are exactly the split terms: each query term finds the chunks holding it
+    for term in ("%", "28", "1.5", "mm", "installation"):
+        found = await conn.fetchval(
+            "SELECT count(*) FROM ragoverlay_v2_chunks c JOIN ragoverlay_v2_run_files rf "
+            "ON rf.document_id = c.document_id WHERE rf.run_id = $1 "
+            "AND c.search_vector @@ ragoverlay_v2_any_terms(ARRAY[$2])",
+            run_id,
+            term,
+        )
+        assert found == sum(1 for d in documents if term in d)
+    stored = await conn.fetch(
+        "SELECT c.terms, c.term_count, c.search_text FROM ragoverlay_v2_chunks c "
+        "JOIN ragoverlay_v2_run_files rf ON rf.document_id = c.document_id WHERE rf.run_id = $1",
+        run_id,
+    )
+    assert all(r["terms"] == r["search_text"].split() and r["term_count"] == len(r["terms"]) for r in stored)
+
+
+async def test_activation_refuses_a_partial_run_and_one_run_is_active(staged: Staged) -> None:
+    conn, info = staged.conn, staged.info
+    partial = await v2.create_run(
+        conn,
+        info.collection_id,
+        namespace=staged.owner,
+        index_version="v2",
+        extractor_version="test-1",
+        embedding_model="test:model",
+        embedding_dim=DIMS,
+        file_ids=[staged.file_id, "not-yet"],
+    )
+    (done,) = await v2.run_files(conn, staged.run.run_id)
+    assert done.document_id is not None
+    await v2.link_file(
+        conn, partial.run_id, staged.file_id, document_id=done.document_id, source="original", linked=True,
+        chunks=len(staged.chunks), fingerprints=(),
+    )  # fmt: skip
+    with pytest.raises(v2.RunIncomplete, match="1 pending"):
+        await v2.activate_run(conn, info.collection_id, partial.run_id)
+    first = await v2.activate_run(conn, info.collection_id, staged.run.run_id)
+    assert first.status == "active"
+    # a second complete run replaces it; the first is abandoned in the same transaction
+    second = await stage(conn, info, staged.owner, [staged.file_id])
+    await v2.activate_run(conn, info.collection_id, second.run_id)
+    statuses = {
+        r.run_id: r.status for r in await v2.list_runs(conn, info.collection_id, namespace=staged.owner)
+    }
+    assert statuses == {staged.run.run_id: "abandoned", partial.run_id: "running", second.run_id: "active"}
+    # the database itself refuses two active runs of one namespace and index version
+    with pytest.raises(asyncpg.UniqueViolationError):
+        await conn.execute("UPDATE ragoverlay_v2_runs SET status = 'active' WHERE run_id = $1", first.run_id)
+    with pytest.raises(v2.RunStateError):
+        await v2.activate_run(conn, info.collection_id, first.run_id)
+    # documents no running or active run links are pruned (the partial run links the first one)
+    assert await v2.prune_documents(conn, info.collection_id) == 0
+    failed = await v2.fail_run(conn, info.collection_id, partial.run_id, "given up")
+    assert failed.status == "failed" and failed.error == "given up"
+    assert await v2.prune_documents(conn, info.collection_id) == 1
+    assert len(
+        await v2.run_chunks(conn, Scope.of(info.collection_id, [staged.owner]), second.run_id, limit=99)
+    )
+
+
+async def test_missing_vectors_are_listed_and_filled(staged: Staged) -> None:
+    conn, info = staged.conn, staged.info
+    owner, file_id = staged.owner, new_id("novec")
+    run = await v2.create_run(
+        conn,
+        info.collection_id,
+        namespace=owner,
+        index_version="v2b",
+        extractor_version="test-1",
+        embedding_model="test:other-model",
+        embedding_dim=DIMS,
+        file_ids=[file_id],
+    )
+    rows = rows_of(staged.chunks, vectors=False)
+    document = v2.DocumentRow(
+        file_id, owner, "1" * 64, "test-1", "test:other-model", "original", "m.pdf", "M"
+    )
+    document_id = await v2.insert_document(conn, info.collection_id, document, rows)
+    await v2.link_file(
+        conn, run.run_id, file_id, document_id=document_id, source="original", linked=False, chunks=len(rows),
+        fingerprints=(),
+    )  # fmt: skip
+    missing = await v2.chunks_missing_vectors(conn, info.collection_id, embedding_model="test:other-model")
+    assert [(m.document_id, m.ordinal) for m in missing] == [(document_id, r.ordinal) for r in rows]
+    assert [m.embed_text for m in missing] == [r.embed_text for r in rows]
+    filled = await v2.set_chunk_vectors(conn, [(m.document_id, m.ordinal, np.ones(DIMS)) for m in missing])
+    assert filled == len(rows)
+    assert await v2.chunks_missing_vectors(conn, info.collection_id, embedding_model="test:other-model") == []
+    assert (
+        await conn.fetchval(
+            "SELECT vectors_missing FROM ragoverlay_v2_documents WHERE document_id = $1", document_id
+        )
+        == 0
+    )
+
+
+async def test_delete_goes_through_the_scope(staged: Staged) -> None:
+    conn, info = staged.conn, staged.info
+    await v2.activate_run(conn, info.collection_id, staged.run.run_id)
+    stranger = Scope.of(info.collection_id, [new_id("stranger")], file_ids=[staged.file_id])
+    async with conn.transaction():
+        assert await v2.delete_files(conn, stranger) == set()
+    mine = Scope.of(info.collection_id, [staged.owner], file_ids=[staged.file_id])
+    assert await v2.run_chunks(conn, mine, staged.run.run_id, limit=10)
+    async with conn.transaction():
+        assert await v2.delete_files(conn, mine) == {staged.file_id}
+    assert await v2.run_chunks(conn, mine, staged.run.run_id, limit=10) == []
+    run = await v2.get_run(conn, info.collection_id, staged.run.run_id)
+    assert run is not None and run.expected_files == 0
+    for table in ("ragoverlay_v2_chunks", "ragoverlay_v2_entities", "ragoverlay_v2_documents"):
+        n = await conn.fetchval(
+            f"SELECT count(*) FROM {table} WHERE collection_id = $1 AND file_id = $2",
+            info.collection_id,
+            staged.file_id,
+        )
+        assert n == 0, table
