@@ -15,7 +15,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.api import documents, embed, health
+from app.api import admin, documents, embed, health, jobs
 from app.api.guards import BodyGuardMiddleware
 from app.api.openapi import install_openapi
 from app.clients.blobs import build_blob_store
@@ -25,7 +25,9 @@ from app.config import Settings, get_settings
 from app.deps import Resources, get_principal
 from app.errors import BlobStoreError, InvalidInput, RagError, Unauthorized
 from app.ingest.pipeline import IngestService
+from app.jobs.setup import build_jobs
 from app.logs import RequestContextMiddleware, configure_logging, request_id_var
+from app.maintenance.registry import MaintenanceRegistry
 from app.maintenance.tasks import Maintenance
 from app.runtime.postgres import EmbeddedPostgres
 from app.search.service import SearchService
@@ -108,20 +110,39 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ingest = IngestService(settings, pool, info, embedder, blobs)
         stack.callback(ingest.close)
         search_state = SearchState()
-        maintenance = Maintenance(settings, MaintenanceStore(dsn, info), search_state)
+        # the job queue runs the maintenance passes (app/maintenance/queue.py), not loops
+        maintenance = Maintenance(
+            settings, MaintenanceStore(dsn, info), search_state, MaintenanceRegistry(run_loops=False)
+        )
         stack.push_async_callback(maintenance.close)
+        search = SearchService(settings, pool, info, embedder, search_state, maintenance)
+        jobs = build_jobs(
+            settings,
+            dsn=dsn,
+            pool=pool,
+            info=info,
+            embedder=embedder,
+            blobs=blobs,
+            ingest=ingest,
+            search=search,
+            maintenance=maintenance,
+        )
+        stack.push_async_callback(jobs.close)  # first to close: running jobs go back to the queue
         maintenance.start(embedder.dimensions)
+        maintenance.start_refresh()
+        await jobs.start()
         app.state.resources = Resources(
             settings=settings,
             pool=pool,
             info=info,
             embedder=embedder,
             blobs=blobs,
-            search=SearchService(settings, pool, info, embedder, search_state, maintenance),
+            search=search,
             maintenance=maintenance,
             ingest=ingest,
             http=http,
             admin_ids=frozenset(settings.admin_user_ids),
+            jobs=jobs,
         )
         warmup = getattr(embedder, "warmup", None)
         if warmup is not None:
@@ -215,6 +236,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     authed = [Depends(get_principal)]
     app.include_router(embed.router, dependencies=authed)
     app.include_router(documents.router, dependencies=authed)
+    app.include_router(jobs.router, dependencies=authed)
+    app.include_router(admin.router, dependencies=authed)
     install_openapi(app, settings.entity_id_pattern)
     # innermost of the three: a refused body still gets CORS headers, a request id and an access line
     app.add_middleware(
