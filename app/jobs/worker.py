@@ -367,7 +367,7 @@ class JobWorker:
                 raise
             try:
                 # shielded: a stop that arrives now must not leave a finished job marked running
-                status = await asyncio.shield(self._finish(job, outcome, delay, error, result))
+                status = await asyncio.shield(self._finish(job, outcome, delay, error, result, run))
             except (LeaseLost, asyncpg.PostgresError) as exc:
                 # the row stays 'running' until it is reclaimed (the run then counts as an attempt)
                 logger.warning(
@@ -440,6 +440,7 @@ class JobWorker:
         delay: float,
         error: str | None,
         result: dict[str, Any] | None,
+        run: _Run | None = None,
     ) -> str | None:
         return await self.lease.run(
             lambda c: store.finish(
@@ -451,6 +452,7 @@ class JobWorker:
                 delay_s=delay,
                 error=error,
                 result=result,
+                progress=run.beat(True) if run is not None and run.dirty else None,
             )
         )
 

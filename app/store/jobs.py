@@ -143,6 +143,17 @@ async def claim(
     return [JobRow.from_record(r) for r in rows]
 
 
+@dataclass(frozen=True)
+class Beat:
+    """A running job's heartbeat, with its progress when it changed (None: unchanged)."""
+
+    job_id: int
+    attempt: int
+    done: int | None = None
+    total: int | None = None
+    note: str | None = None
+
+
 async def finish(
     conn: asyncpg.Connection,
     *,
@@ -153,11 +164,12 @@ async def finish(
     delay_s: float = 0.0,
     error: str | None = None,
     result: dict[str, Any] | None = None,
+    progress: Beat | None = None,
 ) -> str | None:
     """End a run (on the lease connection: it releases the lock); the new status, or None."""
     status = await conn.fetchval(
         "SELECT ragoverlay_job_finish(p_id => $1, p_worker => $2, p_attempt => $3, p_outcome => $4, "
-        "p_delay_s => $5, p_error => $6, p_result => $7::jsonb)",
+        "p_delay_s => $5, p_error => $6, p_result => $7::jsonb, p_done => $8, p_total => $9, p_note => $10)",
         job_id,
         worker,
         attempt,
@@ -165,19 +177,11 @@ async def finish(
         delay_s,
         error,
         json.dumps(result) if result is not None else None,
+        progress.done if progress else None,
+        progress.total if progress else None,
+        progress.note if progress else None,
     )
     return str(status) if status is not None else None
-
-
-@dataclass(frozen=True)
-class Beat:
-    """A running job's heartbeat, with its progress when it changed (None: unchanged)."""
-
-    job_id: int
-    attempt: int
-    done: int | None = None
-    total: int | None = None
-    note: str | None = None
 
 
 async def heartbeat(conn: asyncpg.Connection, *, worker: str, beats: Sequence[Beat]) -> set[int]:

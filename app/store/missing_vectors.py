@@ -61,6 +61,11 @@ class MissingVectorStore(Protocol):
         ...
 
 
+def vector_text(vector: np.ndarray) -> str:
+    """pgvector's text form of a vector, exact for float32 (asyncpg sends no arrays of vectors)."""
+    return "[" + ",".join(repr(float(x)) for x in np.asarray(vector, dtype=np.float32)) + "]"
+
+
 class RagApiMissingVectors:
     """Rows of rag_api's table in the served collection whose `embedding` is NULL."""
 
@@ -112,14 +117,14 @@ class RagApiMissingVectors:
         async with self.pool.acquire() as conn, conn.transaction():
             rows = await conn.fetch(
                 """
-                UPDATE langchain_pg_embedding e SET embedding = v.embedding
-                FROM unnest($2::uuid[], $3::vector[]) AS v(uuid, embedding)
+                UPDATE langchain_pg_embedding e SET embedding = v.embedding::vector
+                FROM unnest($2::uuid[], $3::text[]) AS v(uuid, embedding)
                 WHERE e.uuid = v.uuid AND e.collection_id = $1 AND e.embedding IS NULL
                 RETURNING e.uuid
                 """,
                 self.info.collection_id,
                 [key for key, _ in vectors],
-                [np.asarray(vec, dtype=np.float32) for _, vec in vectors],
+                [vector_text(vec) for _, vec in vectors],
             )
         return len(rows)
 
@@ -158,7 +163,7 @@ class ChunkTableMissingVectors:
         self.name = name
         self._table, self._key, self._doc = _ident(table), _ident(key), _ident(document)
         self._text, self._vec = _ident(text), _ident(vector)
-        self._model = _ident(model) if model else "NULL::text"
+        self._model = f"o.{_ident(model)}" if model else "NULL::text"
         self._where = f"{_ident(where_column)} = $1::text" if where_column else "$1::text IS NULL"
         self._where_value = where_value
         self._table_name = table
@@ -198,7 +203,7 @@ class ChunkTableMissingVectors:
                 SELECT c.{self._key}::text AS key, coalesce(c.{self._text}, '') AS text,
                        (SELECT vector_dims(o.{self._vec}) FROM {self._table} o
                         WHERE o.{self._doc} = c.{self._doc} AND o.{self._vec} IS NOT NULL LIMIT 1) AS dims,
-                       (SELECT o.{self._model} FROM {self._table} o
+                       (SELECT {self._model} FROM {self._table} o
                         WHERE o.{self._doc} = c.{self._doc} AND o.{self._vec} IS NOT NULL LIMIT 1) AS model
                 FROM {self._table} c
                 WHERE {self._where} AND c.{self._vec} IS NULL
@@ -220,12 +225,12 @@ class ChunkTableMissingVectors:
             key_type = await self._type_of_key(conn)
             status = await conn.execute(
                 f"""
-                UPDATE {self._table} c SET {self._vec} = v.ragoverlay_vec
-                FROM unnest($2::text[], $3::vector[]) AS v(ragoverlay_key, ragoverlay_vec)
+                UPDATE {self._table} c SET {self._vec} = v.ragoverlay_vec::vector
+                FROM unnest($2::text[], $3::text[]) AS v(ragoverlay_key, ragoverlay_vec)
                 WHERE c.{self._key} = v.ragoverlay_key::{key_type} AND {self._where} AND c.{self._vec} IS NULL
                 """,
                 self._where_value,
                 [key for key, _ in vectors],
-                [np.asarray(vec, dtype=np.float32) for _, vec in vectors],
+                [vector_text(vec) for _, vec in vectors],
             )
         return rows_affected(status)

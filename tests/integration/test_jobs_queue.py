@@ -83,8 +83,8 @@ class Queue:
         assert row is not None
         return row
 
-    async def until(self, job_id: int, check: Callable[[JobRow], bool], timeout: float = 20.0) -> JobRow:
-        deadline = time.monotonic() + timeout
+    async def until(self, job_id: int, check: Callable[[JobRow], bool], within: float = 20.0) -> JobRow:
+        deadline = time.monotonic() + within
         while True:
             row = await self.job(job_id)
             if check(row):
@@ -178,7 +178,9 @@ async def test_a_permanent_failure_parks_at_once(queue: Queue) -> None:
     first = await queue.service.enqueue("unreadable", {})
     second = await queue.service.enqueue("bad-input", {})
     row = await queue.until(first.id, lambda r: r.status == "failed")
-    assert row.attempts == 1 and row.last_error is not None and row.last_error.startswith("NoExtractableText: ")
+    assert (
+        row.attempts == 1 and row.last_error is not None and row.last_error.startswith("NoExtractableText: ")
+    )
     row = await queue.until(second.id, lambda r: r.status == "failed")
     assert row.attempts == 1 and row.last_error == "permanent: the file id is gone"
     assert await queue.service.retry(first.id) == "queued"  # by hand it may try again
@@ -213,7 +215,9 @@ async def test_the_deadline_cancels_the_embedding_request_on_the_shared_client(
     await queue.worker(timeout_s=0.5)
     started = time.monotonic()
     added = await queue.service.enqueue("embed", {})
-    row = await queue.until(added.id, lambda r: r.status == "queued" and r.attempts == 1 and r.last_error is not None)
+    row = await queue.until(
+        added.id, lambda r: r.status == "queued" and r.attempts == 1 and r.last_error is not None
+    )
     assert time.monotonic() - started < 10  # not the provider's 30 s
     assert row.last_error is not None and row.last_error.startswith("deadline: ")
     assert seen == ["cancelled at the HTTP call"]
@@ -280,7 +284,9 @@ async def test_a_reclaimed_job_out_of_attempts_is_parked(queue: Queue) -> None:
     crash(first)
     await queue.worker(stale_s=1)
     row = await queue.until(added.id, lambda r: r.status == "failed")
-    assert row.attempts == 1 and row.last_error is not None and row.last_error.startswith("abandoned: worker ")
+    assert (
+        row.attempts == 1 and row.last_error is not None and row.last_error.startswith("abandoned: worker ")
+    )
 
 
 async def test_a_live_workers_job_is_never_taken_whatever_its_heartbeat_says(
@@ -298,7 +304,9 @@ async def test_a_live_workers_job_is_never_taken_whatever_its_heartbeat_says(
     added = await queue.service.enqueue("long", {})
     await queue.until(added.id, lambda r: r.status == "running")
     # a heartbeat an hour old, as if the owner's loop were stuck: its lock still proves it alive
-    await pool.execute("UPDATE ragoverlay_jobs SET heartbeat_at = now() - interval '1 hour' WHERE id = $1", added.id)
+    await pool.execute(
+        "UPDATE ragoverlay_jobs SET heartbeat_at = now() - interval '1 hour' WHERE id = $1", added.id
+    )
     await queue.worker(stale_s=1)
     await asyncio.sleep(2.5)
     row = await queue.job(added.id)

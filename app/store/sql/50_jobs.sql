@@ -122,12 +122,13 @@ $$;
 -- End a run of job p_id by worker p_worker (its attempt p_attempt), and release its lock.
 -- p_outcome: 'done'; 'retry' (back to the queue after p_delay_s); 'failed' (parked); 'again' (a
 -- periodic job's next pass after p_delay_s, whether this one failed or not); 'released' (the
--- worker stops: back to the queue at once, the attempt not counted).
+-- worker stops: back to the queue at once, the attempt not counted). p_done, p_total, p_note: the
+-- run's last progress (NULL: unchanged).
 -- Returns the job's new status, or NULL when the run no longer owned the job.
 DROP FUNCTION IF EXISTS ragoverlay_job_finish;
 CREATE FUNCTION ragoverlay_job_finish(
     p_id bigint, p_worker text, p_attempt integer, p_outcome text, p_delay_s double precision,
-    p_error text, p_result jsonb
+    p_error text, p_result jsonb, p_done bigint, p_total bigint, p_note text
 )
 RETURNS text
 LANGUAGE plpgsql
@@ -142,6 +143,10 @@ BEGIN
     WHERE j.id = p_id AND j.worker = p_worker AND j.attempts = p_attempt AND j.status = 'running'
     FOR UPDATE;
     IF FOUND THEN
+        UPDATE ragoverlay_jobs
+        SET progress_done = coalesce(p_done, progress_done), progress_total = coalesce(p_total, progress_total),
+            progress_note = coalesce(p_note, progress_note)
+        WHERE id = p_id;
         IF p_outcome = 'done' THEN
             UPDATE ragoverlay_jobs SET status = 'done', finished_at = now(), result = p_result,
                 last_error = NULL, runs = runs + 1
