@@ -206,6 +206,8 @@ class KillResult:
     v1_whole: int = 0  # answers holding the first version, whole
     v2_whole: int = 0  # answers holding the second version, whole (once the job has committed it)
     partial: int = 0  # answers mixing versions or missing chunks: must never happen
+    back_to_v1: int = 0  # the first version answered after the second had: must never happen
+    partial_samples: list[str] = field(default_factory=list)
     errors: int = 0  # answers other than 200
     killed_at_progress: str = ""
     job_attempts: int = 0
@@ -220,6 +222,7 @@ class KillResult:
         """No partial or early version seen, and the job resumed and stored the new version whole."""
         return (
             self.partial == 0
+            and self.back_to_v1 == 0
             and self.errors == 0
             and self.v1_whole > 0
             and self.job_status == "done"
@@ -234,14 +237,12 @@ def _auth(user: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def _whole(texts: list[str], found: list[str], prefix: str, count: int) -> bool:
-    """True when the file's chunks are exactly one version's, and the search finds only that one."""
-    return (
-        len(texts) == count
-        and all(t.startswith(prefix) for t in texts)
-        and bool(found)
-        and all(f.startswith(prefix) for f in found)
-    )
+def _version(texts: list[str], count_of: dict[str, int]) -> str:
+    """'v1' or 'v2' when `texts` are all of one version (and, with a count, all of it), else 'partial'."""
+    for prefix, count in count_of.items():
+        if texts and all(t.startswith(prefix + " ") for t in texts) and (count < 0 or len(texts) == count):
+            return prefix
+    return "partial"
 
 
 def _document(version: str, paragraphs: int) -> str:
@@ -299,14 +300,27 @@ async def run_kill(dsn: str, *, chunks: int, stale_s: int, workdir: Path, timeou
                     if docs.status_code != 200 or hits.status_code != 200:
                         result.errors += 1
                     else:
+                        # each answer on its own: one version, whole (the two requests may
+                        # straddle the job's commit, so they may differ from each other)
                         texts = [d["page_content"] for d in docs.json()]
                         found = [h[0]["page_content"] for h in hits.json()]
-                        if _whole(texts, found, "v1 ", result.chunks_v1):
-                            result.v1_whole += 1
-                        elif _whole(texts, found, "v2 ", chunks):
-                            result.v2_whole += 1
-                        else:
+                        seen = {
+                            _version(texts, {"v1": result.chunks_v1, "v2": chunks}),
+                            _version(found, {"v1": -1, "v2": -1}),
+                        }
+                        if "partial" in seen:
                             result.partial += 1
+                            if len(result.partial_samples) < 5:
+                                result.partial_samples.append(
+                                    f"documents {len(texts)}: {sorted({t[:2] for t in texts})}, "
+                                    f"search {sorted(f[:2] for f in found)}"
+                                )
+                        elif "v2" in seen:
+                            result.v2_whole += 1
+                        elif result.v2_whole:
+                            result.back_to_v1 += 1
+                        else:
+                            result.v1_whole += 1
             await asyncio.sleep(0.1)
 
     async with build_http_client(timeout_s=30) as client:

@@ -46,13 +46,6 @@ class Conflict(RagError):
     default_detail = "Conflict"
 
 
-class NotImplementedHere(RagError):
-    """This service has no handler for what was asked."""
-
-    status_code = 501
-    default_detail = "Not implemented"
-
-
 def _doc(code: int, text: str) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": ErrorResponse, "description": text}}
 
@@ -176,7 +169,11 @@ async def admin_retry(job_id: JobIdPath, principal: AdminPrincipal, jobs: JobsDe
     response_model=ReindexAccepted,
     responses={
         **_ADMIN,
-        **_doc(501, "This service has no V2 index to build (no handler for v2-backfill is registered)"),
+        **_doc(
+            409,
+            "This service has no V2 index to build (no handler for v2-backfill is registered): a state "
+            "of the deployment, not a server error",
+        ),
     },
 )
 async def admin_reindex(
@@ -187,7 +184,7 @@ async def admin_reindex(
 ) -> ReindexAccepted:
     """Queue the V2 backfill of a namespace (a waiting backfill of it is joined, not doubled)."""
     if not jobs.service.runs(V2_BACKFILL):
-        raise NotImplementedHere("This service has no V2 index yet: nothing can run a v2-backfill job")
+        raise Conflict("This service has no V2 index yet: nothing can run a v2-backfill job")
     added = await jobs.service.enqueue(
         V2_BACKFILL,
         {"namespace": namespace, "force": force},

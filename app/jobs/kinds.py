@@ -6,7 +6,7 @@ the lifespan, `app/jobs/setup.py`), one plain async function per kind:
     async def index_file(payload: V2IndexFile, progress: Progress) -> dict | None
     async def backfill(payload: V2Backfill, progress: Progress) -> dict | None
 
-Until they are registered, no worker claims those kinds and `POST /admin/reindex` answers 501.
+Until they are registered, no worker claims those kinds and `POST /admin/reindex` answers 409.
 """
 
 from __future__ import annotations
