@@ -364,6 +364,11 @@ class JobWorker:
                     # a shutdown is nobody's fault: the job waits for the next worker, uncounted
                     with contextlib.suppress(LeaseLost, asyncpg.PostgresError):
                         await self._finish(job, "released", 0.0, "interrupted: the worker stopped", None)
+                elif run.reason == "taken":
+                    # the row is no longer ours (the call changes nothing) but our session may still
+                    # hold the job's lock: give it back, or nobody could ever claim the job again
+                    with contextlib.suppress(LeaseLost, asyncpg.PostgresError):
+                        await self._finish(job, "released", 0.0, None, None)
                 raise
             try:
                 # shielded: a stop that arrives now must not leave a finished job marked running

@@ -381,3 +381,38 @@ async def test_a_periodic_job_keeps_one_row_and_stops_when_asked(queue: Queue) -
     assert len(passes) == 4 and row.runs == 4 and row.failures == 1 and row.result == {"pass": 4}
     assert row.max_attempts == 1 and row.period_s == 3600
     assert [j.id for j in await queue.service.list_jobs(kind="tick")] == [added.id]
+
+
+async def test_a_run_whose_job_was_taken_stops_and_gives_its_lock_back(
+    queue: Queue, pool: asyncpg.Pool
+) -> None:
+    runs: list[str] = []
+
+    async def job(payload: dict[str, Any], progress: Progress) -> None:
+        runs.append("start")
+        if len(runs) == 1:
+            await asyncio.sleep(3600)
+
+    queue.registry.register("job", job)
+    worker = await queue.worker(stale_s=2)  # heartbeats every 0.5 s
+    added = await queue.service.enqueue("job", {})
+    await queue.until(added.id, lambda r: r.status == "running")
+    assert worker.lease.conn is not None
+    pid = worker.lease.conn.get_server_pid()
+    # changed behind the worker's back (by hand): its run must stop and free the job
+    await pool.execute(
+        "UPDATE ragoverlay_jobs SET status = 'queued', worker = NULL, run_after = now() + interval '3 s' "
+        "WHERE id = $1",
+        added.id,
+    )
+    deadline = time.monotonic() + 10
+    while worker._runs:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    held = await pool.fetchval(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = $1 AND classid = 1785686643",
+        pid,
+    )
+    assert held == 0
+    row = await queue.until(added.id, lambda r: r.status == "done")
+    assert runs == ["start", "start"] and row.attempts == 2
