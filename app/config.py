@@ -129,6 +129,15 @@ class Settings(BaseSettings):
     parse_max_depth: int = Field(512, ge=16, le=100_000, validation_alias=_env("PARSE_MAX_DEPTH"))
     parse_max_chars: int = Field(50_000_000, ge=1000, validation_alias=_env("PARSE_MAX_CHARS"))
 
+    # --- background jobs (app/jobs/) ----------------------------------------------------------
+    indexer_concurrency: int = Field(4, ge=0, le=64, validation_alias=_env("INDEXER_CONCURRENCY"))
+    indexer_retry_max: int = Field(3, ge=0, le=100, validation_alias=_env("INDEXER_RETRY_MAX"))
+    indexer_retry_base_ms: int = Field(5000, ge=0, validation_alias=_env("INDEXER_RETRY_BASE_MS"))
+    indexer_retry_max_ms: int = Field(300_000, ge=0, validation_alias=_env("INDEXER_RETRY_MAX_MS"))
+    indexer_job_timeout_ms: int = Field(600_000, ge=100, validation_alias=_env("INDEXER_JOB_TIMEOUT_MS"))
+    indexer_stale_timeout_s: int = Field(1800, ge=1, validation_alias=_env("INDEXER_STALE_TIMEOUT"))
+    embed_async_over_bytes: int = Field(0, ge=0, validation_alias=_env("EMBED_ASYNC_OVER_BYTES"))
+
     # --- blob store ---------------------------------------------------------------------------
     blob_dir: Path | None = Field(None, validation_alias=_env("BLOB_DIR"))
     s3_bucket: str | None = Field(None, validation_alias=_env("S3_BUCKET"))

@@ -21,6 +21,7 @@ from app.edge import safe_str
 from app.errors import InvalidInput, ServiceUnavailable
 from app.ingest.pipeline import IngestService
 from app.ingest.v2.runs import V2Context
+from app.jobs.setup import JobSystem
 from app.maintenance.tasks import Maintenance
 from app.maintenance.v2_tasks import V2Maintenance
 from app.schemas import ENTITY_ID_FIELD_DESCRIPTION, MAX_ENTITY_ID_CHARS
@@ -44,6 +45,7 @@ class Resources:
     admin_ids: frozenset[str] = field(default_factory=frozenset)
     v2: V2Context | None = None
     v2_tasks: V2Maintenance | None = None
+    jobs: JobSystem | None = None
 
 
 async def get_resources(request: Request) -> Resources:
@@ -99,9 +101,17 @@ async def get_ingest(resources: ResourcesDep) -> IngestService:
     return resources.ingest
 
 
+async def get_jobs(resources: ResourcesDep) -> JobSystem:
+    """The job system (503 while it is not running)."""
+    if resources.jobs is None:
+        raise ServiceUnavailable("The job queue is not running; try again shortly")
+    return resources.jobs
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 SearchDep = Annotated[SearchService, Depends(get_search)]
 IngestDep = Annotated[IngestService, Depends(get_ingest)]
+JobsDep = Annotated[JobSystem, Depends(get_jobs)]
 
 
 if TYPE_CHECKING:  # built at run time; to a type checker it is a str

@@ -17,7 +17,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.api import documents, embed, health, v2_admin
+from app.api import admin, documents, embed, health, jobs, v2_admin
 from app.api.guards import BodyGuardMiddleware
 from app.api.openapi import install_openapi
 from app.clients.blobs import build_blob_store
@@ -28,7 +28,9 @@ from app.deps import Resources, get_principal
 from app.errors import BlobStoreError, InvalidInput, RagError, Unauthorized
 from app.ingest.pipeline import IngestService
 from app.ingest.v2.runs import V2Context, note_upload
+from app.jobs.setup import build_jobs
 from app.logs import RequestContextMiddleware, configure_logging, request_id_var
+from app.maintenance.registry import MaintenanceRegistry
 from app.maintenance.tasks import Maintenance
 from app.maintenance.v2_tasks import V2Maintenance
 from app.runtime.postgres import EmbeddedPostgres
@@ -112,8 +114,24 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ingest = IngestService(settings, pool, info, embedder, blobs)
         stack.callback(ingest.close)
         search_state = SearchState()
-        maintenance = Maintenance(settings, MaintenanceStore(dsn, info), search_state)
+        # the job queue runs the maintenance passes (app/maintenance/queue.py), not loops
+        maintenance = Maintenance(
+            settings, MaintenanceStore(dsn, info), search_state, MaintenanceRegistry(run_loops=False)
+        )
         stack.push_async_callback(maintenance.close)
+        search = SearchService(settings, pool, info, embedder, search_state, maintenance)
+        jobs = build_jobs(
+            settings,
+            dsn=dsn,
+            pool=pool,
+            info=info,
+            embedder=embedder,
+            blobs=blobs,
+            ingest=ingest,
+            search=search,
+            maintenance=maintenance,
+        )
+        stack.push_async_callback(jobs.close)  # first to close: running jobs go back to the queue
         maintenance.start(embedder.dimensions)
         v2 = V2Context(settings, pool, info, embedder, blobs)
         stack.push_async_callback(v2.close)
@@ -123,19 +141,22 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             await v2_tasks.start()  # resumes interrupted backfills
         except (OSError, asyncpg.PostgresError) as exc:
             logger.error("V2 index tasks could not start (%s); backfills resume at the next start", exc)
+        maintenance.start_refresh()
+        await jobs.start()
         app.state.resources = Resources(
             settings=settings,
             pool=pool,
             info=info,
             embedder=embedder,
             blobs=blobs,
-            search=SearchService(settings, pool, info, embedder, search_state, maintenance),
+            search=search,
             maintenance=maintenance,
             ingest=ingest,
             http=http,
             admin_ids=frozenset(settings.admin_user_ids),
             v2=v2,
             v2_tasks=v2_tasks,
+            jobs=jobs,
         )
         warmup = getattr(embedder, "warmup", None)
         if warmup is not None:
@@ -230,6 +251,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(embed.router, dependencies=authed)
     app.include_router(documents.router, dependencies=authed)
     app.include_router(v2_admin.router, dependencies=authed)
+    app.include_router(jobs.router, dependencies=authed)
+    app.include_router(admin.router, dependencies=authed)
     install_openapi(app, settings.entity_id_pattern)
     # innermost of the three: a refused body still gets CORS headers, a request id and an access line
     app.add_middleware(

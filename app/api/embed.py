@@ -8,17 +8,28 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
 
 from app.auth import Principal, check_entity_id, write_owner
 from app.config import Settings
-from app.deps import CurrentPrincipal, EntityIdQuery, IngestDep, SearchDep, SettingsDep
+from app.deps import (
+    CurrentPrincipal,
+    EntityIdQuery,
+    IngestDep,
+    Resources,
+    ResourcesDep,
+    SearchDep,
+    SettingsDep,
+)
 from app.edge import NON_BLANK_NUL_FREE_PATTERN, NUL_FREE_PATTERN, UNSAFE_ERROR_TYPE, unsafe_in_json
 from app.errors import BadRequest, InvalidInput, NotFound, PayloadTooLarge
 from app.ingest.pipeline import IngestService, SourceFile
 from app.ingest.upload import MAX_FIELD_BYTES, SavedUpload, check_content_length, receive_multipart
+from app.jobs.schemas import JobAccepted
+from app.jobs.uploads import accept_upload, wants_job
 from app.schemas import (
     AUTHED_ERRORS,
     ENTITY_ID_FIELD_DESCRIPTION,
@@ -162,15 +173,35 @@ async def _embed_multipart(
     search: SearchService,
     settings: Settings,
     file_field: str,
-) -> EmbedResponse:
+    *,
+    resources: Resources,
+    run_async: bool = False,
+) -> EmbedResponse | JSONResponse:
     upload = await _receive(request, settings, file_field, _EMBED_FIELDS)
     try:
         file_id = _file_id(upload.fields)
         entity_id = _entity_id(upload.fields, settings)
         storage_metadata = _storage_metadata(upload.fields)
         owner = write_owner(principal, entity_id)
+        source = SourceFile(upload.path, upload.filename, upload.content_type, upload.size, upload.sha256)
+        if resources.jobs is not None and wants_job(settings, asked=run_async, size=upload.size):
+            # opt-in only: LibreChat's /embed stays synchronous unless the operator asks otherwise
+            added = await accept_upload(
+                resources.jobs.service,
+                resources.blobs,
+                source,
+                file_id=file_id,
+                owner=owner,
+                uploader=principal.namespace,
+                storage_metadata=storage_metadata,
+            )
+            status_url = f"/jobs/{added.id}"
+            accepted = JobAccepted(
+                job_id=added.id, file_id=file_id, filename=upload.filename, status_url=status_url
+            )
+            return JSONResponse(accepted.model_dump(), status_code=202, headers={"Location": status_url})
         outcome = await ingest.ingest(
-            SourceFile(upload.path, upload.filename, upload.content_type, upload.size, upload.sha256),
+            source,
             file_id=file_id,
             owner=owner,
             uploader=principal.namespace,
@@ -182,17 +213,40 @@ async def _embed_multipart(
     return EmbedResponse(file_id=outcome.file_id, filename=upload.filename, known_type=outcome.known_type)
 
 
-_UPLOAD_ERRORS = error_responses(400, 413, 415, 502, *AUTHED_ERRORS, file_errors=True)
+_UPLOAD_ERRORS: dict[int | str, dict[str, Any]] = {
+    **error_responses(400, 413, 415, 502, *AUTHED_ERRORS, file_errors=True),
+    202: {
+        "model": JobAccepted,
+        "description": "Accepted as a background job (only with `?async=true`, or above "
+        "EMBED_ASYNC_OVER_BYTES when set): poll `status_url`",
+    },
+}
+AsyncQuery = Annotated[
+    bool,
+    Query(
+        alias="async",
+        description="index in the background: answer 202 with a job id at once (the synchronous 200 "
+        "is the default, as LibreChat expects)",
+    ),
+]
 
 
 @router.post(
     "/embed", response_model=EmbedResponse, openapi_extra=_multipart_schema("file"), responses=_UPLOAD_ERRORS
 )
 async def embed(
-    request: Request, principal: CurrentPrincipal, ingest: IngestDep, search: SearchDep, settings: SettingsDep
-) -> EmbedResponse:
+    request: Request,
+    principal: CurrentPrincipal,
+    ingest: IngestDep,
+    search: SearchDep,
+    settings: SettingsDep,
+    resources: ResourcesDep,
+    run_async: AsyncQuery = False,
+) -> EmbedResponse | JSONResponse:
     """Upload a file (multipart `file_id`, `file`, `entity_id?`, `storage_metadata?`) and index it."""
-    return await _embed_multipart(request, principal, ingest, search, settings, "file")
+    return await _embed_multipart(
+        request, principal, ingest, search, settings, "file", resources=resources, run_async=run_async
+    )
 
 
 @router.post(
@@ -202,10 +256,25 @@ async def embed(
     responses=_UPLOAD_ERRORS,
 )
 async def embed_upload(
-    request: Request, principal: CurrentPrincipal, ingest: IngestDep, search: SearchDep, settings: SettingsDep
-) -> EmbedResponse:
+    request: Request,
+    principal: CurrentPrincipal,
+    ingest: IngestDep,
+    search: SearchDep,
+    settings: SettingsDep,
+    resources: ResourcesDep,
+    run_async: AsyncQuery = False,
+) -> EmbedResponse | JSONResponse:
     """Same as `/embed`, with the file part named `uploaded_file`."""
-    return await _embed_multipart(request, principal, ingest, search, settings, "uploaded_file")
+    return await _embed_multipart(
+        request,
+        principal,
+        ingest,
+        search,
+        settings,
+        "uploaded_file",
+        resources=resources,
+        run_async=run_async,
+    )
 
 
 @router.post(

@@ -1,8 +1,10 @@
 """Maintenance tasks and their registry: who runs, how often, and how each one is doing.
 
 A task is a plain async callable that does one pass and says what it did (`Pass`); the registry
-runs each in a loop at its interval and keeps its `TaskStatus`. The job queue of a later release
-will run the same callables instead of these loops; the admin routes will read `statuses()`.
+keeps its `TaskStatus`. Who runs the passes: the registry itself, each task in a loop at its
+interval (`run_loops=True`), or the job queue (`run_loops=False` with `on_add`: each task becomes
+a periodic job, whose passes call `run_once`; `app/maintenance/queue.py`). The admin status page
+reads `statuses()`.
 """
 
 from __future__ import annotations
@@ -64,10 +66,13 @@ class TaskStatus:
 class MaintenanceRegistry:
     """The running maintenance tasks, each with its status, readable in one place."""
 
-    def __init__(self, *, run_loops: bool = True) -> None:
+    def __init__(
+        self, *, run_loops: bool = True, on_add: Callable[[MaintenanceTask], None] | None = None
+    ) -> None:
         # False: tasks are only registered, and something else runs their passes (`run_once`):
-        # the tests, and the job queue of a later release
+        # the tests, and the job queue, which learns of each new task through `on_add`
         self.run_loops = run_loops
+        self.on_add = on_add
         self._tasks: dict[str, MaintenanceTask] = {}
         self._status: dict[str, TaskStatus] = {}
         self._loops: dict[str, asyncio.Task[None]] = {}
@@ -80,7 +85,13 @@ class MaintenanceRegistry:
         self._status[task.name] = TaskStatus(task.name, task.interval)
         if self.run_loops:
             self._loops[task.name] = asyncio.create_task(self._loop(task), name=f"maintenance:{task.name}")
+        elif self.on_add is not None:
+            self.on_add(task)
         return True
+
+    def task(self, name: str) -> MaintenanceTask:
+        """The registered task `name` (KeyError when there is no such task)."""
+        return self._tasks[name]
 
     def __contains__(self, name: object) -> bool:
         return name in self._tasks

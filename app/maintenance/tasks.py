@@ -8,6 +8,8 @@ allow-lists). Each task does one pass per call and reaches the database only thr
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -29,6 +31,8 @@ COPY_RECHECK_SECONDS = 30.0  # while another replica fills the copy
 RECONCILE_SECONDS = 3600.0
 INDEX_RECHECK_SECONDS = 30.0  # while another replica builds an index
 INDEX_RETRY_SECONDS = 300.0  # after a failed build (the exact path answers meanwhile)
+# how long an index pass waits for the copy before it gives its slot back (and tries again later)
+COPY_WAIT_SECONDS = 30.0
 
 CATALOGUE = "catalogue"
 VECTOR_COPY = "vector-copy"
@@ -109,7 +113,14 @@ class HnswIndexTask:
         # backfill would work, but slower, and nothing may use it before then)
         if not self.state.copy_ready.is_set():
             report("waiting for the vector copy")
-            await self.state.copy_ready.wait()
+            # another replica may have filled it: the database knows
+            if await self.store.copy_state() == "ready":
+                self.state.set_copy_state("ready")
+            else:
+                try:
+                    await asyncio.wait_for(self.state.copy_ready.wait(), COPY_WAIT_SECONDS)
+                except TimeoutError:
+                    return Pass(progress="waiting for the vector copy", again_in=INDEX_RECHECK_SECONDS)
         state = await self.store.index_state(self.spec)
         if state == "valid":
             await self.store.ensure_walk(self.spec)
@@ -144,6 +155,8 @@ class Maintenance:
         self.store = store
         self.state = state
         self.registry = registry or MaintenanceRegistry()
+        self._specs: dict[int, IndexSpec] = {}  # dimensions with an index task
+        self._refresher: asyncio.Task[None] | None = None
 
     def start(self, dims_hint: int | None) -> None:
         """Start the catalogue and vector copy tasks, and the index of `dims_hint` when known."""
@@ -171,6 +184,7 @@ class Maintenance:
             # registered all the same, as done: the status says why there is no index
             self.registry.add(MaintenanceTask(f"{HNSW_PREFIX}{dims}", _unindexable(dims), 0.0))
             return
+        self._specs[dims] = spec
         task = HnswIndexTask(self.settings, self.store, self.state, spec)
         self.registry.add(
             MaintenanceTask(
@@ -178,8 +192,49 @@ class Maintenance:
             )
         )
 
+    async def refresh(self) -> None:
+        """Bring this process's search state to what the database says: statistics, copy, indexes.
+
+        With the job queue, one replica runs each pass and learns from it; the others (and this
+        one, between its own passes) read the outcome here. Statistics are read only when no
+        catalogue pass of this process has read them within its interval.
+        """
+        if CATALOGUE in self.registry:
+            last = self.registry.status(CATALOGUE).last_run
+            fresh = last is not None and (time.time() - last.timestamp()) < CATALOGUE_SECONDS
+        else:
+            fresh = False
+        if not fresh:
+            snapshot = await self.store.read_catalogue()
+            self.state.set_stats(CatalogueStats.from_snapshot(snapshot))
+        self.state.set_copy_state(await self.store.copy_state())
+        for dims, spec in list(self._specs.items()):
+            if self.state.walk(dims) is None and await self.store.index_state(spec) == "valid":
+                await self.store.ensure_walk(spec)
+                self.state.add_walk(dims, spec.function_name)
+
+    def start_refresh(self, interval: float = CATALOGUE_SECONDS) -> None:
+        """Refresh this process's search state now and then every `interval` seconds (queue mode)."""
+        if self._refresher is None:
+            self._refresher = asyncio.create_task(self._refresh_loop(interval), name="maintenance:refresh")
+
+    async def _refresh_loop(self, interval: float) -> None:
+        while True:
+            try:
+                await self.refresh()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the next round tries again; searches stay exact meanwhile
+                logger.warning("Search state refresh failed: %s: %s", type(exc).__name__, exc)
+            await asyncio.sleep(interval)
+
     async def close(self) -> None:
         """Stop every task."""
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresher
+            self._refresher = None
         await self.registry.close()
 
 

@@ -158,7 +158,10 @@ def baseline(method: str, path: str, op: dict[str, Any]) -> Call:
     call = Call(method.upper(), path)
     for param in op.get("parameters", []):
         if param["in"] == "path":
-            call.path_params[param["name"]] = new_id() if is_string(param["schema"]) else "1"
+            # a job id is a number; any other path parameter a string
+            call.path_params[param["name"]] = (
+                new_id() if is_string(param["schema"]) else str(sample(param["schema"]))
+            )
         elif param["in"] == "query" and param.get("required"):
             call.query[param["name"]] = sample(param["schema"])
     body = op.get("requestBody", {}).get("content", {})
@@ -221,8 +224,8 @@ SLOTS = [(m, p, op, s) for m, p, op in OPERATIONS for s in slots(m, p, op)]
 
 
 def caller(path: str, user: str) -> dict[str, str]:
-    """The caller's headers: an admin for the V2 admin routes (anyone else is refused before validation)."""
-    return auth(user, role="ADMIN") if path.startswith("/v2/") else auth(user)
+    """The token of a caller the route serves: an admin for /v2/ and /admin/ routes (others get 403 first)."""
+    return auth(user, role="ADMIN") if path.startswith(("/v2/", "/admin/")) else auth(user)
 
 
 async def send(client: httpx.AsyncClient, call: Call, headers: dict[str, str]) -> httpx.Response:

@@ -275,7 +275,31 @@ def admin_only(
 
 
 Probe = Callable[[World], Awaitable[None]]
+
+
+async def probe_job(w: World) -> None:
+    # a job (an upload accepted with 202) is read by the caller who asked for it, and nobody else
+    r = await w.client.post(
+        "/embed",
+        params={"async": "true"},
+        data={"file_id": w.other},
+        files={"file": ("s.txt", SECRET.encode(), "text/plain")},
+        headers=w.h(w.victim),
+    )
+    assert r.status_code == 202
+    url = r.json()["status_url"]
+    r = await w.client.get(url, headers=w.h())
+    assert r.status_code == 404 and "Nightingale" not in r.text
+    assert (await w.client.get(url, headers=w.h(w.victim))).status_code == 200
+
+
 PROBES: dict[tuple[str, str], Probe] = {
+    ("GET", "/jobs/{job_id}"): probe_job,
+    ("GET", "/admin/status"): admin_only("GET", "/admin/status"),
+    ("GET", "/admin/jobs"): admin_only("GET", "/admin/jobs"),
+    ("GET", "/admin/jobs/{job_id}"): admin_only("GET", "/admin/jobs/1"),
+    ("POST", "/admin/jobs/{job_id}/retry"): admin_only("POST", "/admin/jobs/1/retry"),
+    ("POST", "/admin/reindex"): admin_only("POST", "/admin/reindex?namespace=victim"),
     ("POST", "/query"): probe_query,
     ("POST", "/query_multiple"): probe_query_multiple,
     ("GET", "/documents"): probe_get_documents,

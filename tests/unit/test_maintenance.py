@@ -10,6 +10,7 @@ import asyncpg
 import pytest
 
 from app.config import load_settings
+from app.maintenance import tasks
 from app.maintenance.registry import MaintenanceRegistry, MaintenanceTask, Pass, Report
 from app.maintenance.tasks import CATALOGUE, HNSW_PREFIX, VECTOR_COPY, Maintenance
 from app.search.state import SearchState
@@ -125,6 +126,47 @@ async def test_hnsw_task_waits_for_the_copy_and_makes_the_index_usable() -> None
     result = await m.registry.run_once(name)
     assert result.done and m.state.walk(384) == "ragoverlay_vec_walk_384"
     assert store.calls[-2:] == ["index_state 384", "ensure_walk 384"]
+
+
+async def test_an_index_pass_gives_its_slot_back_when_the_copy_is_not_ready(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tasks, "COPY_WAIT_SECONDS", 0.01)
+    store = FakeStore()
+    m = maintenance(store)
+    m.start(384)
+    result = await m.registry.run_once(f"{HNSW_PREFIX}384")
+    assert (result.done, result.again_in, result.progress) == (False, 30.0, "waiting for the vector copy")
+    assert "build_index 384" not in store.calls
+    store.state = "ready"  # another replica filled it: the database says so, the pass goes on
+    result = await m.registry.run_once(f"{HNSW_PREFIX}384")
+    assert result.done and m.state.copy_ready.is_set() and "build_index 384" in store.calls
+
+
+async def test_with_the_queue_new_tasks_are_handed_over_instead_of_looping() -> None:
+    added: list[str] = []
+    registry = MaintenanceRegistry(run_loops=False, on_add=lambda task: added.append(task.name))
+    m = Maintenance(load_settings(_env_file=None), FakeStore(), SearchState(), registry)  # type: ignore[arg-type]
+    m.start(384)
+    m.want_index(768)
+    assert added == [CATALOGUE, VECTOR_COPY, f"{HNSW_PREFIX}384", f"{HNSW_PREFIX}768"]
+    assert registry.task(VECTOR_COPY).retry_interval == 30.0
+    await registry.close()
+
+
+async def test_refresh_reads_what_another_replica_did() -> None:
+    store = FakeStore()
+    m = maintenance(store)
+    m.start(384)
+    store.state, store.index = "ready", "valid"
+    await m.refresh()
+    assert m.state.use_copy and m.state.walk(384) == "ragoverlay_vec_walk_384"
+    assert m.state.catalogue_ready.is_set()
+    assert store.calls == ["read_catalogue", "copy_state", "index_state 384", "ensure_walk 384"]
+    await m.registry.run_once(CATALOGUE)  # statistics fresh from this process's own pass:
+    store.calls.clear()
+    await m.refresh()  # not read again, and a known walk is not checked again
+    assert store.calls == ["copy_state"]
 
 
 async def test_no_index_tasks_with_vector_index_none_or_too_many_dimensions() -> None:
