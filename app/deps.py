@@ -21,6 +21,7 @@ from app.edge import safe_str
 from app.errors import InvalidInput, ServiceUnavailable
 from app.ingest.pipeline import IngestService
 from app.maintenance.tasks import Maintenance
+from app.runtime.supervisor import DatabaseSupervisor
 from app.schemas import ENTITY_ID_FIELD_DESCRIPTION, MAX_ENTITY_ID_CHARS
 from app.search.service import SearchService
 from app.store.db import StoreInfo
@@ -40,6 +41,7 @@ class Resources:
     http: httpx.AsyncClient
     maintenance: Maintenance
     admin_ids: frozenset[str] = field(default_factory=frozenset)
+    database: DatabaseSupervisor | None = None  # app/runtime/supervisor.py: up/down, restarts
 
 
 async def get_resources(request: Request) -> Resources:

@@ -8,6 +8,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg
 from fastapi import Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -23,11 +24,21 @@ from app.clients.embeddings import build_embedder
 from app.clients.http import build_http_client
 from app.config import Settings, get_settings
 from app.deps import Resources, get_principal
-from app.errors import BlobStoreError, InvalidInput, RagError, Unauthorized
+from app.errors import (
+    BlobStoreError,
+    DatabaseUnavailable,
+    InvalidInput,
+    RagError,
+    RateLimited,
+    Unauthorized,
+    database_unavailable,
+)
 from app.ingest.pipeline import IngestService
+from app.ingest.upload import sweep_stale_uploads
 from app.logs import RequestContextMiddleware, configure_logging, request_id_var
 from app.maintenance.tasks import Maintenance
 from app.runtime.postgres import EmbeddedPostgres
+from app.runtime.supervisor import DatabaseSupervisor
 from app.search.service import SearchService
 from app.search.state import SearchState
 from app.store.db import bootstrap, create_pool
@@ -82,14 +93,29 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if embedded_pg is not None:
             stack.callback(embedded_pg.stop)
         info = await bootstrap(dsn, settings.collection_name)
+        await asyncio.to_thread(sweep_stale_uploads, settings.data_dir.resolve() / "tmp")
+        watchers: list[DatabaseSupervisor] = []  # the pool reports to the supervisor built after it
+
+        def report(exc: BaseException) -> None:
+            for watcher in watchers:
+                watcher.report_failure(exc)
+
         pool = await create_pool(
             dsn,
             min_size=settings.db_pool_min_size,
             max_size=settings.db_pool_max_size,
             statement_timeout_ms=settings.db_statement_timeout_ms,
             command_timeout_s=settings.db_statement_timeout_ms / 1000 + 5,
+            on_failure=report,
         )
         stack.push_async_callback(pool.close)
+        supervisor = DatabaseSupervisor(
+            dsn, pool, embedded=embedded_pg, interval_s=settings.db_check_interval_s
+        )
+        watchers.append(supervisor)
+        supervisor.start()
+        # closed before the pool and the embedded server (the stack unwinds in reverse)
+        stack.push_async_callback(supervisor.close)
         http = build_http_client(
             timeout_s=settings.embedding_timeout_s,
             # rag_api sends only OpenAI traffic through RAG_OPENAI_PROXY
@@ -122,6 +148,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             ingest=ingest,
             http=http,
             admin_ids=frozenset(settings.admin_user_ids),
+            database=supervisor,
         )
         warmup = getattr(embedder, "warmup", None)
         if warmup is not None:
@@ -140,6 +167,17 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     finally:
         app.state.resources = None
         await stack.aclose()
+
+
+RETRY_AFTER_DB_S = 2  # what a 503 for a lost database tells the client to wait
+# Exception types the database error handler sees; it answers only those `database_unavailable` accepts.
+DATABASE_ERROR_TYPES: tuple[type[Exception], ...] = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.OperatorInterventionError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.InterfaceError,
+    OSError,
+)
 
 
 def _error_body(detail: Any, status: int) -> dict[str, Any]:
@@ -164,7 +202,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RagError)
     async def rag_error(request: Request, exc: RagError) -> JSONResponse:
+        if isinstance(exc, DatabaseUnavailable):
+            return await database_error(request, exc)
         headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+        if isinstance(exc, RateLimited):
+            headers = {"Retry-After": str(exc.retry_after_s)}
         if isinstance(exc, InvalidInput):
             return JSONResponse(
                 {"detail": exc.errors, "message": "Request validation failed"}, status_code=422
@@ -175,6 +217,40 @@ def install_error_handlers(app: FastAPI) -> None:
             )
         return JSONResponse(
             _error_body(exc.detail, exc.status_code), status_code=exc.status_code, headers=headers
+        )
+
+    async def database_error(request: Request, exc: Exception) -> JSONResponse:
+        # the one place that turns a lost database into 503 (app/errors.py decides what counts)
+        if isinstance(exc, asyncpg.QueryCanceledError):  # DB_STATEMENT_TIMEOUT_MS ran out
+            return await timeout_error(request, exc)
+        if not database_unavailable(exc):
+            raise exc
+        resources = getattr(request.app.state, "resources", None)
+        supervisor = getattr(resources, "database", None)
+        if supervisor is not None:
+            supervisor.report_failure(exc)
+        logger.warning(
+            "Database unavailable (%s) on %s %s", type(exc).__name__, request.method, request.url.path
+        )
+        detail = exc.detail if isinstance(exc, DatabaseUnavailable) else DatabaseUnavailable.default_detail
+        return JSONResponse(
+            _error_body(detail, 503), status_code=503, headers={"Retry-After": str(RETRY_AFTER_DB_S)}
+        )
+
+    for kind in DATABASE_ERROR_TYPES:
+        app.add_exception_handler(kind, database_error)
+
+    @app.exception_handler(TimeoutError)
+    async def timeout_error(request: Request, exc: Exception) -> JSONResponse:
+        # a statement past its client-side timeout (QUERY_TIMEOUT_MS): the database is slow right now
+        logger.warning("Timed out on %s %s", request.method, request.url.path)
+        return JSONResponse(
+            _error_body(
+                "The database did not answer in time (it is slow or overloaded right now); try again shortly",
+                503,
+            ),
+            status_code=503,
+            headers={"Retry-After": str(RETRY_AFTER_DB_S)},
         )
 
     @app.exception_handler(RequestValidationError)
