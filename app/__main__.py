@@ -13,6 +13,7 @@ from app.errors import ConfigError
 from app.main import UNAUTHENTICATED_WARNING, create_app
 from app.runtime.lock import FolderLock
 from app.runtime.postgres import LOCK_NAME, LOCK_PURPOSE
+from app.runtime.stalls import stall_guarded_protocol
 
 LISTEN_BACKLOG = 2048  # uvicorn's default
 
@@ -75,6 +76,8 @@ def main() -> int:
         timeout_graceful_shutdown=30,
         server_header=False,
         backlog=LISTEN_BACKLOG,
+        # headers that stall are cut after REQUEST_HEADER_TIMEOUT_S (uvicorn itself never cuts them)
+        http=stall_guarded_protocol(settings.request_header_timeout_s),
     )
     with listener:
         uvicorn.Server(config).run(sockets=[listener])

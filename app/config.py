@@ -86,6 +86,13 @@ class Settings(BaseSettings):
     delete_scope: Literal["owner", "caller"] = Field("owner", validation_alias=_env("DELETE_SCOPE"))
     legacy_unowned_readable: bool = Field(False, validation_alias=_env("LEGACY_UNOWNED_READABLE"))
     entity_id_pattern: str = Field(DEFAULT_ENTITY_ID_PATTERN, validation_alias=_env("ENTITY_ID_PATTERN"))
+    # requests whose headers or body stall are closed with 408 (app/runtime/stalls.py)
+    request_header_timeout_s: float = Field(
+        10.0, gt=0, le=3600, validation_alias=_env("REQUEST_HEADER_TIMEOUT_S")
+    )
+    request_body_timeout_s: float = Field(
+        30.0, gt=0, le=3600, validation_alias=_env("REQUEST_BODY_TIMEOUT_S")
+    )
     # a /query_multiple body needs ~260 KB for 1,000 ids of 200 chars and a 20,000-char query
     max_json_body_bytes: int = Field(512 * 1024, ge=1024, validation_alias=_env("MAX_JSON_BODY_BYTES"))
     _entity_id_regex: re.Pattern[str] = PrivateAttr(

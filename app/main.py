@@ -38,6 +38,7 @@ from app.ingest.upload import sweep_stale_uploads
 from app.logs import RequestContextMiddleware, configure_logging, request_id_var
 from app.maintenance.tasks import Maintenance
 from app.runtime.postgres import EmbeddedPostgres
+from app.runtime.stalls import BodyTimeoutMiddleware
 from app.runtime.supervisor import DatabaseSupervisor
 from app.search.service import SearchService
 from app.search.state import SearchState
@@ -298,6 +299,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_body_bytes=settings.max_json_body_bytes,
         exempt_paths=embed.STREAMED_UPLOAD_PATHS,
     )
+    # outside the body guard: a body that stops arriving is answered 408 whoever was reading it
+    app.add_middleware(BodyTimeoutMiddleware, timeout_s=settings.request_body_timeout_s)
     app.add_middleware(
         CORSMiddleware,
         allow_origins=settings.cors_origins,

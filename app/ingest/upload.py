@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO
 
 from python_multipart.multipart import MultipartParser, parse_options_header
+from starlette.exceptions import HTTPException
 
 from app.edge import UNSAFE_ERROR_TYPE, unsafe_reason
 from app.errors import BadRequest, InvalidInput, PayloadTooLarge
@@ -208,7 +209,8 @@ async def receive_multipart(
                 parser.write(chunk)
                 # a file over the limit is refused mid-stream (raised from the callbacks)
         parser.finalize()
-    except (PayloadTooLarge, InvalidInput, BadRequest):
+    except (PayloadTooLarge, InvalidInput, BadRequest, HTTPException):
+        # HTTPException: the body stopped arriving (408) or was refused on the way in
         state.discard()
         raise
     except Exception:
