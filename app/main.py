@@ -33,7 +33,7 @@ from app.errors import (
     Unauthorized,
     database_unavailable,
 )
-from app.ingest.pipeline import IngestService
+from app.ingest.pipeline import IngestService, model_identity
 from app.ingest.upload import sweep_stale_uploads
 from app.logs import RequestContextMiddleware, configure_logging, request_id_var
 from app.maintenance.tasks import Maintenance
@@ -42,7 +42,7 @@ from app.runtime.stalls import BodyTimeoutMiddleware
 from app.runtime.supervisor import DatabaseSupervisor
 from app.search.service import SearchService
 from app.search.state import SearchState
-from app.store.db import bootstrap, create_pool
+from app.store.db import StoreInfo, bootstrap, create_pool, stored_dimension
 from app.store.maintenance import MaintenanceStore
 
 logger = logging.getLogger(__name__)
@@ -63,6 +63,19 @@ async def _database_dsn(settings: Settings) -> tuple[str, EmbeddedPostgres | Non
     server = EmbeddedPostgres(settings.postgres_data_dir)
     info = await asyncio.to_thread(server.start)
     return info.dsn, server
+
+
+async def _trust_stored_dimensions(embedder: Any, pool: Any, info: StoreInfo, settings: Settings) -> None:
+    """Before any reply is trusted: the dimension of the vectors already stored for this model."""
+    use = getattr(embedder, "use_stored_dimensions", None)
+    if use is None:
+        return
+    model_id = model_identity(settings)
+
+    async def lookup() -> int | None:
+        return await stored_dimension(pool, info, model_id)
+
+    use(lookup, await lookup())
 
 
 def ensure_upload_dir(settings: Settings) -> None:
@@ -125,6 +138,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stack.push_async_callback(http.aclose)
         embedder = build_embedder(settings, http_client=http)
         stack.push_async_callback(embedder.aclose)
+        await _trust_stored_dimensions(embedder, pool, info, settings)
         blobs = build_blob_store(settings)
         stack.push_async_callback(blobs.aclose)
         try:

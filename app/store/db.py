@@ -155,6 +155,25 @@ async def create_pool(
     return pool
 
 
+# The dimension of the vectors this service stored for one model identity (provider:model[@dims]).
+# rag_api's own rows record no model, so they cannot say which model made them and are not asked.
+_STORED_DIMENSION = """
+    SELECT f.embedding_dim FROM ragoverlay_files f
+    WHERE f.collection_id = $1 AND f.embedding_model = $2 AND f.embedding_dim IS NOT NULL
+    ORDER BY f.updated_at DESC
+    LIMIT 1
+"""
+
+
+async def stored_dimension(
+    pool: Any, info: StoreInfo, model_id: str, *, timeout_s: float = 5.0
+) -> int | None:
+    """The dimension of the vectors stored for `model_id` in this collection, or None when none are."""
+    async with pool.acquire(timeout=timeout_s) as conn:
+        value = await conn.fetchval(_STORED_DIMENSION, info.collection_id, model_id, timeout=timeout_s)
+    return int(value) if value else None
+
+
 async def bootstrap(dsn: str, collection_name: str) -> StoreInfo:
     """Apply migrations and SQL code, check pgvector, find or create the collection (idempotent)."""
     conn = await asyncpg.connect(dsn)

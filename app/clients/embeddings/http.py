@@ -113,7 +113,7 @@ class HttpEmbedder(BaseEmbedder):
         parts = await gather_or_cancel(
             [self._run_batch(texts[start:end], self._batch_slots) for start, end in slices]
         )
-        return np.concatenate(parts, axis=0)
+        return self._join(parts)
 
     async def _embed_query(self, text: str) -> np.ndarray:
         return await self._run_batch([text], self._query_slots)
