@@ -99,6 +99,12 @@ class Settings(BaseSettings):
         default_factory=lambda: re.compile(DEFAULT_ENTITY_ID_PATTERN)
     )
 
+    # --- operations: /metrics and rate limits (app/api/metrics.py, app/api/ratelimit.py) --------
+    metrics_token: str | None = Field(None, min_length=16, validation_alias=_env("METRICS_TOKEN"))
+    search_rate_per_minute: int = Field(0, ge=0, validation_alias=_env("SEARCH_RATE_PER_MINUTE"))
+    embed_rate_per_minute: int = Field(0, ge=0, validation_alias=_env("EMBED_RATE_PER_MINUTE"))
+    reindex_rate_per_minute: int = Field(10, ge=0, validation_alias=_env("REINDEX_RATE_PER_MINUTE"))
+
     # --- database -----------------------------------------------------------------------------
     database_url: str | None = Field(None, validation_alias=_env("DATABASE_URL"))
     embedded_postgres: Literal["auto", "true", "false"] = Field(

@@ -16,9 +16,12 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app import metrics
 from app.api import documents, embed, health
+from app.api import metrics as metrics_route
 from app.api.guards import BodyGuardMiddleware
 from app.api.openapi import install_openapi
+from app.api.ratelimit import RateLimiter, document_rate_limits, enforce_rate_limit
 from app.clients.blobs import build_blob_store
 from app.clients.embeddings import build_embedder
 from app.clients.http import build_http_client
@@ -128,6 +131,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         )
         watchers.append(supervisor)
         supervisor.start()
+        stack.callback(metrics.bind_runtime(supervisor, pool))
         # closed before the pool and the embedded server (the stack unwinds in reverse)
         stack.push_async_callback(supervisor.close)
         http = build_http_client(
@@ -301,9 +305,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.resources = None
+    app.state.rate_limiter = RateLimiter(
+        {
+            "search": settings.search_rate_per_minute,
+            "embed": settings.embed_rate_per_minute,
+            "reindex": settings.reindex_rate_per_minute,
+        }
+    )
     install_error_handlers(app)
     app.include_router(health.router)
-    authed = [Depends(get_principal)]
+    app.include_router(metrics_route.router)
+    # the limit runs after authentication: the client it counts is the token's user id
+    authed = [Depends(get_principal), Depends(enforce_rate_limit)]
+    document_rate_limits(embed.router, documents.router)
     app.include_router(embed.router, dependencies=authed)
     app.include_router(documents.router, dependencies=authed)
     install_openapi(app, settings.entity_id_pattern)
@@ -322,5 +336,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         allow_headers=["*"],
         expose_headers=["X-Request-ID"],
     )
+    # inside the request context (its 500s are counted), outside everything that can answer
+    app.add_middleware(metrics.MetricsMiddleware)
     app.add_middleware(RequestContextMiddleware)
     return app

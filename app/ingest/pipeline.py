@@ -21,6 +21,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
+from app import metrics
 from app.clients.blobs import BlobStore, blob_key
 from app.clients.embeddings import Embedder
 from app.config import Settings
@@ -208,6 +209,9 @@ class IngestService:
                 previous = await store.replace_file(conn, self.info, record, new_chunks)
             if previous:
                 await self._remove_if_unreferenced(previous)
+        metrics.observe_ingest(
+            loaded_at - started, embedded_at - loaded_at, time.perf_counter() - embedded_at
+        )
         logger.info(
             "Ingested file %s: %d chunks (%d embedded, %d reused), load %.0f ms, embed %.0f ms, "
             "total %.0f ms",

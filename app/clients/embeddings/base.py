@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from app import metrics
 from app.errors import EmbeddingProviderError
 
 logger = logging.getLogger(__name__)
@@ -189,7 +191,23 @@ class BaseEmbedder:
         if not items:
             return np.zeros((0, self.dimensions or 0), dtype=np.float32)
         await self._refresh_trusted()
-        return await self._embed_documents(items)
+        async with self._measured("documents"):
+            return await self._embed_documents(items)
+
+    @contextlib.asynccontextmanager
+    async def _measured(self, kind: str) -> AsyncIterator[None]:
+        """Count one embedding call and time it (metrics: calls by outcome, duration)."""
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            yield
+            outcome = "ok"
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        finally:
+            metrics.EMBEDDING_CALLS.labels(self.provider, kind, outcome).inc()
+            metrics.EMBEDDING_DURATION.labels(self.provider, kind).observe(time.perf_counter() - started)
 
     async def embed_query(self, text: str) -> np.ndarray:
         """Vector of one query (d,); cached, and concurrent identical misses share one computation."""
@@ -215,7 +233,8 @@ class BaseEmbedder:
             self._cache.put(key, future.result())
 
     async def _compute_query(self, text: str) -> np.ndarray:
-        vector = (await self._embed_query(text))[0]
+        async with self._measured("query"):
+            vector = (await self._embed_query(text))[0]
         vector = np.ascontiguousarray(vector, dtype=np.float32)
         vector.flags.writeable = False
         return vector

@@ -18,6 +18,7 @@ from urllib.parse import quote
 import httpx
 import numpy as np
 
+from app import metrics
 from app.clients.embeddings.base import BaseEmbedder, gather_or_cancel, plan_batches
 from app.clients.http import build_http_client, is_retryable_status, parse_retry_after
 from app.clients.retry import RetryPolicy, Transient
@@ -151,6 +152,7 @@ class HttpEmbedder(BaseEmbedder):
         try:
             response = await self._client.post(url, json=body, headers=headers, timeout=self._timeout)
         except httpx.TimeoutException:
+            metrics.EMBEDDING_ATTEMPTS.labels(self.provider, "timeout").inc()
             raise Transient(
                 "timeout",
                 detail=f"The embedding provider did not answer within {self._timeout_s:g} s",
@@ -160,10 +162,13 @@ class HttpEmbedder(BaseEmbedder):
                 f"The embedding provider URL is invalid; {self.url_hint}", retryable=False
             ) from None
         except httpx.TransportError as exc:
+            metrics.EMBEDDING_ATTEMPTS.labels(self.provider, "transport_error").inc()
             raise Transient(
                 type(exc).__name__, detail=f"Could not reach the embedding provider; {self.url_hint}"
             ) from None
         status = response.status_code
+        outcome = "ok" if status < 400 else "http_429" if status == 429 else f"http_{status // 100}xx"
+        metrics.EMBEDDING_ATTEMPTS.labels(self.provider, outcome).inc()
         if 200 <= status <= 299:
             try:
                 return response.json()
