@@ -185,6 +185,10 @@ class Settings(BaseSettings):
     embedding_concurrency: int = Field(4, ge=1, le=64, validation_alias=_env("EMBEDDING_CONCURRENCY"))
     embedding_timeout_s: float = Field(60.0, gt=0, validation_alias=_env("EMBEDDING_TIMEOUT"))
     embedding_max_retries: int = Field(4, ge=0, le=20, validation_alias=_env("EMBEDDING_MAX_RETRIES"))
+    embedding_breaker_failures: int = Field(5, ge=0, validation_alias=_env("EMBEDDING_BREAKER_FAILURES"))
+    embedding_breaker_reset_s: float = Field(
+        10.0, gt=0, le=3600, validation_alias=_env("EMBEDDING_BREAKER_RESET_S")
+    )
     query_embedding_cache_size: int = Field(1024, ge=0, validation_alias=_env("QUERY_EMBEDDING_CACHE_SIZE"))
     local_embeddings_threads: int = Field(0, ge=0, validation_alias=_env("LOCAL_EMBEDDINGS_THREADS"))
 

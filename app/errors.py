@@ -190,6 +190,9 @@ def database_unavailable(exc: BaseException) -> bool:
             asyncpg.AdminShutdownError,
             asyncpg.CrashShutdownError,
             asyncpg.TooManyConnectionsError,
+            # the client's protocol state broke when the server vanished mid-operation ("cannot
+            # switch to state 12; another operation is in progress"): that connection is lost too
+            asyncpg.InternalClientError,
         ),
     ):
         return True

@@ -195,6 +195,7 @@ DATABASE_ERROR_TYPES: tuple[type[Exception], ...] = (
     asyncpg.OperatorInterventionError,
     asyncpg.TooManyConnectionsError,
     asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
     OSError,
 )
 

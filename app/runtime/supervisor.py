@@ -66,6 +66,7 @@ class DatabaseSupervisor:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._down_since: float | None = None
+        self._last_restart = 0.0
 
     @property
     def up(self) -> bool:
@@ -107,6 +108,9 @@ class DatabaseSupervisor:
         """One check: restart a dead embedded server, probe, and reset the pool on recovery."""
         if self.embedded is not None and not await asyncio.to_thread(self.embedded.is_running):
             self._mark_down("the embedded PostgreSQL is not running")
+            if time.monotonic() - self._last_restart < self.down_interval_s:
+                return False  # failing requests wake us often: one restart attempt per interval
+            self._last_restart = time.monotonic()
             try:
                 started = await asyncio.to_thread(self.embedded.restart)
             except Exception as exc:  # e.g. its old processes still hold shared memory: next tick
