@@ -383,7 +383,7 @@ def search_op(user: str, file_ids: list[str], *, fresh: bool) -> Op:
     """`/query_multiple` over `file_ids`; `fresh`: a new query text each time (no cache hit)."""
 
     async def op(http: httpx.AsyncClient, n: int) -> httpx.Response:
-        query = f"what did the keeper log {n}" if fresh else random.choice(QUERIES)
+        query = f"what did the keeper log {secrets.token_hex(4)}" if fresh else random.choice(QUERIES)
         return await http.post(
             "/query_multiple", json={"query": query, "file_ids": file_ids, "k": 5}, headers=auth(user)
         )
@@ -425,6 +425,7 @@ class Context:
             "RAG_OPENAI_API_KEY": "sk-faults",
             "EMBEDDING_TIMEOUT": str(self.params.embed_timeout_s),
             "EMBEDDING_MAX_RETRIES": "1",
+            "EMBEDDING_BREAKER_RESET_S": str(self.params.embed_timeout_s * 2),
             "DB_CHECK_INTERVAL_S": "1",
             "REQUEST_HEADER_TIMEOUT_S": str(self.params.stall_timeout_s),
             "REQUEST_BODY_TIMEOUT_S": str(self.params.stall_timeout_s),
@@ -546,30 +547,28 @@ async def scenario_embedding(ctx: Context) -> Result:
     """The embedding server: ok, 500s, hanging, ok again; uploads and searches through all four."""
     service, p, server = ctx.service, ctx.params, ctx.embeddings
     assert service is not None
+    reset_s = p.embed_timeout_s * 2  # EMBEDDING_BREAKER_RESET_S of the run's service
     phases = [
         ("ok", p.phase_s),
         ("error", p.phase_s),
         ("hang", p.phase_s + 2 * p.embed_timeout_s),
-        ("recovered", p.phase_s),
+        ("recovered", p.phase_s + reset_s),
     ]
     ops = [
-        ("embed", upload_op(ctx.user, f"emb-{secrets.token_hex(3)}")),
+        ("embed", upload_op(ctx.user, "emb")),
         ("query_multiple", search_op(ctx.user, ctx.files, fresh=True)),
     ]
+    clients = max(2, p.clients // 2)
     t0 = time.monotonic()
     current = {"phase": "ok"}
+    began: dict[str, float] = {}
     samples: list[Sample] = []
     for phase, seconds in phases:
         server.mode = "ok" if phase == "recovered" else phase
         current["phase"] = phase
-        say(
-            f"embedding: server {server.mode!r} for {seconds:g} s, "
-            f"{max(2, p.clients // 2)} clients uploading and searching"
-        )
-        samples += await run_clients(
-            service.base_url, ops, max(2, p.clients // 2), seconds, t0, lambda: current["phase"]
-        )
-    server.mode = "ok"
+        began[phase] = time.monotonic() - t0
+        say(f"embedding: server {server.mode!r} for {seconds:g} s, {clients} clients uploading and searching")
+        samples += await run_clients(service.base_url, ops, clients, seconds, t0, lambda: current["phase"])
     by_phase: dict[str, Any] = {}
     for phase, _ in phases:
         mine = [s for s in samples if s.tag == phase]
@@ -577,19 +576,22 @@ async def scenario_embedding(ctx: Context) -> Result:
             "requests": len(mine),
             "statuses": statuses(mine),
             "latency_s": summarize([s.latency for s in mine]),
+            "answers": dict(Counter(f"{s.op} {s.status} {s.detail[:70]}" for s in mine).most_common(6)),
         }
-    # a request that started in one phase may end in the next: judge each by where it started
-    broken = [
-        s for s in samples if s.tag in ("error", "hang") and s.start > 0.5 + _phase_start(phases, s.tag)
-    ]
-    healthy = [
-        s for s in samples if s.tag in ("ok", "recovered") and s.start > 0.5 + _phase_start(phases, s.tag)
-    ]
+    broken = [s for s in samples if s.tag in ("error", "hang") and s.start > began[s.tag] + 0.5]
     hang = [s for s in broken if s.tag == "hang"]
-    bound = 2 * p.embed_timeout_s + 1.0 + 2.0  # two attempts, backoff, margin
+    after = [s for s in samples if s.tag == "recovered"]
+    first_ok = min((s.end for s in after if s.status == 200), default=None)
+    recovery_s = first_ok - began["recovered"] if first_ok is not None else None
+    healthy = [s for s in samples if s.tag == "ok"] + [
+        s for s in after if first_ok is not None and s.start > first_ok
+    ]
+    # two attempts of EMBEDDING_TIMEOUT and a backoff, for the calls that were in flight
+    bound = 2 * p.embed_timeout_s + 3.0
     result: Result = {
         "phases": by_phase,
         "provider_requests": dict(server.requests),
+        "recovery_s": round(recovery_s, 2) if recovery_s is not None else None,
         "other_5xx_or_no_answer": len(bad_5xx(samples)),
     }
     result["checks"] = {
@@ -598,6 +600,8 @@ async def scenario_embedding(ctx: Context) -> Result:
         and all(s.status == 503 and "embedding" in s.detail.lower() for s in broken),
         f"a hanging provider costs at most ~{bound:g} s a request": bool(hang)
         and max(s.latency for s in hang) < bound,
+        "answers are 200 again within the breaker's pause": recovery_s is not None
+        and recovery_s < reset_s + 2 * p.embed_timeout_s + 2,
         "healthy phases answer 200": bool(healthy) and all(s.status == 200 for s in healthy),
     }
     return result
@@ -622,15 +626,6 @@ async def _until_ok(base_url: str, op: Op, t0: float, limit_s: float) -> list[Sa
                 break
             await asyncio.sleep(0.2)
     return samples
-
-
-def _phase_start(phases: list[tuple[str, float]], name: str) -> float:
-    start = 0.0
-    for phase, seconds in phases:
-        if phase == name:
-            return start
-        start += seconds
-    return start
 
 
 async def scenario_stalls(ctx: Context) -> Result:
