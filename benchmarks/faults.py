@@ -75,7 +75,7 @@ FULL = Params(
     clients=50, load_s=30.0, phase_s=8.0, stalled=300, stall_timeout_s=3.0, embed_timeout_s=3.0, s3_s=24.0
 )
 SHORT = Params(
-    clients=10, load_s=6.0, phase_s=2.0, stalled=60, stall_timeout_s=1.0, embed_timeout_s=1.0, s3_s=6.0
+    clients=10, load_s=5.0, phase_s=1.5, stalled=60, stall_timeout_s=1.0, embed_timeout_s=1.0, s3_s=4.5
 )
 
 

@@ -170,6 +170,18 @@ async def _timed(
     results[route].append((status, (time.perf_counter() - start) * 1000))
 
 
+def _rss_mib(service: ServiceProcess) -> float | None:
+    import psutil
+
+    if service.process is None:
+        return None
+    try:
+        rss: int = psutil.Process(service.process.pid).memory_info().rss
+    except psutil.Error:
+        return None
+    return round(rss / 2**20, 1)
+
+
 async def run(clients: int, seconds: float, files: int, upload_share: float, root: Path) -> dict[str, Any]:
     """Start the service, seed, load, stop; the report."""
     data_dir = root / "data"
@@ -191,8 +203,7 @@ async def run(clients: int, seconds: float, files: int, upload_share: float, roo
         began = time.monotonic()
         file_ids = await seed(service.base_url, user, files, random.Random(7))
         report["seed_s"] = round(time.monotonic() - began, 1)
-        idle = service.vm_hwm_bytes()
-        report["rss_before_load_mib"] = round(idle / 2**20, 1) if idle else None
+        report["rss_before_load_mib"] = _rss_mib(service)
         say(f"{clients} clients for {seconds:g} s against /query_multiple and /embed")
         report["load"] = await run_load(service.base_url, user, file_ids, clients, seconds, upload_share)
     finally:
@@ -211,11 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--files", type=int, default=50, help="files in the searched corpus")
     parser.add_argument("--upload-share", type=float, default=0.1, help="share of clients uploading")
-    parser.add_argument("--short", action="store_true", help="20 clients for 5 s over 10 files")
+    parser.add_argument("--short", action="store_true", help="20 clients for 4 s over 6 files")
     parser.add_argument("--json", type=Path, help="also write the report here")
     args = parser.parse_args(argv)
     if args.short:
-        args.clients, args.seconds, args.files = 20, 5.0, 10
+        args.clients, args.seconds, args.files = 20, 4.0, 6
     root = Path(tempfile.mkdtemp(prefix="ragoverlay-load-"))
     root.chmod(0o755)
     try:
