@@ -11,6 +11,9 @@ import uvicorn
 from app.config import load_settings
 from app.errors import ConfigError
 from app.main import UNAUTHENTICATED_WARNING, create_app
+from app.runtime.lock import FolderLock
+from app.runtime.postgres import LOCK_NAME, LOCK_PURPOSE
+from app.runtime.stalls import stall_guarded_protocol
 
 LISTEN_BACKLOG = 2048  # uvicorn's default
 
@@ -46,6 +49,10 @@ def main() -> int:
     """Validate the configuration, claim the port, then serve until interrupted."""
     try:
         settings = load_settings()
+        if settings.use_embedded_postgres:
+            # claimed before the port, and held until exit: a second service on this DATA_DIR stops
+            # here with the owner's pid, instead of sharing (and later losing) a database it does not own
+            FolderLock.acquire(settings.data_dir.resolve(), LOCK_NAME, purpose=LOCK_PURPOSE)
         listener = bind_listener(settings.bind_host, settings.port)
     except ConfigError as exc:
         print(f"ragoverlay: {exc}", file=sys.stderr)
@@ -69,6 +76,8 @@ def main() -> int:
         timeout_graceful_shutdown=30,
         server_header=False,
         backlog=LISTEN_BACKLOG,
+        # headers that stall are cut after REQUEST_HEADER_TIMEOUT_S (uvicorn itself never cuts them)
+        http=stall_guarded_protocol(settings.request_header_timeout_s),
     )
     with listener:
         uvicorn.Server(config).run(sockets=[listener])

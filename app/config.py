@@ -86,11 +86,24 @@ class Settings(BaseSettings):
     delete_scope: Literal["owner", "caller"] = Field("owner", validation_alias=_env("DELETE_SCOPE"))
     legacy_unowned_readable: bool = Field(False, validation_alias=_env("LEGACY_UNOWNED_READABLE"))
     entity_id_pattern: str = Field(DEFAULT_ENTITY_ID_PATTERN, validation_alias=_env("ENTITY_ID_PATTERN"))
+    # requests whose headers or body stall are closed with 408 (app/runtime/stalls.py)
+    request_header_timeout_s: float = Field(
+        10.0, gt=0, le=3600, validation_alias=_env("REQUEST_HEADER_TIMEOUT_S")
+    )
+    request_body_timeout_s: float = Field(
+        30.0, gt=0, le=3600, validation_alias=_env("REQUEST_BODY_TIMEOUT_S")
+    )
     # a /query_multiple body needs ~260 KB for 1,000 ids of 200 chars and a 20,000-char query
     max_json_body_bytes: int = Field(512 * 1024, ge=1024, validation_alias=_env("MAX_JSON_BODY_BYTES"))
     _entity_id_regex: re.Pattern[str] = PrivateAttr(
         default_factory=lambda: re.compile(DEFAULT_ENTITY_ID_PATTERN)
     )
+
+    # --- operations: /metrics and rate limits (app/api/metrics.py, app/api/ratelimit.py) --------
+    metrics_token: str | None = Field(None, min_length=16, validation_alias=_env("METRICS_TOKEN"))
+    search_rate_per_minute: int = Field(0, ge=0, validation_alias=_env("SEARCH_RATE_PER_MINUTE"))
+    embed_rate_per_minute: int = Field(0, ge=0, validation_alias=_env("EMBED_RATE_PER_MINUTE"))
+    reindex_rate_per_minute: int = Field(10, ge=0, validation_alias=_env("REINDEX_RATE_PER_MINUTE"))
 
     # --- database -----------------------------------------------------------------------------
     database_url: str | None = Field(None, validation_alias=_env("DATABASE_URL"))
@@ -108,6 +121,7 @@ class Settings(BaseSettings):
     db_pool_max_size: int = Field(10, ge=1, validation_alias=_env("DB_POOL_MAX_SIZE"))
     db_statement_timeout_ms: int = Field(30_000, ge=100, validation_alias=_env("DB_STATEMENT_TIMEOUT_MS"))
     query_timeout_ms: int = Field(10_000, ge=50, validation_alias=_env("QUERY_TIMEOUT_MS"))
+    db_check_interval_s: float = Field(5.0, gt=0, le=3600, validation_alias=_env("DB_CHECK_INTERVAL_S"))
 
     # --- ingestion ----------------------------------------------------------------------------
     chunk_size: int = Field(1500, ge=50, validation_alias=_env("CHUNK_SIZE"))
@@ -180,6 +194,10 @@ class Settings(BaseSettings):
     embedding_concurrency: int = Field(4, ge=1, le=64, validation_alias=_env("EMBEDDING_CONCURRENCY"))
     embedding_timeout_s: float = Field(60.0, gt=0, validation_alias=_env("EMBEDDING_TIMEOUT"))
     embedding_max_retries: int = Field(4, ge=0, le=20, validation_alias=_env("EMBEDDING_MAX_RETRIES"))
+    embedding_breaker_failures: int = Field(5, ge=0, validation_alias=_env("EMBEDDING_BREAKER_FAILURES"))
+    embedding_breaker_reset_s: float = Field(
+        10.0, gt=0, le=3600, validation_alias=_env("EMBEDDING_BREAKER_RESET_S")
+    )
     query_embedding_cache_size: int = Field(1024, ge=0, validation_alias=_env("QUERY_EMBEDDING_CACHE_SIZE"))
     local_embeddings_threads: int = Field(0, ge=0, validation_alias=_env("LOCAL_EMBEDDINGS_THREADS"))
 

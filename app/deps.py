@@ -24,6 +24,7 @@ from app.ingest.v2.runs import V2Context
 from app.jobs.setup import JobSystem
 from app.maintenance.tasks import Maintenance
 from app.maintenance.v2_tasks import V2Maintenance
+from app.runtime.supervisor import DatabaseSupervisor
 from app.schemas import ENTITY_ID_FIELD_DESCRIPTION, MAX_ENTITY_ID_CHARS
 from app.search.service import SearchService
 from app.store.db import StoreInfo
@@ -46,6 +47,7 @@ class Resources:
     v2: V2Context | None = None
     v2_tasks: V2Maintenance | None = None
     jobs: JobSystem | None = None
+    database: DatabaseSupervisor | None = None  # app/runtime/supervisor.py: up/down, restarts
 
 
 async def get_resources(request: Request) -> Resources:

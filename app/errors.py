@@ -13,13 +13,20 @@
     ├── UpstreamUnavailable       502/503: a dependency we call failed
     │   ├── EmbeddingProviderError
     │   └── BlobStoreError
-    └── ServiceUnavailable        503: feature disabled / database down
+    ├── ServiceUnavailable        503: feature disabled / service starting
+    │   └── DatabaseUnavailable   503: the database cannot be reached (see `database_unavailable`)
+    └── RateLimited               429: the caller's per-minute budget is spent (`Retry-After`)
 
 `detail` is always written by us: never exception text from a library, a provider's body or
 the user's query, so nothing sensitive can leak through an error response.
 """
 
 from __future__ import annotations
+
+import errno
+import socket
+
+import asyncpg
 
 
 class RagError(Exception):
@@ -134,6 +141,80 @@ class ServiceUnavailable(RagError):
 
     status_code = 503
     default_detail = "Service unavailable"
+
+
+class DatabaseUnavailable(ServiceUnavailable):
+    """The database cannot be reached right now (down, restarting, or no connection free in time)."""
+
+    default_detail = (
+        "The database is unavailable (it is restarting or unreachable); try again in a few seconds"
+    )
+
+
+class RateLimited(RagError):
+    """The caller spent its per-minute budget for this kind of request."""
+
+    status_code = 429
+    default_detail = "Too many requests; try again later"
+
+    def __init__(self, detail: str | None = None, *, retry_after_s: int = 1) -> None:
+        self.retry_after_s = max(1, retry_after_s)
+        super().__init__(detail)
+
+
+# asyncpg's InterfaceError also reports programming errors; only these messages mean a lost connection.
+_CLOSED_CONNECTION_WORDS = ("connection is closed", "connection was closed", "pool is closing")
+
+
+_SOCKET_ERRNOS = frozenset(
+    {
+        errno.ECONNREFUSED,
+        errno.ECONNRESET,
+        errno.ECONNABORTED,
+        errno.EPIPE,
+        errno.EHOSTUNREACH,
+        errno.ENETUNREACH,
+        errno.ENETDOWN,
+        errno.ETIMEDOUT,
+    }
+)
+
+
+def database_unavailable(exc: BaseException) -> bool:
+    """True when `exc` means "the database cannot be reached", not "this request is wrong".
+
+    The one classification of connection-class failures: asyncpg's connection errors (class 08,
+    `ConnectionDoesNotExistError` ...), a server that is shutting down, starting up or out of
+    connection slots, a closed connection or pool, and the OS refusing or resetting the socket.
+    A statement that ran and failed (a syntax error, a constraint) is not one of them.
+    """
+    if isinstance(exc, DatabaseUnavailable):
+        return True
+    if isinstance(
+        exc,
+        (
+            asyncpg.PostgresConnectionError,
+            asyncpg.CannotConnectNowError,
+            asyncpg.AdminShutdownError,
+            asyncpg.CrashShutdownError,
+            asyncpg.TooManyConnectionsError,
+            # the client's protocol state broke when the server vanished mid-operation ("cannot
+            # switch to state 12; another operation is in progress"): that connection is lost too
+            asyncpg.InternalClientError,
+        ),
+    ):
+        return True
+    if isinstance(exc, asyncpg.InterfaceError):
+        text = str(exc).lower()
+        return any(words in text for words in _CLOSED_CONNECTION_WORDS)
+    if isinstance(exc, socket.gaierror):  # the database host's name does not resolve (right now)
+        return True
+    if not isinstance(exc, OSError):
+        return False
+    if exc.errno is None and str(exc).startswith("Multiple exceptions"):
+        return True  # asyncio's connect to a name with several addresses, all refused
+    # a refused, reset or unreachable socket; not a file error, and not a bare timeout (no errno)
+    return exc.errno in _SOCKET_ERRNOS
 
 
 class ConfigError(Exception):

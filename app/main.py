@@ -17,16 +17,28 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app import metrics
 from app.api import admin, documents, embed, health, jobs, v2_admin
+from app.api import metrics as metrics_route
 from app.api.guards import BodyGuardMiddleware
 from app.api.openapi import install_openapi
+from app.api.ratelimit import RateLimiter, document_rate_limits, enforce_rate_limit
 from app.clients.blobs import build_blob_store
 from app.clients.embeddings import build_embedder
 from app.clients.http import build_http_client
 from app.config import Settings, get_settings
 from app.deps import Resources, get_principal
-from app.errors import BlobStoreError, InvalidInput, RagError, Unauthorized
-from app.ingest.pipeline import IngestService
+from app.errors import (
+    BlobStoreError,
+    DatabaseUnavailable,
+    InvalidInput,
+    RagError,
+    RateLimited,
+    Unauthorized,
+    database_unavailable,
+)
+from app.ingest.pipeline import IngestService, model_identity
+from app.ingest.upload import sweep_stale_uploads
 from app.ingest.v2.runs import V2Context, note_upload
 from app.jobs.setup import build_jobs
 from app.logs import RequestContextMiddleware, configure_logging, request_id_var
@@ -34,9 +46,11 @@ from app.maintenance.registry import MaintenanceRegistry
 from app.maintenance.tasks import Maintenance
 from app.maintenance.v2_tasks import V2Maintenance
 from app.runtime.postgres import EmbeddedPostgres
+from app.runtime.stalls import BodyTimeoutMiddleware
+from app.runtime.supervisor import DatabaseSupervisor
 from app.search.service import SearchService
 from app.search.state import SearchState
-from app.store.db import bootstrap, create_pool
+from app.store.db import StoreInfo, bootstrap, create_pool, stored_dimension
 from app.store.maintenance import MaintenanceStore
 
 logger = logging.getLogger(__name__)
@@ -57,6 +71,19 @@ async def _database_dsn(settings: Settings) -> tuple[str, EmbeddedPostgres | Non
     server = EmbeddedPostgres(settings.postgres_data_dir)
     info = await asyncio.to_thread(server.start)
     return info.dsn, server
+
+
+async def _trust_stored_dimensions(embedder: Any, pool: Any, info: StoreInfo, settings: Settings) -> None:
+    """Before any reply is trusted: the dimension of the vectors already stored for this model."""
+    use = getattr(embedder, "use_stored_dimensions", None)
+    if use is None:
+        return
+    model_id = model_identity(settings)
+
+    async def lookup() -> int | None:
+        return await stored_dimension(pool, info, model_id)
+
+    use(lookup, await lookup())
 
 
 def ensure_upload_dir(settings: Settings) -> None:
@@ -88,14 +115,30 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if embedded_pg is not None:
             stack.callback(embedded_pg.stop)
         info = await bootstrap(dsn, settings.collection_name)
+        await asyncio.to_thread(sweep_stale_uploads, settings.data_dir.resolve() / "tmp")
+        watchers: list[DatabaseSupervisor] = []  # the pool reports to the supervisor built after it
+
+        def report(exc: BaseException) -> None:
+            for watcher in watchers:
+                watcher.report_failure(exc)
+
         pool = await create_pool(
             dsn,
             min_size=settings.db_pool_min_size,
             max_size=settings.db_pool_max_size,
             statement_timeout_ms=settings.db_statement_timeout_ms,
             command_timeout_s=settings.db_statement_timeout_ms / 1000 + 5,
+            on_failure=report,
         )
         stack.push_async_callback(pool.close)
+        supervisor = DatabaseSupervisor(
+            dsn, pool, embedded=embedded_pg, interval_s=settings.db_check_interval_s
+        )
+        watchers.append(supervisor)
+        supervisor.start()
+        stack.callback(metrics.bind_runtime(supervisor, pool))
+        # closed before the pool and the embedded server (the stack unwinds in reverse)
+        stack.push_async_callback(supervisor.close)
         http = build_http_client(
             timeout_s=settings.embedding_timeout_s,
             # rag_api sends only OpenAI traffic through RAG_OPENAI_PROXY
@@ -104,6 +147,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stack.push_async_callback(http.aclose)
         embedder = build_embedder(settings, http_client=http)
         stack.push_async_callback(embedder.aclose)
+        await _trust_stored_dimensions(embedder, pool, info, settings)
         blobs = build_blob_store(settings)
         stack.push_async_callback(blobs.aclose)
         try:
@@ -157,6 +201,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             v2=v2,
             v2_tasks=v2_tasks,
             jobs=jobs,
+            database=supervisor,
         )
         warmup = getattr(embedder, "warmup", None)
         if warmup is not None:
@@ -175,6 +220,18 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     finally:
         app.state.resources = None
         await stack.aclose()
+
+
+RETRY_AFTER_DB_S = 2  # what a 503 for a lost database tells the client to wait
+# Exception types the database error handler sees; it answers only those `database_unavailable` accepts.
+DATABASE_ERROR_TYPES: tuple[type[Exception], ...] = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.OperatorInterventionError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+)
 
 
 def _error_body(detail: Any, status: int) -> dict[str, Any]:
@@ -199,7 +256,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RagError)
     async def rag_error(request: Request, exc: RagError) -> JSONResponse:
+        if isinstance(exc, DatabaseUnavailable):
+            return await database_error(request, exc)
         headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+        if isinstance(exc, RateLimited):
+            headers = {"Retry-After": str(exc.retry_after_s)}
         if isinstance(exc, InvalidInput):
             return JSONResponse(
                 {"detail": exc.errors, "message": "Request validation failed"}, status_code=422
@@ -210,6 +271,40 @@ def install_error_handlers(app: FastAPI) -> None:
             )
         return JSONResponse(
             _error_body(exc.detail, exc.status_code), status_code=exc.status_code, headers=headers
+        )
+
+    async def database_error(request: Request, exc: Exception) -> JSONResponse:
+        # the one place that turns a lost database into 503 (app/errors.py decides what counts)
+        if isinstance(exc, asyncpg.QueryCanceledError):  # DB_STATEMENT_TIMEOUT_MS ran out
+            return await timeout_error(request, exc)
+        if not database_unavailable(exc):
+            raise exc
+        resources = getattr(request.app.state, "resources", None)
+        supervisor = getattr(resources, "database", None)
+        if supervisor is not None:
+            supervisor.report_failure(exc)
+        logger.warning(
+            "Database unavailable (%s) on %s %s", type(exc).__name__, request.method, request.url.path
+        )
+        detail = exc.detail if isinstance(exc, DatabaseUnavailable) else DatabaseUnavailable.default_detail
+        return JSONResponse(
+            _error_body(detail, 503), status_code=503, headers={"Retry-After": str(RETRY_AFTER_DB_S)}
+        )
+
+    for kind in DATABASE_ERROR_TYPES:
+        app.add_exception_handler(kind, database_error)
+
+    @app.exception_handler(TimeoutError)
+    async def timeout_error(request: Request, exc: Exception) -> JSONResponse:
+        # a statement past its client-side timeout (QUERY_TIMEOUT_MS): the database is slow right now
+        logger.warning("Timed out on %s %s", request.method, request.url.path)
+        return JSONResponse(
+            _error_body(
+                "The database did not answer in time (it is slow or overloaded right now); try again shortly",
+                503,
+            ),
+            status_code=503,
+            headers={"Retry-After": str(RETRY_AFTER_DB_S)},
         )
 
     @app.exception_handler(RequestValidationError)
@@ -245,9 +340,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.resources = None
+    app.state.rate_limiter = RateLimiter(
+        {
+            "search": settings.search_rate_per_minute,
+            "embed": settings.embed_rate_per_minute,
+            "reindex": settings.reindex_rate_per_minute,
+        }
+    )
     install_error_handlers(app)
     app.include_router(health.router)
-    authed = [Depends(get_principal)]
+    app.include_router(metrics_route.router)
+    # the limit runs after authentication: the client it counts is the token's user id
+    authed = [Depends(get_principal), Depends(enforce_rate_limit)]
+    document_rate_limits(embed.router, documents.router)
     app.include_router(embed.router, dependencies=authed)
     app.include_router(documents.router, dependencies=authed)
     app.include_router(v2_admin.router, dependencies=authed)
@@ -260,6 +365,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_body_bytes=settings.max_json_body_bytes,
         exempt_paths=embed.STREAMED_UPLOAD_PATHS | v2_admin.STREAMED_UPLOAD_PATHS,
     )
+    # outside the body guard: a body that stops arriving is answered 408 whoever was reading it
+    app.add_middleware(BodyTimeoutMiddleware, timeout_s=settings.request_body_timeout_s)
     app.add_middleware(
         CORSMiddleware,
         allow_origins=settings.cors_origins,
@@ -267,5 +374,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         allow_headers=["*"],
         expose_headers=["X-Request-ID"],
     )
+    # inside the request context (its 500s are counted), outside everything that can answer
+    app.add_middleware(metrics.MetricsMiddleware)
     app.add_middleware(RequestContextMiddleware)
     return app

@@ -1,4 +1,9 @@
-"""`GET /health`: UP only when the database answers."""
+"""`GET /health`: UP only when the database answers.
+
+Consistent with every other route: while the database supervisor (app/runtime/supervisor.py) knows
+the database is down, /health says DOWN at once, exactly when the other routes answer 503; otherwise
+it asks the database through the pool, and a failure wakes the supervisor.
+"""
 
 from __future__ import annotations
 
@@ -27,11 +32,16 @@ async def health(request: Request) -> JSONResponse:
     resources = getattr(request.app.state, "resources", None)
     if resources is None:
         return JSONResponse({"status": "DOWN"}, status_code=503)
+    supervisor = getattr(resources, "database", None)
+    if supervisor is not None and not supervisor.up:
+        return JSONResponse({"status": "DOWN"}, status_code=503)
     try:
         async with asyncio.timeout(HEALTH_TIMEOUT_S):
-            async with resources.pool.acquire() as conn:
+            async with resources.pool.acquire(timeout=HEALTH_TIMEOUT_S) as conn:
                 await conn.fetchval(queries.HEALTH)
-    except Exception:  # any failure to reach the database means DOWN; the reason goes to the log only
-        logger.warning("Health check failed: database unreachable")
+    except Exception as exc:  # any failure to reach the database means DOWN; the reason goes to the log only
+        logger.warning("Health check failed: database unreachable (%s)", type(exc).__name__)
+        if supervisor is not None:
+            supervisor.report_failure()
         return JSONResponse({"status": "DOWN"}, status_code=503)
     return JSONResponse({"status": "UP"})

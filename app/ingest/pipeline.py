@@ -21,6 +21,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
+from app import metrics
 from app.clients.blobs import BlobStore, blob_key
 from app.clients.embeddings import Embedder
 from app.config import Settings
@@ -200,13 +201,20 @@ class IngestService:
                 embedding_dim=dim,
                 storage_metadata=dict(storage_metadata) if storage_metadata else None,
             )
-            orphan: str | None = None
             async with self.pool.acquire() as conn, conn.transaction():
+                # shared: other uploads of the same content go on; a removal of it waits for our commit
+                await store.lock_blob(conn, key, shared=True)
+                if not await self.blobs.exists(key):
+                    # a delete of another file with this content removed it after our put: store again
+                    await self.blobs.put_file(
+                        key, source.path, content_type=source.content_type or doc.content_type
+                    )
                 previous = await store.replace_file(conn, self.info, record, new_chunks)
-                if previous and not await store.blob_still_referenced(conn, previous):
-                    orphan = previous
-            if orphan:
-                await self._delete_blob_quietly(orphan)
+            if previous:
+                await self._remove_if_unreferenced(previous)
+        metrics.observe_ingest(
+            loaded_at - started, embedded_at - loaded_at, time.perf_counter() - embedded_at
+        )
         if self.on_stored is not None:
             self.on_stored(file_id, owner)
         logger.info(
@@ -255,10 +263,19 @@ class IngestService:
         reused = sum(1 for d in digests if d not in fresh)
         return vectors, len(texts) - reused, reused
 
-    async def _delete_blob_quietly(self, key: str) -> None:
+    async def _remove_if_unreferenced(self, key: str) -> None:
+        """Remove an original once no catalogue row refers to it, decided under its lock.
+
+        The lock is the one an upload of the same content holds until its row commits, so an upload
+        racing this removal either commits first (the original stays) or stores it again after.
+        """
         try:
-            await self.blobs.delete(key)
-        except Exception:  # the file row is already gone; a leftover blob is only wasted space
+            async with self.pool.acquire() as conn, conn.transaction():
+                await store.lock_blob(conn, key, shared=False)
+                if await store.blob_still_referenced(conn, key):
+                    return
+                await self.blobs.delete(key)
+        except Exception:  # the file rows are already gone; a leftover blob is only wasted space
             logger.warning("Could not delete unreferenced blob %s", key, exc_info=False)
 
     async def delete(self, scope: Scope) -> set[str]:
@@ -267,6 +284,6 @@ class IngestService:
             # V2 rows first: the scope's uploader rule reads the catalogue rows the V1 delete removes
             await v2_store.delete_files(conn, scope)
             result = await store.delete_files(conn, scope)
-        for key in result.orphan_blob_keys:
-            await self._delete_blob_quietly(key)
+        for key in result.blob_keys:
+            await self._remove_if_unreferenced(key)
         return result.found

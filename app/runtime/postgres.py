@@ -3,8 +3,13 @@
 This is a process runtime, not storage: it initialises a cluster, starts and stops the server, and
 provisions our role, database and extensions over asyncpg (no psql, no password on a command line).
 We drive the wheel's bundled `initdb`/`pg_ctl` ourselves rather than its Python wrapper because we
-want TCP on 127.0.0.1 with a password (not trust auth on a socket), our own data folder layout,
-and to reuse a server another process of ours already started on the same data folder.
+want TCP on 127.0.0.1 with a password (not trust auth on a socket) and our own data folder layout.
+
+One process owns a data folder: `start` takes an exclusive lock on `DATA_DIR/embedded-postgres.lock`
+(app/runtime/lock.py) and a second service on the same folder is refused with a message instead of
+sharing a database it does not own. A server left running by an owner that died (kill -9) is adopted
+by the next owner. `restart` brings a server that died back on the same port (the supervisor in
+app/runtime/supervisor.py calls it).
 
 PostgreSQL refuses to run as root. When we are root we create an unprivileged system user
 (`ragoverlay_pg`) and run the server as that user; its data folder and log are owned by it, the
@@ -40,9 +45,13 @@ from urllib.parse import quote_plus
 
 import asyncpg
 
+from app.runtime.lock import FolderLock
+
 logger = logging.getLogger(__name__)
 
 PG_SYSTEM_USER = "ragoverlay_pg"
+LOCK_NAME = "embedded-postgres.lock"
+LOCK_PURPOSE = "a ragoverlay service that runs the embedded PostgreSQL in its postgres/ folder"
 DB_USER = "ragoverlay"
 DB_NAME = "ragoverlay"
 EXTENSIONS = ("vector", "pg_trgm", "unaccent")
@@ -96,13 +105,27 @@ class EmbeddedPostgres:
         self.secrets_file = self.pgdata.parent / "postgres-credentials.json"
         self.log_file = self.pgdata.parent / "postgres.log"
         self.requested_port = port
+        self.port: int | None = None
         self.started_here = False
+        self._lock: FolderLock | None = None
         self._run_as: str | None = PG_SYSTEM_USER if os.geteuid() == 0 else None
 
     # --- public -------------------------------------------------------------------------------
     def start(self, timeout: float = 60.0) -> EmbeddedInfo:
-        """Initialise the cluster if needed, start it unless running, and return connection info."""
+        """Own the data folder, initialise the cluster if needed, start it unless running; connection info.
+
+        Raises `FolderInUse` (a ConfigError) when another live process owns the folder.
+        """
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        if self._lock is None:
+            self._lock = FolderLock.acquire(self.pgdata.parent, LOCK_NAME, purpose=LOCK_PURPOSE)
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self._release()
+            raise
+
+    def _start(self, timeout: float) -> EmbeddedInfo:
         if self._run_as:
             self._prepare_system_user()
         creds = self._credentials()
@@ -112,24 +135,53 @@ class EmbeddedPostgres:
         if running is None:
             port = self.requested_port or _free_port()
             self._pg_ctl_start(port, timeout)
-            self.started_here = True
             running = port
         else:
-            logger.info("Reusing the embedded PostgreSQL already running on port %s", running)
+            # its owner died without stopping it (we hold the folder's lock now): it is ours to stop
+            logger.warning(
+                "Adopting the embedded PostgreSQL left running on port %s by an earlier process", running
+            )
+        self.started_here = True
+        self.port = running
         self._ensure_database(running, creds)
         return EmbeddedInfo(
             "127.0.0.1", running, DB_USER, creds["password"], DB_NAME, creds["superuser_password"]
         )
 
+    def is_running(self) -> bool:
+        """True when a server runs on this data folder and accepts TCP connections."""
+        return self._running_port() is not None
+
+    def restart(self, timeout: float = 60.0) -> bool:
+        """Start the server again on its port if it died; True when this call started it.
+
+        The port stays the same, so the pool and the background tasks reach it at the same address.
+        """
+        if self.port is None:
+            raise RuntimeError("restart() before start()")
+        if self._running_port() is not None:
+            return False
+        self._pg_ctl_start(self.port, timeout)
+        self.started_here = True
+        return True
+
     def stop(self) -> None:
-        """Stop the server if this object started it."""
-        if not self.started_here:
-            return
-        with contextlib.suppress(subprocess.SubprocessError, OSError):
-            self._run(
-                [str(_bin_dir() / "pg_ctl"), "-D", str(self.pgdata), "-m", "fast", "-w", "stop"], timeout=60
-            )
-        self.started_here = False
+        """Stop the server if this object started (or adopted) it, and give up the data folder."""
+        try:
+            if self.started_here:
+                with contextlib.suppress(subprocess.SubprocessError, OSError):
+                    self._run(
+                        [str(_bin_dir() / "pg_ctl"), "-D", str(self.pgdata), "-m", "fast", "-w", "stop"],
+                        timeout=60,
+                    )
+                self.started_here = False
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     # --- internals ----------------------------------------------------------------------------
     def _prepare_system_user(self) -> None:

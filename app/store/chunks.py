@@ -91,10 +91,16 @@ class FileRecord:
 
 @dataclass
 class DeleteResult:
-    """What a delete removed: file ids found in scope, and blobs no longer referenced."""
+    """What a delete removed: file ids found in scope, and the originals its rows pointed at.
+
+    `blob_keys` are candidates only: whether an original may go is decided later, under its lock
+    (`lock_blob`), by whoever removes it. `orphan_blob_keys` is the subset unreferenced when the
+    delete ran (before commit; informational).
+    """
 
     found: set[str] = field(default_factory=set)
     orphan_blob_keys: list[str] = field(default_factory=list)
+    blob_keys: list[str] = field(default_factory=list)
 
 
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -230,7 +236,8 @@ async def delete_files(conn: asyncpg.Connection, scope: Scope) -> DeleteResult:
         result.found.add(row["file_id"])
         if row["blob_key"]:
             blob_keys.add(row["blob_key"])
-    for key in sorted(blob_keys):
+    result.blob_keys = sorted(blob_keys)
+    for key in result.blob_keys:
         if not await conn.fetchval(queries.BLOB_STILL_REFERENCED, key):
             result.orphan_blob_keys.append(key)
     return result
@@ -239,3 +246,17 @@ async def delete_files(conn: asyncpg.Connection, scope: Scope) -> DeleteResult:
 async def blob_still_referenced(conn: asyncpg.Connection, key: str) -> bool:
     """True when another catalogue row still points at this blob."""
     return bool(await conn.fetchval(queries.BLOB_STILL_REFERENCED, key))
+
+
+# One advisory lock per original (two-key form: our class number, the key's hash; a collision only
+# serialises two unrelated originals). An upload holds it shared from "the original is stored" to
+# the commit of the row that refers to it; a removal holds it exclusively from "no row refers to
+# it" to the removal itself. So a removal never decides on a reference that is about to commit.
+BLOB_LOCK_CLASS = 728_003
+_LOCK_BLOB_SHARED = "SELECT pg_advisory_xact_lock_shared($1::int, hashtext($2))"
+_LOCK_BLOB_EXCLUSIVE = "SELECT pg_advisory_xact_lock($1::int, hashtext($2))"
+
+
+async def lock_blob(conn: asyncpg.Connection, key: str, *, shared: bool) -> None:
+    """Take the original's lock until the end of the current transaction (shared: an upload)."""
+    await conn.execute(_LOCK_BLOB_SHARED if shared else _LOCK_BLOB_EXCLUSIVE, BLOB_LOCK_CLASS, key)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
+import asyncpg.pool
 from pgvector.asyncpg import register_vector
 
+from app.errors import DatabaseUnavailable, database_unavailable
 from app.store import queries
 from app.store.migrate import prepare_schema
 
@@ -70,25 +73,105 @@ async def dedicated_connection(dsn: str) -> AsyncIterator[asyncpg.Connection]:
         await conn.close()
 
 
+CONNECT_TIMEOUT_S = 10.0  # asyncpg's own default is 60 s: too long to tell a caller "unavailable"
+
+
+class SupervisedPool(asyncpg.pool.Pool):  # type: ignore[misc]
+    """asyncpg's pool, whose acquire reports a lost database instead of hanging or failing obscurely.
+
+    - An acquire without a timeout waits at most `acquire_timeout_s` for a free connection; a
+      timeout (pool exhausted, or the server not answering) is `DatabaseUnavailable` (503).
+    - A connection-class failure while acquiring (refused, reset, server shutting down) calls
+      `on_failure` (the supervisor probes at once) before it propagates to the error handler.
+    - `reset(dsn)` is the pool reset after an outage: new connections (to `dsn` if it moved), and
+      every idle or returned connection replaced, so none half-open from before is used again.
+    """
+
+    acquire_timeout_s: float = 35.0
+    on_failure: Callable[[BaseException], None] | None = None
+    connect_options: dict[str, Any]
+
+    async def _acquire(self, timeout: float | None) -> Any:  # noqa: ASYNC109 - asyncpg's signature
+        try:
+            return await super()._acquire(self.acquire_timeout_s if timeout is None else timeout)
+        except TimeoutError:
+            waited = self.acquire_timeout_s if timeout is None else timeout
+            if self.on_failure is not None:
+                self.on_failure(DatabaseUnavailable())
+            raise DatabaseUnavailable(
+                f"No database connection became free within {waited:g} s (the database is slow, "
+                "overloaded or unreachable); try again shortly"
+            ) from None
+        except Exception as exc:
+            if self.on_failure is not None and database_unavailable(exc):
+                self.on_failure(exc)
+            raise
+
+    async def reset(self, dsn: str | None = None) -> None:
+        """Replace every connection (after an outage, or when the server moved to `dsn`)."""
+        if dsn is not None:
+            # set_connect_args replaces every argument: pass ours (timeouts, settings) again
+            self.set_connect_args(dsn, **self.connect_options)
+        await self.expire_connections()
+
+
 async def create_pool(
-    dsn: str, *, min_size: int, max_size: int, statement_timeout_ms: int, command_timeout_s: float
-) -> asyncpg.Pool:
+    dsn: str,
+    *,
+    min_size: int,
+    max_size: int,
+    statement_timeout_ms: int,
+    command_timeout_s: float,
+    on_failure: Callable[[BaseException], None] | None = None,
+) -> SupervisedPool:
     """Open the pool; every connection gets the vector codec and a server-side statement timeout."""
-    pool = await asyncpg.create_pool(
-        dsn,
-        min_size=min_size,
-        max_size=max_size,
-        init=_init_connection,
-        command_timeout=command_timeout_s,
-        server_settings={
+    options: dict[str, Any] = {
+        "command_timeout": command_timeout_s,
+        "timeout": CONNECT_TIMEOUT_S,
+        "server_settings": {
             "application_name": "ragoverlay",
             "statement_timeout": str(statement_timeout_ms),
             # an abandoned transaction must not hold locks for ever
             "idle_in_transaction_session_timeout": "60000",
         },
+    }
+    # create_pool's own defaults, spelled out: it cannot build a subclass
+    pool = SupervisedPool(
+        dsn,
+        connection_class=asyncpg.Connection,
+        record_class=asyncpg.Record,
+        min_size=min_size,
+        max_size=max_size,
+        max_queries=50_000,
+        max_inactive_connection_lifetime=300.0,
+        init=_init_connection,
+        loop=None,
+        **options,
     )
-    assert pool is not None
+    pool.connect_options = options
+    pool.acquire_timeout_s = command_timeout_s
+    pool.on_failure = on_failure
+    await pool
     return pool
+
+
+# The dimension of the vectors this service stored for one model identity (provider:model[@dims]).
+# rag_api's own rows record no model, so they cannot say which model made them and are not asked.
+_STORED_DIMENSION = """
+    SELECT f.embedding_dim FROM ragoverlay_files f
+    WHERE f.collection_id = $1 AND f.embedding_model = $2 AND f.embedding_dim IS NOT NULL
+    ORDER BY f.updated_at DESC
+    LIMIT 1
+"""
+
+
+async def stored_dimension(
+    pool: Any, info: StoreInfo, model_id: str, *, timeout_s: float = 5.0
+) -> int | None:
+    """The dimension of the vectors stored for `model_id` in this collection, or None when none are."""
+    async with pool.acquire(timeout=timeout_s) as conn:
+        value = await conn.fetchval(_STORED_DIMENSION, info.collection_id, model_id, timeout=timeout_s)
+    return int(value) if value else None
 
 
 async def bootstrap(dsn: str, collection_name: str) -> StoreInfo:

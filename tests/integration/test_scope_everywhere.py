@@ -326,6 +326,7 @@ PROBES: dict[tuple[str, str], Probe] = {
 # Routes that touch no caller data, and why.
 NO_CALLER_DATA = {
     ("GET", "/health"): "answers UP or DOWN, reads no rows",
+    ("GET", "/metrics"): "counters by route template for admins; never a row, an id or a query",
     ("GET", "/openapi.json"): "the schema",
     ("GET", "/docs"): "static page",
     ("GET", "/docs/oauth2-redirect"): "static page",

@@ -240,17 +240,66 @@ async def test_wrong_dimension_against_the_setting(provider: FakeProvider) -> No
     assert "EMBEDDINGS_DIMENSIONS" in caught.value.detail
 
 
-async def test_wrong_dimension_against_the_learned_one(provider: FakeProvider) -> None:
+async def test_wrong_dimension_against_the_stored_one_does_not_stick(provider: FakeProvider) -> None:
+    """The stored vectors decide before any reply: a wrong reply is refused, the next right one is not."""
+
+    async def stored() -> int | None:
+        return DIMS
+
     embedder = openai(provider)
+    embedder.use_stored_dimensions(stored)
     try:
-        await embedder.embed_documents(["x"])
         provider.script(Reply(dims=6))
         with pytest.raises(EmbeddingProviderError) as caught:
-            await embedder.embed_documents(["y"])
+            await embedder.embed_documents(["first after a restart"])
+        assert (await embedder.embed_documents(["y"])).shape == (1, DIMS)
+        provider.script(Reply(dims=6))
+        with pytest.raises(EmbeddingProviderError):
+            await embedder.embed_query("z")
+        assert (await embedder.embed_query("z")).shape == (DIMS,)
     finally:
         await embedder.aclose()
     assert caught.value.retryable is False
     assert "6" in caught.value.detail and "8" in caught.value.detail
+    assert "already stored" in caught.value.detail
+
+
+async def test_the_dimension_is_asked_for_until_something_is_stored(provider: FakeProvider) -> None:
+    """With nothing stored yet, replies are accepted; once a store commits, its dimension rules."""
+    stored: list[int] = []
+    lookups = 0
+
+    async def source() -> int | None:
+        nonlocal lookups
+        lookups += 1
+        return stored[0] if stored else None
+
+    embedder = openai(provider)
+    embedder.use_stored_dimensions(source)
+    try:
+        provider.script(Reply(dims=6))
+        assert (await embedder.embed_documents(["nothing stored yet"])).shape == (1, 6)
+        assert (await embedder.embed_documents(["still nothing"])).shape == (1, DIMS)
+        stored.append(DIMS)  # an upload committed 8-d vectors
+        provider.script(Reply(dims=6))
+        with pytest.raises(EmbeddingProviderError):
+            await embedder.embed_documents(["now judged"])
+        asked = lookups
+        await embedder.embed_documents(["known"])
+        assert lookups == asked  # once known, the store is not asked again
+    finally:
+        await embedder.aclose()
+
+
+async def test_batches_of_different_dimensions_in_one_call_are_refused(provider: FakeProvider) -> None:
+    provider.script(Reply(dims=6))
+    embedder = openai(provider, batch_size=1, concurrency=1)
+    try:
+        with pytest.raises(EmbeddingProviderError) as caught:
+            await embedder.embed_documents(["a", "b"])
+    finally:
+        await embedder.aclose()
+    assert "different dimensions" in caught.value.detail
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,17 @@ import httpx
 import pytest
 
 from app.errors import InvalidInput, PayloadTooLarge
-from app.ingest.upload import FORM_OVERHEAD_BYTES, check_content_length, receive_multipart
+from app.ingest.upload import (
+    FORM_OVERHEAD_BYTES,
+    PROCESS_LOCK_NAME,
+    check_content_length,
+    receive_multipart,
+)
+
+
+def leftovers(folder: Path) -> list[Path]:
+    """Upload files left under `folder` (this process's temp folder and its lock file do not count)."""
+    return [p for p in folder.rglob("*") if p.is_file() and p.name != PROCESS_LOCK_NAME]
 
 
 def encode(files: dict, data: dict) -> tuple[str, bytes]:
@@ -57,7 +67,7 @@ async def test_oversized_file_refused_mid_stream_and_removed(tmp_path: Path) -> 
         await receive_multipart(
             ctype, stream(body, 512), file_field="file", dest_dir=tmp_path, max_upload_bytes=4096
         )
-    assert list(tmp_path.iterdir()) == []  # nothing partial left behind
+    assert leftovers(tmp_path) == []  # nothing partial left behind
 
 
 async def test_missing_file_part(tmp_path: Path) -> None:
@@ -67,7 +77,7 @@ async def test_missing_file_part(tmp_path: Path) -> None:
             ctype, stream(body), file_field="file", dest_dir=tmp_path, max_upload_bytes=100
         )
     assert exc.value.errors[0]["loc"] == ["body", "file"]
-    assert list(tmp_path.iterdir()) == []
+    assert leftovers(tmp_path) == []
 
 
 async def test_not_multipart(tmp_path: Path) -> None:
@@ -87,7 +97,7 @@ async def test_truncated_body(tmp_path: Path) -> None:
             dest_dir=tmp_path,
             max_upload_bytes=10_000,
         )
-    assert list(tmp_path.iterdir()) == []
+    assert leftovers(tmp_path) == []
 
 
 def test_content_length_precheck() -> None:
@@ -131,7 +141,7 @@ async def test_unsafe_or_undecodable_fields_are_422(tmp_path: Path, value: bytes
     (error,) = exc.value.errors
     assert error["loc"] == ["body", "file_id"] and error["type"] == kind
     assert "file_id" in str(error["msg"])
-    assert list(tmp_path.iterdir()) == []
+    assert leftovers(tmp_path) == []
 
 
 @pytest.mark.parametrize(
@@ -148,7 +158,7 @@ async def test_unsafe_file_names_are_422(tmp_path: Path, disposition: bytes) -> 
         await parse(ctype, body, tmp_path)
     assert exc.value.errors[0]["loc"] == ["body", "file"]
     assert "file name" in str(exc.value.errors[0]["msg"])
-    assert list(tmp_path.iterdir()) == []
+    assert leftovers(tmp_path) == []
 
 
 async def test_legacy_latin1_file_names_still_work(tmp_path: Path) -> None:
@@ -195,4 +205,4 @@ async def test_a_field_or_file_given_twice_is_422(tmp_path: Path, parts: list[tu
     with pytest.raises(InvalidInput) as exc:
         await parse(ctype, body, tmp_path, text_fields=("file_id", "entity_id"))
     assert exc.value.errors[0]["type"] == "duplicate"
-    assert list(tmp_path.iterdir()) == []
+    assert leftovers(tmp_path) == []

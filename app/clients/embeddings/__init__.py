@@ -71,6 +71,8 @@ def build_embedder(settings: Settings, *, http_client: httpx.AsyncClient | None 
         "batch_max_chars": settings.embedding_batch_max_chars,
         "concurrency": settings.embedding_concurrency,
         "cache_size": settings.query_embedding_cache_size,
+        "breaker_failures": settings.embedding_breaker_failures,
+        "breaker_reset_s": settings.embedding_breaker_reset_s,
     }
     if provider == "openai":
         # rag_api applies RAG_OPENAI_PROXY to OpenAI only; a passed-in client brings its own transport.

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
+import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from app import metrics
 from app.errors import EmbeddingProviderError
 
 logger = logging.getLogger(__name__)
@@ -105,8 +108,22 @@ class QueryCache:
         self._items.clear()
 
 
+# Where the dimension of the vectors already stored for this model comes from (None: nothing stored).
+DimensionSource = Callable[[], Awaitable[int | None]]
+# after a failed look-up (database down), ask again no sooner than this
+DIMENSION_LOOKUP_RETRY_S = 5.0
+
+
 class BaseEmbedder:
-    """Shared behaviour: the empty case, vector checks, dimension learning and the query cache."""
+    """Shared behaviour: the empty case, vector checks, dimension learning and the query cache.
+
+    Which dimension is right is decided before any reply is trusted: EMBEDDINGS_DIMENSIONS when
+    set, else the dimension of the vectors already stored for this model (`use_stored_dimensions`,
+    asked again before each call for as long as nothing is stored). A reply of another dimension is
+    refused (502) and changes nothing, so one wrong reply cannot poison the replies after it. With
+    nothing configured and nothing stored there is nothing to protect: replies are accepted as they
+    come (the first upload that commits then fixes the dimension).
+    """
 
     provider: str
     model: str
@@ -117,14 +134,54 @@ class BaseEmbedder:
         self.provider = provider
         self.model = model
         self._configured_dims = dimensions
-        self._learned_dims: int | None = None
+        self._stored_dims: int | None = None
+        self._learned_dims: int | None = None  # the last reply's, for information only
+        self._dimension_source: DimensionSource | None = None
+        self._next_lookup = 0.0
         self._cache = QueryCache(cache_size)
         self._inflight: dict[tuple[str, str], asyncio.Future[np.ndarray]] = {}
 
     @property
     def dimensions(self) -> int | None:
-        """EMBEDDINGS_DIMENSIONS when set, else the dimension learned from the first reply."""
-        return self._configured_dims or self._learned_dims
+        """EMBEDDINGS_DIMENSIONS, else the stored vectors' dimension, else the last reply's."""
+        return self._configured_dims or self._stored_dims or self._learned_dims
+
+    @property
+    def trusted_dimensions(self) -> int | None:
+        """The dimension every reply must have (configured or stored), or None when none is known yet."""
+        return self._configured_dims or self._stored_dims
+
+    def use_stored_dimensions(self, source: DimensionSource, known: int | None = None) -> None:
+        """Judge replies by the stored vectors' dimension: `known` now, else `source` before each call."""
+        self._dimension_source = source
+        self._next_lookup = 0.0
+        if known:
+            self._set_stored(known)
+
+    def _set_stored(self, dims: int) -> None:
+        if self._stored_dims == dims:
+            return
+        self._stored_dims = dims
+        # a query vector computed before the dimension was known may be of another one
+        self._cache.clear()
+        logger.info(
+            "Embedding dimension of %s/%s from the stored vectors: %d", self.provider, self.model, dims
+        )
+
+    async def _refresh_trusted(self) -> None:
+        """Ask the store for the dimension while none is known (nothing stored yet for this model)."""
+        if self._configured_dims or self._stored_dims or self._dimension_source is None:
+            return
+        if time.monotonic() < self._next_lookup:
+            return
+        try:
+            dims = await self._dimension_source()
+        except Exception as exc:  # the database may be down: judge by what we know, ask again later
+            logger.debug("Stored embedding dimension unknown for now (%s)", type(exc).__name__)
+            self._next_lookup = time.monotonic() + DIMENSION_LOOKUP_RETRY_S
+            return
+        if dims:
+            self._set_stored(dims)
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """Vectors of `texts`, shape (n, d), float32, in input order; no call for an empty list."""
@@ -133,10 +190,28 @@ class BaseEmbedder:
         items = list(texts)
         if not items:
             return np.zeros((0, self.dimensions or 0), dtype=np.float32)
-        return await self._embed_documents(items)
+        await self._refresh_trusted()
+        async with self._measured("documents"):
+            return await self._embed_documents(items)
+
+    @contextlib.asynccontextmanager
+    async def _measured(self, kind: str) -> AsyncIterator[None]:
+        """Count one embedding call and time it (metrics: calls by outcome, duration)."""
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            yield
+            outcome = "ok"
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        finally:
+            metrics.EMBEDDING_CALLS.labels(self.provider, kind, outcome).inc()
+            metrics.EMBEDDING_DURATION.labels(self.provider, kind).observe(time.perf_counter() - started)
 
     async def embed_query(self, text: str) -> np.ndarray:
         """Vector of one query (d,); cached, and concurrent identical misses share one computation."""
+        await self._refresh_trusted()
         key = (self.model, text)
         hit = self._cache.get(key)
         if hit is not None:
@@ -158,7 +233,8 @@ class BaseEmbedder:
             self._cache.put(key, future.result())
 
     async def _compute_query(self, text: str) -> np.ndarray:
-        vector = (await self._embed_query(text))[0]
+        async with self._measured("query"):
+            vector = (await self._embed_query(text))[0]
         vector = np.ascontiguousarray(vector, dtype=np.float32)
         vector.flags.writeable = False
         return vector
@@ -195,15 +271,26 @@ class BaseEmbedder:
                 f"{self._configured_dims}",
                 retryable=False,
             )
-        if self._learned_dims is not None and dims != self._learned_dims:
+        if self._stored_dims is not None and dims != self._stored_dims:
             raise EmbeddingProviderError(
-                f"{self._who} returned vectors of {dims} dimensions, but earlier replies had "
-                f"{self._learned_dims}; check EMBEDDINGS_MODEL",
+                f"{self._who} returned vectors of {dims} dimensions, but the vectors already stored "
+                f"for this model have {self._stored_dims}; check EMBEDDINGS_MODEL (or set "
+                "EMBEDDINGS_DIMENSIONS)",
                 retryable=False,
             )
         if not np.isfinite(vectors).all():
             raise EmbeddingProviderError(f"{self._who} returned non-finite values", retryable=False)
-        if self._learned_dims is None:
+        if self._learned_dims != dims:
             self._learned_dims = dims
-            logger.info("Embedding dimension of %s/%s: %d", self.provider, self.model, dims)
+            logger.info("Embedding dimension of %s/%s replies: %d", self.provider, self.model, dims)
         return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def _join(self, parts: Sequence[np.ndarray]) -> np.ndarray:
+        """The batches of one call as one array; batches of different dimensions are refused."""
+        if len({int(part.shape[1]) for part in parts}) > 1:
+            raise EmbeddingProviderError(
+                f"{self._who} returned vectors of different dimensions within one request; check "
+                "EMBEDDINGS_MODEL",
+                retryable=False,
+            )
+        return np.concatenate(parts, axis=0)

@@ -18,7 +18,9 @@ from urllib.parse import quote
 import httpx
 import numpy as np
 
+from app import metrics
 from app.clients.embeddings.base import BaseEmbedder, gather_or_cancel, plan_batches
+from app.clients.embeddings.breaker import CircuitBreaker
 from app.clients.http import build_http_client, is_retryable_status, parse_retry_after
 from app.clients.retry import RetryPolicy, Transient
 from app.errors import EmbeddingProviderError
@@ -72,6 +74,8 @@ class HttpEmbedder(BaseEmbedder):
         backoff_base_s: float = 0.5,
         backoff_max_s: float = 8.0,
         retry_after_max_s: float = 30.0,
+        breaker_failures: int = 5,
+        breaker_reset_s: float = 10.0,
     ) -> None:
         super().__init__(provider=provider, model=model, dimensions=dimensions, cache_size=cache_size)
         self._owns_client = client is None
@@ -90,6 +94,7 @@ class HttpEmbedder(BaseEmbedder):
             backoff_max_s=backoff_max_s,
             retry_after_max_s=retry_after_max_s,
         )
+        self._breaker = CircuitBreaker(breaker_failures, breaker_reset_s)
         self._batch_size = batch_size or self.default_batch_size
         self._batch_max_chars = batch_max_chars
         # Batches share one bound; queries get their own lane so a search never waits behind an ingest.
@@ -113,7 +118,7 @@ class HttpEmbedder(BaseEmbedder):
         parts = await gather_or_cancel(
             [self._run_batch(texts[start:end], self._batch_slots) for start, end in slices]
         )
-        return np.concatenate(parts, axis=0)
+        return self._join(parts)
 
     async def _embed_query(self, text: str) -> np.ndarray:
         return await self._run_batch([text], self._query_slots)
@@ -136,7 +141,7 @@ class HttpEmbedder(BaseEmbedder):
         url, headers, body = self._request(texts)
         try:
             return await self._retry.call(
-                lambda: self._post_once(url, headers, body),
+                lambda: self._attempt(url, headers, body),
                 what=f"Embedding request to {self.provider}",
                 log=logger,
             )
@@ -146,11 +151,33 @@ class HttpEmbedder(BaseEmbedder):
                 detail = f"{detail}; gave up after {self._retry.attempts} attempts"
             raise EmbeddingProviderError(detail, retryable=True) from None
 
+    async def _attempt(self, url: str, headers: dict[str, str], body: dict[str, Any]) -> Any:
+        """One attempt through the circuit breaker (which may refuse it at once: 503)."""
+        try:
+            self._breaker.before_attempt()
+        except EmbeddingProviderError:
+            metrics.EMBEDDING_ATTEMPTS.labels(self.provider, "breaker_open").inc()
+            raise
+        try:
+            payload = await self._post_once(url, headers, body)
+        except Transient:
+            if self._breaker.failure():
+                logger.warning(
+                    "Embedding provider %s failed %d times in a row: calls fail at once for %g s",
+                    self.provider,
+                    self._breaker.consecutive,
+                    self._breaker.reset_s,
+                )
+            raise
+        self._breaker.success()
+        return payload
+
     async def _post_once(self, url: str, headers: dict[str, str], body: dict[str, Any]) -> Any:
         """One request: the reply's JSON, `Transient` for what may clear, else EmbeddingProviderError."""
         try:
             response = await self._client.post(url, json=body, headers=headers, timeout=self._timeout)
         except httpx.TimeoutException:
+            metrics.EMBEDDING_ATTEMPTS.labels(self.provider, "timeout").inc()
             raise Transient(
                 "timeout",
                 detail=f"The embedding provider did not answer within {self._timeout_s:g} s",
@@ -160,10 +187,13 @@ class HttpEmbedder(BaseEmbedder):
                 f"The embedding provider URL is invalid; {self.url_hint}", retryable=False
             ) from None
         except httpx.TransportError as exc:
+            metrics.EMBEDDING_ATTEMPTS.labels(self.provider, "transport_error").inc()
             raise Transient(
                 type(exc).__name__, detail=f"Could not reach the embedding provider; {self.url_hint}"
             ) from None
         status = response.status_code
+        outcome = "ok" if status < 400 else "http_429" if status == 429 else f"http_{status // 100}xx"
+        metrics.EMBEDDING_ATTEMPTS.labels(self.provider, outcome).inc()
         if 200 <= status <= 299:
             try:
                 return response.json()

@@ -1,0 +1,102 @@
+"""Half-sent requests are closed after a timeout: headers that never complete, and bodies that stop
+arriving, on the real server (uvicorn with our protocol, the app with its middleware, real sockets)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+import uvicorn
+
+from app.main import create_app
+from app.runtime.stalls import stall_guarded_protocol
+from tests.fixtures.serve import free_port
+from tests.fixtures.service import SettingsFactory, make_token
+
+HEADER_TIMEOUT_S = 0.5
+BODY_TIMEOUT_S = 0.5
+
+
+@pytest.fixture
+async def served(settings_factory: SettingsFactory) -> AsyncIterator[int]:
+    settings = settings_factory(request_body_timeout_s=BODY_TIMEOUT_S)
+    port = free_port()
+    config = uvicorn.Config(
+        create_app(settings),
+        host="127.0.0.1",
+        port=port,
+        log_config=None,
+        access_log=False,
+        http=stall_guarded_protocol(HEADER_TIMEOUT_S),
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        assert not task.done(), "the server did not start"
+        await asyncio.sleep(0.05)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 30)
+
+
+async def _closed_within(reader: asyncio.StreamReader, timeout_s: float) -> bytes:
+    """Everything the server sent until it closed the connection (fails when it stays open)."""
+    received = b""
+    async with asyncio.timeout(timeout_s):
+        while chunk := await reader.read(65536):
+            received += chunk
+    return received
+
+
+async def test_stalled_headers_and_bodies_are_answered_408_and_closed(served: int) -> None:
+    token = make_token("user-stall")
+    connections = []
+    for i in range(60):
+        reader, writer = await asyncio.open_connection("127.0.0.1", served)
+        if i % 2 == 0:  # headers that never finish
+            writer.write(b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+        else:  # complete headers, then a body that stops after a few bytes
+            writer.write(
+                b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + f"Authorization: Bearer {token}\r\n".encode()
+                + b'Content-Length: 200\r\n\r\n{"query": "he'
+            )
+        await writer.drain()
+        connections.append((i, reader, writer))
+    started = time.monotonic()
+    answers = await asyncio.gather(*(_closed_within(r, 10.0) for _, r, _ in connections))
+    elapsed = time.monotonic() - started
+    for (i, _, writer), answer in zip(connections, answers, strict=True):
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 408 "), (i, answer[:200])
+        assert b"connection: close" in answer.lower()
+        if i % 2 == 0:
+            assert b"REQUEST_HEADER_TIMEOUT_S" in answer
+        else:
+            assert b"REQUEST_BODY_TIMEOUT_S" in answer
+    assert elapsed < 5.0
+
+
+async def test_a_request_that_keeps_sending_is_not_cut(served: int) -> None:
+    """A body that arrives slowly but steadily (each piece within the timeout) is read whole."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", served)
+    body = b'{"query": "herons", "file_id": "nothing-here", "k": 1}'
+    token = make_token("user-slow")
+    writer.write(
+        b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+        + f"Authorization: Bearer {token}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    )
+    for piece in (body[:10], body[10:30], body[30:]):
+        await asyncio.sleep(BODY_TIMEOUT_S * 0.6)  # in total longer than the timeout
+        writer.write(piece)
+        await writer.drain()
+    answer = await _closed_within(reader, 10.0)
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+    assert answer.endswith(b"[]")
