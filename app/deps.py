@@ -22,6 +22,7 @@ from app.errors import InvalidInput, ServiceUnavailable
 from app.ingest.pipeline import IngestService
 from app.maintenance.tasks import Maintenance
 from app.schemas import ENTITY_ID_FIELD_DESCRIPTION, MAX_ENTITY_ID_CHARS
+from app.search.allowlist import AllowList, OpenAllowList
 from app.search.service import SearchService
 from app.store.db import StoreInfo
 
@@ -40,6 +41,8 @@ class Resources:
     http: httpx.AsyncClient
     maintenance: Maintenance
     admin_ids: frozenset[str] = field(default_factory=frozenset)
+    # ALLOWLIST_VERIFY: LibreChat's catalogue narrows file ids before they enter a Scope
+    allowlist: AllowList = field(default_factory=OpenAllowList)
 
 
 async def get_resources(request: Request) -> Resources:
@@ -95,9 +98,15 @@ async def get_ingest(resources: ResourcesDep) -> IngestService:
     return resources.ingest
 
 
+async def get_allowlist(resources: ResourcesDep) -> AllowList:
+    """The allow-list re-check (a pass-through unless ALLOWLIST_VERIFY=mongo)."""
+    return resources.allowlist
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 SearchDep = Annotated[SearchService, Depends(get_search)]
 IngestDep = Annotated[IngestService, Depends(get_ingest)]
+AllowListDep = Annotated[AllowList, Depends(get_allowlist)]
 
 
 if TYPE_CHECKING:  # built at run time; to a type checker it is a str

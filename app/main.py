@@ -28,6 +28,7 @@ from app.ingest.pipeline import IngestService
 from app.logs import RequestContextMiddleware, configure_logging, request_id_var
 from app.maintenance.tasks import Maintenance
 from app.runtime.postgres import EmbeddedPostgres
+from app.search.allowlist import build_allowlist, describe
 from app.search.service import SearchService
 from app.search.state import SearchState
 from app.store.db import bootstrap, create_pool
@@ -111,6 +112,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         maintenance = Maintenance(settings, MaintenanceStore(dsn, info), search_state)
         stack.push_async_callback(maintenance.close)
         maintenance.start(embedder.dimensions)
+        # lazy: start-up does not wait for LibreChat's MongoDB (a request that needs it may 503)
+        allowlist = build_allowlist(settings)
+        stack.push_async_callback(allowlist.aclose)
+        if allowlist.enabled:
+            logger.info("Allow-lists re-checked against LibreChat's catalogue: %s", describe(settings))
         app.state.resources = Resources(
             settings=settings,
             pool=pool,
@@ -122,6 +128,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             ingest=ingest,
             http=http,
             admin_ids=frozenset(settings.admin_user_ids),
+            allowlist=allowlist,
         )
         warmup = getattr(embedder, "warmup", None)
         if warmup is not None:
