@@ -7,12 +7,16 @@ start after token 288, so a model that reads only its first 256 tokens never see
 
 from __future__ import annotations
 
+import logging
+import re
+
 import numpy as np
+import pytest
 
 from app.clients.embeddings.local import shared_runtime
 from app.ingest.v2.tokens import local_model_counter
 from tests.contract.helpers import upload
-from tests.fixtures.service import SettingsFactory, auth, new_id, running_app
+from tests.fixtures.service import SettingsFactory, auth, new_id, resources, running_app
 
 FILLER = (
     "Spring planting notes: sow peas (2 rows, 40 cm apart) on 12/03; beans on 20/04; "
@@ -67,3 +71,31 @@ async def test_a_long_chunk_is_found_by_its_tail(settings_factory: SettingsFacto
         assert len(hits) == 4
         top = hits[0][0]
         assert top["metadata"]["file_id"] == ids["target"] and top["page_content"] == target
+
+
+async def test_vectors_from_before_windows_are_recomputed_on_re_upload(
+    settings_factory: SettingsFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    user = new_id("user")
+    file_id = new_id("file")
+    content = "\n\n".join(f"Paragraph {i}. " + FILLER for i in range(4)).encode()
+
+    async def ingested() -> str:
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="app.ingest.pipeline"):
+            response = await upload(client, file_id, "notes.txt", content, auth(user))
+        assert response.status_code == 200, response.text
+        return next(r.getMessage() for r in caplog.records if r.getMessage().startswith("Ingested file"))
+
+    async with running_app(settings_factory()) as client:
+        first = await ingested()
+        chunks = int(re.search(r": (\d+) chunks", first).group(1))  # type: ignore[union-attr]
+        assert chunks >= 3 and f"({chunks} embedded, 0 reused)" in first
+        assert f"(0 embedded, {chunks} reused)" in await ingested()  # unchanged chunks keep their vectors
+        # a file stored before windows existed: same chunks, vectors under the old identity
+        async with resources(client).pool.acquire() as conn:
+            await conn.execute(
+                "UPDATE ragoverlay_files SET embedding_model = 'local:all-MiniLM-L6-v2' WHERE file_id = $1",
+                file_id,
+            )
+        assert f"({chunks} embedded, 0 reused)" in await ingested()
