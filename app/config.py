@@ -237,6 +237,21 @@ class Settings(BaseSettings):
         0.2, ge=0.0, le=1.0, validation_alias=_env("RAG_V2_BOILERPLATE_MIN_SHARE")
     )
 
+    # --- LibreChat catalogue re-check (app/search/allowlist.py; CONTRACT section 7) -----------
+    allowlist_verify: Literal["off", "mongo"] = Field("off", validation_alias=_env("ALLOWLIST_VERIFY"))
+    librechat_mongo_uri: str | None = Field(None, validation_alias=_env("LIBRECHAT_MONGO_URI"))
+    librechat_mongo_db: str | None = Field(None, validation_alias=_env("LIBRECHAT_MONGO_DB"))
+    librechat_mongo_timeout_ms: int = Field(
+        2000, ge=100, le=60_000, validation_alias=_env("LIBRECHAT_MONGO_TIMEOUT_MS")
+    )
+    allowlist_cache_ttl_s: float = Field(
+        30.0, ge=0.0, le=300.0, validation_alias=_env("ALLOWLIST_CACHE_TTL_S")
+    )
+    allowlist_cache_size: int = Field(
+        100_000, ge=0, le=10_000_000, validation_alias=_env("ALLOWLIST_CACHE_SIZE")
+    )
+    allowlist_fail_open: bool = Field(False, validation_alias=_env("ALLOWLIST_FAIL_OPEN"))
+
     @field_validator("cors_origins", "admin_user_ids", "v2_namespace_ids", mode="before")
     @classmethod
     def _split_csv(cls, value: object) -> list[str]:
@@ -258,6 +273,11 @@ class Settings(BaseSettings):
         except re.error as exc:
             raise ValueError(f"not a valid regular expression ({exc})") from None
         return value
+
+    @field_validator("allowlist_verify", mode="before")
+    @classmethod
+    def _verify_lower(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("embeddings_provider", mode="before")
     @classmethod
@@ -308,6 +328,12 @@ class Settings(BaseSettings):
             raise ValueError("EMBEDDED_POSTGRES=true conflicts with DATABASE_URL/DB_HOST")
         if self.embedded_postgres == "false" and not (self.database_url or self.db_host):
             raise ValueError("EMBEDDED_POSTGRES=false needs DATABASE_URL or DB_HOST")
+        if self.allowlist_verify == "mongo" and not self.librechat_mongo_uri:
+            raise ValueError("ALLOWLIST_VERIFY=mongo needs LIBRECHAT_MONGO_URI (LibreChat's MongoDB URI)")
+        if self.allowlist_verify == "mongo" and not self.jwt_secret:
+            raise ValueError(
+                "ALLOWLIST_VERIFY=mongo needs JWT_SECRET: without tokens there is no LibreChat user to check"
+            )
         # compiled once here; every request full-matches against it
         self._entity_id_regex = re.compile(self.entity_id_pattern)
         return self

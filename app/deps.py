@@ -26,6 +26,7 @@ from app.maintenance.tasks import Maintenance
 from app.maintenance.v2_tasks import V2Maintenance
 from app.runtime.supervisor import DatabaseSupervisor
 from app.schemas import ENTITY_ID_FIELD_DESCRIPTION, MAX_ENTITY_ID_CHARS
+from app.search.allowlist import AllowList, OpenAllowList
 from app.search.service import SearchService
 from app.store.db import StoreInfo
 
@@ -48,6 +49,8 @@ class Resources:
     v2_tasks: V2Maintenance | None = None
     jobs: JobSystem | None = None
     database: DatabaseSupervisor | None = None  # app/runtime/supervisor.py: up/down, restarts
+    # ALLOWLIST_VERIFY: LibreChat's catalogue narrows file ids before they enter a Scope
+    allowlist: AllowList = field(default_factory=OpenAllowList)
 
 
 async def get_resources(request: Request) -> Resources:
@@ -110,10 +113,16 @@ async def get_jobs(resources: ResourcesDep) -> JobSystem:
     return resources.jobs
 
 
+async def get_allowlist(resources: ResourcesDep) -> AllowList:
+    """The allow-list re-check (a pass-through unless ALLOWLIST_VERIFY=mongo)."""
+    return resources.allowlist
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 SearchDep = Annotated[SearchService, Depends(get_search)]
 IngestDep = Annotated[IngestService, Depends(get_ingest)]
 JobsDep = Annotated[JobSystem, Depends(get_jobs)]
+AllowListDep = Annotated[AllowList, Depends(get_allowlist)]
 
 
 if TYPE_CHECKING:  # built at run time; to a type checker it is a str

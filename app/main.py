@@ -48,6 +48,7 @@ from app.maintenance.v2_tasks import V2Maintenance
 from app.runtime.postgres import EmbeddedPostgres
 from app.runtime.stalls import BodyTimeoutMiddleware
 from app.runtime.supervisor import DatabaseSupervisor
+from app.search.allowlist import build_allowlist, describe
 from app.search.service import SearchService
 from app.search.state import SearchState
 from app.store.db import StoreInfo, bootstrap, create_pool, stored_dimension
@@ -187,6 +188,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             logger.error("V2 index tasks could not start (%s); backfills resume at the next start", exc)
         maintenance.start_refresh()
         await jobs.start()
+        # lazy: start-up does not wait for LibreChat's MongoDB (a request that needs it may 503)
+        allowlist = build_allowlist(settings)
+        stack.push_async_callback(allowlist.aclose)
+        if allowlist.enabled:
+            logger.info("Allow-lists re-checked against LibreChat's catalogue: %s", describe(settings))
         app.state.resources = Resources(
             settings=settings,
             pool=pool,
@@ -202,6 +208,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             v2_tasks=v2_tasks,
             jobs=jobs,
             database=supervisor,
+            allowlist=allowlist,
         )
         warmup = getattr(embedder, "warmup", None)
         if warmup is not None:

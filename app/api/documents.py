@@ -10,7 +10,7 @@ from fastapi import APIRouter, Body, Path, Query
 from fastapi.responses import Response
 
 from app.auth import check_entity_id, delete_namespaces, read_namespaces
-from app.deps import CurrentPrincipal, EntityIdQuery, IngestDep, SearchDep, SettingsDep
+from app.deps import AllowListDep, CurrentPrincipal, EntityIdQuery, IngestDep, SearchDep, SettingsDep
 from app.edge import safe_str
 from app.errors import BadRequest, NotFound
 from app.schemas import (
@@ -54,11 +54,17 @@ def _pairs(hits: Sequence[ChunkHit], timing: str | None = None) -> Response:
     responses={200: SEARCH_PAIRS_RESPONSE, **error_responses(400, 413, *AUTHED_ERRORS)},
 )
 async def query(
-    body: QueryRequest, principal: CurrentPrincipal, search: SearchDep, settings: SettingsDep
+    body: QueryRequest,
+    principal: CurrentPrincipal,
+    search: SearchDep,
+    settings: SettingsDep,
+    allowlist: AllowListDep,
 ) -> Response:
     """Top-k chunks of one file; `[]` when nothing matches or the file is out of scope."""
     entity = check_entity_id(body.entity_id, settings.entity_id_regex)
-    scope = search.scope(read_namespaces(principal, entity), principal.namespace, [body.file_id])
+    # ALLOWLIST_VERIFY: LibreChat's catalogue narrows the allow-list the SQL predicate carries
+    ids = await allowlist.searchable(principal, entity, [body.file_id])
+    scope = search.scope(read_namespaces(principal, entity), principal.namespace, ids)
     outcome = await search.search(body.query, scope, body.k)
     return _pairs(outcome.hits, outcome.server_timing())
 
@@ -69,7 +75,11 @@ async def query(
     responses={200: SEARCH_PAIRS_RESPONSE, **error_responses(400, 404, 413, *AUTHED_ERRORS)},
 )
 async def query_multiple(
-    body: QueryMultipleRequest, principal: CurrentPrincipal, search: SearchDep, settings: SettingsDep
+    body: QueryMultipleRequest,
+    principal: CurrentPrincipal,
+    search: SearchDep,
+    settings: SettingsDep,
+    allowlist: AllowListDep,
 ) -> Response:
     """Global top-k across up to 1,000 files in one request; 404 when nothing matches."""
     ids = list(dict.fromkeys(body.file_ids))
@@ -78,7 +88,8 @@ async def query_multiple(
     if len(ids) > MAX_FILE_IDS:
         raise BadRequest(f"At most {MAX_FILE_IDS} file_ids are allowed")
     entity = check_entity_id(body.entity_id, settings.entity_id_regex)
-    scope = search.scope(read_namespaces(principal, entity), principal.namespace, ids)
+    allowed = await allowlist.searchable(principal, entity, ids)
+    scope = search.scope(read_namespaces(principal, entity), principal.namespace, allowed)
     outcome = await search.search(body.query, scope, body.k)
     if not outcome.hits:
         raise NotFound("No documents found for the given query")
@@ -93,12 +104,14 @@ async def query_multiple(
 async def get_documents(
     principal: CurrentPrincipal,
     search: SearchDep,
+    allowlist: AllowListDep,
     ids: Annotated[FileIdList, Query(min_length=1, max_length=MAX_FILE_IDS)],
     entity_id: EntityIdQuery,
 ) -> Response:
     """All chunks of the given files, in order; 404 if any file is not in scope."""
     owners = read_namespaces(principal, entity_id)
-    rows = await search.documents(search.scope(owners, principal.namespace, ids))
+    allowed = await allowlist.searchable(principal, entity_id, ids)
+    rows = await search.documents(search.scope(owners, principal.namespace, allowed))
     found = {r.file_id for r in rows}
     if any(i not in found for i in ids):
         raise NotFound("One or more IDs not found")
@@ -115,6 +128,7 @@ async def delete_documents(
     principal: CurrentPrincipal,
     ingest: IngestDep,
     search: SearchDep,
+    allowlist: AllowListDep,
     file_ids: Annotated[FileIdList, Body(max_length=MAX_FILE_IDS)],
     entity_id: EntityIdQuery,
 ) -> MessageResponse:
@@ -122,9 +136,18 @@ async def delete_documents(
 
     `entity_id` is checked like everywhere else but never widens what may be deleted: LibreChat
     never sends it on delete, and the uploader rule already covers an Agent's knowledge base.
+    With ALLOWLIST_VERIFY=mongo, files the rule did not find may still be deleted from the
+    namespaces of Agents the caller may edit in LibreChat (author or EDIT bit).
     """
     ids = list(dict.fromkeys(file_ids))
     found = await ingest.delete(search.delete_scope(delete_namespaces(principal), principal.namespace, ids))
+    missing = [i for i in ids if i not in found]
+    if missing and allowlist.enabled:
+        # LibreChat detaches a file from its Agent before it asks us to delete it, so the Agent
+        # is found through the editor's rights, not through the file
+        editable = await allowlist.editable_agents(principal)
+        if editable:
+            found |= await ingest.delete(search.delete_scope(editable, principal.namespace, missing))
     if any(i not in found for i in ids):
         raise NotFound("One or more IDs not found")
     count = len(ids)
@@ -137,17 +160,26 @@ async def delete_documents(
     "/documents/{file_id}/context", response_model=str, responses=error_responses(400, 404, *AUTHED_ERRORS)
 )
 async def document_context(
-    file_id: FileIdPath, principal: CurrentPrincipal, search: SearchDep, entity_id: EntityIdQuery
+    file_id: FileIdPath,
+    principal: CurrentPrincipal,
+    search: SearchDep,
+    allowlist: AllowListDep,
+    entity_id: EntityIdQuery,
 ) -> Response:
     """The file's text for the model: name, then text with page markers (a JSON string)."""
     owners = read_namespaces(principal, entity_id)
-    text = await search.context(search.scope(owners, principal.namespace, [file_id]))
+    allowed = await allowlist.searchable(principal, entity_id, [file_id])
+    text = await search.context(search.scope(owners, principal.namespace, allowed))
     if text is None:
         raise NotFound("One or more IDs not found")
     return Response(json.dumps(text, ensure_ascii=False), media_type="application/json")
 
 
 @router.get("/ids", response_model=list[str], responses=error_responses(400, *AUTHED_ERRORS))
-async def list_ids(principal: CurrentPrincipal, search: SearchDep, entity_id: EntityIdQuery) -> list[str]:
+async def list_ids(
+    principal: CurrentPrincipal, search: SearchDep, allowlist: AllowListDep, entity_id: EntityIdQuery
+) -> list[str]:
     """File ids in the caller's scope. **Decision**: rag_api lists every id in the collection."""
+    if entity_id and not await allowlist.agent_visible(principal, entity_id):
+        entity_id = None  # an Agent the caller may not use in LibreChat lists as if not named
     return await search.file_ids(search.scope(read_namespaces(principal, entity_id), principal.namespace))

@@ -176,3 +176,38 @@ def searchable_file_ids(
     if bits & VIEW:
         return frozenset(owned | attached)
     return frozenset(owned)
+
+
+def agent_bits(
+    *,
+    user_id: str,
+    agent: Document | None,
+    acl_entries: Iterable[Document],
+    principals: frozenset[Principal],
+    now: datetime | None = None,
+) -> int:
+    """The permission bits this user holds on an Agent: every bit for its author, else the ACL's union."""
+    if agent is None:
+        return 0
+    if id_text(agent.get("author")) == user_id:
+        return VIEW | EDIT | DELETE | SHARE
+    return permission_bits(acl_entries, principals, resource_id=agent.get("_id"), now=now)
+
+
+def editable_agent_ids(
+    *,
+    user_id: str,
+    agents: Iterable[Document],
+    acl_entries: Iterable[Document],
+    principals: frozenset[Principal],
+    now: datetime | None = None,
+) -> frozenset[str]:
+    """The `id`s of the Agents this user may edit: those they authored or hold the EDIT bit on."""
+    entries = list(acl_entries)
+    found: set[str] = set()
+    for agent in agents:
+        agent_id = id_text(agent.get("id"))
+        bits = agent_bits(user_id=user_id, agent=agent, acl_entries=entries, principals=principals, now=now)
+        if agent_id and bits & EDIT:
+            found.add(agent_id)
+    return frozenset(found)

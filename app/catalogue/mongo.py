@@ -8,6 +8,7 @@ equality on an ObjectId field is not supported by all of them).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -18,8 +19,13 @@ from pymongo.database import Database
 
 from app.catalogue.access import (
     AGENT_RESOURCE,
+    PRINCIPAL_GROUP,
     PRINCIPAL_PUBLIC,
+    PRINCIPAL_ROLE,
+    PRINCIPAL_USER,
     Document,
+    Principal,
+    editable_agent_ids,
     searchable_file_ids,
     user_principals,
 )
@@ -51,15 +57,27 @@ _ACL_FIELDS = {
 }
 
 
-def connect(uri: str, *, timeout_ms: int = 5000) -> MongoClient[dict[str, Any]]:
-    """A client for LibreChat's MongoDB that fails fast when the server is unreachable."""
+def connect(uri: str, *, timeout_ms: int = 5000, **options: Any) -> MongoClient[dict[str, Any]]:
+    """A client for LibreChat's MongoDB that fails fast when the server is unreachable.
+
+    The constructor does not block: pymongo connects in the background and the first operation
+    waits at most `timeout_ms` for a server. `options` go to `MongoClient` (e.g. `timeoutMS`).
+    """
     return MongoClient(
-        uri, serverSelectionTimeoutMS=timeout_ms, connectTimeoutMS=timeout_ms, socketTimeoutMS=timeout_ms * 4
+        uri,
+        serverSelectionTimeoutMS=timeout_ms,
+        connectTimeoutMS=timeout_ms,
+        socketTimeoutMS=timeout_ms * 4,
+        **options,
     )
 
 
-def catalogue_database(client: MongoClient[dict[str, Any]]) -> Database[dict[str, Any]]:
-    """The database named in the URI, else LibreChat's default name."""
+def catalogue_database(
+    client: MongoClient[dict[str, Any]], name: str | None = None
+) -> Database[dict[str, Any]]:
+    """Database `name`, else the one named in the URI, else LibreChat's default name."""
+    if name:
+        return client[name]
     return client.get_default_database(default=DEFAULT_DATABASE)
 
 
@@ -128,6 +146,61 @@ def read_groups_of(db: Database[dict[str, Any]], member_keys: Iterable[str]) -> 
     return list(db["groups"].find({"memberIds": {"$in": keys}}, {"_id": 1, "memberIds": 1}))
 
 
+@dataclass(frozen=True)
+class Viewer:
+    """One user looking through one Agent (or none): what the access rule needs besides file records.
+
+    Read once per (user, Agent) and reusable for many requests: the rule is evaluated on it with
+    `searchable`, at the moment of each request (an ACL entry that expires in between stops counting).
+    """
+
+    user_id: str
+    agent_id: str | None
+    principals: frozenset[Principal]
+    agent: Document | None
+    acl_entries: tuple[Document, ...]
+
+    def searchable(
+        self, requested: Iterable[str], files: Iterable[Document], now: datetime | None = None
+    ) -> frozenset[str]:
+        """The requested file ids this user may search through this Agent (LibreChat's rule)."""
+        return searchable_file_ids(
+            user_id=self.user_id,
+            requested=requested,
+            files=files,
+            agent_id=self.agent_id,
+            agent=self.agent,
+            acl_entries=self.acl_entries,
+            principals=self.principals,
+            now=now,
+        )
+
+
+def read_principals(
+    db: Database[dict[str, Any]], user_id: str, role: str | None = None
+) -> frozenset[Principal]:
+    """Every principal the user acts as: themselves, their role (from `users`), their groups, `public`."""
+    user = read_user(db, user_id)
+    source_id = str(user["idOnTheSource"]) if user and user.get("idOnTheSource") else None
+    groups = read_groups_of(db, [user_id, source_id or ""])
+    return user_principals(
+        user_id,
+        role=role or (str(user["role"]) if user and user.get("role") else None),
+        groups=groups,
+        id_on_the_source=source_id,
+    )
+
+
+def read_viewer(
+    db: Database[dict[str, Any]], *, user_id: str, agent_id: str | None, role: str | None = None
+) -> Viewer:
+    """The user's principals, the Agent (None when unknown or not asked) and the ACL entries on it."""
+    agents = read_agents(db, [agent_id]) if agent_id else []
+    agent = agents[0] if agents else None
+    entries = read_agent_acl(db, [agent["_id"]]) if agent is not None else []
+    return Viewer(user_id, agent_id, read_principals(db, user_id, role), agent, tuple(entries))
+
+
 def user_searchable_files(
     db: Database[dict[str, Any]],
     *,
@@ -139,26 +212,67 @@ def user_searchable_files(
 ) -> frozenset[str]:
     """The file ids this user may search through this Agent, read from the catalogue."""
     requested = sorted(set(file_ids))
-    files = read_files(db, requested)
-    agents = read_agents(db, [agent_id]) if agent_id else []
-    agent = agents[0] if agents else None
-    user = read_user(db, user_id)
-    source_id = str(user["idOnTheSource"]) if user and user.get("idOnTheSource") else None
-    groups = read_groups_of(db, [user_id, source_id or ""])
-    principals = user_principals(
-        user_id,
-        role=role or (str(user["role"]) if user and user.get("role") else None),
-        groups=groups,
-        id_on_the_source=source_id,
-    )
-    entries = read_agent_acl(db, [agent["_id"]]) if agent is not None else []
-    return searchable_file_ids(
-        user_id=user_id,
-        requested=requested,
-        files=files,
-        agent_id=agent_id,
-        agent=agent,
-        acl_entries=entries,
-        principals=principals,
-        now=now,
+    viewer = read_viewer(db, user_id=user_id, agent_id=agent_id, role=role)
+    return viewer.searchable(requested, read_files(db, requested), now)
+
+
+def _principal_ids(principals: Iterable[Principal]) -> list[Any]:
+    """`principalId`s to look for: user and group ObjectIds (and their string form), role names."""
+    values: list[Any] = []
+    for principal in principals:
+        if principal.id is None:
+            continue
+        if principal.type in (PRINCIPAL_USER, PRINCIPAL_GROUP):
+            oid = object_id(principal.id)
+            if oid is not None:
+                values.append(oid)
+            values.append(principal.id)
+        elif principal.type == PRINCIPAL_ROLE:
+            values.append(principal.id)
+    return values
+
+
+def read_principal_agent_acl(db: Database[dict[str, Any]], principals: Iterable[Principal]) -> list[Document]:
+    """ACL entries on Agents that name any of these principals (`public` included)."""
+    ids = _principal_ids(principals)
+    found: list[Document] = []
+    for batch in _batches(ids):
+        query = {"resourceType": AGENT_RESOURCE, "principalId": {"$in": batch}}
+        found.extend(db["aclentries"].find(query, _ACL_FIELDS))
+    found.extend(read_public_agent_acl(db))
+    return found
+
+
+def read_agents_by_db_id(db: Database[dict[str, Any]], db_ids: Iterable[Any]) -> list[Document]:
+    """Agents by their `_id`."""
+    ids = sorted({str(v) for v in db_ids if object_id(str(v)) is not None})
+    found: list[Document] = []
+    for batch in _batches(ids):
+        found.extend(db["agents"].find({"_id": {"$in": [object_id(i) for i in batch]}}, _AGENT_FIELDS))
+    return found
+
+
+def read_authored_agents(db: Database[dict[str, Any]], user_id: str) -> list[Document]:
+    """Agents whose `author` is this user."""
+    oid = object_id(user_id)
+    authors: list[Any] = [user_id] if oid is None else [oid, user_id]
+    return list(db["agents"].find({"author": {"$in": authors}}, _AGENT_FIELDS))
+
+
+def user_editable_agents(
+    db: Database[dict[str, Any]],
+    *,
+    user_id: str,
+    principals: frozenset[Principal] | None = None,
+    now: datetime | None = None,
+) -> frozenset[str]:
+    """The `id`s of the Agents this user authored or holds the EDIT bit on, read from the catalogue."""
+    who = principals if principals is not None else read_principals(db, user_id)
+    entries = read_principal_agent_acl(db, who)
+    agents = {str(a["_id"]): a for a in read_authored_agents(db, user_id)}
+    shared = [e.get("resourceId") for e in entries if str(e.get("resourceId")) not in agents]
+    for agent in read_agents_by_db_id(db, shared):
+        agents[str(agent["_id"])] = agent
+    return editable_agent_ids(
+        user_id=user_id, agents=agents.values(), acl_entries=entries, principals=who, now=now
     )

@@ -23,7 +23,7 @@ import numpy as np
 
 from app import metrics
 from app.clients.blobs import BlobStore, blob_key
-from app.clients.embeddings import Embedder
+from app.clients.embeddings import Embedder, vector_revision
 from app.config import Settings
 from app.errors import EmbeddingProviderError, NoExtractableText, PayloadTooLarge
 from app.ingest.chunking import clean_text, md5_digest, split_sections
@@ -67,7 +67,8 @@ class SourceFile:
 def model_identity(settings: Settings) -> str:
     """The identity under which vectors are reusable: provider, model and forced dimensions."""
     dims = settings.embeddings_dimensions
-    return f"{settings.provider}:{settings.model}" + (f"@{dims}" if dims else "")
+    identity = f"{settings.provider}:{settings.model}" + (f"@{dims}" if dims else "")
+    return identity + vector_revision(settings.provider)
 
 
 def chunk_metadata(chunk: Chunk, *, file_id: str, owner: str, source: str, text: str) -> dict[str, Any]:

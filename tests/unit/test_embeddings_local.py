@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from app.clients.embeddings import LOCAL_DIMENSIONS, LocalEmbedder, MiniLMRuntime
-from app.clients.embeddings.local import MAX_TOKENS, model_file, tokenizer_file
+from app.clients.embeddings.local import MAX_TOKENS, model_file, shared_runtime, tokenizer_file
 from app.errors import ConfigError, EmbeddingProviderError
+from app.ingest.v2.tokens import local_model_counter, pool_windows, window_texts, window_weights
 
 SENTENCES = [
     "The cat sat on the mat",
@@ -64,15 +65,39 @@ async def test_vectors_do_not_depend_on_the_batch(local: LocalEmbedder) -> None:
     np.testing.assert_allclose(as_query, alone, atol=1e-6)
 
 
-async def test_truncation_is_at_256_tokens(local: LocalEmbedder) -> None:
+async def test_texts_past_the_window_count_whole(local: LocalEmbedder) -> None:
     # the shipped tokenizer.json truncates at 128: a 150-word text must still see its tail
     medium = words(150)
     assert not np.allclose(*(await local.embed_documents([medium, medium + " " + words(50, 3)])))
-    # past 256 tokens the tail is cut, so appending words changes nothing
+    # past 256 tokens the tail is no longer cut off: appending words changes the vector
     long = words(400)
     a, b = await local.embed_documents([long, long + " " + words(100, 5)])
-    np.testing.assert_allclose(a, b, atol=1e-6)
-    assert MAX_TOKENS == 256
+    assert not np.allclose(a, b, atol=1e-3)
+    # it is the token-weighted mean of its 256-token windows' vectors, each run as a text of its own
+    counter, window = local_model_counter()
+    pieces = window_texts(long, counter, window)
+    assert window == MAX_TOKENS == 256 and len(pieces) == 2
+    runtime = shared_runtime()
+    expected = pool_windows(runtime.embed_truncated(pieces), window_weights(pieces, counter))
+    np.testing.assert_allclose(a, expected, atol=1e-6)
+    # queries get the same treatment
+    np.testing.assert_allclose(await local.embed_query(long), a, atol=1e-6)
+
+
+async def test_texts_that_fit_are_bit_identical_to_before(local: LocalEmbedder) -> None:
+    counter, window = local_model_counter()
+    at_limit = words(window)
+    while counter.count(at_limit) + counter.special_tokens > window:
+        at_limit = at_limit.rsplit(" ", 1)[0]
+    assert counter.count(at_limit) + counter.special_tokens == window  # the longest text that fits
+    texts = [*SENTENCES, at_limit, "", "x" * 3, "Été à Zürich: 42 °C!"]
+    before = shared_runtime().embed_truncated(texts)  # the pre-window computation: one run each
+    after = await local.embed_documents(texts)
+    assert np.array_equal(after, before)  # bit for bit
+    assert np.array_equal(await local.embed_query(SENTENCES[0]), before[0])  # queries too
+    one_more = at_limit + " river"  # one token past the window: now two windows
+    assert counter.count(one_more) + counter.special_tokens == window + 1
+    assert not np.array_equal((await local.embed_documents([one_more]))[0], before[3])
 
 
 async def test_empty_list(local: LocalEmbedder) -> None:

