@@ -359,12 +359,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(metrics_route.router)
     # the limit runs after authentication: the client it counts is the token's user id
     authed = [Depends(get_principal), Depends(enforce_rate_limit)]
-    document_rate_limits(embed.router, documents.router)
-    app.include_router(embed.router, dependencies=authed)
-    app.include_router(documents.router, dependencies=authed)
-    app.include_router(v2_admin.router, dependencies=authed)
-    app.include_router(jobs.router, dependencies=authed)
-    app.include_router(admin.router, dependencies=authed)
+    routers = [embed.router, documents.router, v2_admin.router, jobs.router, admin.router]
+    # every authenticated router: a limited route (LIMITED_ROUTES) documents its 429 wherever it lives
+    document_rate_limits(*routers)
+    for router in routers:
+        app.include_router(router, dependencies=authed)
     install_openapi(app, settings.entity_id_pattern)
     # innermost of the three: a refused body still gets CORS headers, a request id and an access line
     app.add_middleware(
