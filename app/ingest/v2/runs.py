@@ -998,7 +998,14 @@ async def survey_file(ctx: V2Context, run_id: int, file_id: str) -> bool:
         if reusable:
             fingerprints = reusable[0].fingerprints
         else:
-            parsed = clean_document(await _parse(ctx, source, ctx.settings.data_dir.resolve() / "tmp"))
+            tmp_dir = ctx.settings.data_dir.resolve() / "tmp"
+            try:
+                raw = await _parse(ctx, source, tmp_dir)
+            except BlobNotFound:
+                # the store lost the original: staging will use the V1 chunks, so does the survey
+                source = await _v1_source(ctx, run.namespace, file_id, source.filename)
+                raw = await _parse(ctx, source, tmp_dir)
+            parsed = clean_document(raw)
             fingerprints = document_fingerprints(parsed.blocks, ctx.profile.boilerplate)
             await asyncio.to_thread(cache.put, file_id, source.checksum, parsed)
     except UpstreamUnavailable:
