@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -39,7 +38,7 @@ from app.errors import (
 )
 from app.ingest.pipeline import IngestService, model_identity
 from app.ingest.upload import sweep_stale_uploads
-from app.ingest.v2.runs import V2Context, note_upload
+from app.ingest.v2.runs import V2Context
 from app.jobs.setup import build_jobs
 from app.logs import RequestContextMiddleware, configure_logging, request_id_var
 from app.maintenance.registry import MaintenanceRegistry
@@ -165,6 +164,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         )
         stack.push_async_callback(maintenance.close)
         search = SearchService(settings, pool, info, embedder, search_state, maintenance)
+        v2 = V2Context(settings, pool, info, embedder, blobs)
         jobs = build_jobs(
             settings,
             dsn=dsn,
@@ -175,17 +175,17 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             ingest=ingest,
             search=search,
             maintenance=maintenance,
+            v2=v2,
         )
         stack.push_async_callback(jobs.close)  # first to close: running jobs go back to the queue
         maintenance.start(embedder.dimensions)
-        v2 = V2Context(settings, pool, info, embedder, blobs)
-        stack.push_async_callback(v2.close)
-        v2_tasks = V2Maintenance(v2, dsn, maintenance.registry)
-        ingest.on_stored = functools.partial(note_upload, v2)
+        v2_tasks = V2Maintenance(v2, dsn, maintenance.registry, hand_over=jobs.v2.hand_over)
+        # new uploads of RAG_V2_NAMESPACE_IDS: their V2 staging is a job of the queue
+        ingest.on_stored = jobs.v2.note_upload
         try:
-            await v2_tasks.start()  # resumes interrupted backfills
+            await v2_tasks.start()  # the vector index of the dimensions already stored
         except (OSError, asyncpg.PostgresError) as exc:
-            logger.error("V2 index tasks could not start (%s); backfills resume at the next start", exc)
+            logger.error("V2 index tasks could not start (%s); they start with the next stored vector", exc)
         maintenance.start_refresh()
         await jobs.start()
         # lazy: start-up does not wait for LibreChat's MongoDB (a request that needs it may 503)

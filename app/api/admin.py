@@ -15,7 +15,6 @@ from app.api.jobs import JobIdPath
 from app.deps import AdminPrincipal, JobsDep, ResourcesDep
 from app.edge import safe_str
 from app.errors import NotFound, RagError
-from app.jobs.kinds import V2_BACKFILL
 from app.jobs.schemas import (
     AdminJobOut,
     AdminStatus,
@@ -167,32 +166,26 @@ async def admin_retry(job_id: JobIdPath, principal: AdminPrincipal, jobs: JobsDe
     "/reindex",
     status_code=202,
     response_model=ReindexAccepted,
-    responses={
-        **_ADMIN,
-        **_doc(
-            409,
-            "This service has no V2 index to build (no handler for v2-backfill is registered): a state "
-            "of the deployment, not a server error",
-        ),
-    },
+    responses=_ADMIN,
 )
 async def admin_reindex(
     principal: AdminPrincipal,
     jobs: JobsDep,
     namespace: Annotated[_Namespace, Query(description="the owner whose files to index: a user or Agent id")],
-    force: Annotated[bool, Query(description="rebuild files whose index is current too")] = False,
+    force: Annotated[
+        bool,
+        Query(
+            description="a run that links no earlier document: every file is parsed and embedded again, "
+            "unchanged ones too"
+        ),
+    ] = False,
 ) -> ReindexAccepted:
-    """Queue the V2 backfill of a namespace (a waiting backfill of it is joined, not doubled)."""
-    if not jobs.service.runs(V2_BACKFILL):
-        raise Conflict("This service has no V2 index yet: nothing can run a v2-backfill job")
-    added = await jobs.service.enqueue(
-        V2_BACKFILL,
-        {"namespace": namespace, "force": force},
-        dedupe_key=f"v2-backfill:{namespace}",
-        # a forced request upgrades a waiting one; a plain request joins whatever waits
-        mode="replace" if force else "keep",
-        created_by=principal.namespace,
-    )
+    """Queue the V2 backfill of a namespace: a new run of all its files, one job per file, activated
+    when every file is staged (a waiting request for the namespace is joined, not doubled).
+
+    Without `force`, unchanged files link the documents they already have (no parsing, no embedding)
+    and changed ones are rebuilt; with `force`, every file is parsed and embedded again."""
+    added = await jobs.v2.enqueue_backfill(namespace=namespace, force=force, created_by=principal.namespace)
     row = await jobs.service.get(added.id)
     if row is None:
         raise NotFound("The job was removed before it could be read")

@@ -13,12 +13,12 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, Field
 
 from app.config import Settings
-from app.deps import AdminPrincipal, ResourcesDep
+from app.deps import AdminPrincipal, JobsDep, ResourcesDep
 from app.edge import NON_BLANK_NUL_FREE_PATTERN, SafeStr, safe_str, safe_str_list
 from app.errors import BadRequest, Conflict, InvalidInput, NotFound, ServiceUnavailable, UnsupportedFileType
 from app.ingest.upload import check_content_length, receive_multipart
 from app.ingest.v2 import runs
-from app.maintenance.v2_tasks import BACKFILL_PREFIX, HNSW_PREFIX, V2Maintenance
+from app.maintenance.v2_tasks import HNSW_PREFIX, V2Maintenance
 from app.schemas import AUTHED_ERRORS, MAX_ENTITY_ID_CHARS, MAX_FILE_ID_CHARS, error_responses
 from app.store import v2_index as store
 
@@ -64,7 +64,7 @@ class StartRunRequest(BaseModel):
 
 
 class BackfillRequest(BaseModel):
-    """`POST /v2/backfill`: build a run of `namespace` from stored originals, in the background."""
+    """`POST /v2/backfill`: build a run of `namespace` from stored originals, as jobs of the queue."""
 
     namespace: SafeStr = Field(min_length=1, max_length=MAX_ENTITY_ID_CHARS)
     index_version: SafeStr | None = Field(None, min_length=1, max_length=200, pattern=INDEX_VERSION_PATTERN)
@@ -72,6 +72,9 @@ class BackfillRequest(BaseModel):
         None, min_length=1, max_length=MAX_RUN_FILES, description="default: every file of the namespace"
     )
     activate: bool = Field(True, description="activate the run once every file is staged")
+    force: bool = Field(
+        False, description="parse and embed every file again: link no document of an earlier run"
+    )
 
 
 class StageRequest(BaseModel):
@@ -146,10 +149,13 @@ class StagedFileOut(BaseModel):
 
 
 class BackfillOut(BaseModel):
-    """A backfill started in the background."""
+    """A backfill started as jobs of the queue."""
 
     run: RunOut
-    task: str = Field(description="the maintenance task that stages it (see GET /v2/status)")
+    job_id: int = Field(
+        description="the job that queues one job per file (GET /admin/jobs/{job_id}); progress per file: "
+        "GET /v2/runs/{run_id}"
+    )
 
 
 class ActiveRunOut(BaseModel):
@@ -163,7 +169,7 @@ class ActiveRunOut(BaseModel):
 
 
 class TaskOut(BaseModel):
-    """A V2 maintenance task."""
+    """A V2 maintenance task (the vector index of one dimension), as this replica saw it."""
 
     name: str
     state: str
@@ -305,7 +311,7 @@ async def v2_status(
     statuses = [
         TaskOut(name=s.name, state=s.state, progress=s.progress, last_error=s.last_error)
         for s in tasks.registry.statuses()
-        if s.name.startswith((BACKFILL_PREFIX, HNSW_PREFIX))
+        if s.name.startswith(HNSW_PREFIX)
     ]
     return V2StatusOut(
         enabled=bool(ctx.enabled_namespaces),
@@ -510,19 +516,22 @@ async def fail_run(
     "/backfill", status_code=202, response_model=BackfillOut, responses=error_responses(400, 413, *_ADMIN)
 )
 async def backfill(
-    body: BackfillRequest, principal: AdminPrincipal, ctx: V2Dep, tasks: V2TasksDep, response: Response
+    body: BackfillRequest, principal: AdminPrincipal, ctx: V2Dep, jobs: JobsDep, response: Response
 ) -> BackfillOut:
     """Build a run of a namespace from the originals `/embed` stored (files without one: their V1 chunks),
-    in the background; it is activated when every file is staged. Progress: `GET /v2/runs/{run_id}`."""
-    run = await runs.start_run(
+    as jobs of the queue (one per file); it is activated when every file is staged. A backfill of the
+    namespace and index version still running gives way to this one. Progress: `GET /v2/runs/{run_id}`."""
+    run = await runs.start_backfill_run(
         ctx,
         namespace=body.namespace,
         index_version=body.index_version,
         file_ids=body.file_ids,
-        origin="backfill",
+        activate_when_done=body.activate,
+        force=body.force,
         created_by=principal.namespace,
-        options={"activate": body.activate},
     )
-    name = tasks.start_backfill(run.run_id, activate=body.activate)
+    added = await jobs.v2.enqueue_backfill(
+        namespace=run.namespace, run_id=run.run_id, created_by=principal.namespace
+    )
     response.headers["Location"] = f"/v2/runs/{run.run_id}"
-    return BackfillOut(run=_run_out(run), task=name)
+    return BackfillOut(run=_run_out(run), job_id=added.id)

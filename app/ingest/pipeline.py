@@ -12,7 +12,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,8 +109,9 @@ class IngestService:
         )
         self._slots = asyncio.Semaphore(settings.ingest_concurrency)
         self._limits = ParseLimits.from_settings(settings)
-        # told (file_id, owner) after every stored upload: the V2 index stages it in the background
-        self.on_stored: Callable[[str, str], None] | None = None
+        # told (file_id, owner) after every stored upload: the V2 index queues its staging (it must
+        # never raise: the upload has succeeded)
+        self.on_stored: Callable[[str, str], Awaitable[None]] | None = None
         start_worker_server()
 
     def close(self) -> None:
@@ -217,7 +218,7 @@ class IngestService:
             loaded_at - started, embedded_at - loaded_at, time.perf_counter() - embedded_at
         )
         if self.on_stored is not None:
-            self.on_stored(file_id, owner)
+            await self.on_stored(file_id, owner)
         logger.info(
             "Ingested file %s: %d chunks (%d embedded, %d reused), load %.0f ms, embed %.0f ms, "
             "total %.0f ms",

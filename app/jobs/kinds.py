@@ -1,12 +1,10 @@
 """The job kinds the service knows, and the shape of each payload.
 
-Registration point for the V2 index: its helper functions plug in through `register_v2` (called by
-the lifespan, `app/jobs/setup.py`), one plain async function per kind:
+The V2 index's kinds are handled by `app/jobs/v2.py` and plug in through `register_v2` (called by
+`build_jobs`, `app/jobs/setup.py`), one plain async function per kind:
 
     async def index_file(payload: V2IndexFile, progress: Progress) -> dict | None
     async def backfill(payload: V2Backfill, progress: Progress) -> dict | None
-
-Until they are registered, no worker claims those kinds and `POST /admin/reindex` answers 409.
 """
 
 from __future__ import annotations
@@ -53,18 +51,31 @@ class ReembedMissing(_Payload):
 
 
 class V2IndexFile(_Payload):
-    """`v2-index-file`: (re)build the V2 index entries of one file."""
+    """`v2-index-file`: one file of a V2 run: survey it, or stage it.
+
+    With `run_id`, a file of that run (a backfill's); without, a new upload: the file is staged into
+    every running and active run of `owner`.
+    """
 
     file_id: str = Field(min_length=1)
     owner: str = Field(min_length=1, description="the namespace the file belongs to")
-    force: bool = Field(False, description="rebuild even when the index is current for this file")
+    run_id: int | None = Field(None, ge=1, description="the run (None: every open run of the owner)")
+    survey: bool = Field(False, description="only read the file's repeated blocks (a backfill's first pass)")
+    after_survey: bool = Field(False, description="stage once the run's survey jobs have ended")
 
 
 class V2Backfill(_Payload):
-    """`v2-backfill`: index every file of a namespace into the V2 index."""
+    """`v2-backfill`: index every file of a namespace (or `file_ids`) into a new V2 run.
+
+    With `run_id`, (re)plan an existing run instead: one job per file not staged yet.
+    """
 
     namespace: str = Field(min_length=1)
-    force: bool = Field(False, description="rebuild files whose index is current too")
+    force: bool = Field(False, description="parse and embed every file again (link no earlier document)")
+    run_id: int | None = Field(None, ge=1, description="a run to finish (resume) instead of a new one")
+    index_version: str | None = Field(None, min_length=1, max_length=200)
+    file_ids: list[str] | None = Field(None, min_length=1)
+    activate: bool = Field(True, description="activate the run once every file is staged")
 
 
 V2IndexFileFn = Callable[[V2IndexFile, Progress], Awaitable[dict[str, Any] | None]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -39,6 +40,39 @@ Handler = Callable[[dict[str, Any], Progress], Awaitable["JobResult | dict[str, 
 
 class PermanentJobError(Exception):
     """Raised by a handler when running again cannot help: the job is parked as failed at once."""
+
+
+class ReleaseJob(Exception):
+    """Raised by a handler that cannot run the job here or now: it goes back to the queue uncounted.
+
+    Not a failure: the attempt is given back and no error is recorded. The job is due again after
+    `delay_s` (so the same worker does not take it straight back), for any replica to claim.
+    """
+
+    def __init__(self, delay_s: float, reason: str) -> None:
+        super().__init__(reason)
+        self.delay_s = delay_s
+        self.reason = reason
+
+
+# The id of the job whose handler is running (set by the worker around each run): a handler may
+# record it so that a run of the same job after a crash finds what the first run started.
+_current_job: ContextVar[int | None] = ContextVar("ragoverlay_current_job", default=None)
+
+
+def current_job_id() -> int | None:
+    """The id of the job this handler runs for (None outside a worker's run)."""
+    return _current_job.get()
+
+
+def set_current_job(job_id: int | None) -> Token[int | None]:
+    """Mark the running job (the worker does this); returns the token that `reset_current_job` takes."""
+    return _current_job.set(job_id)
+
+
+def reset_current_job(token: Token[int | None]) -> None:
+    """Undo `set_current_job`."""
+    _current_job.reset(token)
 
 
 @dataclass(frozen=True)

@@ -42,10 +42,6 @@ class JobService:
         self.policy = policy
         self.worker = worker
 
-    def runs(self, kind: str) -> bool:
-        """True when this process has a handler for `kind` (a job of it can run)."""
-        return kind in self.registry
-
     async def enqueue(
         self,
         kind: str,
@@ -55,11 +51,17 @@ class JobService:
         mode: EnqueueMode = "keep",
         created_by: str | None = None,
         delay_s: float = 0.0,
+        priority: int | None = None,
     ) -> Enqueued:
-        """Add a job of `kind` (checked against the kind's payload model when it is registered here)."""
+        """Add a job of `kind` (checked against the kind's payload model when it is registered here).
+
+        `priority` overrides the kind's (higher runs first).
+        """
         spec = self.registry.get(kind)
         if spec is not None:
             payload = spec.parse(payload)
+        if priority is None:
+            priority = spec.priority if spec else 0
         async with self.pool.acquire() as conn:
             added = await store.enqueue(
                 conn,
@@ -68,7 +70,7 @@ class JobService:
                 payload=payload,
                 dedupe_key=dedupe_key,
                 mode=mode,
-                priority=spec.priority if spec else 0,
+                priority=priority,
                 max_attempts=(spec.max_attempts if spec and spec.max_attempts else self.policy.max_attempts),
                 delay_s=delay_s,
                 created_by=created_by,
@@ -117,6 +119,11 @@ class JobService:
             return await store.list_jobs(
                 conn, queue=self.queue, status=status, kind=kind, before_id=before_id, limit=limit
             )
+
+    async def waiting(self, kind: str, matching: dict[str, Any]) -> int:
+        """Jobs of `kind` queued or running whose payload holds every key and value of `matching`."""
+        async with self.pool.acquire() as conn:
+            return await store.count_waiting(conn, queue=self.queue, kind=kind, matching=matching)
 
     async def retry(self, job_id: int) -> str:
         """Send a failed job back: 'queued', 'missing', 'duplicate', or the status that forbids it."""

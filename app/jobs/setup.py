@@ -1,36 +1,59 @@
 """The job system of one service: registry, worker, service, and the kinds wired to the resources.
 
 `build_jobs` is called by the lifespan once the pool and services are open; `JobSystem.start` and
-`close` bracket the worker. This is also where the V2 index's functions are registered
-(`register_v2`, see `app/jobs/kinds.py`).
+`close` bracket the worker. Every process registers every kind (`index-upload`, `maintenance`,
+`reembed-missing`, and the V2 index's `v2-backfill` and `v2-index-file`, `app/jobs/v2.py`), so any
+replica with a worker can run any job of the queue. The job gauges of `/metrics` are refreshed at
+each scrape from the queue itself (every replica sees the same counts).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
 
+from app import metrics
 from app.clients.blobs import BlobStore
 from app.clients.embeddings import Embedder
 from app.config import Settings
 from app.ingest.pipeline import IngestService, model_identity
+from app.ingest.v2.runs import V2Context
 from app.jobs.kinds import REEMBED_MISSING, ReembedMissing
 from app.jobs.policy import RetryPolicy, stale_timeout_warning
 from app.jobs.registry import JobRegistry, JobResult, Progress
 from app.jobs.service import JobService
 from app.jobs.sweep import SWEEP_RETRY_SECONDS, SWEEP_SECONDS, missing_counts, sweep_missing_vectors
 from app.jobs.uploads import UploadJobs
+from app.jobs.v2 import V2Jobs, V2MissingVectors
 from app.jobs.worker import JobWorker
 from app.maintenance.queue import QueuedMaintenance
 from app.maintenance.tasks import Maintenance
 from app.search.service import SearchService
 from app.store.db import StoreInfo
-from app.store.missing_vectors import MissingCount, MissingVectorStore, RagApiMissingVectors
+from app.store.jobs import JOB_STATUSES
+from app.store.missing_vectors import MissingCount, RagApiMissingVectors, SweepStore
 
 logger = logging.getLogger(__name__)
+
+JOBS_GAUGE = metrics.gauge(
+    "ragoverlay_jobs",
+    "Jobs of the queue by status (queued includes those waiting for a retry; due: queued and due now)",
+    ("status",),
+)
+JOBS_RUNNING_GAUGE = metrics.gauge(
+    "ragoverlay_jobs_running", "Jobs running now on any replica, by kind", ("kind",)
+)
+JOBS_OLDEST_DUE_GAUGE = metrics.gauge(
+    "ragoverlay_jobs_oldest_due_seconds", "How long the longest-waiting due job has waited (0: none)"
+)
+WORKER_RUNNING_GAUGE = metrics.gauge("ragoverlay_job_worker_running", "Jobs running in this process")
+WORKER_SLOTS_GAUGE = metrics.gauge(
+    "ragoverlay_job_worker_concurrency", "Jobs this process runs at most at once (INDEXER_CONCURRENCY)"
+)
 
 
 def retry_policy(settings: Settings) -> RetryPolicy:
@@ -48,7 +71,9 @@ class JobSystem:
     registry: JobRegistry
     worker: JobWorker | None
     maintenance: QueuedMaintenance
-    missing_stores: list[MissingVectorStore] = field(default_factory=list)
+    v2: V2Jobs
+    missing_stores: list[SweepStore] = field(default_factory=list)
+    _forget_metrics: Callable[[], None] | None = None
 
     async def start(self) -> None:
         """Schedule the periodic jobs and start the worker (if this process runs jobs)."""
@@ -57,13 +82,31 @@ class JobSystem:
         await self.service.ensure_periodic(
             REEMBED_MISSING, {}, key=REEMBED_MISSING, period_s=SWEEP_SECONDS, retry_s=SWEEP_RETRY_SECONDS
         )
+        self._forget_metrics = metrics.on_scrape(self.refresh_metrics)
 
     async def missing(self) -> dict[str, MissingCount]:
         """Per store, chunks (and documents) without a vector."""
         return await missing_counts(self.missing_stores)
 
+    async def refresh_metrics(self) -> None:
+        """Set the job gauges from the queue (called before each /metrics answer)."""
+        stats = await self.service.queue_stats()
+        c = stats.counts
+        for status, value in (*((s, getattr(c, s)) for s in JOB_STATUSES), ("due", c.due)):
+            JOBS_GAUGE.labels(status=status).set(value)
+        running: dict[str, int] = dict.fromkeys(self.registry.names(), 0)
+        for job in stats.running:
+            running[job.kind] = running.get(job.kind, 0) + 1
+        for kind, value in running.items():
+            JOBS_RUNNING_GAUGE.labels(kind=kind).set(value)
+        JOBS_OLDEST_DUE_GAUGE.set(c.oldest_due_s or 0.0)
+        WORKER_RUNNING_GAUGE.set(len(stats.local_running))
+        WORKER_SLOTS_GAUGE.set(stats.concurrency)
+
     async def close(self) -> None:
         """Stop the worker: running jobs go back to the queue."""
+        if self._forget_metrics is not None:
+            self._forget_metrics()
         await self.maintenance.close()
         if self.worker is not None:
             await self.worker.stop()
@@ -80,6 +123,7 @@ def build_jobs(
     ingest: IngestService,
     search: SearchService,
     maintenance: Maintenance,
+    v2: V2Context,
 ) -> JobSystem:
     """Build the registry with every kind this service runs, the worker and the service."""
     warning = stale_timeout_warning(settings.indexer_stale_timeout_s, settings.indexer_job_timeout_ms)
@@ -99,13 +143,16 @@ def build_jobs(
             stale_timeout_s=settings.indexer_stale_timeout_s,
         )
     service = JobService(pool, info.collection_name, registry, policy, worker)
-    system = JobSystem(service, registry, worker, QueuedMaintenance(maintenance, service))
+    system = JobSystem(
+        service, registry, worker, QueuedMaintenance(maintenance, service), V2Jobs(v2, service)
+    )
 
     UploadJobs(settings, ingest, blobs, search).install(registry)
     system.maintenance.install(registry)
-    # Self-healing: rag_api's table here; the V2 index adds its chunk table to `missing_stores`
-    # (a ChunkTableMissingVectors) when it registers its kinds.
+    system.v2.install(registry)
+    # Self-healing: rag_api's table, and the V2 index's chunks
     system.missing_stores.append(RagApiMissingVectors(pool, info))
+    system.missing_stores.append(V2MissingVectors(v2))
     model = model_identity(settings)
 
     async def reembed(payload: dict[str, Any], progress: Progress) -> JobResult:
@@ -115,6 +162,4 @@ def build_jobs(
         return JobResult(result=report.as_dict())
 
     registry.register(REEMBED_MISSING, reembed, payload=ReembedMissing, priority=-5)
-    # V2 index: register_v2(registry, index_file=..., backfill=...) and append its chunk store to
-    # system.missing_stores here, once app/ingest/v2's index run exists (see app/jobs/kinds.py).
     return system

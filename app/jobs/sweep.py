@@ -1,11 +1,12 @@
 """Self-healing: chunks stored without a vector (the provider was down) get one, in batches.
 
 The sweep runs as the periodic job `reembed-missing`. It reads each store through the small
-`MissingVectorStore` interface (`app/store/missing_vectors.py`): list chunks without a vector in
-key order, embed their texts, store the vectors where they are still missing. A provider that is
-still down fails the pass (the chunks wait for the next one); a vector whose dimension or model
-differs from the rest of its document is not stored (mixing them would make the document
-unsearchable in a different way) and is counted as skipped.
+interfaces of `app/store/missing_vectors.py`: rag_api's table (`MissingVectorStore`: list chunks
+without a vector in key order, embed their texts, store the vectors where they are still missing)
+and the V2 index (`ReembeddingStore`: it embeds its own chunks, a batch at a time, with its own
+model identity and window). A provider that is still down fails the pass (the chunks wait for the
+next one); a vector whose dimension or model differs from the rest of its document is not stored
+(mixing them would make the document unsearchable in a different way) and is counted as skipped.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 
 from app.clients.embeddings import Embedder
 from app.jobs.registry import Progress
-from app.store.missing_vectors import MissingCount, MissingVectorStore
+from app.store.missing_vectors import MissingCount, ReembeddingStore, SweepStore
 
 SWEEP_SECONDS = 300.0  # between passes
 SWEEP_RETRY_SECONDS = 60.0  # after a failed pass (the provider is likely still down)
@@ -60,7 +61,7 @@ def usable(chunk_dims: int | None, chunk_model: str | None, vector: np.ndarray, 
 
 
 async def sweep_missing_vectors(
-    stores: Sequence[MissingVectorStore],
+    stores: Sequence[SweepStore],
     embedder: Embedder,
     *,
     model: str,
@@ -78,6 +79,9 @@ async def sweep_missing_vectors(
     for store, count in zip(stores, counts, strict=True):
         result = StoreSweep(store.name, missing_before=count.chunks)
         report.stores.append(result)
+        if isinstance(store, ReembeddingStore):
+            done = await _reembed(store, result, count, done, total, batch, max_chunks, progress)
+            continue
         after: str | None = None
         seen = 0
         while count.chunks and seen < max_chunks:
@@ -104,6 +108,34 @@ async def sweep_missing_vectors(
     return report
 
 
-async def missing_counts(stores: Sequence[MissingVectorStore]) -> dict[str, MissingCount]:
+async def _reembed(
+    store: ReembeddingStore,
+    result: StoreSweep,
+    count: MissingCount,
+    done: int,
+    total: int,
+    batch: int,
+    max_chunks: int,
+    progress: Progress | None,
+) -> int:
+    """Let a store that embeds its own chunks work through them, a batch at a time."""
+    after: str | None = None
+    seen = 0
+    while count.chunks and seen < max_chunks:
+        step = await store.reembed(after=after, limit=min(batch, max_chunks - seen))
+        if not step.listed:
+            break
+        after = step.last
+        seen += step.listed
+        result.embedded += step.listed
+        result.stored += step.stored
+        result.skipped += step.skipped
+        done += step.listed
+        if progress is not None:
+            progress(done, total, f"{store.name}: {result.stored} vectors stored")
+    return done
+
+
+async def missing_counts(stores: Sequence[SweepStore]) -> dict[str, MissingCount]:
     """Per store, how many chunks (and documents) have no vector: unsearchable by meaning."""
     return {s.name: await s.count_missing() for s in stores}

@@ -27,7 +27,15 @@ import asyncpg
 
 from app.errors import RagError
 from app.jobs.policy import RetryPolicy, after_failure, heartbeat_interval_s, sweep_interval_s
-from app.jobs.registry import JobKind, JobRegistry, JobResult, PermanentJobError
+from app.jobs.registry import (
+    JobKind,
+    JobRegistry,
+    JobResult,
+    PermanentJobError,
+    ReleaseJob,
+    reset_current_job,
+    set_current_job,
+)
 from app.store import jobs as store
 from app.store.jobs import Beat, JobRow
 
@@ -406,10 +414,15 @@ class JobWorker:
         # the deadline cancels the handler's task: the cancellation reaches whatever it awaits,
         # the embedding and reranker HTTP requests on the shared client included
         deadline_scope = asyncio.timeout(deadline)
+        token = set_current_job(job.id)
         try:
             payload = kind.parse(job.payload)
             async with deadline_scope:
                 value = await kind.handler(payload, run.progress)
+        except ReleaseJob as exc:
+            # not this worker's to run now: back to the queue, the attempt given back, no error
+            logger.info("Job %d (%s) released: %s", job.id, kind.name, exc.reason)
+            return "released", max(exc.delay_s, 0.0), None, None
         except TimeoutError as exc:
             if not deadline_scope.expired():
                 error = _describe(exc)
@@ -431,6 +444,8 @@ class JobWorker:
                 again = outcome.again_in if outcome.again_in is not None else job.period_s
                 return "again", float(again or 0.0), None, outcome.result
             return "done", 0.0, None, outcome.result
+        finally:
+            reset_current_job(token)
         if periodic:
             return "again", float(job.retry_s or job.period_s or 0.0), error, None
         fate = after_failure(

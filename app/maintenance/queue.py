@@ -2,9 +2,12 @@
 
 Every task registered in the maintenance registry becomes one periodic job (its name the job's
 dedupe key, its interval and retry interval the job's), created by whichever replica registers
-the task first. A pass runs the task through `registry.run_once`, so the registry's status stays
-what the status page reads, and returns the task's wish for the next pass (`Pass.again_in`) or
-ends the schedule (`Pass.done`). Passes are not cut by the job deadline: they make no embedding
+the task first. Any replica may claim the pass: a task it has not registered yet is built from its
+name (`MaintenanceRegistry.resolve`: the index tasks of each dimension, V1 and V2); a name it does
+not know at all (a replica of another version) is released for another replica, not failed.
+A pass runs the task through `registry.run_once`, so the registry's status stays what the status
+page reads, and returns the task's wish for the next pass (`Pass.again_in`) or ends the schedule
+(`Pass.done`). Passes are not cut by the job deadline: they make no embedding
 calls, and an index build stopped half-way is wasted work.
 """
 
@@ -16,12 +19,15 @@ import logging
 from typing import Any
 
 from app.jobs.kinds import MAINTENANCE, MaintenancePass
-from app.jobs.registry import JobRegistry, JobResult, PermanentJobError, Progress
+from app.jobs.registry import JobRegistry, JobResult, Progress, ReleaseJob
 from app.jobs.service import JobService
 from app.maintenance.registry import MaintenanceTask
-from app.maintenance.tasks import HNSW_PREFIX, Maintenance
+from app.maintenance.tasks import Maintenance
 
 logger = logging.getLogger(__name__)
+
+# how long a pass of a task this replica cannot build waits before any replica may claim it again
+UNKNOWN_TASK_RELEASE_SECONDS = 60.0
 
 
 class QueuedMaintenance:
@@ -61,11 +67,11 @@ class QueuedMaintenance:
         """One pass of the task the payload names."""
         name = str(payload["task"])
         registry = self.maintenance.registry
-        if name not in registry and name.startswith(HNSW_PREFIX) and name[len(HNSW_PREFIX) :].isdigit():
-            # a dimension another replica saw first: this process takes its index task on too
-            self.maintenance.want_index(int(name[len(HNSW_PREFIX) :]))
-        if name not in registry:
-            raise PermanentJobError(f"no maintenance task is named {name!r}")
+        if not registry.resolve(name):
+            # another replica's task that this one cannot build: not a failure of the task
+            raise ReleaseJob(
+                UNKNOWN_TASK_RELEASE_SECONDS, f"maintenance task {name!r} is not known to this replica"
+            )
         progress(0, 1, name)
         result = await registry.run_once(name)
         progress(1, 1, result.progress or name)

@@ -5,6 +5,10 @@ keeps its `TaskStatus`. Who runs the passes: the registry itself, each task in a
 interval (`run_loops=True`), or the job queue (`run_loops=False` with `on_add`: each task becomes
 a periodic job, whose passes call `run_once`; `app/maintenance/queue.py`). The admin status page
 reads `statuses()`.
+
+Tasks made on demand (an index per embedding dimension) are known to every process by their name:
+each family registers a resolver (`add_resolver`) that builds the task from its name, so a replica
+can run a pass of a task that another replica created (`resolve`).
 """
 
 from __future__ import annotations
@@ -76,6 +80,20 @@ class MaintenanceRegistry:
         self._tasks: dict[str, MaintenanceTask] = {}
         self._status: dict[str, TaskStatus] = {}
         self._loops: dict[str, asyncio.Task[None]] = {}
+        self._resolvers: list[Callable[[str], bool]] = []
+
+    def add_resolver(self, resolver: Callable[[str], bool]) -> None:
+        """Add a builder of tasks by name: `resolver(name)` registers the task it recognises, True."""
+        self._resolvers.append(resolver)
+
+    def resolve(self, name: str) -> bool:
+        """True when task `name` is registered, after asking the resolvers to build it if need be."""
+        if name in self._tasks:
+            return True
+        for resolver in self._resolvers:
+            if resolver(name) and name in self._tasks:
+                return True
+        return False
 
     def add(self, task: MaintenanceTask) -> bool:
         """Register `task` and run it in the background; False when the name is taken."""

@@ -157,6 +157,15 @@ class Maintenance:
         self.registry = registry or MaintenanceRegistry()
         self._specs: dict[int, IndexSpec] = {}  # dimensions with an index task
         self._refresher: asyncio.Task[None] | None = None
+        self.registry.add_resolver(self._resolve)
+
+    def _resolve(self, name: str) -> bool:
+        """Build `hnsw-index-<dims>` from its name (a dimension another replica saw first)."""
+        dims = name[len(HNSW_PREFIX) :] if name.startswith(HNSW_PREFIX) else ""
+        if not (dims.isascii() and dims.isdigit()) or not 0 < int(dims) <= 100_000:
+            return False
+        self.want_index(int(dims))
+        return True
 
     def start(self, dims_hint: int | None) -> None:
         """Start the catalogue and vector copy tasks, and the index of `dims_hint` when known."""

@@ -1,54 +1,30 @@
-"""The V2 index's background work, as named maintenance tasks in the service's registry.
+"""The V2 index's background maintenance: `v2-hnsw-index-<dims>`, the HNSW index of one embedding
+dimension over V2 chunk vectors, built CONCURRENTLY once the dimension is first stored.
 
-- `v2-backfill-<run id>`: stages every file of a backfill run, then activates it. A pass resumes
-  where the last one stopped (the run's file table is the progress), so a crash or a restart loses
-  nothing: at start-up every running backfill run gets its task again. Only one replica works on a
-  run at a time (a session advisory lock on the run id).
-- `v2-hnsw-index-<dims>`: the HNSW index of one embedding dimension over V2 chunk vectors, built
-  CONCURRENTLY once the dimension is first stored.
-
-The passes call the plain functions of `app/ingest/v2/runs.py`, which the job queue can run too.
+Backfills are not maintenance tasks: they run as jobs of the queue (`v2-backfill`, `v2-index-file`,
+`app/jobs/v2.py`). Every process can build the index task of any dimension from its name, so a
+replica runs a pass of it whoever saw the dimension first. A `v2-backfill-<run id>` task (an earlier
+build ran backfills as maintenance tasks; its periodic job may still be queued) is built from its
+name too: its one pass hands a running run over to the queue, and its schedule ends.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 from app.config import Settings
-from app.ingest.v2.runs import V2Context, resume_backfill
+from app.ingest.v2.runs import V2Context
 from app.maintenance.registry import MaintenanceRegistry, MaintenanceTask, Pass, Report
 from app.store import v2_index as store
 from app.store.db import dedicated_connection
 
 logger = logging.getLogger(__name__)
 
-BACKFILL_PREFIX = "v2-backfill-"
 HNSW_PREFIX = "v2-hnsw-index-"
-BACKFILL_RETRY_SECONDS = 60.0  # after a failed pass (the database or the blob store was away)
-BACKFILL_RECHECK_SECONDS = 30.0  # while another process works on the run
+LEGACY_BACKFILL_PREFIX = "v2-backfill-"
 INDEX_RECHECK_SECONDS = 30.0
 INDEX_RETRY_SECONDS = 300.0
-
-
-class BackfillTask:
-    """One backfill run: each pass stages what is left, then activates the run."""
-
-    def __init__(self, ctx: V2Context, run_id: int, *, activate: bool = True) -> None:
-        self.ctx = ctx
-        self.run_id = run_id
-        self.activate = activate
-
-    async def __call__(self, report: Report) -> Pass:
-        """One pass: resume the run (unless another process holds it)."""
-        progress = await resume_backfill(
-            self.ctx, self.run_id, activate_when_done=self.activate, report=report
-        )
-        if progress.busy:
-            return Pass(progress=progress.describe(), again_in=BACKFILL_RECHECK_SECONDS)
-        if progress.run.status != "running" or progress.staged == progress.expected:
-            return Pass(progress=progress.describe(), done=True)
-        # files that failed their last attempt stay failed: the admin restages or fails the run
-        return Pass(progress=progress.describe() + "; restage the failed files, then activate", done=True)
 
 
 class V2IndexTask:
@@ -77,40 +53,68 @@ class V2IndexTask:
         return Pass(progress=f"{self.spec.name} valid", done=True)
 
 
+HandOver = Callable[[str, int], Awaitable[object]]
+"""Queue the backfill of run `run_id` of `namespace` (`V2Jobs.enqueue_backfill`)."""
+
+
+class LegacyBackfillTask:
+    """`v2-backfill-<run id>` of an earlier build: one pass hands its run to the job queue, then ends."""
+
+    def __init__(self, ctx: V2Context, run_id: int, hand_over: HandOver) -> None:
+        self.ctx = ctx
+        self.run_id = run_id
+        self.hand_over = hand_over
+
+    async def __call__(self, report: Report) -> Pass:
+        """Queue the run's backfill if it is still running; either way, no further pass."""
+        async with self.ctx.pool.acquire() as conn:
+            run = await store.get_run(conn, self.ctx.info.collection_id, self.run_id)
+        if run is None or run.status != "running":
+            state = run.status if run is not None else "gone"
+            return Pass(progress=f"run {self.run_id} is {state}: nothing to do", done=True)
+        await self.hand_over(run.namespace, run.run_id)
+        logger.info("V2 run %d: its backfill task is now jobs of the queue", run.run_id)
+        return Pass(progress=f"run {self.run_id} handed over to the job queue", done=True)
+
+
 class V2Maintenance:
     """The V2 tasks in the service's maintenance registry."""
 
-    def __init__(self, ctx: V2Context, dsn: str, registry: MaintenanceRegistry) -> None:
+    def __init__(
+        self, ctx: V2Context, dsn: str, registry: MaintenanceRegistry, hand_over: HandOver | None = None
+    ) -> None:
         self.ctx = ctx
         self.dsn = dsn
         self.registry = registry
+        self.hand_over = hand_over
         ctx.on_dimension = self.want_index
+        registry.add_resolver(self._resolve)
 
     async def start(self) -> None:
-        """Resume every backfill run a stop or crash interrupted; the index of the known dimension."""
+        """Want the index of every dimension an active run holds, and of the model's own."""
         async with self.ctx.pool.acquire() as conn:
             if not await store.schema_ready(conn):
                 return
-            running = await store.list_runs(
-                conn, self.ctx.info.collection_id, statuses=["running"], limit=1000
-            )
             dims = {run.embedding_dim for run in await store.active_runs(conn, self.ctx.info.collection_id)}
-        for run in running:
-            if run.origin == "backfill":
-                logger.info("Resuming V2 backfill of run %d (%s)", run.run_id, run.namespace)
-                self.start_backfill(run.run_id, activate=bool(run.settings.get("activate", True)))
         if self.ctx.enabled_namespaces and self.ctx.embedder.dimensions:
             dims.add(self.ctx.embedder.dimensions)
         for value in sorted(d for d in dims if d):
             self.want_index(value)
 
-    def start_backfill(self, run_id: int, *, activate: bool = True) -> str:
-        """Run the backfill of `run_id` as a named task; returns the task's name."""
-        name = f"{BACKFILL_PREFIX}{run_id}"
-        if name not in self.registry:
-            task = BackfillTask(self.ctx, run_id, activate=activate)
-            self.registry.add(MaintenanceTask(name, task, 0.0, retry_interval=BACKFILL_RETRY_SECONDS))
-        return name
+    def _resolve(self, name: str) -> bool:
+        """Build `v2-hnsw-index-<dims>` (a dimension another replica saw first) or a legacy
+        `v2-backfill-<run id>` from its name."""
+        run = name[len(LEGACY_BACKFILL_PREFIX) :] if name.startswith(LEGACY_BACKFILL_PREFIX) else ""
+        if run.isascii() and run.isdigit() and self.hand_over is not None:
+            self.registry.add(
+                MaintenanceTask(name, LegacyBackfillTask(self.ctx, int(run), self.hand_over), 0.0)
+            )
+            return True
+        dims = name[len(HNSW_PREFIX) :] if name.startswith(HNSW_PREFIX) else ""
+        if not (dims.isascii() and dims.isdigit()):
+            return False
+        self.want_index(int(dims))
+        return name in self.registry
 
     def want_index(self, dims: int) -> None:
         """Make sure the V2 index of `dims` exists (the first stored vector of a dimension starts it)."""

@@ -322,6 +322,20 @@ async def counts(conn: asyncpg.Connection, *, queue: str) -> QueueCounts:
     )
 
 
+async def count_waiting(conn: asyncpg.Connection, *, queue: str, kind: str, matching: dict[str, Any]) -> int:
+    """Jobs of `kind` queued or running whose payload contains `matching` (jsonb containment)."""
+    return int(
+        await conn.fetchval(
+            "SELECT count(*) FROM ragoverlay_jobs WHERE queue = $1 AND kind = $2 "
+            "AND status IN ('queued', 'running') AND payload @> $3::jsonb",
+            queue,
+            kind,
+            json.dumps(matching),
+        )
+        or 0
+    )
+
+
 async def prune(conn: asyncpg.Connection, *, queue: str, done_days: float, failed_days: float) -> int:
     """Delete finished jobs older than their retention (done and failed apart); returns how many."""
     status = await conn.execute(

@@ -1,24 +1,25 @@
 """Chunks stored without a vector, for the self-healing sweep (`app/jobs/sweep.py`).
 
-Two stores speak the sweep's interface (`MissingVectorStore`):
-- `RagApiMissingVectors`: rows of rag_api's `langchain_pg_embedding` with a NULL `embedding` (rag_api
-  never writes them; another writer of the table might). The vector copy follows by its trigger.
-- `ChunkTableMissingVectors`: any table of chunks with a key, a document, the text to embed and a
-  nullable vector column, such as the V2 index's chunk table (chunks stored while the embedding
-  provider was down), named when it is plugged in.
+Two kinds of store speak to the sweep:
+- `MissingVectorStore`: the sweep lists chunks without a vector, embeds their texts and stores the
+  vectors by key. `RagApiMissingVectors` is one: rows of rag_api's `langchain_pg_embedding` with a
+  NULL `embedding` (rag_api never writes them; another writer of the table might). The vector copy
+  follows by its trigger.
+- `ReembeddingStore`: a store that embeds its own chunks, in batches the sweep asks for. The V2
+  index is one (`app/jobs/v2.py`: its chunks are embedded as its index runs embed them, and its
+  documents keep their count of chunks without a vector).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import asyncpg
 import numpy as np
 
-from app.store.db import StoreInfo, rows_affected
+from app.store.db import StoreInfo
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,34 @@ class MissingVectorStore(Protocol):
     async def set_vectors(self, vectors: Sequence[tuple[str, np.ndarray]]) -> int:
         """Store vectors by chunk key (only where the vector is still missing); returns how many."""
         ...
+
+
+@dataclass(frozen=True)
+class ReembedBatch:
+    """What a `ReembeddingStore` did with one batch: chunks listed, vectors stored, chunks skipped."""
+
+    listed: int
+    stored: int
+    skipped: int  # a vector that would not match its document's others
+    last: str | None  # the key of the last chunk listed: the next batch's `after`
+
+
+@runtime_checkable
+class ReembeddingStore(Protocol):
+    """A store that embeds its own chunks without a vector, a batch at a time."""
+
+    name: str
+
+    async def count_missing(self) -> MissingCount:
+        """How many chunks (and documents) have no vector."""
+        ...
+
+    async def reembed(self, *, after: str | None, limit: int) -> ReembedBatch:
+        """Embed and store up to `limit` chunks without a vector, in key order after key `after`."""
+        ...
+
+
+SweepStore = MissingVectorStore | ReembeddingStore
 
 
 def vector_text(vector: np.ndarray) -> str:
@@ -127,110 +156,3 @@ class RagApiMissingVectors:
                 [vector_text(vec) for _, vec in vectors],
             )
         return len(rows)
-
-
-_IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-
-
-def _ident(name: str) -> str:
-    if not _IDENT.match(name):
-        raise ValueError(f"not a plain SQL identifier: {name!r}")
-    return f'"{name}"'
-
-
-class ChunkTableMissingVectors:
-    """A table of chunks whose vector column may be NULL (the V2 index's shape, or any alike).
-
-    The names are code, never input: each must be a plain lower-case identifier. `where_column` =
-    `where_value` restricts the store to one collection's rows when the table holds several.
-    """
-
-    def __init__(
-        self,
-        pool: asyncpg.Pool,
-        *,
-        name: str,
-        table: str,
-        key: str,
-        document: str,
-        text: str,
-        vector: str,
-        model: str | None = None,
-        where_column: str | None = None,
-        where_value: str | None = None,
-    ) -> None:
-        self.pool = pool
-        self.name = name
-        self._table, self._key, self._doc = _ident(table), _ident(key), _ident(document)
-        self._text, self._vec = _ident(text), _ident(vector)
-        self._model = f"o.{_ident(model)}" if model else "NULL::text"
-        self._where = f"{_ident(where_column)} = $1::text" if where_column else "$1::text IS NULL"
-        self._where_value = where_value
-        self._table_name = table
-        self._key_name = key
-        self._key_type: str | None = None
-
-    async def _type_of_key(self, conn: asyncpg.Connection) -> str:
-        if self._key_type is None:
-            found = await conn.fetchval(
-                "SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
-                "WHERE a.attrelid = $1::regclass AND a.attname = $2 AND NOT a.attisdropped",
-                self._table_name,
-                self._key_name,
-            )
-            if found is None:
-                raise RuntimeError(f"{self._table_name}.{self._key_name} does not exist")
-            self._key_type = str(found)
-        return self._key_type
-
-    async def count_missing(self) -> MissingCount:
-        """Chunks (and documents) of the table without a vector."""
-        async with self.pool.acquire() as conn:
-            row = await conn.fetchrow(
-                f"SELECT count(DISTINCT {self._doc}) AS documents, count(*) AS chunks "
-                f"FROM {self._table} WHERE {self._where} AND {self._vec} IS NULL",
-                self._where_value,
-            )
-        assert row is not None
-        return MissingCount(int(row["documents"]), int(row["chunks"]))
-
-    async def list_missing(self, *, after: str | None, limit: int) -> list[MissingChunk]:
-        """Chunks without a vector, in key order after `after`, with their document's dimension."""
-        async with self.pool.acquire() as conn:
-            key_type = await self._type_of_key(conn)
-            rows = await conn.fetch(
-                f"""
-                SELECT c.{self._key}::text AS key, coalesce(c.{self._text}, '') AS text,
-                       (SELECT vector_dims(o.{self._vec}) FROM {self._table} o
-                        WHERE o.{self._doc} = c.{self._doc} AND o.{self._vec} IS NOT NULL LIMIT 1) AS dims,
-                       (SELECT {self._model} FROM {self._table} o
-                        WHERE o.{self._doc} = c.{self._doc} AND o.{self._vec} IS NOT NULL LIMIT 1) AS model
-                FROM {self._table} c
-                WHERE {self._where} AND c.{self._vec} IS NULL
-                  AND ($2::text IS NULL OR c.{self._key} > $2::text::{key_type})
-                ORDER BY c.{self._key}
-                LIMIT $3
-                """,
-                self._where_value,
-                after,
-                limit,
-            )
-        return [MissingChunk(r["key"], r["text"], r["dims"], r["model"]) for r in rows]
-
-    async def set_vectors(self, vectors: Sequence[tuple[str, np.ndarray]]) -> int:
-        """Fill the missing vectors by key."""
-        if not vectors:
-            return 0
-        async with self.pool.acquire() as conn, conn.transaction():
-            key_type = await self._type_of_key(conn)
-            status = await conn.execute(
-                f"""
-                UPDATE {self._table} c SET {self._vec} = v.ragoverlay_vec::vector
-                FROM unnest($2::text[], $3::text[]) AS v(ragoverlay_key, ragoverlay_vec)
-                WHERE c.{self._key} = v.ragoverlay_key::{key_type} AND {self._where} AND c.{self._vec} IS NULL
-                """,
-                self._where_value,
-                [key for key, _ in vectors],
-                [vector_text(vec) for _, vec in vectors],
-            )
-        return rows_affected(status)

@@ -99,6 +99,7 @@ class RunFileRecord:
     chunks: int | None
     error: str | None
     updated_at: datetime
+    surveyed: bool = False  # its repeated-block fingerprints are known to the run
 
 
 @dataclass(frozen=True)
@@ -218,6 +219,7 @@ class MissingVector:
     embedding_model: str
     embed_text: str
     tokens: int
+    dims: int | None = None  # the dimension of the document's other vectors (None: it has none)
 
 
 def text_digest(text: str) -> str:
@@ -259,13 +261,15 @@ LIST_RUNS = f"""
     LIMIT $4
 """
 RUN_FILES = """
-    SELECT file_id, state, document_id, source, linked, attempts, chunks, error, updated_at
+    SELECT file_id, state, document_id, source, linked, attempts, chunks, error, updated_at,
+           fingerprints IS NOT NULL AS surveyed
     FROM ragoverlay_v2_run_files WHERE run_id = $1
     ORDER BY file_id
 """
 RUN_FILE_COUNTS = "SELECT state, count(*) AS n FROM ragoverlay_v2_run_files WHERE run_id = $1 GROUP BY state"
 RUN_FILE = """
-    SELECT file_id, state, document_id, source, linked, attempts, chunks, error, updated_at
+    SELECT file_id, state, document_id, source, linked, attempts, chunks, error, updated_at,
+           fingerprints IS NOT NULL AS surveyed
     FROM ragoverlay_v2_run_files WHERE run_id = $1 AND file_id = $2
 """
 ADD_RUN_FILE = """
@@ -287,10 +291,6 @@ FAIL_FILE = """
     UPDATE ragoverlay_v2_run_files
     SET state = CASE WHEN state = 'staged' THEN state ELSE 'failed' END, error = $3, updated_at = now()
     WHERE run_id = $1 AND file_id = $2
-"""
-RESET_STAGING = """
-    UPDATE ragoverlay_v2_run_files SET state = 'pending', updated_at = now()
-    WHERE run_id = $1 AND state = 'staging'
 """
 SET_FINGERPRINTS = """
     UPDATE ragoverlay_v2_run_files SET fingerprints = $3::text[], updated_at = now()
@@ -384,14 +384,24 @@ REUSABLE_VECTORS = """
       AND (d.checksum = $3 OR (d.owner = $4 AND d.file_id = $5))
       AND c.embed_digest = ANY ($6::text[]) AND c.embedding IS NOT NULL
 """
+# Chunks without a vector in key order after ($4, $5), with the dimension of their document's
+# other vectors (a new vector must match it).
 MISSING_VECTORS = """
-    SELECT c.document_id, c.ordinal, d.embedding_model, c.embed_text, c.tokens
+    SELECT c.document_id, c.ordinal, d.embedding_model, c.embed_text, c.tokens,
+           (SELECT o.dims FROM ragoverlay_v2_chunks o
+            WHERE o.document_id = c.document_id AND o.dims IS NOT NULL LIMIT 1) AS dims
     FROM ragoverlay_v2_documents d
     JOIN ragoverlay_v2_chunks c ON c.document_id = d.document_id AND c.embedding IS NULL
     WHERE d.collection_id = $1 AND d.vectors_missing > 0
       AND ($2::text IS NULL OR d.embedding_model = $2)
+      AND ($4::bigint IS NULL OR (c.document_id, c.ordinal) > ($4::bigint, $5::integer))
     ORDER BY c.document_id, c.ordinal
     LIMIT $3
+"""
+COUNT_MISSING = """
+    SELECT count(*) AS documents, coalesce(sum(vectors_missing), 0)::bigint AS chunks
+    FROM ragoverlay_v2_documents
+    WHERE collection_id = $1 AND vectors_missing > 0
 """
 SET_VECTOR = """
     UPDATE ragoverlay_v2_chunks SET embedding = $3, dims = vector_dims($3::vector)
@@ -476,6 +486,7 @@ def _run_file(row: asyncpg.Record) -> RunFileRecord:
         chunks=row["chunks"],
         error=row["error"],
         updated_at=row["updated_at"],
+        surveyed=bool(row["surveyed"]),
     )
 
 
@@ -573,11 +584,6 @@ async def start_file(conn: asyncpg.Connection, run_id: int, file_id: str) -> Non
 async def fail_file(conn: asyncpg.Connection, run_id: int, file_id: str, error: str) -> None:
     """Record that staging the file failed (a staged file keeps its document)."""
     await conn.execute(FAIL_FILE, run_id, file_id, error[:2000])
-
-
-async def reset_interrupted(conn: asyncpg.Connection, run_id: int) -> int:
-    """Files left `staging` by a crash go back to `pending`; returns how many."""
-    return rows_affected(await conn.execute(RESET_STAGING, run_id))
 
 
 async def set_fingerprints(
@@ -852,15 +858,35 @@ async def chunks_missing_vectors(
     *,
     embedding_model: str | None = None,
     limit: int = 256,
+    after: tuple[int, int] | None = None,
 ) -> list[MissingVector]:
-    """Chunks stored without a vector (the provider failed while staging), oldest documents first."""
-    rows = await conn.fetch(MISSING_VECTORS, collection_id, embedding_model, limit)
+    """Chunks stored without a vector (the provider failed while staging), in (document, ordinal)
+    order after `after`, oldest documents first."""
+    rows = await conn.fetch(
+        MISSING_VECTORS,
+        collection_id,
+        embedding_model,
+        limit,
+        after[0] if after else None,
+        after[1] if after else None,
+    )
     return [
         MissingVector(
-            int(r["document_id"]), int(r["ordinal"]), r["embedding_model"], r["embed_text"], r["tokens"]
+            int(r["document_id"]),
+            int(r["ordinal"]),
+            r["embedding_model"],
+            r["embed_text"],
+            r["tokens"],
+            r["dims"],
         )
         for r in rows
     ]
+
+
+async def count_missing_vectors(conn: asyncpg.Connection, collection_id: uuid.UUID) -> tuple[int, int]:
+    """Documents with chunks stored without a vector, and how many such chunks (any model)."""
+    row = await conn.fetchrow(COUNT_MISSING, collection_id)
+    return int(row["documents"]), int(row["chunks"])
 
 
 async def set_chunk_vectors(conn: asyncpg.Connection, vectors: Sequence[tuple[int, int, np.ndarray]]) -> int:

@@ -20,7 +20,7 @@ from app.clients.http import build_http_client
 from app.config import load_settings
 from app.errors import NoExtractableText
 from app.jobs.policy import RetryPolicy
-from app.jobs.registry import JobRegistry, JobResult, PermanentJobError, Progress
+from app.jobs.registry import JobRegistry, JobResult, PermanentJobError, Progress, ReleaseJob, current_job_id
 from app.jobs.service import JobService
 from app.jobs.worker import JobWorker
 from app.store.db import bootstrap
@@ -185,6 +185,27 @@ async def test_a_permanent_failure_parks_at_once(queue: Queue) -> None:
     assert row.attempts == 1 and row.last_error == "permanent: the file id is gone"
     assert await queue.service.retry(first.id) == "queued"  # by hand it may try again
     assert await queue.service.retry(second.id) in ("queued", "running", "failed")
+
+
+async def test_a_released_job_comes_back_later_uncounted_and_a_handler_knows_its_job(queue: Queue) -> None:
+    seen: list[tuple[int | None, float]] = []
+
+    async def picky(payload: dict[str, Any], progress: Progress) -> dict[str, Any]:
+        seen.append((current_job_id(), time.monotonic()))
+        if len(seen) == 1:
+            raise ReleaseJob(0.5, "not this replica's")
+        return {"ok": True}
+
+    queue.registry.register("picky", picky)
+    await queue.worker()
+    added = await queue.service.enqueue("picky", {})
+    done = await queue.until(added.id, lambda r: r.status == "done")
+    # released: not a failure, not an attempt, and not taken straight back
+    assert (
+        done.attempts == 1 and done.failures == 0 and done.last_error is None and done.result == {"ok": True}
+    )
+    assert [job for job, _ in seen] == [added.id, added.id] and current_job_id() is None
+    assert seen[1][1] - seen[0][1] >= 0.5
 
 
 async def test_the_deadline_cancels_the_embedding_request_on_the_shared_client(

@@ -1,16 +1,14 @@
 """Self-healing against the real database: chunks without vectors get them, status counts them.
 
 V1: rows of rag_api's table in the app's collection whose vector is NULL (as another writer could
-leave them). V2: the V2 index's chunk table is not on this branch yet, so this test creates a
-table of the same column shape (key, document, text to embed, nullable vector, a namespace) and
-plugs it in as the V2 index will.
+leave them). The V2 index's chunks stored while the provider failed are healed in
+`tests/integration/test_v2_backfill.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator
 
 import httpx
@@ -19,8 +17,6 @@ import pytest
 
 from app.jobs.kinds import REEMBED_MISSING
 from app.jobs.setup import JobSystem
-from app.jobs.sweep import sweep_missing_vectors
-from app.store.missing_vectors import ChunkTableMissingVectors
 from tests.fixtures.service import SettingsFactory, auth, new_id, resources, running_app
 
 pytestmark = pytest.mark.timeout(120)
@@ -115,58 +111,3 @@ async def test_v1_chunks_stored_without_vectors_are_healed_by_the_periodic_sweep
     )
     status = (await app.get("/admin/status", headers=admin)).json()
     assert status["documents_missing_vectors"] == 0
-
-
-async def test_a_v2_shaped_chunk_table_plugs_into_the_sweep(app: httpx.AsyncClient) -> None:
-    pool = resources(app).pool
-    embedder = resources(app).embedder
-    table = f"test_v2_chunks_{uuid.uuid4().hex[:8]}"
-    await pool.execute(
-        f"CREATE TABLE {table} (chunk_id uuid PRIMARY KEY, namespace text NOT NULL, "
-        "document_id text NOT NULL, embed_text text NOT NULL, embedding vector)"
-    )
-    try:
-        texts = {f"doc-a-{i}": f"alpha chunk {i}" for i in range(5)} | {
-            "doc-b-0": "beta chunk",
-            "doc-b-1": "beta two",
-        }
-        vectors = await embedder.embed_documents(list(texts.values()))
-        rows = []
-        for (name, text), vector in zip(texts.items(), vectors, strict=True):
-            document = name.rsplit("-", 1)[0]
-            stored = vector if name in ("doc-a-0", "doc-a-1") else None  # the rest: provider was down
-            rows.append((uuid.uuid4(), "ns1", document, text, stored))
-        rows.append((uuid.uuid4(), "ns2", "doc-c", "another namespace", None))
-        await pool.executemany(
-            f"INSERT INTO {table} (chunk_id, namespace, document_id, embed_text, embedding) "
-            "VALUES ($1, $2, $3, $4, $5)",
-            rows,
-        )
-        store = ChunkTableMissingVectors(
-            pool,
-            name="v2",
-            table=table,
-            key="chunk_id",
-            document="document_id",
-            text="embed_text",
-            vector="embedding",
-            where_column="namespace",
-            where_value="ns1",
-        )
-        system = jobs_of(app)
-        system.missing_stores.append(store)
-        try:
-            admin = auth(new_id("admin"), role="ADMIN")
-            status = (await app.get("/admin/status", headers=admin)).json()
-            assert status["missing_vectors"]["v2"] == {"documents": 2, "chunks": 5}
-            report = await sweep_missing_vectors([store], embedder, model="local:all-MiniLM-L6-v2", batch=2)
-            assert report.stored == 5 and report.stores[0].skipped == 0
-            assert (await store.count_missing()).chunks == 0
-            healed = await pool.fetchval(f"SELECT embedding FROM {table} WHERE embed_text = 'beta two'")
-            assert np.allclose(as_array(healed), vectors[-1], atol=1e-5)
-            # another namespace's rows are not this store's
-            assert await pool.fetchval(f"SELECT count(*) FROM {table} WHERE embedding IS NULL") == 1
-        finally:
-            system.missing_stores.remove(store)
-    finally:
-        await pool.execute(f"DROP TABLE {table}")

@@ -141,7 +141,7 @@ async def backfilled(world: World) -> int:
     r = await world.client.post("/v2/backfill", json={"namespace": world.agent}, headers=world.admin())
     assert r.status_code == 202, r.text
     run_id = r.json()["run"]["run_id"]
-    assert r.headers["location"] == f"/v2/runs/{run_id}" and r.json()["task"] == f"v2-backfill-{run_id}"
+    assert r.headers["location"] == f"/v2/runs/{run_id}" and r.json()["job_id"] >= 1
     body = await wait_for_run(world.client, run_id)
     assert body["counts"]["staged"] == len(world.files) and body["counts"]["failed"] == 0
     return int(run_id)
@@ -231,7 +231,7 @@ async def test_status_reports_the_active_run(world: World, backfilled: int) -> N
     assert body["embedding_model"] == "local:all-MiniLM-L6-v2" and body["window"] == 256
     assert body["extractor_version"].startswith("v2.") and body["token_counter"].startswith("tokenizer:")
     assert body["reranker_configured"] is False
-    assert any(t["name"] == f"v2-backfill-{backfilled}" for t in body["tasks"])
+    assert all(t["name"].startswith("v2-hnsw-index-") for t in body["tasks"])
 
 
 async def test_staging_the_same_files_through_the_routes_equals_the_backfill(

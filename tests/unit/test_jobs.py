@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from app.config import load_settings
+from app.ingest.v2.runs import V2Context
 from app.jobs.kinds import IndexUpload, V2Backfill, V2IndexFile, register_v2
 from app.jobs.policy import (
     RetryPolicy,
@@ -22,6 +23,7 @@ from app.jobs.schemas import public_error
 from app.jobs.setup import retry_policy
 from app.jobs.sweep import sweep_missing_vectors, usable
 from app.jobs.uploads import upload_key, wants_job
+from app.jobs.v2 import V2Jobs
 from app.store.missing_vectors import MissingChunk, MissingCount
 
 
@@ -82,7 +84,9 @@ def test_a_payload_that_does_not_fit_its_kind_is_a_permanent_failure() -> None:
     assert kind.parse({"file_id": "f", "owner": "agent_x"}) == {
         "file_id": "f",
         "owner": "agent_x",
-        "force": False,
+        "run_id": None,
+        "survey": False,
+        "after_survey": False,
     }
     with pytest.raises(PermanentJobError, match="does not fit kind v2-index-file"):
         kind.parse({"file_id": "f"})
@@ -198,3 +202,25 @@ async def test_the_sweep_embeds_in_batches_and_skips_what_cannot_join_its_docume
     assert seen[0] == (0, 13) and seen[-1] == (13, 13)
     again = await sweep_missing_vectors([store], embedder, model="fake:m", max_chunks=2)
     assert again.stored == 0 and again.stores[0].skipped == 2  # bounded per pass
+
+
+class FailingQueue:
+    """A job service whose database is away."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def enqueue(self, *args: Any, **kwargs: Any) -> None:
+        self.calls += 1
+        raise OSError("connection refused")
+
+
+async def test_queueing_the_v2_staging_of_an_upload_never_fails_the_upload() -> None:
+    settings = load_settings(_env_file=None, v2_namespace_ids=["agent_on"])
+    ctx = V2Context(settings, None, None, None, None)  # type: ignore[arg-type]
+    queue = FailingQueue()
+    jobs = V2Jobs(ctx, queue)  # type: ignore[arg-type]
+    await jobs.note_upload("f1", "agent_off")  # not an enabled namespace: nothing is queued
+    assert queue.calls == 0
+    await jobs.note_upload("f1", "agent_on")  # the queue fails: logged, not raised
+    assert queue.calls == 1

@@ -229,3 +229,30 @@ async def test_close_stops_every_loop() -> None:
     assert registry.status("forever").state == "running"  # the status of the pass that was cut short
     with pytest.raises(KeyError):
         registry.status("nope")
+
+
+def test_a_task_another_replica_created_is_built_from_its_name() -> None:
+    m = maintenance(FakeStore())
+    registry = m.registry
+    assert registry.resolve(f"{HNSW_PREFIX}384") and registry.task(f"{HNSW_PREFIX}384").interval > 0
+    # names no resolver knows (another release's task, a malformed dimension) are not made up
+    for name in ("made-up", f"{HNSW_PREFIX}x", f"{HNSW_PREFIX}-3", f"{HNSW_PREFIX}0", f"{HNSW_PREFIX}٣"):
+        assert not registry.resolve(name) and name not in registry
+    built: list[str] = []
+
+    def other_family(name: str) -> bool:
+        if not name.startswith("other-"):
+            return False
+        built.append(name)
+        registry.add(MaintenanceTask(name, _pass, 1.0))
+        return True
+
+    registry.add_resolver(other_family)
+    assert registry.resolve("other-1") and built == ["other-1"]
+    assert registry.resolve("other-1") and built == ["other-1"]  # known now: not built twice
+    off = maintenance(FakeStore(), vector_index="none")
+    assert not off.registry.resolve(f"{HNSW_PREFIX}384")  # this replica builds no index: not its task
+
+
+async def _pass(report: Report) -> Pass:
+    return Pass()

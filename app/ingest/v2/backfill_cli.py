@@ -3,11 +3,16 @@
 Uses the service's configuration (environment, `.env`): the same database (the embedded one under
 DATA_DIR is reused when the service runs, started and stopped again when it does not), blob store
 and embedding model. Files without a stored original (uploaded to rag_api before ragoverlay) are
-rebuilt from their V1 chunks. Interrupted? `--resume RUN_ID` continues where it stopped.
+rebuilt from their V1 chunks.
+
+The work is the same jobs the service runs (`v2-backfill`, then one `v2-index-file` job per file,
+`app/jobs/v2.py`), on the service's own queue: this command queues them and runs a worker of its
+own until the run is done, so it works with or without the service, and any running replica takes
+files too. Interrupted? The queue keeps the jobs (the service, or `--resume RUN_ID`, finishes them).
 
 Exit codes: 0 the run is active (or staged, with --no-activate), 1 some files could not be staged
-(the run stays running: see --status), 2 bad arguments or configuration, 3 the database or the blob
-store could not be reached.
+(the run stays running: see --status and GET /admin/jobs?status=failed), 2 bad arguments or
+configuration, 3 the database or the blob store could not be reached.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ import contextlib
 import json
 import logging
 import sys
+import time
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -28,12 +35,16 @@ from app.clients.embeddings import build_embedder
 from app.clients.http import build_http_client
 from app.config import Settings, load_settings
 from app.errors import ConfigError, RagError
-from app.ingest.v2.runs import BackfillProgress, V2Context, backfill_namespace, resume_backfill, run_status
+from app.ingest.v2.runs import RunStatus, V2Context, describe_run, run_status, start_backfill_run
+from app.jobs.setup import retry_policy
+from app.jobs.v2 import v2_worker
 from app.runtime.postgres import EmbeddedPostgres
 from app.store import v2_index as store
 from app.store.db import bootstrap, create_pool
 
 logger = logging.getLogger("ragoverlay.v2-backfill")
+
+POLL_SECONDS = 0.5
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -50,7 +61,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--no-activate", action="store_true", help="stage every file but leave the run running"
     )
-    parser.add_argument("--resume", type=int, metavar="RUN_ID", help="continue an interrupted run")
+    parser.add_argument(
+        "--force", action="store_true", help="parse and embed every file again (link no earlier document)"
+    )
+    parser.add_argument("--resume", type=int, metavar="RUN_ID", help="finish an interrupted run")
     parser.add_argument("--status", type=int, metavar="RUN_ID", help="print a run's progress and exit")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
@@ -59,8 +73,16 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
+@dataclass
+class Opened:
+    """The service's resources as this command opens them."""
+
+    ctx: V2Context
+    dsn: str
+
+
 @contextlib.asynccontextmanager
-async def open_context(settings: Settings) -> AsyncIterator[V2Context]:
+async def open_context(settings: Settings) -> AsyncIterator[Opened]:
     """The service's resources, opened as the service opens them (without its HTTP side)."""
     server: EmbeddedPostgres | None = None
     stack = contextlib.AsyncExitStack()
@@ -86,35 +108,30 @@ async def open_context(settings: Settings) -> AsyncIterator[V2Context]:
         stack.push_async_callback(embedder.aclose)
         blobs = build_blob_store(settings)
         stack.push_async_callback(blobs.aclose)
-        ctx = V2Context(settings, pool, info, embedder, blobs)
-        stack.push_async_callback(ctx.close)
-        yield ctx
+        yield Opened(V2Context(settings, pool, info, embedder, blobs), dsn)
 
 
-def _summary(progress: BackfillProgress) -> dict[str, Any]:
-    files = progress.files
+def _summary(status: RunStatus) -> dict[str, Any]:
+    files = status.files
     return {
-        "run_id": progress.run.run_id,
-        "namespace": progress.run.namespace,
-        "index_version": progress.run.index_version,
-        "status": progress.run.status,
-        "staged": progress.staged,
-        "failed": progress.failed,
-        "expected": progress.expected,
-        "chunks": sum(f.chunks for f in files),
-        "table_rows": sum(f.table_rows for f in files),
-        "entities": sum(f.entities for f in files),
-        "linked": sum(1 for f in files if f.linked),
-        "from_v1_chunks": sum(1 for f in files if f.source == "v1_chunks"),
-        "embedded": sum(f.embedded for f in files),
-        "vectors_missing": sum(f.vectors_missing for f in files),
-        "boilerplate_chars_removed": sum(f.boilerplate_chars for f in files),
+        "run_id": status.run.run_id,
+        "namespace": status.run.namespace,
+        "index_version": status.run.index_version,
+        "status": status.run.status,
+        "staged": status.counts["staged"],
+        "failed": status.counts["failed"],
+        "expected": status.run.expected_files,
+        "chunks": status.chunks,
+        "linked": sum(1 for f in files if f.state == "staged" and f.linked),
+        "from_v1_chunks": sum(1 for f in files if f.state == "staged" and f.source == "v1_chunks"),
+        "errors": {f.file_id: f.error for f in files if f.state == "failed"},
     }
 
 
 async def run(args: argparse.Namespace, settings: Settings) -> int:
     """Do what the arguments ask; the exit code."""
-    async with open_context(settings) as ctx:
+    async with open_context(settings) as opened:
+        ctx = opened.ctx
         if args.status is not None:
             status = await run_status(ctx, args.status)
             out: dict[str, Any] = {
@@ -128,31 +145,56 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
             print(json.dumps(out, indent=2, default=str))
             return 0
 
-        def report(line: str) -> None:
+        def say(line: str) -> None:
             if not args.json:
                 print(line, file=sys.stderr, flush=True)
 
         if args.resume is not None:
-            progress = await resume_backfill(
-                ctx, args.resume, activate_when_done=not args.no_activate, report=report
-            )
+            status = await run_status(ctx, args.resume)
+            run_id, namespace = args.resume, status.run.namespace
+            if status.run.status != "running":
+                say(f"run {run_id} is {status.run.status}: nothing to resume")
+                return _report(args, status, 0.0)
         else:
-            progress = await backfill_namespace(
+            started = await start_backfill_run(
                 ctx,
-                args.namespace,
+                namespace=args.namespace,
                 index_version=args.index_version,
                 file_ids=args.file_ids,
                 activate_when_done=not args.no_activate,
+                force=args.force,
                 created_by="scripts/v2-backfill",
-                report=report,
             )
-        summary = _summary(progress)
-        if args.json:
-            print(json.dumps(summary, indent=2))
-        else:
-            print(progress.describe())
-            print(", ".join(f"{k}={v}" for k, v in summary.items() if k not in ("namespace", "status")))
-        return 0 if progress.failed == 0 and progress.staged == progress.expected else 1
+            run_id, namespace = started.run_id, started.namespace
+        began = time.monotonic()
+        async with v2_worker(
+            ctx,
+            dsn=opened.dsn,
+            concurrency=max(1, settings.indexer_concurrency),
+            policy=retry_policy(settings),
+            job_timeout_s=settings.indexer_job_timeout_ms / 1000,
+            stale_s=settings.indexer_stale_timeout_s,
+        ) as work:
+            await work.jobs.enqueue_backfill(
+                namespace=namespace, run_id=run_id, created_by="scripts/v2-backfill"
+            )
+            status = await work.jobs.wait_for_run(run_id, say=say, poll_s=POLL_SECONDS)
+        return _report(args, status, time.monotonic() - began)
+
+
+def _report(args: argparse.Namespace, status: RunStatus, seconds: float) -> int:
+    """Print the outcome; the exit code (0 when every file is staged and the run not failed)."""
+    summary = {**_summary(status), "seconds": round(seconds, 1)}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(describe_run(status))
+        shown = {k: v for k, v in summary.items() if k not in ("namespace", "status", "errors")}
+        print(", ".join(f"{k}={v}" for k, v in shown.items()))
+        for file_id, error in summary["errors"].items():
+            print(f"  failed: {file_id}: {error}")
+    complete = status.counts["staged"] == status.run.expected_files
+    return 0 if complete and status.run.status in ("active", "running") else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

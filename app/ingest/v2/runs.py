@@ -4,19 +4,22 @@
     run = await start_run(ctx, namespace="agent_x", index_version="v2", file_ids=["f1", "f2"])
     await index_file(ctx, run.run_id, "f1")       # from its stored original, else its V1 chunks
     await activate(ctx, run.run_id)               # only once every expected file is staged
-    await backfill_namespace(ctx, "agent_x")      # the three steps for every file of a namespace
 
-Each is a plain async function of the context and ids, so the maintenance registry (and the job
-queue, later) can run them. Staging a file never touches what `/query_v2` reads: queries read the
-active run only, and activation swaps runs in one transaction.
+A backfill is a run with origin `backfill` (`start_backfill_run`) whose files are each a job of the
+queue (`app/jobs/v2.py`): first `survey_file` for every file (its repeated-block fingerprints, so
+boilerplate is judged across the whole run before any file is chunked), then `index_file`, and the
+file job that finds the run complete activates it (`complete_run`, exactly once). Each step is a plain
+async function of the context and ids. Staging a file never touches what `/query_v2` reads: queries
+read the active run only, and activation swaps runs in one transaction.
 
 Per file: the original is parsed in the bounded worker (`parse_in_worker`), its boilerplate
 fingerprints are counted against the run's other files, then it is chunked to fit the embedding
 model (its own tokenizer for the local model; characters against RAG_V2_HTTP_WINDOW_CHARS for HTTP
 providers), embedded and stored. A document already stored with the same bytes, extractor version
-and model is linked instead, and vectors of unchanged texts are reused. When the provider fails,
-the chunks are stored without vectors (the lexical channels still find them) and the document
-records it; `reembed_missing` fills them in later.
+and model is linked instead, and vectors of unchanged texts are reused, unless the run was started
+with `force` (then every file is parsed and embedded again). When the provider fails, the chunks are
+stored without vectors (the lexical channels still find them) and the document records it;
+`reembed_missing` (the self-healing sweep) fills them in later.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from app.ingest.chunking import clean_text
 from app.ingest.limits import ParseLimits
 from app.ingest.loaders import safe_basename
 from app.ingest.types import Block, LoadedDocument, Section
+from app.ingest.upload import process_temp_dir
 from app.ingest.v2.boilerplate import RepeatedBlockPolicy, document_fingerprints, repeated_fingerprints
 from app.ingest.v2.chunker import ChunkedDocument, ChunkerConfig, ChunkRecord, chunk_document
 from app.ingest.v2.entities import EntityExtractor
@@ -57,7 +61,7 @@ from app.search.context import overlap_length
 from app.search.v2.tuning import V2Tuning
 from app.store import chunks as v1_store
 from app.store import v2_index as store
-from app.store.db import StoreInfo, try_advisory_lock
+from app.store.db import StoreInfo
 from app.store.scope import Scope
 
 logger = logging.getLogger(__name__)
@@ -68,7 +72,9 @@ EXTRACTOR_RELEASE = "1"
 # Files staged before this many are re-read to count repeated blocks (below it no block can repeat
 # often enough, see RepeatedBlockPolicy.min_documents).
 _V1_MAX_CHUNKS = 200_000
-_RUN_LOCK_KEY = 0x72616762  # "ragb": the session advisory lock of one run's stager
+# a document parsed by a file's survey and not yet chunked is kept this long in the process's own
+# temporary folder (its stage step, on another replica or much later, parses it again instead)
+PARSE_CACHE_MAX_AGE_S = 3600.0
 _TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".text")
 
 
@@ -190,7 +196,6 @@ class V2Context:
     on_dimension: Callable[[int], None] | None = None
     _profile: IndexProfile | None = field(default=None, init=False, repr=False)
     _locks: dict[tuple[int, str], asyncio.Lock] = field(default_factory=dict, init=False, repr=False)
-    _background: set[asyncio.Task[Any]] = field(default_factory=set, init=False, repr=False)
 
     @property
     def profile(self) -> IndexProfile:
@@ -221,19 +226,10 @@ class V2Context:
             if not lock.locked() and self._locks.get(key) is lock:
                 del self._locks[key]
 
-    def spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
-        """Run `coro` in the background, holding a reference until it ends."""
-        task = asyncio.create_task(coro, name=name)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        return task
-
-    async def close(self) -> None:
-        """Cancel background staging."""
-        for task in list(self._background):
-            task.cancel()
-        with contextlib.suppress(Exception):
-            await asyncio.gather(*self._background, return_exceptions=True)
+    def parse_cache(self, run_id: int) -> _ParseCache:
+        """Documents a survey parsed for run `run_id` in this process, until their stage step."""
+        base = process_temp_dir(self.settings.data_dir.resolve() / "tmp")
+        return _ParseCache(base / f"v2-run-{run_id}")
 
 
 @dataclass(frozen=True)
@@ -372,6 +368,16 @@ async def run_status(ctx: V2Context, run_id: int) -> RunStatus:
     return RunStatus(run, counts, files, chunks)
 
 
+def describe_run(status: RunStatus) -> str:
+    """One line of a run's progress."""
+    c = status.counts
+    return (
+        f"run {status.run.run_id} ({status.run.namespace}, {status.run.index_version}): {c['staged']} of "
+        f"{status.run.expected_files} files staged, {c['staging']} staging, {c['failed']} failed; "
+        f"{status.run.status}"
+    )
+
+
 # --- one file ----------------------------------------------------------------------------------
 
 
@@ -393,7 +399,8 @@ async def index_file(
                 raise RunFileNotFound(f"File {file_id} is not one of the files of index run {run_id}")
             await store.start_file(conn, run_id, file_id)
         try:
-            return await _stage(ctx, run, file_id, derivative)
+            cache = ctx.parse_cache(run_id) if derivative is None else None
+            return await _stage(ctx, run, file_id, derivative, cache)
         except RagError as exc:
             await _record_failure(ctx, run_id, file_id, exc.detail)
             raise
@@ -557,33 +564,55 @@ def _repeated(
     return repeated_fingerprints([*others, own], policy)
 
 
+class ProfileMismatch(store.RunStateError):
+    """The run was started by a service with another extractor version or embedding model."""
+
+
+def _check_profile(ctx: V2Context, run: store.RunRecord) -> None:
+    """ProfileMismatch when the run was started by a service with another extractor or model."""
+    profile = ctx.profile
+    if run.extractor_version != profile.extractor_version or run.embedding_model != profile.embedding_model:
+        raise ProfileMismatch(
+            f"Index run {run.run_id} was started with extractor {run.extractor_version} and model "
+            f"{run.embedding_model}; this service runs {profile.extractor_version} and "
+            f"{profile.embedding_model}. Start a new run"
+        )
+
+
+def forced(run: store.RunRecord) -> bool:
+    """True for a run started with `force`: nothing of earlier documents is linked or reused."""
+    return run.settings.get("force") is True
+
+
 async def _stage(
     ctx: V2Context,
     run: store.RunRecord,
     file_id: str,
     derivative: Derivative | None,
-    parsed: LoadedDocument | None = None,
+    cache: _ParseCache | None = None,
 ) -> FileOutcome:
     started = time.perf_counter()
     profile = ctx.profile
-    if run.extractor_version != profile.extractor_version or run.embedding_model != profile.embedding_model:
-        raise store.RunStateError(
-            f"Index run {run.run_id} was started with extractor {run.extractor_version} and model "
-            f"{run.embedding_model}; this service runs {profile.extractor_version} and "
-            f"{profile.embedding_model}. Start a new run"
-        )
+    _check_profile(ctx, run)
+    force = forced(run)
     source = await _resolve(ctx, run, file_id, derivative)
+    # what the survey of this file parsed in this process, if it was the same bytes
+    parsed = await asyncio.to_thread(cache.take, file_id, source.checksum) if cache is not None else None
     async with ctx.pool.acquire() as conn:
         others = await store.run_fingerprints(conn, run.run_id)
         others.pop(file_id, None)
-        candidates = await store.reusable_documents(
-            conn,
-            ctx.info.collection_id,
-            owner=run.namespace,
-            file_id=file_id,
-            checksum=source.checksum,
-            extractor_version=profile.extractor_version,
-            embedding_model=profile.embedding_model,
+        candidates = (
+            []
+            if force
+            else await store.reusable_documents(
+                conn,
+                ctx.info.collection_id,
+                owner=run.namespace,
+                file_id=file_id,
+                checksum=source.checksum,
+                extractor_version=profile.extractor_version,
+                embedding_model=profile.embedding_model,
+            )
         )
     for candidate in candidates:
         if candidate.vectors_missing:
@@ -630,7 +659,9 @@ async def _stage(
     chunked, meta = await asyncio.to_thread(_chunk, profile, document, source, repeated)
     if not chunked.chunks:
         raise NoExtractableText()
-    rows, embedded, reused, error = await _embed_rows(ctx, run, file_id, source.checksum, chunked.chunks)
+    rows, embedded, reused, error = await _embed_rows(
+        ctx, run, file_id, source.checksum, chunked.chunks, reuse=not force
+    )
     missing = sum(1 for row in rows if row.embedding is None)
     stats = chunked.stats
     row = store.DocumentRow(
@@ -795,21 +826,29 @@ async def embed_texts(embedder: Embedder, profile: IndexProfile, texts: Sequence
 
 
 async def _embed_rows(
-    ctx: V2Context, run: store.RunRecord, file_id: str, checksum: str, chunks: Sequence[ChunkRecord]
+    ctx: V2Context,
+    run: store.RunRecord,
+    file_id: str,
+    checksum: str,
+    chunks: Sequence[ChunkRecord],
+    *,
+    reuse: bool = True,
 ) -> tuple[list[store.ChunkRow], int, int, str | None]:
     """Rows with vectors (reused by text digest, else embedded); without vectors if the provider fails."""
     profile = ctx.profile
     digests = [store.text_digest(c.embed_text) for c in chunks]
-    async with ctx.pool.acquire() as conn:
-        known = await store.reusable_vectors(
-            conn,
-            ctx.info.collection_id,
-            embedding_model=profile.embedding_model,
-            checksum=checksum,
-            owner=run.namespace,
-            file_id=file_id,
-            digests=digests,
-        )
+    known: dict[str, np.ndarray] = {}
+    if reuse:
+        async with ctx.pool.acquire() as conn:
+            known = await store.reusable_vectors(
+                conn,
+                ctx.info.collection_id,
+                embedding_model=profile.embedding_model,
+                checksum=checksum,
+                owner=run.namespace,
+                file_id=file_id,
+                digests=digests,
+            )
     missing: dict[str, str] = {}
     for digest, chunk in zip(digests, chunks, strict=True):
         if digest not in known:
@@ -838,97 +877,65 @@ async def _embed_rows(
 # --- the re-embed sweep's work -----------------------------------------------------------------
 
 
-async def reembed_missing(ctx: V2Context, *, limit: int = 256) -> int:
-    """Embed up to `limit` chunks stored without a vector by this service's model; returns how many."""
+@dataclass(frozen=True)
+class Reembedded:
+    """What one `reembed_missing` call did: chunks listed, vectors stored, chunks skipped, the last key."""
+
+    listed: int
+    stored: int
+    skipped: int
+    last: tuple[int, int] | None  # (document_id, ordinal) of the last chunk listed: the next call's `after`
+
+
+async def reembed_missing(
+    ctx: V2Context, *, limit: int = 256, after: tuple[int, int] | None = None
+) -> Reembedded:
+    """Embed up to `limit` chunks stored without a vector by this service's model, in key order.
+
+    A chunk whose document already holds vectors of another dimension is skipped (a model that
+    changed its dimension under the same name: never mix them in one document).
+    """
     profile = ctx.profile
     async with ctx.pool.acquire() as conn:
         todo = await store.chunks_missing_vectors(
-            conn, ctx.info.collection_id, embedding_model=profile.embedding_model, limit=limit
+            conn, ctx.info.collection_id, embedding_model=profile.embedding_model, limit=limit, after=after
         )
     if not todo:
-        return 0
+        return Reembedded(0, 0, 0, None)
     vectors = await embed_texts(ctx.embedder, profile, [item.embed_text for item in todo])
+    fitting = [
+        (item.document_id, item.ordinal, vector)
+        for item, vector in zip(todo, vectors, strict=True)
+        if item.dims is None or item.dims == int(vector.shape[0])
+    ]
     async with ctx.pool.acquire() as conn:
-        done = await store.set_chunk_vectors(
-            conn,
-            [(item.document_id, item.ordinal, vector) for item, vector in zip(todo, vectors, strict=True)],
-        )
-    if vectors and ctx.on_dimension is not None:
-        ctx.on_dimension(int(vectors[0].shape[0]))
-    return done
+        done = await store.set_chunk_vectors(conn, fitting)
+    if fitting and ctx.on_dimension is not None:
+        ctx.on_dimension(int(fitting[0][2].shape[0]))
+    last = todo[-1]
+    return Reembedded(len(todo), done, len(todo) - len(fitting), (last.document_id, last.ordinal))
 
 
-# --- new uploads and backfill -----------------------------------------------------------------
+# --- backfills and new uploads ------------------------------------------------------------------
 
 
-def note_upload(ctx: V2Context, file_id: str, owner: str) -> None:
-    """After /embed stored a file: stage it into the namespace's open runs, in the background.
-
-    Only for namespaces in RAG_V2_NAMESPACE_IDS; never raises (the V1 upload has succeeded).
-    """
-    if owner not in ctx.enabled_namespaces:
-        return
-    ctx.spawn(stage_upload(ctx, file_id, owner), name=f"v2-stage:{file_id}")
-
-
-async def stage_upload(ctx: V2Context, file_id: str, owner: str) -> list[int]:
-    """Stage a new or replaced file into every running and active run of its namespace; the run ids."""
-    staged: list[int] = []
-    try:
-        async with ctx.pool.acquire() as conn:
-            runs = await store.open_runs(conn, ctx.info.collection_id, owner)
-            for run in runs:
-                await store.add_run_file(conn, run.run_id, file_id)
-        for run in runs:
-            try:
-                await index_file(ctx, run.run_id, file_id)
-            except (RagError, store.RunError) as exc:
-                logger.warning(
-                    "V2: could not stage new upload %s into run %d: %s",
-                    file_id,
-                    run.run_id,
-                    getattr(exc, "detail", exc),
-                )
-                continue
-            staged.append(run.run_id)
-        if staged:
-            async with ctx.pool.acquire() as conn:
-                await store.prune_documents(conn, ctx.info.collection_id)  # the replaced version
-    except Exception:  # a background task: log, never propagate into the upload
-        logger.exception("V2: staging new upload %s failed", file_id)
-    return staged
-
-
-@dataclass(frozen=True)
-class BackfillProgress:
-    """Where a backfill stands."""
-
-    run: store.RunRecord
-    staged: int
-    failed: int
-    expected: int
-    files: list[FileOutcome] = field(default_factory=list)
-    busy: bool = False  # another process holds the run
-
-    def describe(self) -> str:
-        """One line for the maintenance status."""
-        return (
-            f"run {self.run.run_id} ({self.run.namespace}, {self.run.index_version}): {self.staged} of "
-            f"{self.expected} files staged, {self.failed} failed; {self.run.status}"
-        )
-
-
-async def backfill_namespace(
+async def start_backfill_run(
     ctx: V2Context,
-    namespace: str,
     *,
+    namespace: str,
     index_version: str | None = None,
     file_ids: Sequence[str] | None = None,
     activate_when_done: bool = True,
+    force: bool = False,
     created_by: str | None = None,
-    report: Callable[[str], None] | None = None,
-) -> BackfillProgress:
-    """Build a run of the namespace from its stored originals (or V1 chunks), stage it, activate it."""
+    job_id: int | None = None,
+) -> store.RunRecord:
+    """A new backfill run of the namespace (default: all of its files); older ones of it give way.
+
+    A backfill run of the same namespace and index version still running is failed ("superseded"):
+    the newest request wins, and it links what the older one had staged. `force`: a run that links
+    no earlier document and reuses no vector (every file is parsed and embedded again).
+    """
     run = await start_run(
         ctx,
         namespace=namespace,
@@ -936,123 +943,150 @@ async def backfill_namespace(
         file_ids=file_ids,
         origin="backfill",
         created_by=created_by,
-        options={"activate": activate_when_done},
+        options={"activate": activate_when_done, "force": force, "job_id": job_id},
     )
-    return await resume_backfill(ctx, run.run_id, activate_when_done=activate_when_done, report=report)
+    async with ctx.pool.acquire() as conn:
+        older = await store.list_runs(
+            conn, ctx.info.collection_id, namespace=namespace, statuses=["running"], limit=1000
+        )
+    for other in older:
+        same = other.origin == "backfill" and other.index_version == run.index_version
+        if other.run_id < run.run_id and same:
+            with contextlib.suppress(store.RunStateError):
+                await fail(ctx, other.run_id, f"superseded by backfill run {run.run_id}")
+    return run
 
 
-async def resume_backfill(
-    ctx: V2Context,
-    run_id: int,
-    *,
-    activate_when_done: bool = True,
-    report: Callable[[str], None] | None = None,
-    max_attempts: int = 3,
-) -> BackfillProgress:
-    """Stage every file of the run not staged yet (after a crash: the rest), then activate it.
+async def find_backfill_run(ctx: V2Context, namespace: str, job_id: int) -> store.RunRecord | None:
+    """The running backfill run that job `job_id` started (its run after a crash finds it again)."""
+    async with ctx.pool.acquire() as conn:
+        running = await store.list_runs(
+            conn, ctx.info.collection_id, namespace=namespace, statuses=["running"], limit=1000
+        )
+    return next((r for r in running if r.origin == "backfill" and r.settings.get("job_id") == job_id), None)
 
-    Resumable: progress lives in the run's file table, so a second call continues where the first
-    stopped. A file that failed `max_attempts` times is left failed (the run then stays running).
+
+async def survey_file(ctx: V2Context, run_id: int, file_id: str) -> bool:
+    """Record one file's repeated-block fingerprints on a running run, before any file is chunked.
+
+    The parsed document is kept in this process until the file's stage step. False when there was
+    nothing to do (the run is not running, the file is staged or surveyed already) or the file
+    cannot be read (its stage step records why). Raises when the blob store or the database is away.
     """
-    say = report or (lambda _text: None)
-    # one stager per run across processes (the service's task, scripts/v2-backfill, other replicas)
-    async with ctx.pool.acquire() as lock, try_advisory_lock(lock, _RUN_LOCK_KEY, run_id) as got:
-        if not got:
-            status = await run_status(ctx, run_id)
-            say(f"run {run_id}: another process is staging it")
-            return BackfillProgress(
-                status.run,
-                status.counts["staged"],
-                status.counts["failed"],
-                status.run.expected_files,
-                busy=True,
-            )
-        return await _resume(ctx, run_id, activate_when_done, say, max_attempts)
-
-
-async def _resume(
-    ctx: V2Context, run_id: int, activate_when_done: bool, say: Callable[[str], None], max_attempts: int
-) -> BackfillProgress:
     async with ctx.pool.acquire() as conn:
         run = await store.require_run(conn, ctx.info.collection_id, run_id)
-        if run.status != "running":
-            files = await store.run_files(conn, run_id)
-            staged = sum(1 for f in files if f.state == "staged")
-            return BackfillProgress(run, staged, sum(1 for f in files if f.state == "failed"), len(files))
-        await store.reset_interrupted(conn, run_id)
-        files = await store.run_files(conn, run_id)
-    todo = [f.file_id for f in files if f.state != "staged" and f.attempts < max_attempts]
-    cache = _ParseCache(ctx.settings.data_dir.resolve() / "tmp" / f"v2-run-{run_id}")
+        entry = await store.run_file(conn, run_id, file_id)
+    if run.status != "running" or entry is None or entry.state == "staged" or entry.surveyed:
+        return False
+    cache = ctx.parse_cache(run_id)
+    await asyncio.to_thread(cache.prune, PARSE_CACHE_MAX_AGE_S)
     try:
-        if len(files) >= ctx.profile.boilerplate.min_documents:
-            await _survey(ctx, run, [f for f in files if f.file_id in todo], cache, say)
-        outcomes: list[FileOutcome] = []
-        for position, file_id in enumerate(todo, start=1):
-            say(f"run {run_id}: staging file {position} of {len(todo)} ({file_id})")
-            async with ctx.file_lock(run_id, file_id):
-                async with ctx.pool.acquire() as conn:
-                    await store.start_file(conn, run_id, file_id)
-                try:
-                    parsed = await asyncio.to_thread(cache.take, file_id)
-                    outcomes.append(await _stage(ctx, run, file_id, None, parsed))
-                except UpstreamUnavailable as exc:
-                    # the blob store is away: stop here, the next pass resumes (the file stays failed
-                    # until then, so the status says why)
-                    await _record_failure(ctx, run_id, file_id, exc.detail)
-                    raise
-                except (RagError, store.RunError) as exc:
-                    await _record_failure(ctx, run_id, file_id, exc.detail)
-                except (OSError, asyncpg.PostgresError):
-                    raise  # the database or the disk: stop here, resume later
-                except Exception:
-                    logger.exception("V2 run %d: staging %s failed", run_id, file_id)
-                    await _record_failure(ctx, run_id, file_id, "internal error while staging")
-    finally:
-        await asyncio.to_thread(cache.clear)
-    status = await run_status(ctx, run_id)
-    run = status.run
-    if activate_when_done and status.counts["staged"] == run.expected_files and run.status == "running":
-        run = await activate(ctx, run_id)
-    progress = BackfillProgress(
-        run, status.counts["staged"], status.counts["failed"], run.expected_files, outcomes
-    )
-    say(progress.describe())
-    return progress
-
-
-async def _survey(
-    ctx: V2Context,
-    run: store.RunRecord,
-    files: Sequence[store.RunFileRecord],
-    cache: _ParseCache,
-    say: Callable[[str], None],
-) -> None:
-    """Parse the files to count repeated blocks across the whole run before any is chunked."""
-    for position, item in enumerate(files, start=1):
-        say(f"run {run.run_id}: reading file {position} of {len(files)} for repeated blocks")
-        try:
-            source = await _resolve(ctx, run, item.file_id, None)
+        _check_profile(ctx, run)
+        source = await _resolve(ctx, run, file_id, None)
+        reusable: list[store.ReusableDocument] = []
+        if not forced(run):
             async with ctx.pool.acquire() as conn:
                 reusable = await store.reusable_documents(
                     conn,
                     ctx.info.collection_id,
                     owner=run.namespace,
-                    file_id=item.file_id,
+                    file_id=file_id,
                     checksum=source.checksum,
                     extractor_version=run.extractor_version,
                     embedding_model=run.embedding_model,
                 )
-            if reusable:
-                fingerprints = reusable[0].fingerprints
-            else:
-                parsed = clean_document(await _parse(ctx, source, ctx.settings.data_dir.resolve() / "tmp"))
-                fingerprints = document_fingerprints(parsed.blocks, ctx.profile.boilerplate)
-                await asyncio.to_thread(cache.put, item.file_id, parsed)
-        except (RagError, store.RunError) as exc:
-            logger.info("V2 run %d: %s cannot be read yet (%s)", run.run_id, item.file_id, exc.detail)
+        if reusable:
+            fingerprints = reusable[0].fingerprints
+        else:
+            tmp_dir = ctx.settings.data_dir.resolve() / "tmp"
+            try:
+                raw = await _parse(ctx, source, tmp_dir)
+            except BlobNotFound:
+                # the store lost the original: staging will use the V1 chunks, so does the survey
+                source = await _v1_source(ctx, run.namespace, file_id, source.filename)
+                raw = await _parse(ctx, source, tmp_dir)
+            parsed = clean_document(raw)
+            fingerprints = document_fingerprints(parsed.blocks, ctx.profile.boilerplate)
+            await asyncio.to_thread(cache.put, file_id, source.checksum, parsed)
+    except UpstreamUnavailable:
+        raise  # the blob store is away: the survey runs again
+    except (RagError, store.RunError) as exc:
+        logger.info("V2 run %d: %s cannot be read (%s)", run_id, file_id, exc.detail)
+        return False
+    async with ctx.pool.acquire() as conn:
+        await store.set_fingerprints(conn, run_id, file_id, fingerprints)
+    return True
+
+
+async def complete_run(ctx: V2Context, run_id: int) -> store.RunRecord | None:
+    """Activate a backfill run once every file is staged; the run when this call activated it.
+
+    Called after every file of the run is staged, by whichever job or replica: the activation
+    itself re-checks the run under its row lock, so exactly one caller activates it and the others
+    get None. Runs started without `activate` (and runs of `/v2/runs`) are left running.
+    """
+    async with ctx.pool.acquire() as conn:
+        run = await store.get_run(conn, ctx.info.collection_id, run_id)
+        if run is None or run.status != "running" or run.origin != "backfill":
+            return None
+        if run.settings.get("activate") is not True:
+            return None
+        counts = await store.run_file_counts(conn, run_id)
+    if counts["staged"] != run.expected_files:
+        return None
+    try:
+        active = await activate(ctx, run_id)
+    except (store.RunIncomplete, store.RunStateError):
+        return None  # a file arrived meanwhile, or another job activated it first
+    await asyncio.to_thread(ctx.parse_cache(run_id).clear)
+    return active
+
+
+@dataclass(frozen=True)
+class UploadStaging:
+    """What staging a new upload did: the runs it was staged into, and those that refused it."""
+
+    staged: list[int]
+    failed: dict[int, RagError | store.RunError]
+    activated: list[int]
+
+
+async def stage_upload(ctx: V2Context, file_id: str, owner: str) -> UploadStaging:
+    """Stage a new or replaced file into every running and active run of its namespace.
+
+    A backfill run that this file was the last one missing from is activated.
+    """
+    async with ctx.pool.acquire() as conn:
+        runs = await store.open_runs(conn, ctx.info.collection_id, owner)
+        for run in runs:
+            await store.add_run_file(conn, run.run_id, file_id)
+    staged: list[int] = []
+    failed: dict[int, RagError | store.RunError] = {}
+    activated: list[int] = []
+    for run in runs:
+        try:
+            await index_file(ctx, run.run_id, file_id)
+        except ProfileMismatch as exc:
+            failed[run.run_id] = exc  # another extractor or model: only a new run can take the file
             continue
+        except (store.RunStateError, store.RunFileGone):
+            continue  # the run was failed or abandoned, or the file deleted, meanwhile
+        except (RagError, store.RunError) as exc:
+            logger.warning(
+                "V2: could not stage new upload %s into run %d: %s",
+                file_id,
+                run.run_id,
+                getattr(exc, "detail", exc),
+            )
+            failed[run.run_id] = exc
+            continue
+        staged.append(run.run_id)
+        if run.status == "running" and await complete_run(ctx, run.run_id) is not None:
+            activated.append(run.run_id)
+    if staged:
         async with ctx.pool.acquire() as conn:
-            await store.set_fingerprints(conn, run.run_id, item.file_id, fingerprints)
+            await store.prune_documents(conn, ctx.info.collection_id)  # the replaced version
+    return UploadStaging(staged, failed, activated)
 
 
 _ALLOWED_PICKLES = {
@@ -1073,25 +1107,28 @@ class _DocumentUnpickler(pickle.Unpickler):
 
 
 class _ParseCache:
-    """Documents parsed by the survey, kept on disk until they are chunked (parsed once, not twice)."""
+    """Documents parsed by a survey, kept on disk until they are chunked (parsed once, not twice).
+
+    Keyed by file id and checksum: a file replaced between its survey and its stage step is parsed
+    again. The folder is under this process's own temporary folder, removed with it.
+    """
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
 
-    def _path(self, file_id: str) -> Path:
-        return self.folder / (
-            hashlib.sha256(file_id.encode("utf-8", "surrogatepass")).hexdigest() + ".pickle"
-        )
+    def _path(self, file_id: str, checksum: str) -> Path:
+        key = f"{file_id}\x1f{checksum}".encode("utf-8", "surrogatepass")
+        return self.folder / (hashlib.sha256(key).hexdigest() + ".pickle")
 
-    def put(self, file_id: str, document: LoadedDocument) -> None:
+    def put(self, file_id: str, checksum: str, document: LoadedDocument) -> None:
         """Keep a parsed document."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        with self._path(file_id).open("wb") as handle:
+        with self._path(file_id, checksum).open("wb") as handle:
             pickle.dump(document, handle, protocol=pickle.HIGHEST_PROTOCOL)
 
-    def take(self, file_id: str) -> LoadedDocument | None:
+    def take(self, file_id: str, checksum: str) -> LoadedDocument | None:
         """The parsed document, removed from the cache; None when it was not kept."""
-        path = self._path(file_id)
+        path = self._path(file_id, checksum)
         try:
             with path.open("rb") as handle:
                 document = _DocumentUnpickler(handle).load()
@@ -1101,6 +1138,17 @@ class _ParseCache:
             with contextlib.suppress(OSError):
                 path.unlink()
         return document if isinstance(document, LoadedDocument) else None
+
+    def prune(self, max_age_s: float) -> None:
+        """Remove documents of every run kept longer than `max_age_s` (their stage step ran elsewhere)."""
+        now = time.time()
+        for folder in self.folder.parent.glob("v2-run-*"):
+            for item in folder.glob("*.pickle"):
+                with contextlib.suppress(OSError):
+                    if now - item.stat().st_mtime > max_age_s:
+                        item.unlink()
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty
 
     def clear(self) -> None:
         """Remove whatever is left."""

@@ -122,8 +122,8 @@ $$;
 -- End a run of job p_id by worker p_worker (its attempt p_attempt), and release its lock.
 -- p_outcome: 'done'; 'retry' (back to the queue after p_delay_s); 'failed' (parked); 'again' (a
 -- periodic job's next pass after p_delay_s, whether this one failed or not); 'released' (the
--- worker stops: back to the queue at once, the attempt not counted). p_done, p_total, p_note: the
--- run's last progress (NULL: unchanged).
+-- worker stops, or the handler cannot run the job here or now: back to the queue after p_delay_s,
+-- the attempt not counted). p_done, p_total, p_note: the run's last progress (NULL: unchanged).
 -- Returns the job's new status, or NULL when the run no longer owned the job.
 DROP FUNCTION IF EXISTS ragoverlay_job_finish;
 CREATE FUNCTION ragoverlay_job_finish(
@@ -181,7 +181,8 @@ BEGIN
             END IF;
         ELSIF p_outcome = 'released' THEN
             UPDATE ragoverlay_jobs SET status = 'queued', worker = NULL, attempts = greatest(attempts - 1, 0),
-                run_after = now(), last_error = p_error
+                run_after = now() + make_interval(secs => greatest(p_delay_s, 0)),
+                last_error = coalesce(p_error, last_error)
             WHERE id = p_id;
             v_status := 'queued';
         ELSE
