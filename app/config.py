@@ -237,6 +237,27 @@ class Settings(BaseSettings):
         0.2, ge=0.0, le=1.0, validation_alias=_env("RAG_V2_BOILERPLATE_MIN_SHARE")
     )
 
+    # --- /query_v2 (app/search/v2/service.py) ---------------------------------------------------
+    v2_reranker: Literal["features", "http", "onnx"] = Field(
+        "features", validation_alias=_env("RAG_V2_RERANKER")
+    )
+    v2_rerank_url: str | None = Field(None, validation_alias=_env("RAG_V2_RERANK_URL"))
+    v2_rerank_flavour: Literal["cohere", "jina", "tei"] = Field(
+        "cohere", validation_alias=_env("RAG_V2_RERANK_FLAVOUR")
+    )
+    v2_rerank_model: str | None = Field(None, validation_alias=_env("RAG_V2_RERANK_MODEL"))
+    v2_rerank_api_key: str | None = Field(None, validation_alias=_env("RAG_V2_RERANK_API_KEY"))
+    v2_rerank_timeout_ms: int = Field(
+        1500, ge=50, le=30_000, validation_alias=_env("RAG_V2_RERANK_TIMEOUT_MS")
+    )
+    v2_rerank_window: int = Field(25, ge=1, le=50, validation_alias=_env("RAG_V2_RERANK_WINDOW"))
+    v2_rerank_onnx_dir: Path | None = Field(None, validation_alias=_env("RAG_V2_RERANK_ONNX_DIR"))
+    v2_bm25_k1: float = Field(1.2, ge=0.0, le=10.0, validation_alias=_env("RAG_V2_BM25_K1"))
+    v2_bm25_b: float = Field(0.75, ge=0.0, le=1.0, validation_alias=_env("RAG_V2_BM25_B"))
+    v2_rrf_k: float = Field(60.0, gt=0.0, le=1000.0, validation_alias=_env("RAG_V2_RRF_K"))
+    v2_channel_limit: int = Field(50, ge=10, le=500, validation_alias=_env("RAG_V2_CHANNEL_LIMIT"))
+    v2_exact_scan_max_chunks: int = Field(10_000, ge=0, validation_alias=_env("RAG_V2_EXACT_SCAN_MAX_CHUNKS"))
+
     # --- LibreChat catalogue re-check (app/search/allowlist.py; CONTRACT section 7) -----------
     allowlist_verify: Literal["off", "mongo"] = Field("off", validation_alias=_env("ALLOWLIST_VERIFY"))
     librechat_mongo_uri: str | None = Field(None, validation_alias=_env("LIBRECHAT_MONGO_URI"))
@@ -292,6 +313,15 @@ class Settings(BaseSettings):
             raise ValueError("CHUNK_OVERLAP must be smaller than CHUNK_SIZE")
         if self.v2_overlap_tokens >= self.v2_chunk_tokens:
             raise ValueError("RAG_V2_OVERLAP_TOKENS must be smaller than RAG_V2_CHUNK_TOKENS")
+        if self.v2_reranker == "http" and not self.v2_rerank_url:
+            raise ValueError(
+                "RAG_V2_RERANKER=http needs RAG_V2_RERANK_URL (the reranking service's /rerank URL)"
+            )
+        if self.v2_reranker == "onnx" and self.v2_rerank_onnx_dir is None:
+            raise ValueError(
+                "RAG_V2_RERANKER=onnx needs RAG_V2_RERANK_ONNX_DIR "
+                "(a folder with model.onnx and tokenizer.json)"
+            )
         if self.db_pool_min_size > self.db_pool_max_size:
             raise ValueError("DB_POOL_MIN_SIZE must not exceed DB_POOL_MAX_SIZE")
         provider = self.provider

@@ -28,6 +28,7 @@ from app.runtime.supervisor import DatabaseSupervisor
 from app.schemas import ENTITY_ID_FIELD_DESCRIPTION, MAX_ENTITY_ID_CHARS
 from app.search.allowlist import AllowList, OpenAllowList
 from app.search.service import SearchService
+from app.search.v2.service import V2SearchService
 from app.store.db import StoreInfo
 
 
@@ -47,6 +48,7 @@ class Resources:
     admin_ids: frozenset[str] = field(default_factory=frozenset)
     v2: V2Context | None = None
     v2_tasks: V2Maintenance | None = None
+    v2_search: V2SearchService | None = None
     jobs: JobSystem | None = None
     database: DatabaseSupervisor | None = None  # app/runtime/supervisor.py: up/down, restarts
     # ALLOWLIST_VERIFY: LibreChat's catalogue narrows file ids before they enter a Scope
@@ -113,6 +115,13 @@ async def get_jobs(resources: ResourcesDep) -> JobSystem:
     return resources.jobs
 
 
+async def get_v2_search(resources: ResourcesDep) -> V2SearchService:
+    """The `/query_v2` service (503 while it is not running)."""
+    if resources.v2_search is None:
+        raise ServiceUnavailable("V2 search is not running; try again shortly")
+    return resources.v2_search
+
+
 async def get_allowlist(resources: ResourcesDep) -> AllowList:
     """The allow-list re-check (a pass-through unless ALLOWLIST_VERIFY=mongo)."""
     return resources.allowlist
@@ -123,6 +132,7 @@ SearchDep = Annotated[SearchService, Depends(get_search)]
 IngestDep = Annotated[IngestService, Depends(get_ingest)]
 JobsDep = Annotated[JobSystem, Depends(get_jobs)]
 AllowListDep = Annotated[AllowList, Depends(get_allowlist)]
+V2SearchDep = Annotated[V2SearchService, Depends(get_v2_search)]
 
 
 if TYPE_CHECKING:  # built at run time; to a type checker it is a str

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
+import httpx
 from fastapi import Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -17,7 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app import metrics
-from app.api import admin, documents, embed, health, jobs, v2_admin
+from app.api import admin, documents, embed, health, jobs, v2_admin, v2_query
 from app.api import metrics as metrics_route
 from app.api.guards import BodyGuardMiddleware
 from app.api.openapi import install_openapi
@@ -38,7 +39,7 @@ from app.errors import (
 )
 from app.ingest.pipeline import IngestService, model_identity
 from app.ingest.upload import sweep_stale_uploads
-from app.ingest.v2.runs import V2Context
+from app.ingest.v2.runs import V2Context, tuning_from_settings
 from app.jobs.setup import build_jobs
 from app.logs import RequestContextMiddleware, configure_logging, request_id_var
 from app.maintenance.registry import MaintenanceRegistry
@@ -50,6 +51,7 @@ from app.runtime.supervisor import DatabaseSupervisor
 from app.search.allowlist import build_allowlist, describe
 from app.search.service import SearchService
 from app.search.state import SearchState
+from app.search.v2.service import V2SearchService, build_reranker
 from app.store.db import StoreInfo, bootstrap, create_pool, stored_dimension
 from app.store.maintenance import MaintenanceStore
 
@@ -165,6 +167,20 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stack.push_async_callback(maintenance.close)
         search = SearchService(settings, pool, info, embedder, search_state, maintenance)
         v2 = V2Context(settings, pool, info, embedder, blobs)
+        tuning = tuning_from_settings(settings)
+        rerank_http: httpx.AsyncClient | None = None
+        if tuning.rerank.backend == "http":
+            # its own client: the embedding client may carry RAG_OPENAI_PROXY, which is for OpenAI only
+            rerank_http = build_http_client(timeout_s=tuning.rerank.timeout_seconds)
+            stack.push_async_callback(rerank_http.aclose)
+        v2_search = V2SearchService(
+            settings,
+            pool,
+            info,
+            embedder,
+            tuning,
+            build_reranker(tuning, rerank_http, api_key=settings.v2_rerank_api_key),
+        )
         jobs = build_jobs(
             settings,
             dsn=dsn,
@@ -206,6 +222,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             admin_ids=frozenset(settings.admin_user_ids),
             v2=v2,
             v2_tasks=v2_tasks,
+            v2_search=v2_search,
             jobs=jobs,
             database=supervisor,
             allowlist=allowlist,
@@ -359,7 +376,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(metrics_route.router)
     # the limit runs after authentication: the client it counts is the token's user id
     authed = [Depends(get_principal), Depends(enforce_rate_limit)]
-    routers = [embed.router, documents.router, v2_admin.router, jobs.router, admin.router]
+    routers = [embed.router, documents.router, v2_query.router, v2_admin.router, jobs.router, admin.router]
     # every authenticated router: a limited route (LIMITED_ROUTES) documents its 429 wherever it lives
     document_rate_limits(*routers)
     for router in routers:

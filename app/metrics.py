@@ -117,6 +117,25 @@ RATE_LIMITED = Counter(
     registry=REGISTRY,
 )
 
+V2_QUERIES = Counter(
+    "ragoverlay_v2_queries_total",
+    "POST /query_v2 answers: answered (evidence returned) or refused (safe refusal), and degraded",
+    ("outcome", "degraded"),
+    registry=REGISTRY,
+)
+V2_CHANNEL_FAILURES = Counter(
+    "ragoverlay_v2_channel_failures_total",
+    "A /query_v2 channel (exact, lexical, vector) that failed or could not run",
+    ("channel",),
+    registry=REGISTRY,
+)
+V2_RERANK_FALLBACKS = Counter(
+    "ragoverlay_v2_rerank_fallbacks_total",
+    "Reranker failures (timeout, bad reply) answered by the feature reranker instead",
+    ("reranker",),
+    registry=REGISTRY,
+)
+
 
 class _Runtime:
     """What the database gauges read: the running app's supervisor and pool (None when stopped)."""

@@ -272,6 +272,12 @@ class V2Jobs:
     async def _upload(self, job: V2IndexFile, progress: Progress) -> dict[str, Any]:
         progress(0, 1, f"staging new upload {job.file_id}")
         staging = await runs.stage_upload(self.ctx, job.file_id, job.owner)
+        if staging.no_run:
+            # the namespace's first upload since V2 was enabled for it: build its index, all files
+            # (joins a backfill already waiting; later uploads are staged into the run it starts)
+            queued = await self.enqueue_backfill(namespace=job.owner, created_by="upload")
+            progress(1, 1, f"no index run of {job.owner} yet: backfill job {queued.id} queued")
+            return {"file_id": job.file_id, "staged": [], "activated": [], "backfill_job": queued.id}
         if staging.failed:
             errors = list(staging.failed.values())
             # a dependency that may come back: run again (runs already staged are linked, not rebuilt)

@@ -58,7 +58,8 @@ from app.ingest.v2.metadata import DocumentMetadata, document_metadata
 from app.ingest.v2.tokens import TokenCounter, local_model_counter, pool_windows, window_texts, window_weights
 from app.ingest.worker import parse_in_worker
 from app.search.context import overlap_length
-from app.search.v2.tuning import V2Tuning
+from app.search.v2.fusion import FusionConfig
+from app.search.v2.tuning import BM25Config, RerankConfig, V2Tuning
 from app.store import chunks as v1_store
 from app.store import v2_index as store
 from app.store.db import StoreInfo
@@ -127,7 +128,19 @@ def tuning_from_settings(settings: Settings) -> V2Tuning:
         boilerplate=RepeatedBlockPolicy(
             min_documents=settings.v2_boilerplate_min_documents,
             min_share=settings.v2_boilerplate_min_share,
-        )
+        ),
+        bm25=BM25Config(k1=settings.v2_bm25_k1, b=settings.v2_bm25_b),
+        fusion=FusionConfig(rrf_k=settings.v2_rrf_k),
+        rerank=RerankConfig(
+            backend=settings.v2_reranker,
+            window=settings.v2_rerank_window,
+            url=settings.v2_rerank_url,
+            flavour=settings.v2_rerank_flavour,
+            model=settings.v2_rerank_model,
+            timeout_seconds=settings.v2_rerank_timeout_ms / 1000,
+            onnx_folder=settings.v2_rerank_onnx_dir,
+        ),
+        channel_limit=settings.v2_channel_limit,
     )
 
 
@@ -1049,6 +1062,8 @@ class UploadStaging:
     staged: list[int]
     failed: dict[int, RagError | store.RunError]
     activated: list[int]
+    # the namespace had no running or active run at all: nothing could take the file
+    no_run: bool = False
 
 
 async def stage_upload(ctx: V2Context, file_id: str, owner: str) -> UploadStaging:
@@ -1060,6 +1075,8 @@ async def stage_upload(ctx: V2Context, file_id: str, owner: str) -> UploadStagin
         runs = await store.open_runs(conn, ctx.info.collection_id, owner)
         for run in runs:
             await store.add_run_file(conn, run.run_id, file_id)
+    if not runs:
+        return UploadStaging([], {}, [], no_run=True)
     staged: list[int] = []
     failed: dict[int, RagError | store.RunError] = {}
     activated: list[int] = []

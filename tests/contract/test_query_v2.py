@@ -1,0 +1,350 @@
+"""`POST /query_v2` and `POST /validate_v2` end to end: real uploads, the V2 index the queue builds,
+the three channels in PostgreSQL, the order of the checks, refusals, isolation and degradation."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.config import Settings
+from app.search.v2.refusal import SAFE_REFUSAL
+from app.search.v2.rerank_http import HttpReranker
+from app.store import v2_search
+from tests.contract.helpers import agent_id, upload
+from tests.fixtures import v2_corpus
+from tests.fixtures.service import auth, new_id, resources, running_app
+
+pytestmark = pytest.mark.slow
+
+ADMIN = "admin-qv2"
+UPLOADER = "uploader-qv2"
+STRANGER = "stranger-qv2"
+FOREIGN_TEXT = (
+    "Confidential parts list of the other team. The valve ZX 9000 is rated for 16 bar and costs 420 EUR. "
+    "Only the other team's Agent may read this file."
+)
+CORPUS: dict[str, Callable[[Path], Path]] = {
+    "manual.pdf": v2_corpus.manual_pdf,
+    "settings.html": v2_corpus.settings_html,
+    "guide.docx": v2_corpus.guide_docx,
+    "prices.xlsx": v2_corpus.prices_xlsx,
+    "ratings.md": v2_corpus.ratings_md,
+    "notes.txt": v2_corpus.notes_txt,
+}
+
+
+@dataclass
+class World:
+    client: httpx.AsyncClient
+    settings: Settings
+    agent: str
+    other: str
+    files: dict[str, str]  # name -> file id
+    foreign: str  # a file of the other Agent
+
+    @property
+    def ids(self) -> list[str]:
+        return list(self.files.values())
+
+    async def ask(
+        self,
+        query: str,
+        *,
+        file_ids: list[str] | None = None,
+        user: str = UPLOADER,
+        entity_id: str | None = None,
+        **extra: Any,
+    ) -> httpx.Response:
+        body: dict[str, Any] = {
+            "query": query,
+            "file_ids": self.ids if file_ids is None else file_ids,
+            "entity_id": self.agent if entity_id is None else entity_id,
+            **extra,
+        }
+        return await self.client.post("/query_v2", json=body, headers=auth(user))
+
+
+async def wait_active(client: httpx.AsyncClient, namespace: str, files: int, seconds: float = 300) -> None:
+    """Until the namespace has an active run holding `files` files (the upload queued its backfill)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        r = await client.get("/v2/status", headers=auth(ADMIN))
+        assert r.status_code == 200, r.text
+        active = [run for run in r.json()["active_runs"] if run["namespace"] == namespace]
+        running = r.json().get("running_runs")
+        if active and active[0]["files"] >= files and not running:
+            return
+        assert time.monotonic() < deadline, r.json()
+        await asyncio.sleep(0.3)
+
+
+@pytest.fixture(scope="module")
+async def world(
+    settings_factory: Callable[..., Settings], tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[World]:
+    agent, other = agent_id(), agent_id()
+    settings = settings_factory(v2_namespace_ids=[agent, other], admin_user_ids=[ADMIN])
+    folder = tmp_path_factory.mktemp("qv2corpus")
+    async with running_app(settings) as client:
+        files: dict[str, str] = {}
+        for name, make in CORPUS.items():
+            path = make(folder / name)
+            file_id = new_id(name.split(".")[0])
+            r = await upload(client, file_id, name, path.read_bytes(), auth(UPLOADER), entity_id=agent)
+            assert r.status_code == 200, r.text
+            files[name] = file_id
+        foreign = new_id("foreign")
+        r = await upload(client, foreign, "parts.txt", FOREIGN_TEXT.encode(), auth(STRANGER), entity_id=other)
+        assert r.status_code == 200, r.text
+        await wait_active(client, agent, len(files))
+        await wait_active(client, other, 1)
+        yield World(client, settings, agent, other, files, foreign)
+
+
+# --- the order of the checks -----------------------------------------------------------------------
+
+
+async def test_no_token_is_401_before_anything_else(world: World) -> None:
+    r = await world.client.post("/query_v2", json={"query": "x", "file_ids": ["a" * 500] * 2000})
+    assert r.status_code == 401, r.text
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "words"),
+    [
+        ({"file_ids": [f"f{i}" for i in range(1001)]}, 400, "At most 1000 file_ids"),
+        ({"file_ids": []}, 400, "file_ids must not be empty"),
+        ({"query": "  "}, 400, "query must not be empty"),
+        ({"query": "x" * 4001}, 400, "at most 4000 characters"),
+        ({"query": "nul\x00here"}, 400, "NUL"),
+        ({"file_ids": ["ok", "bad\x00id"]}, 400, "NUL"),
+        ({"k": 11}, 400, "k must be between 1 and 10"),
+        ({"k": "many"}, 422, None),
+        ({"entity_id": "someone-else"}, 400, "ENTITY_ID_PATTERN"),
+        ({"entity_id": "agent_not_enabled_here"}, 403, "RAG_V2_NAMESPACE_IDS"),
+        ({"debug": True}, 403, "admin"),
+    ],
+)
+async def test_bad_requests_say_what_to_change(
+    world: World, change: dict[str, Any], status: int, words: str | None
+) -> None:
+    body: dict[str, Any] = {"query": "weight of the K 28", "file_ids": world.ids, "entity_id": world.agent}
+    body.update(change)
+    r = await world.client.post("/query_v2", json=body, headers=auth(UPLOADER))
+    assert r.status_code == status, r.text
+    if words is not None:
+        assert words in r.json()["detail"]
+
+
+async def test_malformed_json_is_422(world: World) -> None:
+    r = await world.client.post(
+        "/query_v2", content=b'{"query": "x", "file_ids": [', headers={**auth(UPLOADER), "content-type": "application/json"}
+    )
+    assert r.status_code == 422, r.text
+
+
+async def test_v2_switched_off_fails_closed(settings_factory: Callable[..., Settings]) -> None:
+    async with running_app(settings_factory(v2_namespace_ids=[])) as client:
+        body = {"query": "anything", "file_ids": ["a"], "entity_id": agent_id()}
+        r = await client.post("/query_v2", json=body, headers=auth(UPLOADER))
+        assert r.status_code == 503, r.text
+        assert "RAG_V2_NAMESPACE_IDS" in r.json()["detail"]
+
+
+async def test_an_unknown_index_version_is_503_naming_the_backfill(world: World) -> None:
+    r = await world.ask("weight of the K 28", index_version="v9-never-built")
+    assert r.status_code == 503, r.text
+    assert "/v2/backfill" in r.json()["detail"]
+
+
+# --- answers -------------------------------------------------------------------------------------
+
+
+async def test_a_table_question_is_answered_by_its_row_with_a_citation(world: World) -> None:
+    r = await world.ask("What is the weight of the K 28 in kg?")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["route"] == "v2" and body["index_version"] == "v2"
+    assert body["safe_refusal"] is None and body["degraded"] is False
+    assert "debug" not in body
+    first = body["results"][0]
+    assert first["citation_id"] == "V2-1"
+    assert [item["citation_id"] for item in body["results"]] == [
+        f"V2-{i}" for i in range(1, len(body["results"]) + 1)
+    ]
+    assert first["chunk_kind"] == "table_row" and first["row_label"] == "K 28", first
+    assert first["file_id"] in (world.files["manual.pdf"], world.files["prices.xlsx"])
+    rows = [item for item in body["results"] if item["file_id"] == world.files["manual.pdf"]]
+    assert any(item["headers"] == ["Model", "Power (kW)", "Weight (kg)"] and "12" in item["row_values"] for item in rows)
+    assert "exact" in first["channels"]
+    for item in body["results"]:
+        assert 0.0 <= item["score"] <= 1.0
+        assert item["page"] is None or item["page"] >= 1
+        assert item["file_id"] in world.ids
+
+
+async def test_the_page_is_the_printed_one(world: World) -> None:
+    r = await world.ask("Power (kW) of model K 25 in the ratings table", file_ids=[world.files["manual.pdf"]])
+    assert r.status_code == 200, r.text
+    row = next(item for item in r.json()["results"] if item["row_label"] == "K 25")
+    # the ratings page is the second physical page, printed "1" (the contents page is "i")
+    assert row["page"] == 1 and row["page_label"] == "1" and row["metadata"]["physical_page"] == 2
+
+
+async def test_an_identifier_nowhere_in_the_documents_is_refused(world: World) -> None:
+    r = await world.ask("What is the weight of the K 99 heater?")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["results"] == [] and body["safe_refusal"] == SAFE_REFUSAL
+
+
+async def test_the_refusal_says_why_in_debug_for_admins(world: World) -> None:
+    r = await world.ask("What is the weight of the K 99 heater?", user=ADMIN, debug=True)
+    assert r.status_code == 200, r.text
+    debug = r.json()["debug"]
+    assert debug["refusal"]["refuse"] is True
+    assert {"code": "missing_identifier", "value": "K 99"} in debug["refusal"]["reasons"]
+    assert set(debug["stages"]) == {"exact", "lexical", "vector", "fused", "reranked"}
+    assert set(debug["channels"]) == {"exact", "lexical", "vector"}
+    assert debug["run"]["index_version"] == "v2"
+    assert debug["timing_ms"]["total"] > 0
+
+
+async def test_a_foreign_file_id_yields_no_evidence_and_alone_the_refusal(world: World) -> None:
+    mixed = await world.ask("valve ZX 9000 rated pressure", file_ids=[*world.ids, world.foreign])
+    assert mixed.status_code == 200, mixed.text
+    assert all(item["file_id"] != world.foreign for item in mixed.json()["results"])
+    assert "ZX 9000" not in json.dumps(mixed.json())
+    alone = await world.ask("valve ZX 9000 rated pressure", file_ids=[world.foreign])
+    assert alone.status_code == 200, alone.text
+    assert alone.json()["results"] == [] and alone.json()["safe_refusal"] == SAFE_REFUSAL
+    # and a stranger naming our Agent reads nothing of it either
+    stranger = await world.ask("weight of the K 28", user=STRANGER)
+    assert stranger.status_code == 200 and stranger.json()["results"] == []
+
+
+async def test_the_other_agent_finds_its_own_file(world: World) -> None:
+    r = await world.ask("valve ZX 9000 rated pressure", file_ids=[world.foreign], user=STRANGER, entity_id=world.other)
+    assert r.status_code == 200, r.text
+    assert [item["file_id"] for item in r.json()["results"]][:1] == [world.foreign]
+
+
+async def test_results_stay_inside_the_requested_files(world: World) -> None:
+    subset = [world.files["guide.docx"], world.files["ratings.md"]]
+    r = await world.ask("Power of model H 20", file_ids=subset)
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert results and {item["file_id"] for item in results} <= set(subset)
+    assert results[0]["row_label"] == "H 20"
+
+
+# --- degradation and reranker fallback -------------------------------------------------------------
+
+
+async def test_one_failing_channel_degrades_the_answer(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def broken(*args: Any, **kwargs: Any) -> list[v2_search.ChannelHit]:
+        raise RuntimeError("exact channel down")
+
+    monkeypatch.setattr(v2_search, "exact", broken)
+    r = await world.ask("What is the weight of the K 28 in kg?", user=ADMIN, debug=True)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["degraded"] is True
+    assert body["debug"]["channels"]["exact"]["error"] == "RuntimeError"
+    assert any(item["row_label"] == "K 28" for item in body["results"])
+
+
+async def test_all_channels_failing_is_503(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("down")
+
+    for name in ("exact", "lexical", "vector"):
+        monkeypatch.setattr(v2_search, name, broken)
+    r = await world.ask("What is the weight of the K 28 in kg?")
+    assert r.status_code == 503, r.text
+    assert "Every V2 search channel failed" in r.json()["detail"]
+
+
+class _Reranker(BaseHTTPRequestHandler):
+    mode = "malformed"
+
+    def do_POST(self) -> None:  # noqa: N802 - the standard library's name
+        self.rfile.read(int(self.headers.get("content-length", "0")))
+        if self.mode == "slow":
+            time.sleep(2.0)
+        payload = b'{"results": "not a list"' if self.mode == "malformed" else b'{"results": []}'
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: Any) -> None:
+        return
+
+
+@pytest.fixture
+def rerank_server() -> Iterator[tuple[str, type[_Reranker]]]:
+    handler = type("Handler", (_Reranker,), {})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/rerank", handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("mode", ["malformed", "slow"])
+async def test_a_remote_reranker_that_fails_falls_back_to_the_features(
+    world: World, rerank_server: tuple[str, type[_Reranker]], mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, handler = rerank_server
+    handler.mode = mode
+    service = resources(world.client).v2_search
+    assert service is not None
+    async with httpx.AsyncClient() as http:
+        monkeypatch.setattr(service, "reranker", HttpReranker(http, url, timeout=0.3))
+        t0 = time.perf_counter()
+        r = await world.ask("What is the weight of the K 28 in kg?", user=ADMIN, debug=True)
+        elapsed = time.perf_counter() - t0
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["debug"]["rerank"]["fell_back"] is True and body["debug"]["rerank"]["backend"] == "features"
+    assert body["results"][0]["row_label"] == "K 28"
+    assert elapsed < 1.8  # the 0.3 s timeout held (the slow server answers after 2 s)
+
+
+# --- /validate_v2 ----------------------------------------------------------------------------------
+
+
+async def test_validate_v2_checks_an_answer_against_the_evidence_it_got(world: World) -> None:
+    answer = await world.ask("What is the weight of the K 28 in kg?")
+    evidence = answer.json()["results"]
+    good = await world.client.post(
+        "/validate_v2",
+        json={"answer": "The K 28 weighs 12 kg [V2-1].", "evidence": evidence},
+        headers=auth(UPLOADER),
+    )
+    assert good.status_code == 200, good.text
+    assert good.json()["verdict"] == "pass", good.json()
+    bad = await world.client.post(
+        "/validate_v2",
+        json={"answer": "The K 28 weighs 14 kg [V2-9].", "evidence": evidence},
+        headers=auth(UPLOADER),
+    )
+    assert bad.status_code == 200 and bad.json()["verdict"] == "refuse"
+    codes = {v["code"] for v in bad.json()["violations"]}
+    assert codes >= {"unknown_citation"}, codes
+    assert (await world.client.post("/validate_v2", json={"answer": "x"})).status_code == 401
