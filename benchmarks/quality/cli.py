@@ -48,8 +48,25 @@ def parse(argv: list[str]) -> Options:
         "--systems",
         type=_names,
         default=d.systems,
-        help=f"of {','.join(SYSTEM_NAMES)} or none (default {','.join(d.systems)}); "
-        "query_v2 stops the run with a message while the service has no /query_v2",
+        help=f"of {','.join(SYSTEM_NAMES)} or none (default {','.join(d.systems)}). query_v2 is "
+        "/query_v2 per stage (v2:exact, v2:lexical, v2:vector, v2:fused, v2:reranked and the final "
+        "results) from one debug request per question, a timed pass without debug, the wait for the V2 "
+        "index and the offline tuning grids; it stops the run with a message while the service has no "
+        "/query_v2. Without V2: --systems v1-dense,bm25,rrf",
+    )
+    p.add_argument(
+        "--v2-timed",
+        type=int,
+        default=d.v2_timed,
+        help="questions of the timed /query_v2 pass without debug: a seeded sample of this many, "
+        "0 = all (%(default)s)",
+    )
+    p.add_argument(
+        "--v2-wait",
+        type=float,
+        default=d.v2_wait_s,
+        help="seconds the V2 index (backfill of each knowledge base) may take before the run stops "
+        "(%(default)s)",
     )
     p.add_argument(
         "--models",
@@ -91,7 +108,14 @@ def parse(argv: list[str]) -> Options:
     p.add_argument(
         "--service-url",
         default=None,
-        help="measure this running service (no JWT_SECRET) instead of starting scripts/serve",
+        help="measure this running service instead of starting scripts/serve; query_v2 then needs "
+        "--token or --jwt-secret",
+    )
+    p.add_argument("--token", default=None, help="an admin's bearer token for --service-url")
+    p.add_argument(
+        "--jwt-secret",
+        default=None,
+        help="the --service-url service's JWT_SECRET: the benchmark mints a token with role ADMIN",
     )
     p.add_argument(
         "--man-dirs",
@@ -133,6 +157,10 @@ def parse(argv: list[str]) -> Options:
         p.error("--kb-size must be 1..1000 (the service answers at most 1,000 file ids per request)")
     if not 1 <= a.k <= 10 or a.depth < a.k or a.depth > 100:
         p.error("--k must be 1..10 and --depth k..100")
+    if a.v2_timed < 0 or a.v2_wait <= 0:
+        p.error("--v2-timed must not be negative and --v2-wait must be positive")
+    if (a.token or a.jwt_secret) and not a.service_url:
+        p.error("--token and --jwt-secret are for --service-url (the benchmark's own service gets a token)")
     return Options(
         sizes=replace(base, **overrides),
         quick=a.quick,
@@ -151,6 +179,10 @@ def parse(argv: list[str]) -> Options:
         service_env=parse_env_pairs(a.service_env),
         tag=a.tag,
         service_url=a.service_url,
+        token=a.token,
+        jwt_secret=a.jwt_secret,
+        v2_timed=a.v2_timed,
+        v2_wait_s=a.v2_wait,
         man_dirs=a.man_dirs,
         html_root=a.html_root,
     )

@@ -83,7 +83,7 @@ class Judged:
     ranking: tuple[str, ...]  # file ranking of the returned passages
     relevant: frozenset[str]
     answer_found: bool | None  # None when the query has no answer text
-    latency_ms: float
+    latency_ms: float | None  # None when not timed (query_v2 outside its timed sample)
 
 
 def judge(
@@ -94,7 +94,7 @@ def judge(
     passage_texts: Sequence[str],
     relevant: Iterable[str],
     answer: str | None,
-    latency_ms: float,
+    latency_ms: float | None,
 ) -> Judged:
     """Judge one result list against the query's ground truth."""
     found = None if answer is None or not answerable else answer_in_passages(answer, passage_texts)
@@ -137,6 +137,7 @@ class Summary:
     false_refusal_rate: float | None = None  # share of answerable queries refused
     latency_p50_ms: float | None = None
     latency_p95_ms: float | None = None
+    timed: int = 0  # queries with a latency
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -146,12 +147,12 @@ def _mean(values: Sequence[float]) -> float | None:
 
 def summarise(results: Sequence[Judged]) -> Summary:
     """Means over answerable queries for ranking metrics (a refused query counts as a miss), refusal
-    rates over each kind, and latency percentiles over every query."""
+    rates over each kind, and latency percentiles over every timed query."""
     answerable = [r for r in results if r.answerable]
     unanswerable = [r for r in results if not r.answerable]
     # a refusal returns nothing, so its ranking is empty and every ranking metric is 0 for it
     with_answer = [r for r in answerable if r.answer_found is not None]
-    latencies = [r.latency_ms for r in results]
+    latencies = [r.latency_ms for r in results if r.latency_ms is not None]
     return Summary(
         queries=len(results),
         answerable=len(answerable),
@@ -167,4 +168,5 @@ def summarise(results: Sequence[Judged]) -> Summary:
         false_refusal_rate=_mean([1.0 if r.refused else 0.0 for r in answerable]),
         latency_p50_ms=percentile(latencies, 50),
         latency_p95_ms=percentile(latencies, 95),
+        timed=len(latencies),
     )

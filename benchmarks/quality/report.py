@@ -34,8 +34,13 @@ def answerable_table(result: dict[str, Any], set_name: str) -> list[str]:
         s = sets.get(set_name)
         if not s:
             continue
-        refuses = result["systems"][system]["refuses"]
-        false_ref = _pct(s["false_refusal_rate"]) if refuses else "0 % (never refuses)"
+        meta = result["systems"][system]
+        if meta.get("stage"):
+            false_ref = "– (before refusal)"
+        elif meta["refuses"]:
+            false_ref = _pct(s["false_refusal_rate"])
+        else:
+            false_ref = "0 % (never refuses)"
         answer = _pct(s["answer_in_passage"]) if s["answer_queries"] else "–"
         lines.append(
             f"| {system} | {s['answerable']} | {_num(s['recall_at_1'])} | {_num(s['recall_at_5'])} | "
@@ -56,7 +61,7 @@ def unanswerable_table(result: dict[str, Any]) -> list[str]:
     lines = [head, "| --- | ---: | ---: | " + " | ".join("---:" for _ in kinds) + " | ---: | ---: |"]
     for system, sets in result["summary"].items():
         s = sets.get("unanswerable")
-        if not s:
+        if not s or result["systems"][system].get("stage"):
             continue
         refuses = result["systems"][system]["refuses"]
         overall = _pct(s["refusal_rate"]) if refuses else "0 % (never refuses)"
@@ -99,6 +104,175 @@ def model_table(models: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _met(value: bool | None) -> str:
+    return "not measured" if value is None else ("**met**" if value else "**not met**")
+
+
+def _value(row: dict[str, Any]) -> str:
+    v = row["value"]
+    if v is None:
+        return "–"
+    if "ms" in row["target"]:
+        return _ms(v)
+    if "refus" in row["target"]:
+        return _pct(v)
+    return _num(v)
+
+
+def targets_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Issue 11's targets, one row per target and set."""
+    lines = ["| target | set | value | needed | |", "| --- | --- | ---: | --- | --- |"]
+    for r in rows:
+        lines.append(f"| {r['target']} | {r['set']} | {_value(r)} | {r['needed']} | {_met(r['met'])} |")
+    return lines
+
+
+def v2_lines(v2: dict[str, Any]) -> list[str]:
+    """How the V2 index was made ready, the timed pass, and the debug pass's health."""
+    out = []
+    index = v2.get("index") or {}
+    if index:
+        kbs = index.get("knowledge_bases") or {}
+        parts = [
+            f"{kb}: run {k['run_id']}, {k['files']} files, {k['chunks']} chunks"
+            + (" (backfilled)" if k.get("backfilled") else " (already active)")
+            for kb, k in kbs.items()
+        ]
+        out.append(
+            f"V2 index ready in {index.get('seconds', 0):.0f} s: {'; '.join(parts)}; "
+            f"HNSW: {index.get('hnsw_tasks') or 'no task'}."
+        )
+    agree = v2.get("agreement") or {}
+    if "timed" in v2:
+        out.append(
+            f"Latency of query_v2: {v2['timed']} questions asked again without debug, one at a time; "
+            f"{agree.get('same', 0)} of them got exactly the debug answer's chunks and refusal "
+            f"({agree.get('differ', 0)} differ)."
+        )
+    if "queries" in v2:
+        errors = ", ".join(f"{c} {n}" for c, n in sorted((v2.get("channel_errors") or {}).items())) or "none"
+        out.append(
+            f"Debug pass: {v2['queries']} answers, {v2['degraded']} degraded, channel errors: {errors}, "
+            f"reranker fell back {v2['rerank_fell_back']} times; debug answers took "
+            f"p50 {_ms(v2.get('debug_p50_ms'))} / p95 {_ms(v2.get('debug_p95_ms'))} ms at the client."
+        )
+    return [line + "\n" for line in out]
+
+
+def _rates(pair: list[float | None] | None) -> str:
+    if not pair:
+        return "–"
+    return f"{_pct(pair[0])} / {_pct(pair[1])}"
+
+
+def refusal_lines(grid: dict[str, Any]) -> list[str]:
+    """The offline refusal grid: the service's setting, the chosen one, the best few, the heat table."""
+    cases = grid["cases"]
+    floor = grid["hard_floor"]
+    out = [
+        f"Replayed from each question's `debug.refusal` ({cases['answerable']} answerable, "
+        f"{cases['unanswerable']} unanswerable; {grid['settings']} settings). The replay of the service's "
+        f"own setting agrees with its recorded decision on {grid['replay_agrees']} of "
+        f"{cases['answerable'] + cases['unanswerable']} questions. Hard reasons alone (no knob moves them) "
+        f"refuse {_pct(floor['unanswerable_refused_by_hard_reasons'])} of unanswerable and "
+        f"{_pct(floor['answerable_refused_by_hard_reasons'])} of answerable questions.",
+        "",
+        "| setting | unanswerable refused | false refusals | answerable nDCG@10 | R@1 | target |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+
+    def row(label: str, r: dict[str, Any] | None) -> None:
+        if r is None:
+            return
+        out.append(
+            f"| {label}{r['policy']} | {_pct(r['refused'])} | {_pct(r['false_refusals'])} | "
+            f"{_num(r['ndcg_at_10'])} | {_num(r['recall_at_1'])} | {'met' if r['meets'] else 'not met'} |"
+        )
+
+    row("**service now**: ", grid["service"])
+    row("**chosen**: ", grid["chosen"])
+    for r in grid["top"]:
+        row("", r)
+    out += ["", f"Chosen by: {grid['rule']}.", ""]
+    heat = grid.get("heat") or {}
+    if heat:
+        cols = list(next(iter(heat.values())))
+        out += [
+            "Around the chosen setting (other knobs as chosen): unanswerable refused / false refusals",
+            "",
+            "| min_rerank_score \\ refuse_at | " + " | ".join(cols) + " |",
+            "| --- | " + " | ".join("---:" for _ in cols) + " |",
+        ]
+        for m, by_at in heat.items():
+            out.append(f"| {m} | " + " | ".join(_rates(by_at[c]) for c in cols) + " |")
+        out.append("")
+    for h in grid.get("holdout") or []:
+        out.append(
+            f"Held out: chosen on {h['chosen_on']} ({h['setting']}): {_rates(h['train'])} there, "
+            f"{_rates(h['test'])} on the other half."
+        )
+    return out
+
+
+def _weights(config: dict[str, Any]) -> str:
+    w = config["weights"]
+    return (
+        f"k {config['rrf_k']:g}, exact {w.get('exact', 1):g}, lexical {w.get('lexical', 1):g}, "
+        f"vector {w.get('vector', 1):g}, boost {config['exact_boost']:g}"
+    )
+
+
+def fusion_lines(grid: dict[str, Any]) -> list[str]:
+    """The offline fusion grid and its fidelity to the service's recorded fused lists."""
+    fid = grid["fidelity"]
+    sets = sorted(grid["best_channel"])
+    deltas = ", ".join(f"{n} {d:+.3f}" for n, d in sorted((fid.get("ndcg_delta") or {}).items()))
+    shallow = any(abs(d) > 0.01 for d in (fid.get("ndcg_delta") or {}).values())
+    out = [
+        f"`fuse` re-run on the three channel stage lists ({grid['k']} deep; the service fuses each "
+        f"channel's top 50). Replaying the service's own setting gives its recorded fused list exactly on "
+        f"{fid['same_list']} of {fid['cases']} answerable questions, the same first item on "
+        f"{fid['same_top1']}; nDCG@10 replay minus recorded: {deltas or '–'}. "
+        + (
+            "The lists are too shallow to conclude beyond the ranking of the top few: confirm a "
+            "setting with a real run (its env settings) before adopting it."
+            if shallow
+            else "Close enough to compare settings."
+        ),
+        "",
+        "| setting | " + " | ".join(f"{n} nDCG@10 / R@1" for n in sets) + " | >= best channel everywhere |",
+        "| --- | " + " | ".join("---:" for _ in sets) + " | --- |",
+    ]
+
+    def row(label: str, r: dict[str, Any] | None) -> None:
+        if r is None:
+            return
+        cells = [
+            f"{_num(r['sets'][n]['ndcg_at_10'])} / {_num(r['sets'][n]['recall_at_1'])}"
+            if n in r["sets"]
+            else "–"
+            for n in sets
+        ]
+        out.append(
+            f"| {label}{_weights(r['config'])} | "
+            + " | ".join(cells)
+            + f" | {'yes' if r['beats_channels'] else 'no'} |"
+        )
+
+    best = grid["best_channel"]
+    out.append(
+        "| best single channel | "
+        + " | ".join(f"{_num(best[n]['ndcg_at_10'])} / {_num(best[n]['recall_at_1'])}" for n in sets)
+        + " | |"
+    )
+    row("**service now**: ", grid["service"])
+    row("**best**: ", grid["best"])
+    for r in grid["top"]:
+        if r is not grid["best"] and r != grid["best"]:
+            row("", r)
+    return out
+
+
 def markdown(result: dict[str, Any]) -> str:
     """The whole report."""
     c = result["corpus"]
@@ -115,6 +289,14 @@ def markdown(result: dict[str, Any]) -> str:
         "Systems: " + "; ".join(f"**{n}**: {s['description']}" for n, s in result["systems"].items()) + ".",
         "",
     ]
+    if any(s.get("stage") for s in result["systems"].values()):
+        out += [
+            "The v2:* rows are the stages of one `/query_v2` debug answer per question (each stage's own "
+            "top list, before the refusal); their p50/p95 are the server's time for that stage (a "
+            "channel, fusion or reranking), from `debug`. query_v2 is the final results with refusals; "
+            "its p50/p95 are the client's, asked again without debug.",
+            "",
+        ]
     present = {k for sets in result["summary"].values() for k in sets}
     for set_name, title in SET_TITLES.items():
         if set_name in present:
@@ -126,6 +308,15 @@ def markdown(result: dict[str, Any]) -> str:
             *unanswerable_table(result),
             "",
         ]
+    if result.get("targets"):
+        out += ["## /query_v2 targets (issue 11)", "", *targets_table(result["targets"]), ""]
+    v2 = result.get("v2") or {}
+    if v2:
+        out += ["## /query_v2 run", "", *v2_lines(v2)]
+    if v2.get("refusal_grid"):
+        out += ["## Refusal policy, offline grid", "", *refusal_lines(v2["refusal_grid"]), ""]
+    if v2.get("fusion_grid"):
+        out += ["## Fusion weights, offline grid", "", *fusion_lines(v2["fusion_grid"]), ""]
     models = {n: s["model"] for n, s in result["systems"].items() if "model" in s}
     if models:
         out += ["## Embedding models (in process, one thread)", "", *model_table(models), ""]

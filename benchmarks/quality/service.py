@@ -1,10 +1,16 @@
-"""`scripts/serve` on its embedded defaults as the service under test, and the uploads through `/embed`."""
+"""`scripts/serve` on its embedded defaults as the service under test, and the uploads through `/embed`.
+
+The service runs with a fresh `JWT_SECRET` and the benchmark's user in `RAG_ADMIN_USER_IDS`, and every
+request carries that admin's token: `/query_v2` gives its per-stage `debug` and the `/v2/...` routes
+answer only to an admin. Agent knowledge bases are read through `entity_id`, as without a token.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import time
@@ -14,11 +20,28 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jwt
 
 from benchmarks.quality.dataset import Chunk, Document
-from benchmarks.service import REPO_ROOT, free_port, service_environment
+from benchmarks.service import REPO_ROOT, free_port, make_token, service_environment
 
 SERVE = REPO_ROOT / "scripts" / "serve"
+ADMIN_USER = "quality-bench-admin"
+TOKEN_TTL_S = 7 * 24 * 3600  # a full run with a new upload and a V2 backfill takes hours
+
+
+def admin_token(secret: str, user_id: str = ADMIN_USER, *, role: bool = False) -> str:
+    """An HS256 token for `user_id`; `role`: with `role: ADMIN` too (any service with that secret)."""
+    if not role:
+        return make_token(secret, user_id, ttl=TOKEN_TTL_S)
+    now = int(time.time())
+    claims = {"id": user_id, "role": "ADMIN", "iat": now, "exp": now + TOKEN_TTL_S}
+    return jwt.encode(claims, secret, algorithm="HS256")
+
+
+def auth_headers(token: str | None) -> dict[str, str]:
+    """`Authorization: Bearer <token>`, or nothing without a token."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 @dataclass
@@ -29,6 +52,7 @@ class Served:
     log_path: Path
     port: int
     process: subprocess.Popen[bytes]
+    token: str | None = None  # an admin's token (None: the service runs without JWT_SECRET)
 
     @property
     def base_url(self) -> str:
@@ -44,11 +68,18 @@ class Served:
 
 
 async def start(data_dir: Path, extra_env: Mapping[str, str], *, timeout_s: float = 600.0) -> Served:
-    """Start `scripts/serve` with DATA_DIR=`data_dir` on a free port; wait for GET /health UP."""
+    """Start `scripts/serve` with DATA_DIR=`data_dir` on a free port, a fresh JWT_SECRET and our admin
+    (unless `extra_env` sets JWT_SECRET itself); wait for GET /health UP."""
     await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
     port = free_port()
+    auth: dict[str, str] = {}
+    token = None
+    if "JWT_SECRET" not in extra_env:
+        secret = secrets.token_hex(32)
+        auth = {"JWT_SECRET": secret, "RAG_ADMIN_USER_IDS": ADMIN_USER}
+        token = admin_token(secret)
     env = service_environment(
-        {"DATA_DIR": str(data_dir), "RAG_PORT": str(port), "RAG_HOST": "127.0.0.1", **extra_env}
+        {"DATA_DIR": str(data_dir), "RAG_PORT": str(port), "RAG_HOST": "127.0.0.1", **auth, **extra_env}
     )
     log_path = data_dir / "service.log"
     with log_path.open("ab") as log:
@@ -61,7 +92,7 @@ async def start(data_dir: Path, extra_env: Mapping[str, str], *, timeout_s: floa
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    served = Served(data_dir, log_path, port, process)
+    served = Served(data_dir, log_path, port, process, token)
     deadline = time.monotonic() + timeout_s
     async with httpx.AsyncClient(timeout=5.0) as client:
         while True:
@@ -105,11 +136,12 @@ async def upload(
     *,
     concurrency: int = 2,
     say: Callable[[str], None] = lambda _m: None,
+    headers: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Upload the documents the service does not hold yet through `POST /embed` (multipart, with the
     KB as `entity_id`, as LibreChat sends an Agent's files); returns counts and timings."""
     facts: dict[str, Any] = {"uploaded": 0, "already_stored": 0, "seconds": 0.0, "bytes": 0}
-    async with httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(900.0)) as client:
+    async with httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(900.0), headers=headers) as client:
         present: set[str] = set()
         for kb in sorted({d.kb for d in docs}):
             present |= await stored_ids(client, kb)
@@ -148,13 +180,15 @@ async def upload(
     return facts
 
 
-async def fetch_chunks(base_url: str, docs: Sequence[Document], batch: int = 40) -> dict[str, list[Chunk]]:
+async def fetch_chunks(
+    base_url: str, docs: Sequence[Document], batch: int = 40, headers: Mapping[str, str] | None = None
+) -> dict[str, list[Chunk]]:
     """Every stored chunk per KB, in file then chunk order (`GET /documents?ids=...&entity_id=`)."""
     out: dict[str, list[Chunk]] = {}
     by_kb: dict[str, list[str]] = {}
     for d in docs:
         by_kb.setdefault(d.kb, []).append(d.file_id)
-    async with httpx.AsyncClient(base_url=base_url, timeout=120.0) as client:
+    async with httpx.AsyncClient(base_url=base_url, timeout=120.0, headers=headers) as client:
         for kb, ids in by_kb.items():
             chunks: list[Chunk] = []
             for i in range(0, len(ids), batch):

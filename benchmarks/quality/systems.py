@@ -3,8 +3,8 @@
 - `v1-dense`: the service's `POST /query_multiple` over real HTTP (what LibreChat's overlay sends);
 - `bm25`: the in-process reference BM25 of `bm25.py` over exactly the chunks the service stored;
 - `rrf`: reciprocal-rank fusion of the two (each taken `depth` deep), cut to k;
-- `query_v2`: the service's `POST /query_v2` (CONTRACT.md section 6); a 404 stops the run with a
-  message, it is never skipped silently.
+- `query_v2` and its stages: `v2.py` (one debug request of `POST /query_v2` per query, read per
+  stage); a 404 stops the run with a message, it is never skipped silently.
 Latency is what the client sees per query (for `rrf`, dense plus BM25 plus fusion, one after the other).
 """
 
@@ -43,7 +43,7 @@ class Outcome:
 
     passages: list[Passage]
     refused: bool
-    latency_ms: float
+    latency_ms: float | None  # None: measured elsewhere (query_v2's latency comes from its timed pass)
     info: dict[str, Any] = field(default_factory=dict)
 
 
@@ -73,8 +73,16 @@ class V1Dense:
 
     refuses = False
 
-    def __init__(self, http: LeanHTTP, kbs: Mapping[str, Sequence[str]], k: int = 10, name: str = "v1-dense"):
+    def __init__(
+        self,
+        http: LeanHTTP,
+        kbs: Mapping[str, Sequence[str]],
+        k: int = 10,
+        name: str = "v1-dense",
+        headers: Mapping[str, str] | None = None,
+    ):
         self.http, self.kbs, self.k, self.name = http, kbs, k, name
+        self.headers = {"Content-Type": "application/json", **(headers or {})}
         self.description = f"POST /query_multiple, k={k}, the query's whole knowledge base"
 
     async def prepare(self) -> None:
@@ -86,7 +94,7 @@ class V1Dense:
             {"query": query.text, "file_ids": list(self.kbs[query.kb]), "k": self.k, "entity_id": query.kb}
         ).encode()
         t0 = time.perf_counter()
-        reply = await self.http.request("POST", "/query_multiple", body, {"Content-Type": "application/json"})
+        reply = await self.http.request("POST", "/query_multiple", body, self.headers)
         latency = (time.perf_counter() - t0) * 1000
         if reply.status == 404:
             return Outcome([], refused=False, latency_ms=latency)
@@ -181,7 +189,7 @@ class RRFusion:
             by_key.setdefault(p.key, p)
         fused = rrf([[p.key for p in a.passages], [p.key for p in b.passages]], k=self.rrf_k)[: self.k]
         passages = [by_key[key] for key, _ in fused]  # type: ignore[index]
-        latency = a.latency_ms + b.latency_ms + (time.perf_counter() - t0) * 1000
+        latency = (a.latency_ms or 0.0) + (b.latency_ms or 0.0) + (time.perf_counter() - t0) * 1000
         return Outcome(passages, refused=False, latency_ms=latency)
 
 
@@ -189,87 +197,3 @@ NO_V2_ROUTE = (
     "POST /query_v2 answered 404: this service has no /query_v2 route yet (issue 11 item 1). "
     "Leave query_v2 out of --systems until the route exists."
 )
-
-
-class QueryV2:
-    """`POST /query_v2` per CONTRACT.md section 6; refusal = no results and a `safe_refusal`."""
-
-    refuses = True
-
-    def __init__(
-        self,
-        http: LeanHTTP,
-        kbs: Mapping[str, Sequence[str]],
-        k: int = 10,
-        debug: bool = True,
-        name: str = "query_v2",
-    ):
-        self.http, self.kbs, self.k, self.debug, self.name = http, kbs, min(k, 10), debug, name
-        self.description = f"POST /query_v2, k={self.k}, the query's whole knowledge base"
-        self.debug_samples: list[Any] = []
-        self.debug_refused = False
-
-    def _body(self, query: str, kb: str) -> bytes:
-        return json.dumps(
-            {
-                "query": query,
-                "file_ids": list(self.kbs[kb]),
-                "k": self.k,
-                "entity_id": kb,
-                "debug": self.debug,
-            }
-        ).encode()
-
-    async def _post(self, query: str, kb: str) -> tuple[int, Any, float]:
-        t0 = time.perf_counter()
-        reply = await self.http.request(
-            "POST", "/query_v2", self._body(query, kb), {"Content-Type": "application/json"}
-        )
-        latency = (time.perf_counter() - t0) * 1000
-        if reply.status == 404:
-            try:
-                detail = json.loads(reply.content).get("detail")
-            except (ValueError, AttributeError):
-                detail = None
-            # a 404 with the framework's "Not Found" is a missing route; anything else is a bug to see
-            raise SystemUnavailable(f"{NO_V2_ROUTE} (detail: {detail!r})")
-        if reply.status == 403 and self.debug:
-            # debug output needs an admin: measure without it rather than not at all
-            self.debug = False
-            self.debug_refused = True
-            return await self._post(query, kb)
-        if reply.status != 200:
-            raise SystemUnavailable(f"POST /query_v2 answered {reply.status}: {reply.content[:300]!r}")
-        return reply.status, json.loads(reply.content), latency
-
-    async def prepare(self) -> None:
-        """One probe request, so that a missing route stops the run before any measurement."""
-        kb = next(iter(self.kbs))
-        await self._post("probe", kb)
-
-    async def search(self, query: Query) -> Outcome:
-        """One request; results[] read as the overlay reads them."""
-        _, body, latency = await self._post(query.text, query.kb)
-        passages = []
-        channels: dict[str, int] = {}
-        for item in body.get("results") or []:
-            fid = str(item.get("file_id", ""))
-            content = item.get("content") or ""
-            page = item.get("page")
-            score = item.get("score")
-            passages.append(
-                Passage(
-                    fid,
-                    content,
-                    page if isinstance(page, int) else None,
-                    float(score) if isinstance(score, (int, float)) else None,
-                    _content_key(fid, item.get("metadata") or {}, content),
-                )
-            )
-            for ch in item.get("channels") or []:
-                channels[str(ch)] = channels.get(str(ch), 0) + 1
-        refused = not passages and body.get("safe_refusal") is not None
-        info: dict[str, Any] = {"channels": channels, "degraded": bool(body.get("degraded"))}
-        if "debug" in body and len(self.debug_samples) < 5:
-            self.debug_samples.append({"query": query.qid, "debug": body["debug"]})
-        return Outcome(passages, refused=refused, latency_ms=latency, info=info)

@@ -21,9 +21,10 @@ import pytest
 from benchmarks.http import LeanHTTP
 from benchmarks.progress import Progress
 from benchmarks.quality import service as svc
-from benchmarks.quality.dataset import Query
 from benchmarks.quality.run import Options, Sizes, run_async
-from benchmarks.quality.systems import QueryV2, SystemUnavailable
+from benchmarks.quality.systems import SystemUnavailable
+from benchmarks.quality.v2 import FINAL, STAGE_SYSTEMS, V2Client
+from benchmarks.quality.v2index import wait_for_index
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -108,35 +109,43 @@ def test_quality_benchmark_runs_and_reports_every_metric(sources: Path) -> None:
         out_dir=sources / "results",
         man_dirs=(sources / "man1",),
         html_root=sources / "html",
+        v2_wait_s=180,
     )
 
-    async def scenario() -> tuple[dict, int, str]:
+    async def scenario() -> tuple[dict, int, str, dict]:
         env = {"RAG_V2_NAMESPACE_IDS": "agent_quality_man_1,agent_quality_html"}
         served = await svc.start(sources / "service", env, timeout_s=240)
         try:
-            opts.service_url = served.base_url
-            result = await run_async(opts, Progress())
-            async with httpx.AsyncClient(base_url=served.base_url, timeout=30) as client:
+            assert served.token  # the benchmark's own service runs with auth and an admin
+            opts.service_url, opts.token = served.base_url, served.token
+            headers = svc.auth_headers(served.token)
+            async with httpx.AsyncClient(base_url=served.base_url, timeout=30, headers=headers) as client:
                 probe = await client.post("/query_v2", json={"query": "x", "file_ids": ["man-frobnicate.1"]})
-            http = LeanHTTP("127.0.0.1", served.port)
-            system = QueryV2(http, result["corpus"]["kb_files"], k=10)
             message = ""
-            try:
-                await system.prepare()
-                query = Query(
-                    "q", "man", "description", "tide tables", "agent_quality_man_1", ("man-tidewatch.1",)
-                )
-                outcome = await system.search(query)
-                message = f"answered with {len(outcome.passages)} passages, refused={outcome.refused}"
-            except SystemUnavailable as exc:
-                message = str(exc)
-            finally:
-                await http.aclose()
-            return result, probe.status_code, message
+            if probe.status_code == 404:
+                # no route: the V2 system must fail clearly, never be skipped
+                http = LeanHTTP("127.0.0.1", served.port)
+                try:
+                    await V2Client(http, {"agent_quality_man_1": ["man-frobnicate.1"]}, debug=True).ask(
+                        "tide tables", "agent_quality_man_1"
+                    )
+                except SystemUnavailable as exc:
+                    message = str(exc)
+                finally:
+                    await http.aclose()
+            else:
+                opts.systems = (*opts.systems, "query_v2")
+            result = await run_async(opts, Progress())
+            # the wait for the V2 index against the real admin routes: the first run backfills each
+            # knowledge base (uploads alone make no run), a second wait finds them ready
+            async with httpx.AsyncClient(base_url=served.base_url, timeout=60, headers=headers) as client:
+                first = await wait_for_index(client, result["corpus"]["kb_files"], timeout_s=180)
+                again = await wait_for_index(client, result["corpus"]["kb_files"], timeout_s=30)
+            return result, probe.status_code, message, {"first": first, "again": again}
         finally:
             svc.stop(served)
 
-    result, v2_status, v2_message = asyncio.run(scenario())
+    result, v2_status, v2_message, waits = asyncio.run(scenario())
 
     corpus = result["corpus"]
     assert corpus["knowledge_bases"] == {"agent_quality_man_1": 4, "agent_quality_html": 2}
@@ -164,8 +173,27 @@ def test_quality_benchmark_runs_and_reports_every_metric(sources: Path) -> None:
     report = (sources / "results" / "quality-latest.md").read_text()
     assert "| v1-dense |" in report and "nDCG@10" in report and "Unanswerable" in report
 
-    # /query_v2: a missing route is a clear failure, never a silent skip
+    for kb, files in result["corpus"]["knowledge_bases"].items():
+        first, again = waits["first"]["knowledge_bases"][kb], waits["again"]["knowledge_bases"][kb]
+        assert first["files"] == files and first["chunks"] > 0 and first["run_id"] == again["run_id"]
+        assert first["backfilled"] == (v2_status == 404) and not again["backfilled"]
+
+    # /query_v2: a missing route is a clear failure, never a silent skip; with the route, every stage,
+    # the targets, the V2 index phase and both grids are reported
     if v2_status == 404:
         assert "/query_v2" in v2_message and "404" in v2_message
-    else:
-        assert "answered with" in v2_message, v2_message
+        return
+    for system in (*STAGE_SYSTEMS.values(), FINAL):
+        for set_name in ("man", "html-tables", "html-identifiers"):
+            s = result["summary"][system][set_name]
+            for metric in metrics:
+                assert s[metric] is not None and 0.0 <= s[metric] <= 1.0, (system, set_name, metric)
+    final = result["summary"][FINAL]
+    assert final["unanswerable"]["refusal_rate"] is not None and final["all"]["latency_p95_ms"] is not None
+    assert final["all"]["timed"] == sum(kinds.values())
+    v2 = result["v2"]
+    assert set(v2["index"]["knowledge_bases"]) == {"agent_quality_man_1", "agent_quality_html"}
+    assert v2["refusal_grid"]["chosen"] is not None and v2["fusion_grid"]["service"] is not None
+    assert v2["agreement"]["same"] + v2["agreement"]["differ"] == v2["timed"]
+    assert any(r["target"].startswith("fused >=") for r in result["targets"])
+    assert "/query_v2 targets" in report and "Refusal policy, offline grid" in report

@@ -356,99 +356,13 @@ def test_read_safetensors_round_trip(tmp_path) -> None:
     assert tensors["a"].tolist() == a.tolist() and tensors["b"].tolist() == [7, 8]
 
 
-# ---- systems: fusion and the /query_v2 reader, with a stand-in for the HTTP client --------------
-
-
-class _Reply:
-    def __init__(self, status: int, body: object) -> None:
-        import json as _json
-
-        self.status, self.headers, self.content = status, {}, _json.dumps(body).encode()
-
-
-class _FakeHTTP:
-    """Answers each request with the next scripted reply and records what was sent."""
-
-    def __init__(self, replies: list[_Reply]) -> None:
-        self.replies, self.sent = replies, []
-
-    async def request(self, method: str, path: str, body: bytes = b"", headers=None) -> _Reply:
-        import json as _json
-
-        self.sent.append((method, path, _json.loads(body)))
-        return self.replies.pop(0)
+# ---- systems: fusion with stand-in legs (the /query_v2 reader: test_quality_v2.py) -----------------
 
 
 def _v2_query():
     from benchmarks.quality.dataset import Query
 
     return Query("q1", "man", "description", "list directory contents", "agent_kb", ("f1",))
-
-
-async def test_query_v2_reads_results_and_refusals_per_the_contract() -> None:
-    from benchmarks.quality.systems import QueryV2
-
-    results = [
-        {
-            "citation_id": "V2-1",
-            "file_id": "f1",
-            "content": "ls lists",
-            "page": 1,
-            "score": 0.9,
-            "channels": ["lexical", "vector"],
-            "metadata": {"digest": "d1"},
-        },
-        {
-            "citation_id": "V2-2",
-            "file_id": "f2",
-            "content": "dir lists",
-            "page": None,
-            "score": 0.5,
-            "channels": ["vector"],
-        },
-    ]
-    http = _FakeHTTP(
-        [
-            _Reply(200, {"route": "v2", "results": results, "degraded": False, "safe_refusal": None}),
-            _Reply(200, {"route": "v2", "results": [], "degraded": False, "safe_refusal": "Not found."}),
-        ]
-    )
-    system = QueryV2(http, {"agent_kb": ["f1", "f2"]}, k=10, debug=False)  # type: ignore[arg-type]
-    answered = await system.search(_v2_query())
-    assert [p.file_id for p in answered.passages] == ["f1", "f2"] and not answered.refused
-    assert answered.passages[0].key == ("f1", "d1") and answered.passages[0].page == 1
-    assert answered.info["channels"] == {"lexical": 1, "vector": 2}
-    refused = await system.search(_v2_query())
-    assert refused.refused and refused.passages == []
-    method, path, body = http.sent[0]
-    assert (method, path) == ("POST", "/query_v2")
-    assert body == {
-        "query": "list directory contents",
-        "file_ids": ["f1", "f2"],
-        "k": 10,
-        "entity_id": "agent_kb",
-        "debug": False,
-    }
-
-
-async def test_query_v2_fails_clearly_on_404_and_drops_debug_on_403() -> None:
-    from benchmarks.quality.systems import QueryV2, SystemUnavailable
-
-    missing = QueryV2(_FakeHTTP([_Reply(404, {"detail": "Not Found"})]), {"agent_kb": ["f1"]})  # type: ignore[arg-type]
-    with pytest.raises(SystemUnavailable, match=r"/query_v2 answered 404"):
-        await missing.prepare()
-    http = _FakeHTTP(
-        [
-            _Reply(403, {"detail": "debug needs an admin"}),
-            _Reply(200, {"route": "v2", "results": [], "degraded": False, "safe_refusal": "No."}),
-        ]
-    )
-    system = QueryV2(http, {"agent_kb": ["f1"]}, debug=True)  # type: ignore[arg-type]
-    outcome = await system.search(_v2_query())
-    assert outcome.refused and system.debug_refused and http.sent[1][2]["debug"] is False
-    broken = QueryV2(_FakeHTTP([_Reply(500, {"detail": "boom"})]), {"agent_kb": ["f1"]})  # type: ignore[arg-type]
-    with pytest.raises(SystemUnavailable, match="500"):
-        await broken.search(_v2_query())
 
 
 async def test_rrf_system_fuses_both_legs_and_adds_their_latency() -> None:
