@@ -115,7 +115,7 @@ async def world(
 
 
 async def test_no_token_is_401_before_anything_else(world: World) -> None:
-    r = await world.client.post("/query_v2", json={"query": "x", "file_ids": ["a" * 500] * 2000})
+    r = await world.client.post("/query_v2", json={"query": "x", "file_ids": [f"f{i}" for i in range(1001)]})
     assert r.status_code == 401, r.text
 
 
@@ -148,7 +148,9 @@ async def test_bad_requests_say_what_to_change(
 
 async def test_malformed_json_is_422(world: World) -> None:
     r = await world.client.post(
-        "/query_v2", content=b'{"query": "x", "file_ids": [', headers={**auth(UPLOADER), "content-type": "application/json"}
+        "/query_v2",
+        content=b'{"query": "x", "file_ids": [',
+        headers={**auth(UPLOADER), "content-type": "application/json"},
     )
     assert r.status_code == 422, r.text
 
@@ -185,7 +187,10 @@ async def test_a_table_question_is_answered_by_its_row_with_a_citation(world: Wo
     assert first["chunk_kind"] == "table_row" and first["row_label"] == "K 28", first
     assert first["file_id"] in (world.files["manual.pdf"], world.files["prices.xlsx"])
     rows = [item for item in body["results"] if item["file_id"] == world.files["manual.pdf"]]
-    assert any(item["headers"] == ["Model", "Power (kW)", "Weight (kg)"] and "12" in item["row_values"] for item in rows)
+    assert any(
+        item["headers"] == ["Model", "Power (kW)", "Weight (kg)"] and "12" in item["row_values"]
+        for item in rows
+    )
     assert "exact" in first["channels"]
     for item in body["results"]:
         assert 0.0 <= item["score"] <= 1.0
@@ -228,13 +233,17 @@ async def test_a_foreign_file_id_yields_no_evidence_and_alone_the_refusal(world:
     alone = await world.ask("valve ZX 9000 rated pressure", file_ids=[world.foreign])
     assert alone.status_code == 200, alone.text
     assert alone.json()["results"] == [] and alone.json()["safe_refusal"] == SAFE_REFUSAL
-    # and a stranger naming our Agent reads nothing of it either
-    stranger = await world.ask("weight of the K 28", user=STRANGER)
-    assert stranger.status_code == 200 and stranger.json()["results"] == []
+    # a caller without the Agent asks its own namespace, which V2 is not enabled for
+    own = await world.client.post(
+        "/query_v2", json={"query": "weight of the K 28", "file_ids": world.ids}, headers=auth(STRANGER)
+    )
+    assert own.status_code == 403 and STRANGER in own.json()["detail"]
 
 
 async def test_the_other_agent_finds_its_own_file(world: World) -> None:
-    r = await world.ask("valve ZX 9000 rated pressure", file_ids=[world.foreign], user=STRANGER, entity_id=world.other)
+    r = await world.ask(
+        "valve ZX 9000 rated pressure", file_ids=[world.foreign], user=STRANGER, entity_id=world.other
+    )
     assert r.status_code == 200, r.text
     assert [item["file_id"] for item in r.json()["results"]][:1] == [world.foreign]
 
@@ -278,7 +287,7 @@ async def test_all_channels_failing_is_503(world: World, monkeypatch: pytest.Mon
 class _Reranker(BaseHTTPRequestHandler):
     mode = "malformed"
 
-    def do_POST(self) -> None:  # noqa: N802 - the standard library's name
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("content-length", "0")))
         if self.mode == "slow":
             time.sleep(2.0)
