@@ -2,9 +2,10 @@
 
 Starts ``scripts/serve`` on embedded defaults, uploads files under several namespaces through
 ``/embed``, and runs the module (tests/node/e2e_driver.js) with RAG_API_URL pointing at a recording
-proxy in front of the service. The proxy answers ``/query_v2`` itself, from the service's own
-``/query_multiple``, for as long as the service has no ``/query_v2`` route; asked to, it sends
-``/query_v2`` to a path the service does not have, for a genuine missing-route 404.
+proxy in front of the service. ``/query_v2`` is the service's own (the V2 Agent's uploads build its
+index); asked to, the proxy sends ``/query_v2`` to a path the service does not have, for a genuine
+missing-route 404. Against an older service without the route, the proxy still answers ``/query_v2``
+itself from ``/query_multiple``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ SECRET = "e2e-overlay-secret-" + uuid.uuid4().hex
 ALICE = "user-alice"
 MALLORY = "user-mallory"
 BOB = "user-bob"  # uses the Agent, uploaded none of its files
+ADMIN = "user-e2e-admin"  # reads /v2/status, to wait for the V2 index
 AGENT = "agent_e2e_kb"
 AGENT_V2 = "agent_e2e_v2"
 OTHER_AGENT = "agent_e2e_other"
@@ -250,8 +252,9 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "RAG_PORT": str(port),
         "JWT_SECRET": SECRET,
         "DATA_DIR": str(data_dir),
-        # Lets a service that already has /query_v2 serve our V2 Agent; ignored otherwise.
+        # V2 for the V2 Agent: its first upload queues the backfill of its index
         "RAG_V2_NAMESPACE_IDS": AGENT_V2,
+        "RAG_ADMIN_USER_IDS": ADMIN,
     }
     with serving(env, data_dir / "serve.log", timeout_s=STARTUP_TIMEOUT_S):
         yield f"http://127.0.0.1:{port}"
@@ -338,7 +341,23 @@ def corpus(service: str, tmp_path_factory: pytest.TempPathFactory) -> Corpus:
     upload(service, MALLORY, docs.other_agent_secret, OTHER_AGENT)
     upload(service, ALICE, docs.kb_handbook, AGENT, pdf=kb_pdf)
     upload(service, ALICE, docs.v2_handbook, AGENT_V2, pdf=v2_pdf)
+    wait_for_v2_index(service, files=2)
     return docs
+
+
+def wait_for_v2_index(service: str, files: int, seconds: float = 180.0) -> None:
+    """Until the V2 Agent's active index run holds its files (its first upload queued the backfill)."""
+    deadline = time.monotonic() + seconds
+    headers = {"Authorization": f"Bearer {make_token(ADMIN)}"}
+    while True:
+        reply = httpx.get(f"{service}/v2/status", headers=headers, timeout=30.0)
+        assert reply.status_code == 200, reply.text
+        status = reply.json()
+        active = [run for run in status["active_runs"] if run["namespace"] == AGENT_V2]
+        if active and active[0]["files"] >= files and not status["running_runs"]:
+            return
+        assert time.monotonic() < deadline, status
+        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")
@@ -578,21 +597,20 @@ def test_v2_agent_knowledge_base_goes_to_query_v2(proxy: Proxy, corpus: Corpus) 
     }
     reply = exchanges["/query_v2"].reply
     assert exchanges["/query_v2"].status == 200, reply
+    assert exchanges["/query_v2"].backend == "service"  # the service's own V2 index answered
     sources = sources_of(output)
     relevances = [source["relevance"] for source in sources]
     assert relevances == sorted(relevances, reverse=True), ranking(output, corpus)
-    if reply["results"]:
-        first = reply["results"][0]
-        blocks = output["text"].split("\n---\n")
-        [index] = [i for i, source in enumerate(sources) if source["content"] == first["content"]]
-        assert sources[index]["fileId"] == corpus.v2_warranty.file_id, ranking(output, corpus)
-        assert blocks[index].startswith(
-            f"File: {corpus.v2_warranty.filename}\nCitation: {first['citation_id']}\n"
-        )
-        assert abs(sources[index]["relevance"] - first["score"]) < 1e-9
-    else:
-        # A service whose V2 index holds nothing yet: the conversation results still arrive.
-        assert all(source["fileId"] == corpus.alice_notes.file_id for source in sources_of(output))
+    assert reply["results"], reply  # "batteries ... one year" is in the warranty file
+    first = reply["results"][0]
+    assert "batteries are covered for one year" in first["content"]
+    blocks = output["text"].split("\n---\n")
+    [index] = [i for i, source in enumerate(sources) if source["content"] == first["content"]]
+    assert sources[index]["fileId"] == corpus.v2_warranty.file_id, ranking(output, corpus)
+    assert blocks[index].startswith(
+        f"File: {corpus.v2_warranty.filename}\nCitation: {first['citation_id']}\n"
+    )
+    assert abs(sources[index]["relevance"] - first["score"]) < 1e-9
     assert_attributed(output, corpus)
 
 
