@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import PurePosixPath
 from typing import Any, Literal
 
 import asyncpg
@@ -26,6 +27,7 @@ import numpy as np
 from app.store.db import rows_affected, try_advisory_lock
 from app.store.migrate import read_template
 from app.store.scope import SCOPE_SQL, Scope
+from app.store.v2_search import label_key
 from app.store.vector_index import MAX_INDEX_DIMS, IndexSpec, ensure_walk, index_state
 
 RunStatus = Literal["running", "active", "failed", "abandoned"]
@@ -358,22 +360,24 @@ INSERT_DOCUMENT = """
     INSERT INTO ragoverlay_v2_documents (
         collection_id, file_id, owner, checksum, extractor_version, embedding_model, source, filename,
         title, language, document_number, revision, publication_date, metadata, fingerprints,
-        repeated_removed, chunk_count, term_total, vectors_missing, embedding_error)
+        repeated_removed, chunk_count, term_total, vectors_missing, embedding_error, title_key, filename_key,
+        number_key)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15::text[], $16::text[],
-            $17, $18, $19, $20)
+            $17, $18, $19, $20, $21, $22, $23)
     RETURNING document_id
 """
 CHUNK_COPY_COLUMNS = (
     "document_id", "ordinal", "chunk_id", "collection_id", "file_id", "owner", "kind", "page", "page_label",
     "section", "table_caption", "table_index", "row_index", "row_label", "headers", "row_values", "units",
     "footnotes", "whole_table", "content", "embed_text", "embed_digest", "tokens", "search_text", "terms",
-    "term_count", "dims", "embedding",
+    "term_count", "dims", "embedding", "row_label_key",
 )  # fmt: skip
 ENTITY_COPY_COLUMNS = (
     "document_id", "ordinal", "position", "collection_id", "file_id", "owner", "kind", "raw", "normalized",
     "value", "unit",
 )  # fmt: skip
 TERM_COPY_COLUMNS = ("document_id", "term", "chunks")
+POSTING_COPY_COLUMNS = ("document_id", "ordinal", "term", "tf", "term_count")
 # Vectors already made by `model` for these embedded texts: the file's earlier versions, or any
 # document with the same bytes (another file id holding the same original).
 REUSABLE_VECTORS = """
@@ -768,13 +772,19 @@ def _chunk_record(
         len(terms),
         int(vector.shape[0]) if vector is not None else None,
         np.asarray(vector, dtype=np.float32) if vector is not None else None,
+        _key(chunk.row_label),
     )
+
+
+def _key(text: str | None) -> str | None:
+    """The exact channel's match key of a name (None for no name, or one without any token)."""
+    return (label_key(text) or None) if text else None
 
 
 async def insert_document(
     conn: asyncpg.Connection, collection_id: uuid.UUID, document: DocumentRow, chunks: Sequence[ChunkRow]
 ) -> int:
-    """Store a document with its chunks, entities and term counts; returns its id.
+    """Store a document with its chunks, entities, term counts and postings; returns its id.
 
     Run it in a transaction together with `link_file`, so a run never points at half a document.
     """
@@ -803,6 +813,9 @@ async def insert_document(
             term_total,
             missing,
             document.embedding_error,
+            _key(document.title),
+            _key(PurePosixPath(document.filename).stem or document.filename),
+            _key(document.document_number),
         )
     )
     if not chunks:
@@ -840,6 +853,16 @@ async def insert_document(
         "ragoverlay_v2_document_terms",
         columns=list(TERM_COPY_COLUMNS),
         records=[(document_id, term, n) for term, n in frequency.items()],
+    )
+    # the lexical channel's postings (migration 0013): one per chunk and distinct term
+    postings: list[tuple[int, int, str, int, int]] = []
+    for chunk in chunks:
+        terms = chunk.terms
+        postings.extend(
+            (document_id, chunk.ordinal, term, tf, len(terms)) for term, tf in Counter(terms).items()
+        )
+    await conn.copy_records_to_table(
+        "ragoverlay_v2_postings", columns=list(POSTING_COPY_COLUMNS), records=postings
     )
     return document_id
 

@@ -1,0 +1,588 @@
+"""The /query_v2 channels' SQL (app/store/v2_search.py) on the real PostgreSQL: BM25 equal to the
+reference, the scope and allow-list around every channel and statistic, exact matches and their
+ranking, both vector paths with the exact refill, and the postings table (insert, delete, backfill)."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+import asyncpg
+import numpy as np
+import pytest
+from pgvector.asyncpg import register_vector
+
+from app.ingest.v2.normalize import normalize
+from app.search.v2 import bm25
+from app.store import v2_index as v2
+from app.store import v2_search as search
+from app.store.migrate import load_migrations, split_statements
+from app.store.scope import SCOPE_SQL, Scope, ScopeError
+from app.store.v2_search import ChannelHit
+from tests.fixtures.service import Database, new_id
+
+# a dimension no other test module uses: this module builds its HNSW index
+DIMS = 12
+K1, B = 1.2, 0.75
+
+
+def unit(*weights: float) -> np.ndarray:
+    """A DIMS vector with the given leading components, the rest small noise-free zeros."""
+    vector = np.zeros(DIMS, dtype=np.float32)
+    vector[: len(weights)] = weights
+    return vector
+
+
+@dataclass(frozen=True)
+class Text:
+    """A chunk to store: its text and what the index would know of it."""
+
+    text: str
+    row_label: str | None = None
+    entities: tuple[tuple[str, str], ...] = ()  # (kind, raw): normalized is normalize(raw)
+    vector: np.ndarray | None = None
+
+
+def chunk_rows(texts: Sequence[Text], rng: np.random.Generator) -> list[v2.ChunkRow]:
+    return [
+        v2.ChunkRow(
+            ordinal=i,
+            chunk_id=str(uuid.uuid4()),
+            kind="table_row" if t.row_label else "prose",
+            page=1 + i // 2,
+            page_label=None,
+            section=("Section",),
+            content=t.text,
+            embed_text=t.text,
+            search_text=normalize(t.text),
+            tokens=len(t.text.split()),
+            row_label=t.row_label,
+            headers=("Type", "Value") if t.row_label else (),
+            row_values=(t.row_label, "1") if t.row_label else (),
+            units=(None, "mm") if t.row_label else (),
+            entities=tuple(v2.EntityRow(kind, raw, normalize(raw)) for kind, raw in t.entities),
+            embedding=t.vector if t.vector is not None else rng.normal(size=DIMS).astype(np.float32),
+        )
+        for i, t in enumerate(texts)
+    ]
+
+
+@dataclass(frozen=True)
+class Doc:
+    file_id: str
+    owner: str
+    filename: str
+    title: str
+    texts: tuple[Text, ...]
+    document_number: str | None = None
+
+
+@dataclass
+class World:
+    conn: asyncpg.Connection
+    collection_id: uuid.UUID
+    owner: str
+    run_id: int
+    docs: dict[str, Doc]  # file id -> what was stored
+    document_ids: dict[str, int]  # file id -> document id
+    foreign: str  # a file of another owner, linked into the run
+
+    def scope(self, *file_ids: str, owner: str | None = None) -> Scope:
+        return Scope.of(self.collection_id, [owner or self.owner], file_ids=file_ids or list(self.docs))
+
+    async def lexical(
+        self, terms: Sequence[str], *, scope: Scope | None = None, limit: int = 50, trigram: str | None = None
+    ) -> list[ChannelHit]:
+        return await search.lexical(
+            self.conn,
+            scope or self.scope(),
+            self.run_id,
+            terms,
+            k1=K1,
+            b=B,
+            limit=limit,
+            trigram_text=trigram,
+        )
+
+    async def exact(
+        self,
+        keys: Sequence[str],
+        phrases: Sequence[str],
+        *,
+        scope: Scope | None = None,
+        limit: int = 20,
+        document_chunks: int = search.DOCUMENT_MATCH_CHUNKS,
+    ) -> list[ChannelHit]:
+        return await search.exact(
+            self.conn,
+            scope or self.scope(),
+            self.run_id,
+            keys=keys,
+            phrases=phrases,
+            limit=limit,
+            document_chunks=document_chunks,
+        )
+
+    async def vector(
+        self,
+        query: np.ndarray,
+        *,
+        limit: int,
+        exact_max: int,
+        scope: Scope | None = None,
+        run_id: int | None = None,
+        ef_search: int = 40,
+        max_scan_tuples: int = 1000,
+    ) -> tuple[list[ChannelHit], str]:
+        return await search.vector(
+            self.conn,
+            scope or self.scope(),
+            run_id or self.run_id,
+            query,
+            limit=limit,
+            exact_max_chunks=exact_max,
+            ef_search=ef_search,
+            max_scan_tuples=max_scan_tuples,
+        )
+
+    def search_texts(self, file_ids: Sequence[str]) -> dict[tuple[int, int], list[str]]:
+        """(document_id, ordinal) -> terms of the chunks of these files (the reference's corpus)."""
+        return {
+            (self.document_ids[f], i): normalize(t.text).split()
+            for f in file_ids
+            for i, t in enumerate(self.docs[f].texts)
+        }
+
+
+async def store_document(
+    conn: asyncpg.Connection, collection_id: uuid.UUID, run_id: int, doc: Doc, rng: np.random.Generator
+) -> int:
+    rows = chunk_rows(doc.texts, rng)
+    document = v2.DocumentRow(
+        file_id=doc.file_id,
+        owner=doc.owner,
+        checksum=uuid.uuid4().hex * 2,
+        extractor_version="test-1",
+        embedding_model="test:channels",
+        source="original",
+        filename=doc.filename,
+        title=doc.title,
+        language="en",
+        document_number=doc.document_number,
+        publication_date="2024-01-05",
+        metadata={"origin": doc.file_id},
+    )
+    async with conn.transaction():
+        document_id = await v2.insert_document(conn, collection_id, document, rows)
+        await conn.execute(
+            "INSERT INTO ragoverlay_v2_run_files (run_id, file_id) VALUES ($1, $2)", run_id, doc.file_id
+        )
+        await v2.link_file(
+            conn, run_id, doc.file_id, document_id=document_id, source="original", linked=False,
+            chunks=len(rows), fingerprints=(),
+        )  # fmt: skip
+    return document_id
+
+
+def corpus(owner: str) -> list[Doc]:
+    """Three documents of `owner`: prose on pumps and valves, a table, identifiers and a number."""
+    return [
+        Doc(
+            new_id("fa"),
+            owner,
+            "pump-guide.pdf",
+            "Pump Guide",
+            (
+                Text("The pump moves water through the valve. Check the pump pressure weekly."),
+                Text(
+                    "Pump pressure above 1.5 bar opens the relief valve.", entities=(("quantity", "1.5 bar"),)
+                ),
+                Text("Cleaning the filter keeps the water flowing."),
+            ),
+        ),
+        Doc(
+            new_id("fb"),
+            owner,
+            "datasheet-x1.pdf",
+            "Sizes",
+            (
+                Text("Table 2 lists the sizes of the K series."),
+                Text("K 25 length 12 mm weight 3 kg", row_label="K 25", entities=(("identifier", "K 25"),)),
+                Text("K 28 length 14 mm weight 4 kg", row_label="K 28", entities=(("identifier", "K 28"),)),
+                Text("The pump of type K 28 needs a larger valve.", entities=(("identifier", "K 28"),)),
+            ),
+            document_number="AB-1234",
+        ),
+        Doc(
+            new_id("fc"),
+            owner,
+            "sensor.pdf",
+            "K 28",  # a title equal to a row label elsewhere: the row ranks first
+            (
+                Text(
+                    "The B-DETECTION_PLUS sensor reports water in the pump housing.",
+                    entities=(("identifier", "B-DETECTION_PLUS"),),
+                ),
+                Text("Replace the sensor every two years; water damage voids the warranty."),
+                Text("ISO 9001 audits cover the sensor line.", entities=(("standard", "ISO 9001"),)),
+            ),
+        ),
+    ]
+
+
+@pytest.fixture
+async def world(database: Database) -> AsyncIterator[World]:
+    from app.store.db import bootstrap
+
+    info = await bootstrap(database.dsn, f"v2chan_{uuid.uuid4().hex[:8]}")
+    conn = await asyncpg.connect(database.dsn)
+    await register_vector(conn)
+    owner = new_id("owner")
+    rng = np.random.default_rng(11)
+    try:
+        run = await v2.create_run(
+            conn,
+            info.collection_id,
+            namespace=owner,
+            index_version="v2",
+            extractor_version="test-1",
+            embedding_model="test:channels",
+            embedding_dim=DIMS,
+            file_ids=[],
+        )
+        docs = {d.file_id: d for d in corpus(owner)}
+        ids = {f: await store_document(conn, info.collection_id, run.run_id, d, rng) for f, d in docs.items()}
+        # another owner's file linked into the run: words, labels and entities of its own, and the
+        # very terms of the corpus, so that any leak would show in the statistics
+        foreign = Doc(
+            new_id("fx"),
+            new_id("other"),
+            "secret.pdf",
+            "Secret Pump",
+            (
+                Text(
+                    "zebra pump pump pump valve water", row_label="K 28", entities=(("identifier", "K 28"),)
+                ),
+                Text("zebra zebra secret plans for the pump"),
+            ),
+        )
+        ids[foreign.file_id] = await store_document(conn, info.collection_id, run.run_id, foreign, rng)
+        yield World(conn, info.collection_id, owner, run.run_id, docs, ids, foreign.file_id)
+    finally:
+        await conn.close()
+
+
+def reference(world: World, terms: Sequence[str], file_ids: Sequence[str]) -> dict[tuple[int, int], float]:
+    return dict(bm25.rank(list(terms), world.search_texts(file_ids), k1=K1, b=B))  # type: ignore[arg-type]
+
+
+def keys_of(hits: Sequence[ChannelHit]) -> list[tuple[int, int]]:
+    return [(h.document_id, h.ordinal) for h in hits]
+
+
+async def test_bm25_equals_the_reference_on_the_visible_chunks(world: World) -> None:
+    conn, files = world.conn, list(world.docs)
+    for terms in (["pump", "valve"], ["water"], ["k", "28"], ["pump", "pressure", "1.5", "bar"], ["absent"]):
+        hits = await world.lexical(terms)
+        expected = reference(world, terms, files)
+        assert keys_of(hits) == sorted(expected, key=lambda k: (-expected[k], k)), terms
+        for hit in hits:
+            assert hit.score == pytest.approx(expected[(hit.document_id, hit.ordinal)], abs=1e-9, rel=0)
+            assert hit.detail == "bm25"
+    # statistics of the same chunks
+    texts = list(world.search_texts(files).values())
+    stats = bm25.corpus_stats(texts)
+    seen = await search.visible(conn, world.scope(), world.run_id)
+    assert (seen.documents, seen.chunks) == (3, stats.documents)
+    assert seen.average_length == pytest.approx(stats.average_length, abs=1e-12)
+    df = await search.document_frequencies(
+        conn, world.scope(), world.run_id, ["pump", "zebra", "k", "absent"]
+    )
+    assert df == {t: stats.document_frequency.get(t, 0) for t in ("pump", "zebra", "k", "absent")}
+    # a limit keeps the best
+    assert keys_of(await world.lexical(["pump"], limit=2)) == keys_of(await world.lexical(["pump"]))[:2]
+
+
+async def test_the_allow_list_narrows_every_statistic(world: World) -> None:
+    conn = world.conn
+    fa, fb, _ = world.docs
+    narrow = world.scope(fa, fb)
+    texts = world.search_texts([fa, fb])
+    stats = bm25.corpus_stats(texts.values())
+    seen = await search.visible(conn, narrow, world.run_id)
+    assert (seen.documents, seen.chunks) == (2, stats.documents)
+    assert seen.average_length == pytest.approx(stats.average_length, abs=1e-12)
+    assert await search.document_frequencies(conn, narrow, world.run_id, ["water", "sensor"]) == {
+        "water": stats.document_frequency.get("water", 0),
+        "sensor": 0,
+    }
+    terms = ["water", "pump"]
+    hits = await world.lexical(terms, scope=narrow)
+    expected = reference(world, terms, [fa, fb])
+    assert {(h.document_id, h.ordinal): h.score for h in hits} == pytest.approx(expected, abs=1e-9, rel=0)
+    # the same chunk scores differently once a third document joins the statistics
+    wide = await world.lexical(terms)
+    first = (world.document_ids[fa], 0)
+    assert dict(zip(keys_of(wide), [h.score for h in wide], strict=True))[first] != pytest.approx(
+        expected[first]
+    )
+
+
+async def test_foreign_files_and_other_owners_never_appear(world: World) -> None:
+    conn, run = world.conn, world.run_id
+    foreign_doc = world.document_ids[world.foreign]
+    # the foreign file in the allow-list changes nothing: it is another owner's
+    listed = world.scope(*world.docs, world.foreign)
+    stranger = world.scope(owner=new_id("stranger"))
+    for scope in (listed, stranger):
+        hits: list[ChannelHit] = []
+        hits += await world.lexical(["zebra", "pump", "secret"], scope=scope, trigram="zebra secret")
+        hits += await world.lexical([], scope=scope, trigram="k 28")
+        hits += await world.exact(["k 28"], ["k 28", "secret pump", "secret"], scope=scope)
+        hits += (await world.vector(unit(1.0), limit=50, exact_max=10_000, scope=scope))[0]
+        hits += (await world.vector(unit(1.0), limit=50, exact_max=0, scope=scope))[0]
+        assert foreign_doc not in {h.document_id for h in hits}
+        assert await search.document_frequencies(conn, scope, run, ["zebra", "secret"]) == {
+            "zebra": 0,
+            "secret": 0,
+        }
+        every = [(foreign_doc, 0), (foreign_doc, 1), *world.search_texts(list(world.docs))]
+        details = await search.chunk_details(conn, scope, run, every)
+        assert foreign_doc not in {d.document_id for d in details}
+        if scope is stranger:
+            assert hits == [] and details == []
+            assert await search.visible(conn, scope, run) == search.Visible(0, 0, 0.0)
+    # the foreign chunks' terms count nowhere: "pump" has the df of the owner's chunks only
+    stats = bm25.corpus_stats(world.search_texts(list(world.docs)).values())
+    df = await search.document_frequencies(conn, listed, run, ["pump"])
+    assert df == {"pump": stats.document_frequency["pump"]}
+    # a scope for deletes is refused by every read, in Python and in SQL
+    deleting = Scope.of(world.collection_id, [world.owner], any_owner=True)
+    with pytest.raises(ScopeError):
+        await world.lexical(["pump"], scope=deleting)
+    with pytest.raises(ScopeError):
+        await world.vector(unit(1.0), limit=5, exact_max=0, scope=deleting)
+    with pytest.raises(asyncpg.RaiseError, match="any-owner"):
+        await conn.fetch(
+            f"SELECT * FROM ragoverlay_v2_visible_documents({SCOPE_SQL}, $7)", *deleting.sql_args(), run
+        )
+    with pytest.raises(asyncpg.RaiseError, match="any-owner"):
+        await conn.fetch(
+            f"SELECT * FROM ragoverlay_v2_nearest({SCOPE_SQL}, $7, $8::vector, 5, 0, 10, 10)",
+            *deleting.sql_args(),
+            run,
+            unit(1.0),
+        )
+
+
+async def test_exact_matches_and_their_ranking(world: World) -> None:
+    fa, fb, fc = world.docs
+    doc_a, doc_b, doc_c = (world.document_ids[f] for f in (fa, fb, fc))
+    # "Which pump fits K 28?": the key and the n-grams the caller makes
+    hits = await world.exact(["k 28"], ["pump", "fits", "k", "28", "k 28", "pump fits"])
+    by_key = {(h.document_id, h.ordinal): h for h in hits}
+    assert (hits[0].document_id, hits[0].ordinal, hits[0].score, hits[0].detail) == (
+        doc_b,
+        2,
+        1.0,
+        "row_label",
+    )
+    assert (by_key[(doc_b, 3)].score, by_key[(doc_b, 3)].detail) == (pytest.approx(0.9), "identifier")
+    # the title "K 28" stands for the first three chunks of its document, below the row and the entity
+    assert [by_key[(doc_c, i)].detail for i in range(3)] == ["title"] * 3
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert by_key[(doc_c, 0)].score == pytest.approx(0.7)
+    assert (doc_b, 1) not in by_key  # K 25 is another row
+    assert all(h.document_id != doc_a for h in hits)
+    # a standard and an identifier by their keys; a document by its number and by its file name
+    hits = await world.exact(["iso 9001", "b detection plus"], [], limit=5)
+    assert {(h.document_id, h.ordinal, h.detail) for h in hits} == {
+        (doc_c, 2, "standard"),
+        (doc_c, 0, "identifier"),
+    }
+    hits = await world.exact(["ab 1234"], ["datasheet x 1"])
+    assert [(h.document_id, h.ordinal, h.detail) for h in hits] == [
+        (doc_b, i, "document_number") for i in range(3)
+    ]
+    assert [h.score for h in hits] == pytest.approx([0.85] * 3)
+    hits = await world.exact([], ["pump guide"])
+    assert {(h.document_id, h.detail) for h in hits} == {(doc_a, "title")}
+    assert keys_of(await world.exact([], ["pump guide"], limit=2, document_chunks=1)) == [(doc_a, 0)]
+    hits = await world.exact([], ["sensor"])
+    assert {(h.document_id, h.detail) for h in hits} == {(doc_c, "filename")}
+    assert await world.exact([], []) == []
+
+
+async def test_trigram_look_alikes_follow_the_bm25_hits(world: World) -> None:
+    conn = world.conn
+    doc_c = world.document_ids[list(world.docs)[2]]
+    # written together, or one letter off: BM25 finds nothing, the trigram test finds the chunk naming
+    # the sensor (its identifier entity "b detection plus")
+    for text, terms in (("bdetection plus", ["bdetection"]), ("b detecton plus", ["detecton"])):
+        hits = await world.lexical(terms, limit=5, trigram=text)
+        assert [(h.document_id, h.ordinal, h.detail) for h in hits] == [(doc_c, 0, "trigram")], text
+        assert 0.6 <= hits[0].score < 1.0
+    # a BM25 hit is not repeated, and a code with another number is no look-alike
+    hits = await world.lexical(["sensor"], limit=10, trigram="b detection plus")
+    assert len(keys_of(hits)) == len(set(keys_of(hits)))
+    assert [h.detail for h in hits] == ["bm25"] * len(hits)
+    assert await world.lexical([], trigram="k 29") == []
+    # pg_trgm's threshold, raised for the look-up, is back where it was for the rest of the transaction
+    async with conn.transaction():
+        await world.lexical([], trigram="k 28")
+        assert await conn.fetchval("SELECT current_setting('pg_trgm.similarity_threshold')") == "0.3"
+
+
+async def test_chunk_details_carry_what_a_candidate_needs(world: World) -> None:
+    conn = world.conn
+    fb = list(world.docs)[1]
+    doc_b = world.document_ids[fb]
+    details = await search.chunk_details(
+        conn, world.scope(), world.run_id, [(doc_b, 2), (doc_b, 0), (doc_b, 2), (doc_b, 99)]
+    )
+    assert [(d.document_id, d.ordinal) for d in details] == [(doc_b, 2), (doc_b, 0)]
+    row = details[0]
+    assert (row.file_id, row.kind, row.row_label, row.headers, row.row_values, row.units) == (
+        fb, "table_row", "K 28", ("Type", "Value"), ("K 28", "1"), (None, "mm"),
+    )  # fmt: skip
+    assert row.entity_keys == frozenset({"k 28"})
+    document = (row.filename, row.title, row.document_number, row.language, row.publication_date, row.source)
+    assert document == ("datasheet-x1.pdf", "Sizes", "AB-1234", "en", "2024-01-05", "original")
+    assert row.metadata == {"origin": fb}
+    assert row.search_text == "k 28 length 14 mm weight 4 kg" and row.section == ("Section",)
+    # the allow-list applies here too
+    narrow = world.scope(next(iter(world.docs)))
+    assert await search.chunk_details(conn, narrow, world.run_id, [(doc_b, 2)]) == []
+
+
+async def test_vector_paths_return_as_many_rows_as_are_visible(world: World) -> None:
+    conn = world.conn
+    files = list(world.docs)
+    visible = sum(len(d.texts) for d in world.docs.values())
+    query = np.random.default_rng(3).normal(size=DIMS).astype(np.float32)
+    stored = {
+        (r["document_id"], r["ordinal"]): v2._vector(r["embedding"]).astype(np.float64)
+        for r in await conn.fetch(
+            "SELECT document_id, ordinal, embedding FROM ragoverlay_v2_chunks "
+            "WHERE document_id = ANY ($1::bigint[])",
+            [world.document_ids[f] for f in files],
+        )
+    }
+    q = query.astype(np.float64)
+    cosine = {k: float(v @ q / np.linalg.norm(v) / np.linalg.norm(q)) for k, v in stored.items()}
+    best = sorted(cosine, key=lambda k: (-cosine[k], k))
+    hits, path = await world.vector(query, limit=5, exact_max=10_000)
+    assert path == "exact" and keys_of(hits) == best[:5]
+    for hit in hits:
+        assert hit.score == pytest.approx(cosine[(hit.document_id, hit.ordinal)], abs=1e-6)
+    # above the exact limit but no index of this dimension yet: still exact
+    spec = v2.v2_index_spec(DIMS)
+    assert spec is not None
+    await conn.execute(f"DROP INDEX IF EXISTS {spec.name}")
+    hits, path = await world.vector(query, limit=50, exact_max=0)
+    assert path == "exact" and keys_of(hits) == best  # all of them, fewer than the limit
+    assert await v2.build_v2_index(conn, spec, m=8, ef_construction=32, memory="64MB")
+    hits, path = await world.vector(query, limit=5, exact_max=0)
+    assert path == "hnsw" and keys_of(hits) == best[:5]
+    hits, path = await world.vector(query, limit=100, exact_max=0)
+    assert path == "hnsw" and len(hits) == visible
+
+
+async def test_a_filtered_walk_that_under_returns_is_refilled_exactly(world: World) -> None:
+    conn = world.conn
+    rng = np.random.default_rng(7)
+    # a crowd of another owner's vectors right at the query, the visible ones far from it
+    crowd_run = await v2.create_run(
+        conn, world.collection_id, namespace="crowd", index_version="v2", extractor_version="test-1",
+        embedding_model="test:channels", embedding_dim=DIMS, file_ids=[],
+    )  # fmt: skip
+    near = [Text(f"crowd {i}", vector=unit(1.0, *(rng.normal(size=3) * 0.01))) for i in range(400)]
+    crowd = Doc("crowd-file", "crowd", "c.pdf", "C", tuple(near))
+    await store_document(conn, world.collection_id, crowd_run.run_id, crowd, rng)
+    far_run = await v2.create_run(
+        conn, world.collection_id, namespace=world.owner, index_version="v2-far", extractor_version="test-1",
+        embedding_model="test:channels", embedding_dim=DIMS, file_ids=[],
+    )  # fmt: skip
+    far = [Text(f"far {i}", vector=unit(-1.0, *(rng.normal(size=3)))) for i in range(30)]
+    far_doc = Doc(new_id("far"), world.owner, "far.pdf", "Far", tuple(far))
+    await store_document(conn, world.collection_id, far_run.run_id, far_doc, rng)
+    spec = v2.v2_index_spec(DIMS)
+    assert spec is not None
+    assert await v2.build_v2_index(conn, spec, m=8, ef_construction=32, memory="64MB")
+    scope = Scope.of(world.collection_id, [world.owner], file_ids=[far_doc.file_id])
+
+    async def far_walk(limit: int, exact_max: int) -> tuple[list[ChannelHit], str]:
+        return await world.vector(
+            unit(1.0),
+            limit=limit,
+            exact_max=exact_max,
+            scope=scope,
+            run_id=far_run.run_id,
+            ef_search=10,
+            max_scan_tuples=1,
+        )
+
+    exact, path = await far_walk(10, 10_000)
+    assert path == "exact" and len(exact) == 10
+    hits, path = await far_walk(10, 0)
+    assert path == "hnsw+exact" and hits == exact
+    hits, path = await far_walk(100, 0)
+    assert len(hits) == 30 and path in ("hnsw", "hnsw+exact")
+
+
+async def test_postings_follow_inserts_and_deletes(world: World) -> None:
+    conn = world.conn
+    fa = next(iter(world.docs))
+    document_id = world.document_ids[fa]
+    rows = await conn.fetch(
+        "SELECT ordinal, term, tf, term_count FROM ragoverlay_v2_postings WHERE document_id = $1", document_id
+    )
+    expected = {
+        (i, term, tf, len(normalize(t.text).split()))
+        for i, t in enumerate(world.docs[fa].texts)
+        for term, tf in Counter(normalize(t.text).split()).items()
+    }
+    assert {tuple(r) for r in rows} == expected
+    assert any(r["tf"] > 1 for r in rows)  # "pump" twice in the first chunk
+    mine = Scope.of(world.collection_id, [world.owner], file_ids=[fa])
+    async with conn.transaction():
+        assert await v2.delete_files(conn, mine) == {fa}
+    assert (
+        await conn.fetchval("SELECT count(*) FROM ragoverlay_v2_postings WHERE document_id = $1", document_id)
+        == 0
+    )
+    # the keys of the exact channel were stored with the rows
+    keys = await conn.fetchrow(
+        "SELECT title_key, filename_key, number_key FROM ragoverlay_v2_documents WHERE document_id = $1",
+        world.document_ids[list(world.docs)[1]],
+    )
+    assert tuple(keys) == ("sizes", "datasheet x 1", "ab 1234")
+
+
+async def test_the_migration_backfills_postings_of_earlier_chunks(world: World) -> None:
+    conn = world.conn
+    (backfill,) = [
+        s
+        for m in load_migrations()
+        if m.name == "v2_postings"
+        for s in split_statements(m.sql)
+        if s.startswith("INSERT INTO ragoverlay_v2_postings")
+    ]
+    documents = list(world.document_ids.values())
+    query = (
+        "SELECT document_id, ordinal, term, tf, term_count FROM ragoverlay_v2_postings "
+        "WHERE document_id = ANY ($1::bigint[]) ORDER BY 1, 2, 3"
+    )
+    written = [tuple(r) for r in await conn.fetch(query, documents)]
+    assert written
+    # chunks as they were before migration 0013: no postings
+    await conn.execute("DELETE FROM ragoverlay_v2_postings WHERE document_id = ANY ($1::bigint[])", documents)
+    await conn.execute(backfill)
+    assert [tuple(r) for r in await conn.fetch(query, documents)] == written
+    # again: nothing twice
+    await conn.execute(backfill)
+    assert [tuple(r) for r in await conn.fetch(query, documents)] == written
+    hits = await world.lexical(["pump"])
+    assert {(h.document_id, h.ordinal) for h in hits} == set(reference(world, ["pump"], list(world.docs)))
