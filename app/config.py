@@ -256,7 +256,7 @@ class Settings(BaseSettings):
     v2_bm25_b: float = Field(0.75, ge=0.0, le=1.0, validation_alias=_env("RAG_V2_BM25_B"))
     v2_rrf_k: float = Field(60.0, gt=0.0, le=1000.0, validation_alias=_env("RAG_V2_RRF_K"))
     v2_channel_limit: int = Field(50, ge=10, le=500, validation_alias=_env("RAG_V2_CHANNEL_LIMIT"))
-    v2_exact_scan_max_chunks: int = Field(10_000, ge=0, validation_alias=_env("RAG_V2_EXACT_SCAN_MAX_CHUNKS"))
+    v2_exact_scan_max_chunks: int = Field(4000, ge=0, validation_alias=_env("RAG_V2_EXACT_SCAN_MAX_CHUNKS"))
 
     # --- LibreChat catalogue re-check (app/search/allowlist.py; CONTRACT section 7) -----------
     allowlist_verify: Literal["off", "mongo"] = Field("off", validation_alias=_env("ALLOWLIST_VERIFY"))
