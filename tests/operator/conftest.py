@@ -36,6 +36,10 @@ def mongo_db(mongo_uri: str, request: pytest.FixtureRequest) -> Iterator[Databas
         yield db
 
 
+# Agents with V2 enabled on the operator service (tests/operator/test_validate_e2e.py --v2)
+V2_AGENTS = ("agent_validator_v2_a", "agent_validator_v2_b")
+
+
 @dataclass(frozen=True)
 class RagService:
     """Our own service started by `scripts/serve` on embedded defaults, with a JWT secret."""
@@ -64,6 +68,8 @@ def rag_service() -> Iterator[RagService]:
             "JWT_SECRET": OPERATOR_JWT_SECRET,
             # the default once the entity_id rule of CONTRACT.md section 3 is in; harmless before
             "ENTITY_ID_PATTERN": r"^agent_[A-Za-z0-9_-]{1,100}$",
+            # /query_v2 for the V2 validator test's Agents (their first upload builds the index)
+            "RAG_V2_NAMESPACE_IDS": ",".join(V2_AGENTS),
         }
     )
     try:

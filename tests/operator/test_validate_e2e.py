@@ -16,7 +16,7 @@ import pytest
 from pymongo.database import Database
 
 from tests.operator.catalogue_seed import Catalogue
-from tests.operator.conftest import RagService
+from tests.operator.conftest import V2_AGENTS, RagService
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "validate_deployment.py"
@@ -199,3 +199,46 @@ def test_unreachable_service_and_mongo(tmp_path: Path) -> None:
         == validate.EXIT_UNREACHABLE
     )
     assert validate.main(["--rag-url", "http://127.0.0.1:9"], environ={}) == validate.EXIT_USAGE  # no secret
+
+
+def test_v2_probes_pass_against_the_real_query_v2(rag_service: RagService, tmp_path: Path) -> None:
+    """--v2: an unanswerable question and a foreign file id, per V2 Agent, refused by our /query_v2."""
+    uploader = "507f191e810c19729de860eb"
+    texts = {
+        V2_AGENTS[0]: [
+            "The ferry to the island leaves at 07:40 from pier 3.",
+            "Tickets cost 12 EUR per adult.",
+        ],
+        V2_AGENTS[1]: ["The glacier retreated 40 m in 2021.", "Ice cores are stored at -30 degrees."],
+    }
+    namespaces = []
+    for agent, docs in texts.items():
+        ids = [f"{agent}-doc{i}" for i in range(len(docs))]
+        for file_id, text in zip(ids, docs, strict=True):
+            embed(rag_service, file_id, text, entity_id=agent, user=uploader)
+        namespaces.append({"id": agent, "kind": "agent", "file_ids": ids})
+        # the first upload queued the Agent's V2 backfill: wait until /query_v2 finds each file by its text
+        deadline = time.monotonic() + 180
+        for file_id, text in zip(ids, docs, strict=True):
+            while True:
+                r = httpx.post(
+                    f"{rag_service.url}/query_v2",
+                    json={"query": text, "file_ids": ids, "entity_id": agent},
+                    headers=token(rag_service, uploader),
+                    timeout=60,
+                )
+                if r.status_code == 200 and file_id in {item["file_id"] for item in r.json()["results"]}:
+                    break
+                assert time.monotonic() < deadline, r.text
+                time.sleep(0.5)
+    inventory = tmp_path / "inventory.json"
+    inventory.write_text(json.dumps({"namespaces": namespaces}))
+    report_path = tmp_path / "report.json"
+    code = validate.main(
+        ["--rag-url", rag_service.url, "--inventory", str(inventory), "--v2", "--json", str(report_path)],
+        environ={"JWT_SECRET": rag_service.jwt_secret},
+    )
+    report = json.loads(report_path.read_text())
+    kinds = report["probes"]["by_kind"]
+    assert kinds["v2_unanswerable"]["run"] == 2 and kinds["v2_foreign"]["run"] == 2
+    assert code == 0 and not any(v["failed"] for v in kinds.values()), report["probes"]["failures"][:5]
