@@ -44,6 +44,11 @@ DEFAULT_INTENT_TRIGGERS: dict[str, tuple[str, ...]] = {
     ),
 }  # fmt: skip
 
+# A command-line option written as such ("--dry-run", "--log-http"): a name to find, not prose.
+_OPTION = re.compile(r"(?<![\w-])--[A-Za-z][A-Za-z0-9]*(?:[-_][A-Za-z0-9]+)*")
+# A qualified name ("pathlib.PurePath.as_uri", "std::vector::push_back"): documentation writes it
+# shortened under its module or class ("PurePath.as_uri()"), so its trailing parts count too.
+_QUALIFIER = re.compile(r"\.|::|/")
 _QUOTES = re.compile(r'"([^"]{2,})"|“([^”]{2,})”|„([^“”]{2,})[“”]|«([^»]{2,})»|‚([^‘’]{2,})[‘’]')
 
 
@@ -74,12 +79,33 @@ class QueryAnalysis:
     language: str | None = None
 
     @property
+    def names(self) -> tuple[Entity, ...]:
+        """The identifiers, standards and document numbers of the query, in that order."""
+        return (*self.identifiers, *self.standards, *self.document_numbers)
+
+    @property
     def exact_keys(self) -> tuple[str, ...]:
-        """Normalised names the exact channel looks up (identifiers, standards, document numbers)."""
+        """Normalised names the exact channel looks up: every name and its shortened forms."""
         seen: dict[str, None] = {}
-        for entity in (*self.identifiers, *self.standards, *self.document_numbers):
-            seen.setdefault(entity.normalized, None)
+        for entity in self.names:
+            for key in name_variants(entity):
+                seen.setdefault(key, None)
         return tuple(seen)
+
+
+def name_variants(entity: Entity) -> tuple[str, ...]:
+    """The normalised forms a name may be written in: itself, then its qualified tails.
+
+    "pathlib.PurePath.as_uri" -> ("pathlib purepath as uri", "purepath as uri"): a tail keeps at
+    least two parts, so "as_uri" alone (a common word pair) never stands for the whole name.
+    """
+    forms = [entity.normalized]
+    parts = [part for part in _QUALIFIER.split(entity.raw) if part.strip()]
+    for start in range(1, len(parts) - 1):
+        tail = normalize(" ".join(parts[start:]))
+        if tail and tail not in forms:
+            forms.append(tail)
+    return tuple(forms)
 
 
 def analyze_query(
@@ -100,6 +126,13 @@ def analyze_query(
                 unique.setdefault(entity.normalized, entity)
         return tuple(unique.values())
 
+    identifiers = list(of("identifier"))
+    known = {entity.normalized for entity in identifiers}
+    for match in _OPTION.finditer(text):
+        option = Entity("identifier", match.group(0), normalize(match.group(0)), match.start(), match.end())
+        if option.normalized and option.normalized not in known:
+            known.add(option.normalized)
+            identifiers.append(option)
     phrases = []
     for match in _QUOTES.finditer(text):
         phrase = normalize(next(group for group in match.groups() if group))
@@ -119,7 +152,7 @@ def analyze_query(
         normalized=normalized,
         tokens=tokens,
         terms=terms,
-        identifiers=of("identifier"),
+        identifiers=tuple(identifiers),
         standards=of("standard"),
         quantities=of("quantity"),
         dates=of("date"),

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.ingest.v2.normalize import contains_phrase, normalize
-from app.search.v2.analysis import QueryAnalysis
+from app.search.v2.analysis import QueryAnalysis, name_variants
 from app.search.v2.records import Fused
 
 SAFE_REFUSAL = "I could not find this in the documents available to you, so I cannot answer it from them."
@@ -110,8 +110,8 @@ def decide_refusal(
     if not pool:
         return RefusalDecision(True, (Reason("no_candidates"),))
     reasons: list[Reason] = []
-    for entity in (*query.identifiers, *query.standards, *query.document_numbers):
-        if not _found(pool, entity.normalized, entity.normalized):
+    for entity in query.names:
+        if not any(_found(pool, form, form) for form in name_variants(entity)):
             reasons.append(Reason("missing_identifier", entity.raw))
     for phrase in query.phrases:
         if not _found(pool, phrase):

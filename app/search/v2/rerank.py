@@ -13,7 +13,7 @@ query makes it applicable (a query without identifiers is not judged on identifi
     heading      share of the terms found in the title, headings, caption or row label
     intent       table lookup: a table row; document lookup: terms in title or file name;
                  citation request: a known page
-    prior        the fused score (what the channels agreed on)
+    prior        the fused score relative to the window's best (what the channels agreed on)
 
 Any failure of a remote or local model (an exception, a timeout, a wrong number of scores, a
 non-finite score) falls back to the feature reranker; the outcome says which one ranked and why.
@@ -30,7 +30,13 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.ingest.v2.normalize import contains_phrase, normalize
-from app.search.v2.analysis import CITATION_REQUEST, DOCUMENT_LOOKUP, TABLE_LOOKUP, QueryAnalysis
+from app.search.v2.analysis import (
+    CITATION_REQUEST,
+    DOCUMENT_LOOKUP,
+    TABLE_LOOKUP,
+    QueryAnalysis,
+    name_variants,
+)
 from app.search.v2.bm25 import idf
 from app.search.v2.fusion import apply_caps
 from app.search.v2.records import Candidate, Fused
@@ -92,18 +98,27 @@ class FeatureReranker:
         weights = {
             term: idf(len(items), sum(term in tokens for tokens in token_sets)) for term in query.terms
         }
+        # the prior is the fused score relative to the window's best: what the channels agreed on,
+        # on the same 0..1 footing as the other features (absolute fused scores are small numbers)
+        top = max((item.score for item in items), default=0.0)
         out: list[dict[str, float]] = []
         for item, text, tokens in zip(items, texts, token_sets, strict=True):
             c = item.candidate
-            f: dict[str, float] = {"prior": item.score}
+            f: dict[str, float] = {"prior": item.score / top if top > 0 else 0.0}
             total = sum(weights.values())
             if query.terms and total > 0:
                 f["coverage"] = sum(w for t, w in weights.items() if t in tokens) / total
             if query.phrases:
                 f["phrases"] = _fraction([contains_phrase(text, p) for p in query.phrases])
-            if query.exact_keys:
+            if query.names:
                 f["identifiers"] = _fraction(
-                    [key in c.entity_keys or contains_phrase(text, key) for key in query.exact_keys]
+                    [
+                        any(
+                            key in c.entity_keys or contains_phrase(text, key)
+                            for key in name_variants(entity)
+                        )
+                        for entity in query.names
+                    ]
                 )
             if query.quantities:
                 f["quantities"] = _fraction(

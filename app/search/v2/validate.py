@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from app.ingest.v2.chunker import split_header_unit
 from app.ingest.v2.entities import EntityExtractor, default_extractor
 from app.ingest.v2.normalize import contains_phrase, normalize
+from app.search.v2.analysis import name_variants
 from app.search.v2.refusal import SAFE_REFUSAL
 from app.search.v2.schemas import EvidenceInput, ValidateV2Response, Violation
 
@@ -129,9 +130,8 @@ def validate_v2(
                     entity.raw,
                 )
         elif entity.kind in ("identifier", "standard", "document_number"):
-            if entity.normalized not in keys and not any(
-                contains_phrase(t, entity.normalized) for t in texts
-            ):
+            forms = name_variants(entity)  # "pathlib.PurePath.as_uri" is supported by "PurePath.as_uri()"
+            if not any(form in keys or any(contains_phrase(t, form) for t in texts) for form in forms):
                 add("unsupported_identifier", "error", "An identifier occurs in no evidence item", entity.raw)
 
     if not refuses:

@@ -111,3 +111,23 @@ def test_idf_is_never_negative() -> None:
         "cat": math.log(1.6),
         "bird": math.log(1 + 3.5 / 0.5),
     }
+
+
+def test_qualified_names_also_count_in_their_shortened_forms() -> None:
+    from app.search.v2.analysis import name_variants
+
+    query = analyze_query("pathlib.PurePath.as_uri")
+    [name] = query.identifiers
+    assert name_variants(name) == ("pathlib purepath as uri", "purepath as uri")
+    assert query.exact_keys == ("pathlib purepath as uri", "purepath as uri")
+    # a tail keeps two parts: "as uri" alone would stand for any "as_uri"
+    assert "as uri" not in query.exact_keys
+
+
+def test_command_line_options_are_names() -> None:
+    query = analyze_query("what does --dry-run do, and --log-http?")
+    assert [(e.raw, e.normalized) for e in query.identifiers] == [
+        ("--dry-run", "dry run"),
+        ("--log-http", "log http"),
+    ]
+    assert analyze_query("a - b -- c").identifiers == ()

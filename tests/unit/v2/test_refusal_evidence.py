@@ -210,3 +210,19 @@ def test_request_checks_dedupe_and_bounds() -> None:
             check_query_v2(bad)
         assert caught.value.detail == detail
     assert check_query_v2(request(k=1, query="x" * 4000)).k == 1
+
+
+def test_a_qualified_name_is_found_in_its_shortened_form_and_a_mutated_option_is_not() -> None:
+    from app.ingest.v2.normalize import normalize
+    from app.search.v2.analysis import analyze_query as analyze
+    from app.search.v2.records import Candidate
+
+    def item(text: str) -> Fused:
+        c = Candidate(chunk_id=text, file_id="f", content=text, search_text=normalize(text))
+        return Fused(candidate=c, fused=0.03, score=0.9, channels=("lexical", "vector"), ranks={"lexical": 1})
+
+    doc = [item("PurePath.as_uri() Represent the path as a file URI. Use --log-http to trace requests.")]
+    assert not decide_refusal(analyze("pathlib.PurePath.as_uri"), doc).refuse
+    assert not decide_refusal(analyze("--log-http"), doc).refuse
+    refused = decide_refusal(analyze("--log-htp"), doc)
+    assert refused.refuse and refused.reasons[0].code == "missing_identifier"

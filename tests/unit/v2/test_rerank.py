@@ -25,12 +25,12 @@ def test_feature_arithmetic() -> None:
     # window of 2; "alpha" only in item 1: idf(2, 1) = ln(1 + 1.5/1.5) = ln 2;
     # "beta" in both: idf(2, 2) = ln(1 + 0.5/2.5) = ln 1.2.
     # coverage 1 = 1; coverage 2 = ln1.2 / (ln2 + ln1.2) = 0.208262
-    # score = (coverage + prior) / 2 (the other features weigh 0): 1 -> (1 + 0.2)/2 = 0.6,
-    # 2 -> (0.208262 + 0.8)/2 = 0.504131
+    # score = (coverage + prior) / 2 (the other features weigh 0), prior = score / the window's best
+    # (0.8): 1 -> (1 + 0.25)/2 = 0.625, 2 -> (0.208262 + 1)/2 = 0.604131
     items = [fused(cand("1", content="alpha beta"), 0.2), fused(cand("2", content="beta gamma"), 0.8)]
     scores = FeatureReranker(ONLY_COVERAGE_AND_PRIOR).score_all(analyze_query("alpha beta"), items)
     coverage2 = math.log(1.2) / (math.log(2) + math.log(1.2))
-    assert scores == pytest.approx([0.6, (coverage2 + 0.8) / 2])
+    assert scores == pytest.approx([0.625, (coverage2 + 1.0) / 2])
 
 
 def test_features_apply_only_when_the_query_asks() -> None:
