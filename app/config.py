@@ -57,6 +57,10 @@ CsvList = Annotated[list[str], NoDecode]
 DEFAULT_ENTITY_ID_PATTERN = r"^agent_[A-Za-z0-9_-]{1,100}$"
 
 
+# The feature reranker's features (app/search/v2/rerank.py FeatureWeights; a test keeps them equal).
+V2_FEATURES = frozenset({"coverage", "phrases", "identifiers", "quantities", "heading", "intent", "prior"})
+
+
 class Settings(BaseSettings):
     """All runtime settings of the service."""
 
@@ -252,6 +256,9 @@ class Settings(BaseSettings):
     )
     v2_rerank_window: int = Field(25, ge=1, le=50, validation_alias=_env("RAG_V2_RERANK_WINDOW"))
     v2_rerank_onnx_dir: Path | None = Field(None, validation_alias=_env("RAG_V2_RERANK_ONNX_DIR"))
+    v2_feature_weights: dict[str, float] = Field(
+        default_factory=dict, validation_alias=_env("RAG_V2_FEATURE_WEIGHTS")
+    )
     v2_bm25_k1: float = Field(1.2, ge=0.0, le=10.0, validation_alias=_env("RAG_V2_BM25_K1"))
     v2_bm25_b: float = Field(0.75, ge=0.0, le=1.0, validation_alias=_env("RAG_V2_BM25_B"))
     v2_rrf_k: float = Field(60.0, gt=0.0, le=1000.0, validation_alias=_env("RAG_V2_RRF_K"))
@@ -293,6 +300,18 @@ class Settings(BaseSettings):
             re.compile(value)
         except re.error as exc:
             raise ValueError(f"not a valid regular expression ({exc})") from None
+        return value
+
+    @field_validator("v2_feature_weights")
+    @classmethod
+    def _known_features(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(value) - V2_FEATURES)
+        if unknown:
+            raise ValueError(
+                f"unknown feature(s) {', '.join(unknown)}; known: {', '.join(sorted(V2_FEATURES))}"
+            )
+        if any(weight < 0 for weight in value.values()):
+            raise ValueError("feature weights must not be negative")
         return value
 
     @field_validator("allowlist_verify", mode="before")

@@ -59,6 +59,7 @@ from app.ingest.v2.tokens import TokenCounter, local_model_counter, pool_windows
 from app.ingest.worker import parse_in_worker
 from app.search.context import overlap_length
 from app.search.v2.fusion import FusionConfig
+from app.search.v2.rerank import FeatureWeights
 from app.search.v2.tuning import BM25Config, RerankConfig, V2Tuning
 from app.store import chunks as v1_store
 from app.store import v2_index as store
@@ -139,6 +140,7 @@ def tuning_from_settings(settings: Settings) -> V2Tuning:
             model=settings.v2_rerank_model,
             timeout_seconds=settings.v2_rerank_timeout_ms / 1000,
             onnx_folder=settings.v2_rerank_onnx_dir,
+            weights=FeatureWeights(**settings.v2_feature_weights),
         ),
         channel_limit=settings.v2_channel_limit,
     )

@@ -88,21 +88,34 @@ class QueryAnalysis:
         """Normalised names the exact channel looks up: every name and its shortened forms."""
         seen: dict[str, None] = {}
         for entity in self.names:
-            for key in name_variants(entity):
+            # a last part alone would match every chunk that mentions it: the channel looks up tails
+            for key in name_variants(entity, last_part=False):
                 seen.setdefault(key, None)
         return tuple(seen)
 
 
-def name_variants(entity: Entity) -> tuple[str, ...]:
+def _distinctive(part: str) -> bool:
+    """A last part that names one thing on its own: `types_map_inv`, `blake2s`, `cancelling`."""
+    return "_" in part or any(ch.isdigit() for ch in part) or len(part) >= 8
+
+
+def name_variants(entity: Entity, *, last_part: bool = True) -> tuple[str, ...]:
     """The normalised forms a name may be written in: itself, then its qualified tails.
 
-    "pathlib.PurePath.as_uri" -> ("pathlib purepath as uri", "purepath as uri"): a tail keeps at
-    least two parts, so "as_uri" alone (a common word pair) never stands for the whole name.
+    "pathlib.PurePath.as_uri" -> ("pathlib purepath as uri", "purepath as uri", "as uri"):
+    documentation writes a method under its class ("PurePath.as_uri()", or just "as_uri()" inside
+    the class's entry). A tail keeps at least two parts, except the last part alone when it is
+    distinctive (an underscore, a digit, or 8+ characters) and `last_part` allows it: "wait_for"
+    stands for "asyncio.Condition.wait_for", "get" does not stand for "dict.get".
     """
     forms = [entity.normalized]
     parts = [part for part in _QUALIFIER.split(entity.raw) if part.strip()]
     for start in range(1, len(parts) - 1):
         tail = normalize(" ".join(parts[start:]))
+        if tail and tail not in forms:
+            forms.append(tail)
+    if last_part and len(parts) >= 3 and _distinctive(parts[-1]):
+        tail = normalize(parts[-1])
         if tail and tail not in forms:
             forms.append(tail)
     return tuple(forms)

@@ -58,9 +58,9 @@ class Reranker(Protocol):
 
 
 class FeatureWeights(BaseModel):
-    """Weights of the feature reranker (provisional until the quality benchmark sets them)."""
+    """Weights of the feature reranker (RAG_V2_FEATURE_WEIGHTS overrides any of them)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     coverage: float = Field(3.0, ge=0)
     phrases: float = Field(2.0, ge=0)

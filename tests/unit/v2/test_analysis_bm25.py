@@ -118,10 +118,14 @@ def test_qualified_names_also_count_in_their_shortened_forms() -> None:
 
     query = analyze_query("pathlib.PurePath.as_uri")
     [name] = query.identifiers
-    assert name_variants(name) == ("pathlib purepath as uri", "purepath as uri")
+    assert name_variants(name) == ("pathlib purepath as uri", "purepath as uri", "as uri")
+    # the exact channel looks up tails of two parts: "as uri" alone would hit any "as_uri"
     assert query.exact_keys == ("pathlib purepath as uri", "purepath as uri")
-    # a tail keeps two parts: "as uri" alone would stand for any "as_uri"
-    assert "as uri" not in query.exact_keys
+    # a last part stands alone only when distinctive
+    [plain] = analyze_query("collections.OrderedDict.get").identifiers
+    assert name_variants(plain) == ("collections ordereddict get", "ordereddict get")
+    [short] = analyze_query("os.getcwd").identifiers
+    assert name_variants(short) == ("os getcwd",)
 
 
 def test_command_line_options_are_names() -> None:

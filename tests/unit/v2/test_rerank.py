@@ -222,3 +222,13 @@ async def test_transport_error_falls_back() -> None:
 
 def test_parse_reply_orders_by_index() -> None:
     assert parse_reply([{"index": 1, "score": 0.2}, {"index": 0, "score": 0.9}], 2) == [0.9, 0.2]
+
+
+def test_the_settings_know_every_feature_and_refuse_unknown_ones() -> None:
+    from app.config import V2_FEATURES, load_settings
+    from app.errors import ConfigError
+
+    assert set(FeatureWeights.model_fields) == V2_FEATURES
+    assert load_settings(_env_file=None, v2_feature_weights={"prior": 4}).v2_feature_weights == {"prior": 4}
+    with pytest.raises(ConfigError, match="unknown feature"):
+        load_settings(_env_file=None, v2_feature_weights={"priro": 4})
