@@ -222,9 +222,7 @@ class V2SearchService:
 
         await self._timed(report, work)
 
-    async def _lexical(
-        self, report: ChannelReport, stats: Statistics, scope: Scope, run: int, plan: ChannelPlan
-    ) -> None:
+    async def _lexical(self, report: ChannelReport, scope: Scope, run: int, plan: ChannelPlan) -> None:
         async def work() -> None:
             if not plan.lexical_terms and plan.trigram_text is None:
                 return
@@ -240,15 +238,22 @@ class V2SearchService:
                     trigram_text=plan.trigram_text,
                     timeout=self.timeout,
                 )
-                # the refusal's "rare terms" read the same visible statistics BM25 used
-                visible = await channels_sql.visible(conn, scope, run)
-                stats.chunks = visible.chunks
-                if plan.lexical_terms:
-                    stats.document_frequency = await channels_sql.document_frequencies(
-                        conn, scope, run, plan.lexical_terms
-                    )
 
         await self._timed(report, work)
+
+    async def _statistics(self, stats: Statistics, scope: Scope, run: int, plan: ChannelPlan) -> None:
+        """The refusal's "rare terms" read the same visible statistics BM25 uses (never fatal)."""
+        if not plan.lexical_terms:
+            return
+        try:
+            async with self.pool.acquire(timeout=self.timeout) as conn:
+                visible = await channels_sql.visible(conn, scope, run)
+                stats.document_frequency = await channels_sql.document_frequencies(
+                    conn, scope, run, plan.lexical_terms
+                )
+                stats.chunks = visible.chunks
+        except Exception as exc:  # without statistics the refusal simply skips that signal
+            logger.warning("V2 statistics failed: %s: %s", exc.__class__.__name__, exc)
 
     async def _vector(
         self, report: ChannelReport, scope: Scope, run: v2_index.RunRecord, query: str, embed_ms: list[float]
@@ -289,7 +294,8 @@ class V2SearchService:
         embed_ms: list[float] = []
         await asyncio.gather(
             self._exact(reports["exact"], scope, run.run_id, plan),
-            self._lexical(reports["lexical"], stats, scope, run.run_id, plan),
+            self._lexical(reports["lexical"], scope, run.run_id, plan),
+            self._statistics(stats, scope, run.run_id, plan),
             self._vector(reports["vector"], scope, run, request.query, embed_ms),
         )
         t_channels = time.perf_counter()
