@@ -259,9 +259,17 @@ class Settings(BaseSettings):
     v2_feature_weights: dict[str, float] = Field(
         default_factory=dict, validation_alias=_env("RAG_V2_FEATURE_WEIGHTS")
     )
+    v2_refusal_policy: dict[str, Any] = Field(
+        default_factory=dict, validation_alias=_env("RAG_V2_REFUSAL_POLICY")
+    )
     v2_bm25_k1: float = Field(1.2, ge=0.0, le=10.0, validation_alias=_env("RAG_V2_BM25_K1"))
     v2_bm25_b: float = Field(0.75, ge=0.0, le=1.0, validation_alias=_env("RAG_V2_BM25_B"))
-    v2_rrf_k: float = Field(60.0, gt=0.0, le=1000.0, validation_alias=_env("RAG_V2_RRF_K"))
+    v2_rrf_k: float = Field(20.0, gt=0.0, le=1000.0, validation_alias=_env("RAG_V2_RRF_K"))
+    v2_channel_weights: dict[str, float] = Field(
+        default_factory=lambda: {"exact": 1.0, "lexical": 2.0, "vector": 1.0},
+        validation_alias=_env("RAG_V2_CHANNEL_WEIGHTS"),
+    )
+    v2_exact_boost: float = Field(1.0, ge=0.0, le=100.0, validation_alias=_env("RAG_V2_EXACT_BOOST"))
     v2_channel_limit: int = Field(50, ge=10, le=500, validation_alias=_env("RAG_V2_CHANNEL_LIMIT"))
     v2_exact_scan_max_chunks: int = Field(4000, ge=0, validation_alias=_env("RAG_V2_EXACT_SCAN_MAX_CHUNKS"))
 
@@ -313,6 +321,29 @@ class Settings(BaseSettings):
         if any(weight < 0 for weight in value.values()):
             raise ValueError("feature weights must not be negative")
         return value
+
+    @field_validator("v2_refusal_policy")
+    @classmethod
+    def _refusal_policy(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from app.search.v2.refusal import RefusalPolicy  # here: the search package imports this module
+
+        try:
+            RefusalPolicy(**value)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ValueError(problems) from None
+        return value
+
+    @field_validator("v2_channel_weights")
+    @classmethod
+    def _known_channels(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(value) - {"exact", "lexical", "vector"})
+        if unknown:
+            raise ValueError(f"unknown channel(s) {', '.join(unknown)}; known: exact, lexical, vector")
+        if any(weight < 0 for weight in value.values()):
+            raise ValueError("channel weights must not be negative")
+        # a channel left out keeps weight 1
+        return {"exact": 1.0, "lexical": 1.0, "vector": 1.0, **value}
 
     @field_validator("allowlist_verify", mode="before")
     @classmethod

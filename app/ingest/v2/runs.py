@@ -59,6 +59,7 @@ from app.ingest.v2.tokens import TokenCounter, local_model_counter, pool_windows
 from app.ingest.worker import parse_in_worker
 from app.search.context import overlap_length
 from app.search.v2.fusion import FusionConfig
+from app.search.v2.refusal import RefusalPolicy
 from app.search.v2.rerank import FeatureWeights
 from app.search.v2.tuning import BM25Config, RerankConfig, V2Tuning
 from app.store import chunks as v1_store
@@ -131,7 +132,9 @@ def tuning_from_settings(settings: Settings) -> V2Tuning:
             min_share=settings.v2_boilerplate_min_share,
         ),
         bm25=BM25Config(k1=settings.v2_bm25_k1, b=settings.v2_bm25_b),
-        fusion=FusionConfig(rrf_k=settings.v2_rrf_k),
+        fusion=FusionConfig(
+            rrf_k=settings.v2_rrf_k, weights=settings.v2_channel_weights, exact_boost=settings.v2_exact_boost
+        ),
         rerank=RerankConfig(
             backend=settings.v2_reranker,
             window=settings.v2_rerank_window,
@@ -142,6 +145,7 @@ def tuning_from_settings(settings: Settings) -> V2Tuning:
             onnx_folder=settings.v2_rerank_onnx_dir,
             weights=FeatureWeights(**settings.v2_feature_weights),
         ),
+        refusal=RefusalPolicy(**settings.v2_refusal_policy),
         channel_limit=settings.v2_channel_limit,
     )
 

@@ -14,10 +14,9 @@ Soft signals, weighed (`signal_weights`); their weights summing to `refuse_at` r
                          in no candidate
     low_coverage         the best candidate holds under `min_coverage` of the query's terms
 
-By default every signal weighs 1 except low_coverage (0.5, it mostly repeats what rare_terms_missing
-says), and 2 refuse: the words alone (a paraphrase misses words, "attach" for "mount") never refuse
-without a weak reranker score or disagreeing channels. The decision and every signal are data, for
-`debug`; the weights and thresholds are for the quality benchmark to set.
+By default (chosen by the quality benchmark's refusal grid) every signal weighs 1 except
+rare_terms_missing (0.5), and 1 refuses: missing rare words alone (a paraphrase misses words,
+"attach" for "mount") never refuse. The decision and every signal are data, for `debug`.
 """
 
 from __future__ import annotations
@@ -35,25 +34,31 @@ SAFE_REFUSAL = "I could not find this in the documents available to you, so I ca
 
 
 class RefusalPolicy(BaseModel):
-    """Thresholds of the refusal decision (provisional until the quality benchmark sets them)."""
+    """Thresholds of the refusal decision; defaults chosen by `scripts/bench quality`'s refusal grid.
 
-    model_config = ConfigDict(frozen=True)
+    The grid (README, Retrieval quality) picked the setting that refuses the most unanswerable
+    questions with at most 3 % false refusals: any one soft signal refuses (`refuse_at` 1) except
+    missing rare words alone (weight 0.5), with a weak best rerank score under 0.6 and low coverage
+    under 0.3. RAG_V2_REFUSAL_POLICY overrides any field.
+    """
 
-    min_rerank_score: float = Field(0.35, ge=0, le=1)
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    min_rerank_score: float = Field(0.6, ge=0, le=1)
     agreement_depth: int = Field(5, ge=1)
     # a share, not an idf cut: "rare" must mean the same in a corpus of 10 chunks and of 10 million
     rare_share: float = Field(0.01, ge=0, le=1)
     rare_missing_share: float = Field(0.5, gt=0, le=1)
-    min_coverage: float = Field(0.5, ge=0, le=1)
+    min_coverage: float = Field(0.3, ge=0, le=1)
     signal_weights: dict[str, float] = Field(
         default_factory=lambda: {
             "weak_rerank": 1.0,
             "no_agreement": 1.0,
-            "rare_terms_missing": 1.0,
-            "low_coverage": 0.5,
+            "rare_terms_missing": 0.5,
+            "low_coverage": 1.0,
         }
     )
-    refuse_at: float = Field(2.0, gt=0)
+    refuse_at: float = Field(1.0, gt=0)
     # how many of the best candidates the term checks look at (the window the reranker saw)
     depth: int = Field(50, ge=1)
 

@@ -18,7 +18,7 @@ from app.search.v2.analysis import analyze_query
 from app.search.v2.evidence import build_evidence
 from app.search.v2.fusion import fuse
 from app.search.v2.records import Candidate, Scored
-from app.search.v2.refusal import SAFE_REFUSAL, decide_refusal
+from app.search.v2.refusal import SAFE_REFUSAL, RefusalPolicy, decide_refusal
 from app.search.v2.rerank import FeatureReranker, rerank_window
 from app.search.v2.schemas import EvidenceInput, QueryV2Response
 from app.search.v2.validate import validate_v2
@@ -152,7 +152,11 @@ async def test_missing_words_are_reported_even_when_answered() -> None:
     )
     outcome = await rerank_window(query, fused, FeatureReranker())
     decision = decide_refusal(
-        query, outcome.items, document_frequency=stats.document_frequency, documents=stats.documents
+        query,
+        outcome.items,
+        RefusalPolicy(min_rerank_score=0.35),
+        document_frequency=stats.document_frequency,
+        documents=stats.documents,
     )
     assert [s.code for s in decision.signals][:1] == ["rare_terms_missing"]
     assert decision.signals[0].value == "warranty period"

@@ -74,18 +74,44 @@ def test_quantity_found_by_entity_key_or_text() -> None:
     assert not decide_refusal(analyze_query("a length of 14 mm"), [strong()]).refuse  # entity key "14 mm"
 
 
+# The mechanics below are checked under a fixed two-signal policy (the defaults are the benchmark's
+# to choose; test_the_default_policy_is_the_benchmarks checks those).
+TWO_SIGNALS = RefusalPolicy(
+    min_rerank_score=0.35,
+    min_coverage=0.5,
+    refuse_at=2.0,
+    signal_weights={"weak_rerank": 1.0, "no_agreement": 1.0, "rare_terms_missing": 1.0, "low_coverage": 0.5},
+)
+
+
+def test_the_default_policy_is_the_benchmarks() -> None:
+    # one soft signal refuses, except missing rare words alone (a paraphrase)
+    policy = RefusalPolicy()
+    assert (policy.refuse_at, policy.min_rerank_score, policy.min_coverage) == (1.0, 0.6, 0.3)
+    weak = decide_refusal(analyze_query("length type"), [strong(rerank=0.5)])
+    assert weak.refuse and [s.code for s in weak.signals] == ["weak_rerank"]
+    item = strong(cand("w", "f1", "Mount the unit on a flat wall."), channels=("lexical", "vector"))
+    paraphrase = decide_refusal(
+        analyze_query("attach wall"), [item], document_frequency={"wall": 3}, documents=1000
+    )
+    assert [s.code for s in paraphrase.signals] == ["rare_terms_missing"] and not paraphrase.refuse
+
+
 def test_soft_signals_need_company() -> None:
     # weak rerank (0.1 < 0.35) alone: one signal, answered
     weak = strong(rerank=0.1)
-    one = decide_refusal(analyze_query("length type"), [weak])
+    one = decide_refusal(analyze_query("length type"), [weak], policy=TWO_SIGNALS)
     assert not one.refuse and [s.code for s in one.signals] == ["weak_rerank"]
     # weak rerank and no channel agreement: two signals, refused
     lonely = strong(channels=("vector",), rerank=0.1)
-    two = decide_refusal(analyze_query("length type"), [lonely])
+    two = decide_refusal(analyze_query("length type"), [lonely], policy=TWO_SIGNALS)
     assert two.refuse and [s.code for s in two.signals] == ["weak_rerank", "no_agreement"]
     # with one channel left (a degraded search) agreement is not judged
     assert [
-        s.code for s in decide_refusal(analyze_query("length type"), [lonely], channels_run=1).signals
+        s.code
+        for s in decide_refusal(
+            analyze_query("length type"), [lonely], channels_run=1, policy=TWO_SIGNALS
+        ).signals
     ] == ["weak_rerank"]
     # the threshold is configurable
     assert not decide_refusal(analyze_query("length type"), [lonely], RefusalPolicy(refuse_at=2.5)).refuse
@@ -97,16 +123,20 @@ def test_rare_terms_and_coverage() -> None:
     # coverage of the best candidate: "length" yes, "zylinderkopf" no -> 1/2 = 0.5, not under 0.5
     query = analyze_query("zylinderkopf length")
     item = strong(channels=("vector",), rerank=0.9)
-    decision = decide_refusal(query, [item], document_frequency={"length": 400}, documents=1000)
+    decision = decide_refusal(
+        query, [item], document_frequency={"length": 400}, documents=1000, policy=TWO_SIGNALS
+    )
     assert [s.code for s in decision.signals] == ["no_agreement", "rare_terms_missing"]
     assert decision.refuse
     assert decision.checked["rare_terms"] == ["zylinderkopf"] and decision.checked["coverage"] == 0.5
     # without corpus statistics: coverage 1/3 < 0.5 weighs 0.5; with no agreement 1.5 < 2, answered
-    low = decide_refusal(analyze_query("flange gasket length"), [item])
+    low = decide_refusal(analyze_query("flange gasket length"), [item], policy=TWO_SIGNALS)
     assert [s.code for s in low.signals] == ["no_agreement", "low_coverage"] and not low.refuse
     assert low.checked["signal_weight"] == 1.5
     # a weak reranker score on top: 2.5, refused
-    weak = decide_refusal(analyze_query("flange gasket length"), [replace(item, rerank=0.2)])
+    weak = decide_refusal(
+        analyze_query("flange gasket length"), [replace(item, rerank=0.2)], policy=TWO_SIGNALS
+    )
     assert [s.code for s in weak.signals] == ["weak_rerank", "no_agreement", "low_coverage"] and weak.refuse
 
 
@@ -123,7 +153,9 @@ def test_missing_words_alone_never_refuse() -> None:
     # but the channels agree and the reranker is confident: 1 + 0.5 = 1.5 < 2, answered
     query = analyze_query("attach device wall")
     item = strong(cand("w", "f1", "Mount the unit on a flat wall."), channels=("lexical", "vector"))
-    decision = decide_refusal(query, [item], document_frequency={"wall": 3}, documents=1000)
+    decision = decide_refusal(
+        query, [item], document_frequency={"wall": 3}, documents=1000, policy=TWO_SIGNALS
+    )
     assert [s.code for s in decision.signals] == ["rare_terms_missing", "low_coverage"]
     assert not decision.refuse
 
