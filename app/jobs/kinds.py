@@ -76,6 +76,11 @@ class V2Backfill(_Payload):
     index_version: str | None = Field(None, min_length=1, max_length=200)
     file_ids: list[str] | None = Field(None, min_length=1)
     activate: bool = Field(True, description="activate the run once every file is staged")
+    first_run: bool = Field(
+        False,
+        description="queued by a namespace's first upload: start a run only if the namespace still has "
+        "none running or active when the job runs (it never supersedes a run)",
+    )
 
 
 V2IndexFileFn = Callable[[V2IndexFile, Progress], Awaitable[dict[str, Any] | None]]

@@ -54,6 +54,11 @@ def backfill_key(namespace: str) -> str:
     return f"v2-backfill:{namespace}"
 
 
+def first_run_key(namespace: str) -> str:
+    """Dedupe key of the backfill a namespace's first upload queues (apart from operators' requests)."""
+    return f"v2-first-run:{namespace}"
+
+
 def run_key(run_id: int) -> str:
     """Dedupe key of the planning job of one run."""
     return f"v2-backfill-run:{run_id}"
@@ -171,6 +176,16 @@ class V2Jobs:
         else:
             job_id = current_job_id()
             found = await runs.find_backfill_run(ctx, job.namespace, job_id) if job_id is not None else None
+            if found is None and job.first_run:
+                row = await self.jobs.get(job_id) if job_id is not None else None
+                found = await runs.start_first_run(
+                    ctx,
+                    namespace=job.namespace,
+                    created_by=row.created_by if row is not None else None,
+                    job_id=job_id,
+                )
+                if found is None:
+                    return {"namespace": job.namespace, "skipped": "another run indexes the namespace"}
             if found is None:
                 row = await self.jobs.get(job_id) if job_id is not None else None
                 found = await runs.start_backfill_run(
@@ -274,8 +289,14 @@ class V2Jobs:
         staging = await runs.stage_upload(self.ctx, job.file_id, job.owner)
         if staging.no_run:
             # the namespace's first upload since V2 was enabled for it: build its index, all files
-            # (joins a backfill already waiting; later uploads are staged into the run it starts)
-            queued = await self.enqueue_backfill(namespace=job.owner, created_by="upload")
+            # (later uploads are staged into the run it starts; it never replaces a run)
+            queued = await self.jobs.enqueue(
+                V2_BACKFILL,
+                V2Backfill(namespace=job.owner, first_run=True).model_dump(),
+                dedupe_key=first_run_key(job.owner),
+                created_by="upload",
+                priority=BACKFILL_PRIORITY,
+            )
             progress(1, 1, f"no index run of {job.owner} yet: backfill job {queued.id} queued")
             return {"file_id": job.file_id, "staged": [], "activated": [], "backfill_job": queued.id}
         if staging.failed:

@@ -126,8 +126,8 @@ async def test_no_token_is_401_before_anything_else(world: World) -> None:
         ({"file_ids": []}, 400, "file_ids must not be empty"),
         ({"query": "  "}, 400, "query must not be empty"),
         ({"query": "x" * 4001}, 400, "at most 4000 characters"),
-        ({"query": "nul\x00here"}, 400, "NUL"),
-        ({"file_ids": ["ok", "bad\x00id"]}, 400, "NUL"),
+        ({"query": "nul\x00here"}, 422, None),  # refused at the edge, as on every route
+        ({"file_ids": ["ok", "bad\x00id"]}, 422, None),
         ({"k": 11}, 400, "k must be between 1 and 10"),
         ({"k": "many"}, 422, None),
         ({"entity_id": "someone-else"}, 400, "ENTITY_ID_PATTERN"),
@@ -163,10 +163,23 @@ async def test_v2_switched_off_fails_closed(settings_factory: Callable[..., Sett
         assert "RAG_V2_NAMESPACE_IDS" in r.json()["detail"]
 
 
-async def test_an_unknown_index_version_is_503_naming_the_backfill(world: World) -> None:
+async def test_an_unknown_index_version_is_400_naming_the_active_ones(world: World) -> None:
     r = await world.ask("weight of the K 28", index_version="v9-never-built")
-    assert r.status_code == 503, r.text
-    assert "/v2/backfill" in r.json()["detail"]
+    assert r.status_code == 400, r.text
+    assert "'v9-never-built'" in r.json()["detail"] and "(active: v2)" in r.json()["detail"]
+    pinned = await world.ask("weight of the K 28", index_version="v2")
+    assert pinned.status_code == 200 and pinned.json()["index_version"] == "v2"
+
+
+async def test_a_namespace_without_an_active_run_is_503_naming_the_backfill(
+    settings_factory: Callable[..., Settings],
+) -> None:
+    agent = agent_id()
+    async with running_app(settings_factory(v2_namespace_ids=[agent])) as client:
+        body = {"query": "anything", "file_ids": ["a"], "entity_id": agent}
+        r = await client.post("/query_v2", json=body, headers=auth(UPLOADER))
+        assert r.status_code == 503, r.text
+        assert "/v2/backfill" in r.json()["detail"]
 
 
 # --- answers -------------------------------------------------------------------------------------

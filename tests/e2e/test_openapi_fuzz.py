@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -54,6 +55,7 @@ include-path-regex = "^/(embed|embed-upload|text)$"
 checks.negative_data_rejection.enabled = false
 """
 MAX_EXAMPLES = 4
+FUZZ_USER = "fuzz-user"
 SEED = os.environ.get("RAGOVERLAY_FUZZ_SEED", "20261201")
 
 
@@ -85,6 +87,31 @@ def schemathesis_command(base: str, token: str, report_dir: Path) -> list[str]:
         "--report-dir",
         str(report_dir),
     ]
+
+
+def wait_for_v2_index(base: str, token: str, seconds: float = 120.0) -> None:
+    """Upload one file as the fuzzing user and wait until /query_v2 reads its V2 index run."""
+    headers = {"Authorization": f"Bearer {token}"}
+    r = httpx.post(
+        f"{base}/embed",
+        data={"file_id": "fuzz-seed"},
+        files={"file": ("seed.txt", b"The seed file of the fuzzing run mentions kites.", "text/plain")},
+        headers=headers,
+        timeout=120,
+    )
+    assert r.status_code == 200, r.text
+    deadline = time.monotonic() + seconds
+    while True:
+        r = httpx.post(
+            f"{base}/query_v2",
+            json={"query": "kites", "file_ids": ["fuzz-seed"]},
+            headers=headers,
+            timeout=60,
+        )
+        if r.status_code == 200:
+            return
+        assert r.status_code == 503 and time.monotonic() < deadline, r.text
+        time.sleep(0.5)
 
 
 def _with_database(dsn: str, name: str) -> str:
@@ -151,6 +178,8 @@ def test_schemathesis_finds_no_5xx_and_no_undocumented_status(database: Database
             "RAG_HOST": "127.0.0.1",
             "DATA_DIR": str(data_dir),
             "JWT_SECRET": TEST_JWT_SECRET,
+            # /query_v2 for the fuzzing user's own namespace (its upload below builds the index)
+            "RAG_V2_NAMESPACE_IDS": FUZZ_USER,
         }
     )
     base = f"http://127.0.0.1:{port}"
@@ -162,7 +191,8 @@ def test_schemathesis_finds_no_5xx_and_no_undocumented_status(database: Database
             serving({**env, "DATABASE_URL": dsn}, data_dir / "serve.log", timeout_s=240),
         ):
             document = httpx.get(f"{base}/openapi.json", timeout=10).json()
-            token = make_token("fuzz-user", ttl=3600)
+            token = make_token(FUZZ_USER, ttl=3600)
+            wait_for_v2_index(base, token)
             run = subprocess.run(
                 schemathesis_command(base, token, report_dir),
                 capture_output=True,

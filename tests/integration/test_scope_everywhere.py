@@ -293,7 +293,18 @@ async def probe_job(w: World) -> None:
     assert (await w.client.get(url, headers=w.h(w.victim))).status_code == 200
 
 
+async def probe_query_v2(w: World) -> None:
+    # this app has V2 off: it fails closed for everyone, before reading a row. The V2 channels'
+    # isolation with V2 on (foreign ids in a request, other owners, the allow-list in every
+    # statistic) is tested in tests/contract/test_query_v2.py and tests/integration/test_v2_channels.py
+    for ids, entity in [(w.foreign, None), ([w.agent_file], w.agent), ([w.shared, *w.mine], None)]:
+        body = {"query": SECRET, "file_ids": ids, **({"entity_id": entity} if entity else {})}
+        r = await w.client.post("/query_v2", json=body, headers=w.h())
+        assert r.status_code == 503 and "Nightingale" not in r.text
+
+
 PROBES: dict[tuple[str, str], Probe] = {
+    ("POST", "/query_v2"): probe_query_v2,
     ("GET", "/jobs/{job_id}"): probe_job,
     ("GET", "/admin/status"): admin_only("GET", "/admin/status"),
     ("GET", "/admin/jobs"): admin_only("GET", "/admin/jobs"),
@@ -326,6 +337,7 @@ PROBES: dict[tuple[str, str], Probe] = {
 # Routes that touch no caller data, and why.
 NO_CALLER_DATA = {
     ("GET", "/health"): "answers UP or DOWN, reads no rows",
+    ("POST", "/validate_v2"): "checks the answer it is sent against the evidence it is sent; reads no rows",
     ("GET", "/metrics"): "counters by route template for admins; never a row, an id or a query",
     ("GET", "/openapi.json"): "the schema",
     ("GET", "/docs"): "static page",

@@ -976,6 +976,34 @@ async def start_backfill_run(
     return run
 
 
+async def start_first_run(
+    ctx: V2Context, *, namespace: str, created_by: str | None = None, job_id: int | None = None
+) -> store.RunRecord | None:
+    """The backfill run a namespace's first upload queues, or None when another run indexes it.
+
+    Unlike an operator's backfill it never supersedes: it gives way to any other running or active
+    run of the namespace, even one started a moment later (so a race ends with the operator's run).
+    """
+    run = await start_run(
+        ctx,
+        namespace=namespace,
+        origin="backfill",
+        created_by=created_by,
+        options={"activate": True, "force": False, "job_id": job_id},
+    )
+    async with ctx.pool.acquire() as conn:
+        others = [
+            r
+            for r in await store.open_runs(conn, ctx.info.collection_id, namespace)
+            if r.run_id != run.run_id
+        ]
+    if not others:
+        return run
+    with contextlib.suppress(store.RunStateError):
+        await fail(ctx, run.run_id, f"not needed: run {others[0].run_id} indexes the namespace")
+    return None
+
+
 async def find_backfill_run(ctx: V2Context, namespace: str, job_id: int) -> store.RunRecord | None:
     """The running backfill run that job `job_id` started (its run after a crash finds it again)."""
     async with ctx.pool.acquire() as conn:

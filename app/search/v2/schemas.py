@@ -7,11 +7,18 @@ that says what to change; type errors stay pydantic's 422.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.edge import SafeStr, safe_str_list
 from app.errors import BadRequest
+
+if TYPE_CHECKING:  # built at run time; to a type checker a list of str
+    SafeStrList = list[str]
+else:
+    # NUL and lone surrogates are refused at the edge (422, app/edge.py); lengths are the route's 400s
+    SafeStrList = safe_str_list()
 
 MAX_QUERY_CHARS = 4000
 MAX_FILE_IDS = 1000
@@ -30,17 +37,12 @@ class _Body(BaseModel):
 class QueryV2Request(_Body):
     """`POST /query_v2`: bounds beyond the types are checked by `check_query_v2`."""
 
-    query: str
-    file_ids: list[str]
-    entity_id: str | None = None
-    k: int = DEFAULT_K
-    index_version: str | None = Field(None, max_length=200)
-    debug: bool = False
-
-
-def _storable(text: str) -> bool:
-    """False for NUL and lone surrogates: PostgreSQL text and asyncpg cannot hold them."""
-    return "\x00" not in text and not any(0xD800 <= ord(c) <= 0xDFFF for c in text)
+    query: SafeStr
+    file_ids: SafeStrList
+    entity_id: SafeStr | None = None
+    k: int = Field(DEFAULT_K, strict=True)
+    index_version: SafeStr | None = Field(None, max_length=200)
+    debug: bool = Field(False, strict=True)
 
 
 def check_query_v2(request: QueryV2Request) -> QueryV2Request:
@@ -50,8 +52,6 @@ def check_query_v2(request: QueryV2Request) -> QueryV2Request:
         raise BadRequest("query must not be empty")
     if len(query) > MAX_QUERY_CHARS:
         raise BadRequest(f"query must be at most {MAX_QUERY_CHARS} characters")
-    if not _storable(query):
-        raise BadRequest("query must not contain NUL characters or unpaired surrogates")
     if not request.file_ids:
         raise BadRequest("file_ids must not be empty")
     distinct = list(dict.fromkeys(request.file_ids))
@@ -60,12 +60,8 @@ def check_query_v2(request: QueryV2Request) -> QueryV2Request:
     for file_id in distinct:
         if not 1 <= len(file_id) <= MAX_FILE_ID_CHARS:
             raise BadRequest(f"each file id must be 1 to {MAX_FILE_ID_CHARS} characters")
-        if not _storable(file_id):
-            raise BadRequest("file ids must not contain NUL characters or unpaired surrogates")
     if not 1 <= request.k <= MAX_K:
         raise BadRequest(f"k must be between 1 and {MAX_K}")
-    if request.index_version is not None and not _storable(request.index_version):
-        raise BadRequest("index_version must not contain NUL characters or unpaired surrogates")
     return request.model_copy(update={"file_ids": distinct})
 
 
@@ -113,27 +109,27 @@ class EvidenceInput(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    citation_id: str = Field(max_length=50)
-    content: str = Field(max_length=100_000)
-    file_id: str | None = Field(None, max_length=MAX_FILE_ID_CHARS)
-    filename: str | None = Field(None, max_length=1024)
-    title: str | None = Field(None, max_length=2000)
-    section: list[str] = Field(default_factory=list, max_length=50)
-    table_title: str | None = Field(None, max_length=2000)
-    row_label: str | None = Field(None, max_length=2000)
-    headers: list[str] = Field(default_factory=list, max_length=500)
-    row_values: list[str] = Field(default_factory=list, max_length=500)
-    units: list[str | None] = Field(default_factory=list, max_length=500)
-    footnotes: list[str] = Field(default_factory=list, max_length=100)
+    citation_id: SafeStr = Field(max_length=50)
+    content: SafeStr = Field(max_length=100_000)
+    file_id: SafeStr | None = Field(None, max_length=MAX_FILE_ID_CHARS)
+    filename: SafeStr | None = Field(None, max_length=1024)
+    title: SafeStr | None = Field(None, max_length=2000)
+    section: SafeStrList = Field(default_factory=list, max_length=50)
+    table_title: SafeStr | None = Field(None, max_length=2000)
+    row_label: SafeStr | None = Field(None, max_length=2000)
+    headers: SafeStrList = Field(default_factory=list, max_length=500)
+    row_values: SafeStrList = Field(default_factory=list, max_length=500)
+    units: list[SafeStr | None] = Field(default_factory=list, max_length=500)
+    footnotes: SafeStrList = Field(default_factory=list, max_length=100)
 
 
 class ValidateV2Request(_Body):
     """`POST /validate_v2`."""
 
-    answer: str = Field(max_length=MAX_ANSWER_CHARS)
+    answer: SafeStr = Field(max_length=MAX_ANSWER_CHARS)
     evidence: list[EvidenceInput] = Field(default_factory=list, max_length=MAX_EVIDENCE_ITEMS)
-    mandatory_constraints: list[str] = Field(default_factory=list, max_length=MAX_CONSTRAINTS)
-    safe_refusal_expected: bool = False
+    mandatory_constraints: SafeStrList = Field(default_factory=list, max_length=MAX_CONSTRAINTS)
+    safe_refusal_expected: bool = Field(False, strict=True)
 
 
 class Violation(BaseModel):

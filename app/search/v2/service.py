@@ -28,7 +28,7 @@ import httpx
 
 from app.clients.embeddings import Embedder
 from app.config import Settings
-from app.errors import ConfigError, ServiceUnavailable
+from app.errors import BadRequest, ConfigError, ServiceUnavailable
 from app.ingest.v2.runs import model_identity
 from app.metrics import V2_CHANNEL_FAILURES, V2_QUERIES, V2_RERANK_FALLBACKS
 from app.search.v2.analysis import QueryAnalysis, analyze_query
@@ -185,11 +185,19 @@ class V2SearchService:
     async def _run(self, namespace: str, index_version: str | None) -> v2_index.RunRecord:
         async with self.pool.acquire(timeout=self.timeout) as conn:
             run = await v2_index.active_run(conn, self.info.collection_id, namespace, index_version)
+            if run is None and index_version is not None:
+                others = await v2_index.active_runs(conn, self.info.collection_id, namespace)
+        if run is None and index_version is not None:
+            # a pinned version that does not exist is the request's mistake, not a passing state
+            known = ", ".join(sorted({r.index_version for r in others})) or "none"
+            raise BadRequest(
+                f"The V2 index of {namespace} has no active run of index version {index_version!r} "
+                f"(active: {known}); leave index_version out for the newest"
+            )
         if run is None:
-            version = f" of index version {index_version!r}" if index_version else ""
             raise ServiceUnavailable(
-                f"The V2 index of {namespace} has no active run{version} yet: build one with POST "
-                "/v2/backfill (or scripts/v2-backfill), or search it through /query_multiple"
+                f"The V2 index of {namespace} has no active run yet: its first upload queues one, or "
+                "build one with POST /v2/backfill (or scripts/v2-backfill)"
             )
         return run
 
