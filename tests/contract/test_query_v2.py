@@ -217,6 +217,17 @@ async def test_the_page_is_the_printed_one(world: World) -> None:
     row = next(item for item in r.json()["results"] if item["row_label"] == "K 25")
     # the ratings page is the second physical page, printed "1" (the contents page is "i")
     assert row["page"] == 1 and row["page_label"] == "1" and row["metadata"]["physical_page"] == 2
+    # what a result's metadata holds: no indexing statistics or warnings in every passage
+    assert set(row["metadata"]) == {
+        "kind",
+        "content_type",
+        "page_count",
+        "unreadable_pages",
+        "index_source",
+        "chunk_id",
+        "physical_page",
+    }
+    assert row["metadata"]["unreadable_pages"] == [3] and row["source_type"] == "pdf"
 
 
 async def test_an_identifier_nowhere_in_the_documents_is_refused(world: World) -> None:

@@ -118,9 +118,14 @@ def _stage(items: Sequence[Fused] | Sequence[Scored], k: int) -> list[dict[str, 
     return out
 
 
+# Of a V2 document's metadata, what a result carries: its indexing statistics and warnings stay in
+# the index (GET /v2/runs/{run_id} and the logs show them), not in every passage sent to a model.
+RESULT_METADATA = ("kind", "content_type", "page_count", "unreadable_pages")
+
+
 def _candidate(detail: channels_sql.ChunkDetail) -> Candidate:
     suffix = detail.filename.rsplit(".", 1)[-1].lower() if "." in detail.filename else None
-    metadata: dict[str, Any] = dict(detail.metadata)
+    metadata: dict[str, Any] = {k: detail.metadata[k] for k in RESULT_METADATA if k in detail.metadata}
     metadata.setdefault("index_source", detail.source)
     if detail.document_number:
         metadata.setdefault("document_number", detail.document_number)
