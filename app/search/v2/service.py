@@ -119,7 +119,7 @@ def _stage(items: Sequence[Fused] | Sequence[Scored], k: int) -> list[dict[str, 
 
 
 # Of a V2 document's metadata, what a result carries: its indexing statistics and warnings stay in
-# the index (GET /v2/runs/{run_id} and the logs show them), not in every passage sent to a model.
+# its row and in the log, not in every passage sent to a model.
 RESULT_METADATA = ("kind", "content_type", "page_count", "unreadable_pages")
 
 
