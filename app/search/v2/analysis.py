@@ -94,6 +94,11 @@ class QueryAnalysis:
         return tuple(seen)
 
 
+def name_parts(entity: Entity) -> list[str]:
+    """The parts of a qualified name as written ("pathlib.PurePath.as_uri" -> pathlib, PurePath, as_uri)."""
+    return [part for part in _QUALIFIER.split(entity.raw) if part.strip()]
+
+
 def _distinctive(part: str) -> bool:
     """A last part that names one thing on its own: `types_map_inv`, `blake2s`, `cancelling`."""
     return "_" in part or any(ch.isdigit() for ch in part) or len(part) >= 8
@@ -109,7 +114,7 @@ def name_variants(entity: Entity, *, last_part: bool = True) -> tuple[str, ...]:
     stands for "asyncio.Condition.wait_for", "get" does not stand for "dict.get".
     """
     forms = [entity.normalized]
-    parts = [part for part in _QUALIFIER.split(entity.raw) if part.strip()]
+    parts = name_parts(entity)
     for start in range(1, len(parts) - 1):
         tail = normalize(" ".join(parts[start:]))
         if tail and tail not in forms:

@@ -3,6 +3,8 @@
 Hard reasons (any one refuses):
     no_candidates        nothing authorised was found at all
     missing_identifier   an identifier, standard or document number of the query occurs in no candidate
+                         (in any of its written forms: "PurePath.as_uri" for "pathlib.PurePath.as_uri",
+                         or "popitem" in a candidate that names "Mailbox" for "mailbox.Mailbox.popitem")
     missing_phrase       a quoted phrase occurs in no candidate
     missing_quantity     a number with a unit occurs in no candidate
 Soft signals, weighed (`signal_weights`); their weights summing to `refuse_at` refuse:
@@ -26,8 +28,9 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.ingest.v2.entities import Entity
 from app.ingest.v2.normalize import contains_phrase, normalize
-from app.search.v2.analysis import QueryAnalysis, name_variants
+from app.search.v2.analysis import QueryAnalysis, name_parts, name_variants
 from app.search.v2.records import Fused
 
 SAFE_REFUSAL = "I could not find this in the documents available to you, so I cannot answer it from them."
@@ -100,6 +103,28 @@ def _found(items: Sequence[Fused], key: str, entity_key: str | None = None) -> b
     return False
 
 
+def _member_found(items: Sequence[Fused], entity: Entity) -> bool:
+    """A member of a qualified name written alone under its owner: "popitem()" in "Mailbox objects".
+
+    "mailbox.Mailbox.popitem" is found where a candidate holds "popitem" and names "Mailbox" in its
+    text, title, headings or caption (documentation lists a class's methods by their short names).
+    """
+    parts = name_parts(entity)
+    if len(parts) < 3:
+        return False
+    member, owner = normalize(parts[-1]), normalize(parts[-2])
+    if not member or not owner:
+        return False
+    for item in items:
+        c = item.candidate
+        if not contains_phrase(c.search_text, member):
+            continue
+        around = normalize(" ".join(filter(None, (c.title, *c.section, c.table_caption, c.row_label))))
+        if contains_phrase(c.search_text, owner) or contains_phrase(around, owner):
+            return True
+    return False
+
+
 def decide_refusal(
     query: QueryAnalysis,
     items: Sequence[Fused],
@@ -116,7 +141,9 @@ def decide_refusal(
         return RefusalDecision(True, (Reason("no_candidates"),))
     reasons: list[Reason] = []
     for entity in query.names:
-        if not any(_found(pool, form, form) for form in name_variants(entity)):
+        if not any(_found(pool, form, form) for form in name_variants(entity)) and not _member_found(
+            pool, entity
+        ):
             reasons.append(Reason("missing_identifier", entity.raw))
     for phrase in query.phrases:
         if not _found(pool, phrase):

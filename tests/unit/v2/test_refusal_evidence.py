@@ -261,3 +261,19 @@ def test_a_qualified_name_is_found_in_its_shortened_form_and_a_mutated_option_is
     assert not decide_refusal(analyze("--log-http"), doc).refuse
     refused = decide_refusal(analyze("--log-htp"), doc)
     assert refused.refuse and refused.reasons[0].code == "missing_identifier"
+
+
+def test_a_member_written_alone_under_its_owner_is_found() -> None:
+    from app.ingest.v2.normalize import normalize
+    from app.search.v2.records import Candidate
+
+    def item(text: str, section: tuple[str, ...]) -> Fused:
+        c = Candidate(chunk_id=text, file_id="f", content=text, search_text=normalize(text), section=section)
+        return Fused(candidate=c, fused=0.03, score=0.9, channels=("lexical", "vector"), ranks={"lexical": 1})
+
+    doc = [item("popitem() Return an arbitrary (key, message) pair.", ("Mailbox objects",))]
+    assert not decide_refusal(analyze_query("mailbox.Mailbox.popitem"), doc).refuse
+    # the owner named nowhere, or the member misspelt: not found
+    for name in ("mailbox.Maildir.popitem", "mailbox.Mailbox.popitme"):
+        decision = decide_refusal(analyze_query(name), doc)
+        assert decision.refuse and decision.reasons[0].code == "missing_identifier", name
