@@ -16,9 +16,10 @@ Soft signals, weighed (`signal_weights`); their weights summing to `refuse_at` r
                          in no candidate
     low_coverage         the best candidate holds under `min_coverage` of the query's terms
 
-By default (chosen by the quality benchmark's refusal grid) every signal weighs 1 except
-rare_terms_missing (0.5), and 1 refuses: missing rare words alone (a paraphrase misses words,
-"attach" for "mount") never refuse. The decision and every signal are data, for `debug`.
+By default (chosen by the quality benchmark's refusal grid) low_coverage weighs 1 and the others
+0.5, and 1 refuses: low coverage alone, or any two of the others. Missing rare words alone (a
+paraphrase misses words, "attach" for "mount") never refuse. The decision and every signal are
+data, for `debug`.
 """
 
 from __future__ import annotations
@@ -39,10 +40,11 @@ SAFE_REFUSAL = "I could not find this in the documents available to you, so I ca
 class RefusalPolicy(BaseModel):
     """Thresholds of the refusal decision; defaults chosen by `scripts/bench quality`'s refusal grid.
 
-    The grid (README, Retrieval quality) picked the setting that refuses the most unanswerable
-    questions with at most 3 % false refusals: any one soft signal refuses (`refuse_at` 1) except
-    missing rare words alone (weight 0.5), with a weak best rerank score under 0.6 and low coverage
-    under 0.3. RAG_V2_REFUSAL_POLICY overrides any field.
+    The grid of the full run (README, Retrieval quality) picked the setting that refuses the most
+    unanswerable questions with at most 3 % false refusals: `refuse_at` 1, where low coverage (the
+    best candidate holds under half of the question's terms) refuses alone and the other signals
+    (a best rerank score under 0.6, no agreement between channels, missing rare words) weigh 0.5,
+    so two of them refuse. RAG_V2_REFUSAL_POLICY overrides any field.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -52,11 +54,11 @@ class RefusalPolicy(BaseModel):
     # a share, not an idf cut: "rare" must mean the same in a corpus of 10 chunks and of 10 million
     rare_share: float = Field(0.01, ge=0, le=1)
     rare_missing_share: float = Field(0.5, gt=0, le=1)
-    min_coverage: float = Field(0.3, ge=0, le=1)
+    min_coverage: float = Field(0.5, ge=0, le=1)
     signal_weights: dict[str, float] = Field(
         default_factory=lambda: {
-            "weak_rerank": 1.0,
-            "no_agreement": 1.0,
+            "weak_rerank": 0.5,
+            "no_agreement": 0.5,
             "rare_terms_missing": 0.5,
             "low_coverage": 1.0,
         }

@@ -86,11 +86,15 @@ TWO_SIGNALS = RefusalPolicy(
 
 
 def test_the_default_policy_is_the_benchmarks() -> None:
-    # one soft signal refuses, except missing rare words alone (a paraphrase)
+    # low coverage alone refuses; the other signals need company; missing rare words alone never
     policy = RefusalPolicy()
-    assert (policy.refuse_at, policy.min_rerank_score, policy.min_coverage) == (1.0, 0.6, 0.3)
+    assert (policy.refuse_at, policy.min_rerank_score, policy.min_coverage) == (1.0, 0.6, 0.5)
     weak = decide_refusal(analyze_query("length type"), [strong(rerank=0.5)])
-    assert weak.refuse and [s.code for s in weak.signals] == ["weak_rerank"]
+    assert not weak.refuse and [s.code for s in weak.signals] == ["weak_rerank"]
+    lonely = decide_refusal(analyze_query("length type"), [strong(channels=("vector",), rerank=0.5)])
+    assert lonely.refuse and [s.code for s in lonely.signals] == ["weak_rerank", "no_agreement"]
+    off_topic = decide_refusal(analyze_query("flange gasket length"), [strong(rerank=0.9)])
+    assert off_topic.refuse and [s.code for s in off_topic.signals] == ["low_coverage"]
     item = strong(cand("w", "f1", "Mount the unit on a flat wall."), channels=("lexical", "vector"))
     paraphrase = decide_refusal(
         analyze_query("attach wall"), [item], document_frequency={"wall": 3}, documents=1000
