@@ -176,28 +176,26 @@ class V2Jobs:
         else:
             job_id = current_job_id()
             found = await runs.find_backfill_run(ctx, job.namespace, job_id) if job_id is not None else None
-            if found is None and job.first_run:
-                row = await self.jobs.get(job_id) if job_id is not None else None
-                found = await runs.start_first_run(
-                    ctx,
-                    namespace=job.namespace,
-                    created_by=row.created_by if row is not None else None,
-                    job_id=job_id,
-                )
-                if found is None:
-                    return {"namespace": job.namespace, "skipped": "another run indexes the namespace"}
             if found is None:
                 row = await self.jobs.get(job_id) if job_id is not None else None
-                found = await runs.start_backfill_run(
-                    ctx,
-                    namespace=job.namespace,
-                    index_version=job.index_version,
-                    file_ids=job.file_ids,
-                    activate_when_done=job.activate,
-                    force=job.force,
-                    created_by=row.created_by if row is not None else None,
-                    job_id=job_id,
-                )
+                created_by = row.created_by if row is not None else None
+                if job.first_run:
+                    found = await runs.start_first_run(
+                        ctx, namespace=job.namespace, created_by=created_by, job_id=job_id
+                    )
+                    if found is None:
+                        return {"namespace": job.namespace, "skipped": "another run indexes the namespace"}
+                else:
+                    found = await runs.start_backfill_run(
+                        ctx,
+                        namespace=job.namespace,
+                        index_version=job.index_version,
+                        file_ids=job.file_ids,
+                        activate_when_done=job.activate,
+                        force=job.force,
+                        created_by=created_by,
+                        job_id=job_id,
+                    )
             run = found
         out: dict[str, Any] = {"run_id": run.run_id, "namespace": run.namespace, "force": runs.forced(run)}
         if run.status != "running":

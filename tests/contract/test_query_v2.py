@@ -10,7 +10,6 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -33,14 +32,7 @@ FOREIGN_TEXT = (
     "Confidential parts list of the other team. The valve ZX 9000 is rated for 16 bar and costs 420 EUR. "
     "Only the other team's Agent may read this file."
 )
-CORPUS: dict[str, Callable[[Path], Path]] = {
-    "manual.pdf": v2_corpus.manual_pdf,
-    "settings.html": v2_corpus.settings_html,
-    "guide.docx": v2_corpus.guide_docx,
-    "prices.xlsx": v2_corpus.prices_xlsx,
-    "ratings.md": v2_corpus.ratings_md,
-    "notes.txt": v2_corpus.notes_txt,
-}
+CORPUS = v2_corpus.MIXED_CORPUS
 
 
 @dataclass

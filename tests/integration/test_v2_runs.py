@@ -52,14 +52,7 @@ class World:
         return auth(ADMIN)
 
 
-CORPUS: dict[str, Callable[[Path], Path]] = {
-    "manual.pdf": v2_corpus.manual_pdf,
-    "settings.html": v2_corpus.settings_html,
-    "guide.docx": v2_corpus.guide_docx,
-    "prices.xlsx": v2_corpus.prices_xlsx,
-    "ratings.md": v2_corpus.ratings_md,
-    "notes.txt": v2_corpus.notes_txt,
-}
+CORPUS = v2_corpus.MIXED_CORPUS
 
 
 async def insert_v1_only(client: httpx.AsyncClient, owner: str, file_id: str) -> None:

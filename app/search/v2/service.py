@@ -32,7 +32,7 @@ from app.errors import BadRequest, ConfigError, ServiceUnavailable
 from app.ingest.v2.runs import model_identity
 from app.metrics import V2_CHANNEL_FAILURES, V2_QUERIES, V2_RERANK_FALLBACKS
 from app.search.v2.analysis import QueryAnalysis, analyze_query
-from app.search.v2.evidence import build_evidence, display_page, recheck_allow_list
+from app.search.v2.evidence import build_evidence, display_page
 from app.search.v2.fusion import fuse
 from app.search.v2.plan import ChannelPlan, plan_channels
 from app.search.v2.records import CHANNELS, Candidate, Fused, Scored
@@ -362,8 +362,8 @@ class V2SearchService:
             documents=stats.chunks,
             channels_run=len(CHANNELS) - len(failed),
         )
+        # build_evidence keeps only items of the request's (allow-listed) files and numbers them
         results = [] if decision.refuse else build_evidence(outcome.items, request.file_ids, request.k)
-        results = recheck_allow_list(results, request.file_ids)
         degraded = bool(failed)
         V2_QUERIES.labels(outcome="answered" if results else "refused", degraded=str(degraded).lower()).inc()
         t_end = time.perf_counter()
