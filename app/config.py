@@ -19,6 +19,8 @@ from pydantic import AliasChoices, Field, PrivateAttr, ValidationError, field_va
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.errors import ConfigError
+from app.v2_settings import ENV_DELIMITER, V2Settings, leaf_defaults
+from app.v2_settings import ENV_PREFIX as V2_ENV_PREFIX
 
 Provider = Literal["openai", "azure", "ollama", "huggingfacetei", "local"]
 
@@ -57,10 +59,6 @@ CsvList = Annotated[list[str], NoDecode]
 DEFAULT_ENTITY_ID_PATTERN = r"^agent_[A-Za-z0-9_-]{1,100}$"
 
 
-# The feature reranker's features (app/search/v2/rerank.py FeatureWeights; a test keeps them equal).
-V2_FEATURES = frozenset({"coverage", "phrases", "identifiers", "quantities", "heading", "intent", "prior"})
-
-
 class Settings(BaseSettings):
     """All runtime settings of the service."""
 
@@ -72,6 +70,8 @@ class Settings(BaseSettings):
         case_sensitive=True,
         # docker-compose and .env files often carry `NAME=`: that means "not configured", not ""
         env_ignore_empty=True,
+        # nested knobs (Settings.v2) are RAG_V2__FUSION__RRF_K and so on
+        env_nested_delimiter=ENV_DELIMITER,
     )
 
     # --- server -----------------------------------------------------------------------------
@@ -220,7 +220,7 @@ class Settings(BaseSettings):
         None, ge=0.0, le=2.0, validation_alias=_env("RAG_DISTANCE_THRESHOLD")
     )
 
-    # --- V2 index (app/ingest/v2/runs.py) ----------------------------------------------------------
+    # --- V2 index and /query_v2 (app/ingest/v2, app/search/v2) -------------------------------------
     v2_namespace_ids: CsvList = Field(default_factory=list, validation_alias=_env("RAG_V2_NAMESPACE_IDS"))
     v2_index_version: str = Field(
         "v2",
@@ -229,49 +229,8 @@ class Settings(BaseSettings):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
         validation_alias=_env("RAG_V2_INDEX_VERSION"),
     )
-    v2_chunk_tokens: int = Field(256, ge=32, le=8192, validation_alias=_env("RAG_V2_CHUNK_TOKENS"))
-    v2_overlap_tokens: int = Field(32, ge=0, le=1024, validation_alias=_env("RAG_V2_OVERLAP_TOKENS"))
-    v2_http_window_chars: int = Field(
-        1500, ge=200, le=100_000, validation_alias=_env("RAG_V2_HTTP_WINDOW_CHARS")
-    )
-    v2_boilerplate_min_documents: int = Field(
-        5, ge=2, le=100_000, validation_alias=_env("RAG_V2_BOILERPLATE_MIN_DOCUMENTS")
-    )
-    v2_boilerplate_min_share: float = Field(
-        0.2, ge=0.0, le=1.0, validation_alias=_env("RAG_V2_BOILERPLATE_MIN_SHARE")
-    )
-
-    # --- /query_v2 (app/search/v2/service.py) ---------------------------------------------------
-    v2_reranker: Literal["features", "http", "onnx"] = Field(
-        "features", validation_alias=_env("RAG_V2_RERANKER")
-    )
-    v2_rerank_url: str | None = Field(None, validation_alias=_env("RAG_V2_RERANK_URL"))
-    v2_rerank_flavour: Literal["cohere", "jina", "tei"] = Field(
-        "cohere", validation_alias=_env("RAG_V2_RERANK_FLAVOUR")
-    )
-    v2_rerank_model: str | None = Field(None, validation_alias=_env("RAG_V2_RERANK_MODEL"))
-    v2_rerank_api_key: str | None = Field(None, validation_alias=_env("RAG_V2_RERANK_API_KEY"))
-    v2_rerank_timeout_ms: int = Field(
-        1500, ge=50, le=30_000, validation_alias=_env("RAG_V2_RERANK_TIMEOUT_MS")
-    )
-    v2_rerank_window: int = Field(25, ge=1, le=50, validation_alias=_env("RAG_V2_RERANK_WINDOW"))
-    v2_rerank_onnx_dir: Path | None = Field(None, validation_alias=_env("RAG_V2_RERANK_ONNX_DIR"))
-    v2_feature_weights: dict[str, float] = Field(
-        default_factory=dict, validation_alias=_env("RAG_V2_FEATURE_WEIGHTS")
-    )
-    v2_refusal_policy: dict[str, Any] = Field(
-        default_factory=dict, validation_alias=_env("RAG_V2_REFUSAL_POLICY")
-    )
-    v2_bm25_k1: float = Field(1.2, ge=0.0, le=10.0, validation_alias=_env("RAG_V2_BM25_K1"))
-    v2_bm25_b: float = Field(0.75, ge=0.0, le=1.0, validation_alias=_env("RAG_V2_BM25_B"))
-    v2_rrf_k: float = Field(20.0, gt=0.0, le=1000.0, validation_alias=_env("RAG_V2_RRF_K"))
-    v2_channel_weights: dict[str, float] = Field(
-        default_factory=lambda: {"exact": 1.0, "lexical": 2.0, "vector": 1.0},
-        validation_alias=_env("RAG_V2_CHANNEL_WEIGHTS"),
-    )
-    v2_exact_boost: float = Field(1.0, ge=0.0, le=100.0, validation_alias=_env("RAG_V2_EXACT_BOOST"))
-    v2_channel_limit: int = Field(50, ge=10, le=500, validation_alias=_env("RAG_V2_CHANNEL_LIMIT"))
-    v2_exact_scan_max_chunks: int = Field(4000, ge=0, validation_alias=_env("RAG_V2_EXACT_SCAN_MAX_CHUNKS"))
+    # every V2 tuning knob, as RAG_V2__<SECTION>__<FIELD> (app/v2_settings.py has them and their defaults)
+    v2: V2Settings = Field(default_factory=V2Settings, validation_alias=_env(V2_ENV_PREFIX))
 
     # --- LibreChat catalogue re-check (app/search/allowlist.py; CONTRACT section 7) -----------
     allowlist_verify: Literal["off", "mongo"] = Field("off", validation_alias=_env("ALLOWLIST_VERIFY"))
@@ -310,41 +269,6 @@ class Settings(BaseSettings):
             raise ValueError(f"not a valid regular expression ({exc})") from None
         return value
 
-    @field_validator("v2_feature_weights")
-    @classmethod
-    def _known_features(cls, value: dict[str, float]) -> dict[str, float]:
-        unknown = sorted(set(value) - V2_FEATURES)
-        if unknown:
-            raise ValueError(
-                f"unknown feature(s) {', '.join(unknown)}; known: {', '.join(sorted(V2_FEATURES))}"
-            )
-        if any(weight < 0 for weight in value.values()):
-            raise ValueError("feature weights must not be negative")
-        return value
-
-    @field_validator("v2_refusal_policy")
-    @classmethod
-    def _refusal_policy(cls, value: dict[str, Any]) -> dict[str, Any]:
-        from app.search.v2.refusal import RefusalPolicy  # here: the search package imports this module
-
-        try:
-            RefusalPolicy(**value)
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            raise ValueError(problems) from None
-        return value
-
-    @field_validator("v2_channel_weights")
-    @classmethod
-    def _known_channels(cls, value: dict[str, float]) -> dict[str, float]:
-        unknown = sorted(set(value) - {"exact", "lexical", "vector"})
-        if unknown:
-            raise ValueError(f"unknown channel(s) {', '.join(unknown)}; known: exact, lexical, vector")
-        if any(weight < 0 for weight in value.values()):
-            raise ValueError("channel weights must not be negative")
-        # a channel left out keeps weight 1
-        return {"exact": 1.0, "lexical": 1.0, "vector": 1.0, **value}
-
     @field_validator("allowlist_verify", mode="before")
     @classmethod
     def _verify_lower(cls, value: object) -> object:
@@ -361,17 +285,6 @@ class Settings(BaseSettings):
     def _check(self) -> Settings:
         if self.chunk_overlap >= self.chunk_size:
             raise ValueError("CHUNK_OVERLAP must be smaller than CHUNK_SIZE")
-        if self.v2_overlap_tokens >= self.v2_chunk_tokens:
-            raise ValueError("RAG_V2_OVERLAP_TOKENS must be smaller than RAG_V2_CHUNK_TOKENS")
-        if self.v2_reranker == "http" and not self.v2_rerank_url:
-            raise ValueError(
-                "RAG_V2_RERANKER=http needs RAG_V2_RERANK_URL (the reranking service's /rerank URL)"
-            )
-        if self.v2_reranker == "onnx" and self.v2_rerank_onnx_dir is None:
-            raise ValueError(
-                "RAG_V2_RERANKER=onnx needs RAG_V2_RERANK_ONNX_DIR "
-                "(a folder with model.onnx and tokenizer.json)"
-            )
         if self.db_pool_min_size > self.db_pool_max_size:
             raise ValueError("DB_POOL_MIN_SIZE must not exceed DB_POOL_MAX_SIZE")
         provider = self.provider
@@ -496,27 +409,46 @@ def load_settings(**overrides: Any) -> Settings:
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
-            loc = ".".join(str(p) for p in err.get("loc", ())) or "settings"
-            lines.append(f"  {_env_name(loc)}: {err.get('msg')}")
+            lines.append(f"  {_env_name(err.get('loc', ()))}: {err.get('msg')}")
         raise ConfigError("Invalid configuration:\n" + "\n".join(lines)) from None
 
 
-def _env_name(field_or_alias: str) -> str:
-    """Map a field name to its first environment variable name for error messages."""
-    field = Settings.model_fields.get(field_or_alias)
+def _env_name(loc: tuple[int | str, ...]) -> str:
+    """The environment variable an error's location names (RAG_V2__FUSION__RRF_K for a nested knob)."""
+    if not loc:
+        return "settings"
+    head, *rest = (str(part) for part in loc)
+    field = Settings.model_fields.get(head)
     if field is not None and isinstance(field.validation_alias, AliasChoices):
-        first = field.validation_alias.choices[0]
-        return str(first)
-    return field_or_alias
+        head = str(field.validation_alias.choices[0])
+    return ENV_DELIMITER.join([head, *(part.upper() for part in rest)])
 
 
 def env_names(field_name: str) -> list[str]:
-    """All environment variable names a field reads, in priority order."""
+    """All environment variable names a field reads, in priority order (every leaf for `v2`)."""
+    if field_name == "v2":
+        return list(leaf_defaults())
     field = Settings.model_fields[field_name]
     alias = field.validation_alias
     if isinstance(alias, AliasChoices):
         return [str(c) for c in alias.choices]
     return [field_name.upper()]
+
+
+def all_env_names() -> list[str]:
+    """Every environment variable the service reads."""
+    return [name for field in Settings.model_fields for name in env_names(field)]
+
+
+def documented_defaults() -> dict[str, object]:
+    """Each setting's first (documented) variable name and its default."""
+    out: dict[str, object] = {}
+    for field_name, field in Settings.model_fields.items():
+        if field_name == "v2":
+            out.update(leaf_defaults())
+        else:
+            out[env_names(field_name)[0]] = field.get_default(call_default_factory=True)
+    return out
 
 
 @functools.lru_cache(maxsize=1)

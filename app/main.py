@@ -39,7 +39,7 @@ from app.errors import (
 )
 from app.ingest.pipeline import IngestService, model_identity
 from app.ingest.upload import sweep_stale_uploads
-from app.ingest.v2.runs import V2Context, tuning_from_settings
+from app.ingest.v2.runs import V2Context
 from app.jobs.setup import build_jobs
 from app.logs import RequestContextMiddleware, configure_logging, request_id_var
 from app.maintenance.registry import MaintenanceRegistry
@@ -160,14 +160,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ingest = IngestService(settings, pool, info, embedder, blobs)
         stack.callback(ingest.close)
         search_state = SearchState()
-        # the job queue runs the maintenance passes (app/maintenance/queue.py), not loops
+        # the job queue runs the maintenance passes (app/jobs/maintenance.py), not loops
         maintenance = Maintenance(
             settings, MaintenanceStore(dsn, info), search_state, MaintenanceRegistry(run_loops=False)
         )
         stack.push_async_callback(maintenance.close)
-        search = SearchService(settings, pool, info, embedder, search_state, maintenance)
+        search = SearchService(settings, pool, info, embedder, search_state, maintenance.want_index)
         v2 = V2Context(settings, pool, info, embedder, blobs)
-        tuning = tuning_from_settings(settings)
+        tuning = settings.v2
         rerank_http: httpx.AsyncClient | None = None
         if tuning.rerank.backend == "http":
             # its own client: the embedding client may carry RAG_OPENAI_PROXY, which is for OpenAI only
@@ -179,7 +179,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             info,
             embedder,
             tuning,
-            build_reranker(tuning, rerank_http, api_key=settings.v2_rerank_api_key),
+            build_reranker(tuning, rerank_http, api_key=tuning.rerank.api_key),
         )
         jobs = build_jobs(
             settings,

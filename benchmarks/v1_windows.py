@@ -24,10 +24,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from app.clients.embeddings.local import MAX_TOKENS, shared_runtime
+from app.clients.embeddings.local import MAX_TOKENS, local_model_counter, shared_runtime
 from app.ingest.chunking import split_sections
 from app.ingest.types import Section
-from app.ingest.v2.tokens import fits, local_model_counter, window_texts
+from app.text.tokens import fits, window_texts
 
 MAN_ROOT = Path("/usr/share/man")
 

@@ -34,13 +34,13 @@ import asyncpg
 import numpy as np
 from pgvector.asyncpg import register_vector
 
-from app.ingest.v2.lexicon import STOPWORDS_DE, STOPWORDS_EN
-from app.ingest.v2.normalize import normalize
 from app.runtime.postgres import EmbeddedPostgres
 from app.store import v2_index as store
 from app.store import v2_search as search
 from app.store.db import bootstrap
 from app.store.scope import Scope
+from app.text.lexicon import STOPWORDS_DE, STOPWORDS_EN
+from app.text.normalize import normalize
 
 
 def comment_words() -> list[str]:

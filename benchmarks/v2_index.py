@@ -34,11 +34,11 @@ from typing import Any
 
 from app.clients.blobs import build_blob_store
 from app.clients.embeddings import build_embedder
+from app.clients.embeddings.local import local_model_counter
 from app.config import Settings, load_settings
 from app.ingest.limits import ParseLimits
 from app.ingest.pipeline import IngestService, SourceFile
 from app.ingest.v2 import runs
-from app.ingest.v2.tokens import local_model_counter
 from app.ingest.worker import parse_in_worker
 from app.jobs.setup import retry_policy
 from app.jobs.v2 import v2_worker

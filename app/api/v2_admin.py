@@ -307,7 +307,7 @@ async def v2_status(
             else []
         )
     profile = ctx.profile
-    tuning = runs.tuning_from_settings(ctx.settings)
+    tuning = ctx.settings.v2
     statuses = [
         TaskOut(name=s.name, state=s.state, progress=s.progress, last_error=s.last_error)
         for s in tasks.registry.statuses()

@@ -23,6 +23,7 @@ from app.config import Settings
 from app.ingest.pipeline import IngestService, model_identity
 from app.ingest.v2.runs import V2Context
 from app.jobs.kinds import REEMBED_MISSING, ReembedMissing
+from app.jobs.maintenance import QueuedMaintenance
 from app.jobs.policy import RetryPolicy, stale_timeout_warning
 from app.jobs.registry import JobRegistry, JobResult, Progress
 from app.jobs.service import JobService
@@ -30,7 +31,6 @@ from app.jobs.sweep import SWEEP_RETRY_SECONDS, SWEEP_SECONDS, missing_counts, s
 from app.jobs.uploads import UploadJobs
 from app.jobs.v2 import V2Jobs, V2MissingVectors
 from app.jobs.worker import JobWorker
-from app.maintenance.queue import QueuedMaintenance
 from app.maintenance.tasks import Maintenance
 from app.search.service import SearchService
 from app.store.db import StoreInfo

@@ -3,7 +3,7 @@
 A task is a plain async callable that does one pass and says what it did (`Pass`); the registry
 keeps its `TaskStatus`. Who runs the passes: the registry itself, each task in a loop at its
 interval (`run_loops=True`), or the job queue (`run_loops=False` with `on_add`: each task becomes
-a periodic job, whose passes call `run_once`; `app/maintenance/queue.py`). The admin status page
+a periodic job, whose passes call `run_once`; `app/jobs/maintenance.py`). The admin status page
 reads `statuses()`.
 
 Tasks made on demand (an index per embedding dimension) are known to every process by their name:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import asyncpg
 
 from app.clients.embeddings import Embedder
 from app.config import Settings
-from app.maintenance.tasks import Maintenance
 from app.search.context import ContextChunk, build_context
 from app.search.planner import SearchSettings, VectorSearchDecision, plan_vector_search
 from app.search.state import SearchState
@@ -51,14 +50,15 @@ class SearchService:
         info: StoreInfo,
         embedder: Embedder,
         state: SearchState | None = None,
-        maintenance: Maintenance | None = None,
+        want_index: Callable[[int], None] | None = None,
     ) -> None:
         self.settings = settings
         self.pool = pool
         self.info = info
         self.embedder = embedder
         self.state = state or SearchState()
-        self.maintenance = maintenance
+        # asks the maintenance work for a vector index of a dimension queries use (main.py wires it)
+        self.want_index = want_index
         self.search_settings = SearchSettings.from_settings(settings)
 
     def scope(
@@ -110,8 +110,8 @@ class SearchService:
         vector = await self.embedder.embed_query(query)
         t1 = time.perf_counter()
         dims = int(vector.shape[0])
-        if self.maintenance is not None:
-            self.maintenance.want_index(dims)
+        if self.want_index is not None:
+            self.want_index(dims)
         decision = self.plan(dims, scope, k)
         timeout = self.settings.query_timeout_ms / 1000
         async with self.pool.acquire(timeout=timeout) as conn:

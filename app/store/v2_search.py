@@ -23,8 +23,8 @@ from typing import Any, Literal
 import asyncpg
 import numpy as np
 
-from app.ingest.v2.normalize import normalize
 from app.store.scope import SCOPE_SQL, Scope
+from app.text.normalize import normalize
 
 VectorPath = Literal["exact", "hnsw", "hnsw+exact"]
 # a document-level exact match (number, title, file name) stands for this many of its first chunks

@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from app.ingest.v2.normalize import normalize
-from app.search.v2.fusion import FusionConfig, fuse
+from app.search.v2.fusion import fuse
 from app.search.v2.records import Candidate, Scored
-from app.search.v2.refusal import RefusalPolicy
+from app.text.normalize import normalize
+from app.v2_settings import ChannelWeights, FusionSettings, RefusalSettings
 from benchmarks.quality.metrics import file_ranking, ndcg_at_k, recall_at_k
 from benchmarks.quality.v2 import CHANNEL_STAGES, RefusalRecord, StageItem
 
@@ -79,7 +79,7 @@ def refusal_case(
 
 @dataclass(frozen=True)
 class RefusalSetting:
-    """The knobs of `RefusalPolicy` the grid varies."""
+    """The knobs of `RefusalSettings` the grid varies."""
 
     min_rerank_score: float
     min_coverage: float
@@ -90,11 +90,11 @@ class RefusalSetting:
     refuse_at: float
 
     def weights(self) -> dict[str, float]:
-        """`RefusalPolicy.signal_weights` of this setting."""
+        """`RefusalSettings.signals` of this setting."""
         return {code: getattr(self, code) for code in SOFT_SIGNALS}
 
     def as_env(self) -> str:
-        """The setting as `RefusalPolicy` fields, for the report."""
+        """The setting as `RefusalSettings` fields, for the report."""
         w = ", ".join(f"{k} {v:g}" for k, v in self.weights().items())
         return (
             f"min_rerank_score {self.min_rerank_score:g}, min_coverage {self.min_coverage:g}, "
@@ -102,10 +102,10 @@ class RefusalSetting:
         )
 
 
-def policy_setting(policy: RefusalPolicy | None = None) -> RefusalSetting:
-    """The setting of a `RefusalPolicy` (default: the service's defaults)."""
-    p = policy or RefusalPolicy()
-    w = p.signal_weights
+def policy_setting(policy: RefusalSettings | None = None) -> RefusalSetting:
+    """The setting of a `RefusalSettings` (default: the service's defaults)."""
+    p = policy or RefusalSettings()
+    w = p.signals.model_dump()
     return RefusalSetting(
         p.min_rerank_score,
         p.min_coverage,
@@ -345,7 +345,7 @@ def fusion_case(
     set_name: str,
     relevant: Sequence[str],
     stages: Mapping[str, Sequence[StageItem]],
-    prefix_chars: int = FusionConfig().dedupe_prefix_chars,
+    prefix_chars: int = FusionSettings().dedupe_prefix_chars,
 ) -> FusionCase:
     """Candidates rebuilt from the stage items. Each location (file, page, normalised content prefix)
     becomes a short token as the candidate's content, so `fuse` de-duplicates exactly as it would on
@@ -373,7 +373,7 @@ def fusion_case(
     return FusionCase(qid, set_name, frozenset(relevant), channels, recorded)
 
 
-def fused_ids(case: FusionCase, config: FusionConfig, k: int) -> list[str]:
+def fused_ids(case: FusionCase, config: FusionSettings, k: int) -> list[str]:
     """The top k chunk ids of `fuse` on the case's channel lists."""
     return [f.candidate.chunk_id for f in fuse(case.channels, config)[:k]]
 
@@ -383,7 +383,7 @@ def _files(case: FusionCase, ids: Sequence[str]) -> list[str]:
     return file_ranking(by_id[i] for i in ids if i in by_id)
 
 
-def _scores(cases: Sequence[FusionCase], config: FusionConfig, k: int) -> dict[str, dict[str, float]]:
+def _scores(cases: Sequence[FusionCase], config: FusionSettings, k: int) -> dict[str, dict[str, float]]:
     sums: dict[str, list[float]] = {}
     for case in cases:
         ranking = _files(case, fused_ids(case, config, k))
@@ -397,22 +397,22 @@ def _scores(cases: Sequence[FusionCase], config: FusionConfig, k: int) -> dict[s
     }
 
 
-def fusion_configs(base: FusionConfig | None = None) -> list[FusionConfig]:
+def fusion_configs(base: FusionSettings | None = None) -> list[FusionSettings]:
     """RRF k x lexical weight x exact weight x exact boost (vector weight 1: only ratios matter)."""
-    base = base or FusionConfig()
+    base = base or FusionSettings()
     ks = sorted({20.0, 60.0, base.rrf_k})
-    lexical = sorted({0.5, 1.0, 2.0, base.weights.get("lexical", 1.0)})
-    exact = sorted({0.0, 0.5, 1.0, 2.0, base.weights.get("exact", 1.0)})
+    lexical = sorted({0.5, 1.0, 2.0, base.weights.lexical})
+    exact = sorted({0.0, 0.5, 1.0, 2.0, base.weights.exact})
     boosts = sorted({0.0, 1.0, 2.0, base.exact_boost})
     out = []
     for k, wl, we, boost in itertools.product(ks, lexical, exact, boosts):
-        weights = {"exact": we, "lexical": wl, "vector": base.weights.get("vector", 1.0)}
+        weights = ChannelWeights(exact=we, lexical=wl, vector=base.weights.vector)
         out.append(base.model_copy(update={"rrf_k": k, "weights": weights, "exact_boost": boost}))
     return out
 
 
-def _config_dict(c: FusionConfig) -> dict[str, Any]:
-    return {"rrf_k": c.rrf_k, "weights": dict(c.weights), "exact_boost": c.exact_boost}
+def _config_dict(c: FusionSettings) -> dict[str, Any]:
+    return {"rrf_k": c.rrf_k, "weights": c.weights.model_dump(), "exact_boost": c.exact_boost}
 
 
 def fusion_grid(
@@ -420,13 +420,13 @@ def fusion_grid(
     best_channel: Mapping[str, Mapping[str, float]],
     *,
     k: int = 10,
-    base: FusionConfig | None = None,
+    base: FusionSettings | None = None,
     recorded: Mapping[str, Mapping[str, float]] | None = None,
     top: int = 10,
 ) -> dict[str, Any]:
     """Every configuration's per-set nDCG@10 and R@1, whether it beats the best single channel on
     every set (`best_channel[set] = {"ndcg_at_10", "recall_at_1"}`), and the replay's fidelity."""
-    base = base or FusionConfig()
+    base = base or FusionSettings()
     same = top1 = 0
     for case in cases:
         ids = fused_ids(case, base, k)

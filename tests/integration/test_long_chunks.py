@@ -13,8 +13,7 @@ import re
 import numpy as np
 import pytest
 
-from app.clients.embeddings.local import shared_runtime
-from app.ingest.v2.tokens import local_model_counter
+from app.clients.embeddings.local import local_model_counter, shared_runtime
 from tests.contract.helpers import upload
 from tests.fixtures.service import SettingsFactory, auth, new_id, resources, running_app
 

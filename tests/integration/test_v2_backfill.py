@@ -402,7 +402,7 @@ async def test_chunks_staged_while_the_provider_fails_are_found_lexically_then_h
     settings_factory: SettingsFactory, fake_provider: FakeProvider
 ) -> None:
     agent = agent_id()
-    settings = http_settings(settings_factory, fake_provider, v2_http_window_chars=300)
+    settings = http_settings(settings_factory, fake_provider, v2={"index": {"http_window_chars": 300}})
     async with running_app(settings) as client:
         long_text = " ".join(
             f"Sentence {i} says the valve V {i} opens at {i}.5 bar and closes again at {i} bar."

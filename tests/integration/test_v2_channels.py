@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 from pgvector.asyncpg import register_vector
 
-from app.ingest.v2.normalize import normalize
 from app.search.v2 import bm25
 from app.store import v2_index as v2
 from app.store import v2_search as search
 from app.store.migrate import load_migrations, split_statements
 from app.store.scope import SCOPE_SQL, Scope, ScopeError
 from app.store.v2_search import ChannelHit
+from app.text.normalize import normalize
 from tests.fixtures.service import Database, new_id
 
 # a dimension no other test module uses: this module builds its HNSW index

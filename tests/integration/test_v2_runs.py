@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
+from app.clients.embeddings.local import local_model_counter
 from app.config import Settings
-from app.ingest.v2.tokens import local_model_counter
 from app.store import v2_index as store
 from app.store.scope import SCOPE_SQL, Scope
 from tests.contract.helpers import agent_id, upload

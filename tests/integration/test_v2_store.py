@@ -15,11 +15,11 @@ from pgvector.asyncpg import register_vector
 
 from app.ingest.types import Block, LoadedDocument
 from app.ingest.v2.chunker import ChunkRecord, chunk_document
-from app.ingest.v2.tokens import SimpleTokenCounter
 from app.search.v2 import bm25
 from app.store import v2_index as v2
 from app.store.db import StoreInfo, bootstrap
 from app.store.scope import SCOPE_SQL, Scope
+from app.text.tokens import SimpleTokenCounter
 from tests.fixtures.service import Database, new_id
 
 DIMS = 8

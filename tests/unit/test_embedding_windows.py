@@ -16,7 +16,7 @@ from app.clients.embeddings.windows import (
     pool_plan,
     token_splitter,
 )
-from app.ingest.v2.tokens import SimpleTokenCounter, pool_windows
+from app.text.tokens import SimpleTokenCounter, pool_windows
 from tests.fixtures.fake_providers import FakeProvider
 
 LIMIT = OPENAI_MAX_INPUT_TOKENS["text-embedding-3-small"]

@@ -13,9 +13,15 @@ import numpy as np
 import pytest
 
 from app.clients.embeddings import LOCAL_DIMENSIONS, LocalEmbedder, MiniLMRuntime
-from app.clients.embeddings.local import MAX_TOKENS, model_file, shared_runtime, tokenizer_file
+from app.clients.embeddings.local import (
+    MAX_TOKENS,
+    local_model_counter,
+    model_file,
+    shared_runtime,
+    tokenizer_file,
+)
 from app.errors import ConfigError, EmbeddingProviderError
-from app.ingest.v2.tokens import local_model_counter, pool_windows, window_texts, window_weights
+from app.text.tokens import pool_windows, window_texts, window_weights
 
 SENTENCES = [
     "The cat sat on the mat",

@@ -317,12 +317,12 @@ def case(
 
 
 def test_policy_setting_mirrors_the_service_defaults() -> None:
-    from app.search.v2.refusal import RefusalPolicy
+    from app.v2_settings import RefusalSettings
 
     s = tuning.policy_setting()
-    p = RefusalPolicy()
+    p = RefusalSettings()
     assert s.min_rerank_score == p.min_rerank_score and s.refuse_at == p.refuse_at
-    assert s.weights() == {k: p.signal_weights[k] for k in tuning.SOFT_SIGNALS}
+    assert s.weights() == {k: p.signals.of(k) for k in tuning.SOFT_SIGNALS}
 
 
 def test_would_refuse_hand_cases() -> None:
@@ -408,20 +408,20 @@ FUSION_STAGES = {
 
 
 def test_fuse_replay_arithmetic() -> None:
-    from app.search.v2.fusion import FusionConfig
+    from app.v2_settings import FusionSettings
 
     c = tuning.fusion_case("q", "man", ["f1"], {**FUSION_STAGES, "fused": stage_items(("c1", "f1", 1.0))})
     # k 60: c1 = exact 1/61 + lexical 1/62 + boost 1 * 1.0 / 61 = 0.04892; c2 = 1/61 + 1/62 = 0.03252;
     # c3 = vector 1/61 = 0.01639
-    assert tuning.fused_ids(c, FusionConfig(), 10) == ["c1", "c2", "c3"]
+    assert tuning.fused_ids(c, FusionSettings(), 10) == ["c1", "c2", "c3"]
     # exact weight 0 and no boost: c1 = 1/62 only, c3 = 1/61 > c1
-    plain = FusionConfig(weights={"exact": 0.0, "lexical": 1.0, "vector": 1.0}, exact_boost=0.0)
+    plain = FusionSettings(weights={"exact": 0.0, "lexical": 1.0, "vector": 1.0}, exact_boost=0.0)
     assert tuning.fused_ids(c, plain, 10) == ["c2", "c3", "c1"]
     assert c.recorded == ("c1",)
 
 
 def test_fusion_case_dedupes_by_location() -> None:
-    from app.search.v2.fusion import FusionConfig
+    from app.v2_settings import FusionSettings
 
     same_place = {
         "lexical": [
@@ -432,13 +432,13 @@ def test_fusion_case_dedupes_by_location() -> None:
     }
     c = tuning.fusion_case("q", "man", ["f1"], same_place)
     # one location: only the better of the two is kept (b: 1/62 + 1/61 beats a: 1/61)
-    assert tuning.fused_ids(c, FusionConfig(), 10) == ["b"]
+    assert tuning.fused_ids(c, FusionSettings(), 10) == ["b"]
 
 
 def test_fusion_grid_fidelity_and_the_channel_comparison() -> None:
-    from app.search.v2.fusion import FusionConfig
+    from app.v2_settings import FusionSettings
 
-    replayed = tuning.fused_ids(tuning.fusion_case("q", "man", ["f2"], FUSION_STAGES), FusionConfig(), 10)
+    replayed = tuning.fused_ids(tuning.fusion_case("q", "man", ["f2"], FUSION_STAGES), FusionSettings(), 10)
     recorded_items = [StageItem(c, f"f{c[1]}", 1, 0.0, "") for c in replayed]
     cases = [tuning.fusion_case("q", "man", ["f2"], {**FUSION_STAGES, "fused": recorded_items})]
     best = {"man": {"ndcg_at_10": 1.0, "recall_at_1": 1.0}}

@@ -25,7 +25,7 @@ from app.clients.embeddings.windows import hosted_splitter, plan_windows, pool_p
 from app.clients.http import build_http_client, is_retryable_status, parse_retry_after
 from app.clients.retry import RetryPolicy, Transient
 from app.errors import EmbeddingProviderError
-from app.ingest.v2.tokens import pool_windows
+from app.text.tokens import pool_windows
 
 logger = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from app.clients.embeddings.base import BaseEmbedder, gather_or_cancel, plan_bat
 from app.clients.embeddings.windows import Splitter, plan_windows, pool_plan, token_splitter
 from app.config import DEFAULT_MODELS, LOCAL_DIMENSIONS, LOCAL_MODEL_ALIASES
 from app.errors import ConfigError, EmbeddingProviderError
-from app.ingest.v2.tokens import ModelTokenCounter
+from app.text.tokens import ModelTokenCounter
 
 logger = logging.getLogger(__name__)
 
@@ -325,3 +325,9 @@ class LocalEmbedder(BaseEmbedder):
         await super().aclose()
         self._doc_pool.shutdown(wait=False, cancel_futures=True)
         self._query_pool.shutdown(wait=False, cancel_futures=True)
+
+
+def local_model_counter() -> tuple[ModelTokenCounter, int]:
+    """The local embedding model's tokenizer as a counter, and the model's window in tokens."""
+    # the same file and window the local embedder uses, located the same way
+    return ModelTokenCounter.from_file(tokenizer_file()), MAX_TOKENS

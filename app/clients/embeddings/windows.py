@@ -4,7 +4,7 @@ A text that fits the model's input is embedded as it is: its vector is bit for b
 before windows existed. A longer one is cut into windows that each fit; the windows of every text
 in a call are embedded together in that call (one request, or one thread job, carries many windows),
 and the text's vector is the token-weighted mean of its window vectors, normalised
-(`pool_windows` of `app/ingest/v2/tokens.py`, shared with V2).
+(`pool_windows` of `app/text/tokens.py`, shared with V2).
 
 Two ways to cut: by the model's own tokenizer (`token_splitter`, the local model: 256 word pieces),
 or, for hosted models whose tokenizer we do not ship, by UTF-8 bytes (`byte_splitter`): a BPE token
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.ingest.v2.tokens import TokenCounter, fits, pool_windows, window_texts, window_weights
+from app.text.tokens import TokenCounter, fits, pool_windows, window_texts, window_weights
 
 # A text's windows and their weights, or None when the text fits the model's input as it is.
 Splitter = Callable[[str], list[tuple[str, float]] | None]

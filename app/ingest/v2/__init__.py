@@ -13,7 +13,6 @@ How an index run uses it, per document of a namespace:
 `runs.py` does exactly this against the database (index runs, staging, backfill; see its docstring),
 and stores the result through `app/store/v2_index.py`.
 
-`normalize`/`tokenize` are the one normalisation of index and query; `local_model_counter()` the
-local model's tokenizer as a `TokenCounter`; `pooled_embedding` embeds text longer than the window
-(V1's long chunks) so that all of it counts.
+The text helpers it shares with the query side, the store and the embedding clients live in
+`app/text` (normalisation, lexicons, entities, token windows).
 """

@@ -20,22 +20,9 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from app.ingest.types import Block
-from app.ingest.v2.normalize import normalize
-
-
-class RepeatedBlockPolicy(BaseModel):
-    """Thresholds of cross-document boilerplate detection."""
-
-    model_config = ConfigDict(frozen=True)
-
-    min_documents: int = Field(5, ge=2)
-    min_share: float = Field(0.2, ge=0.0, le=1.0)
-    # normalised tokens; a longer block is content even when it repeats
-    max_tokens: int = Field(64, ge=1)
-    kinds: tuple[str, ...] = ("paragraph", "list_item", "table", "code", "definition")
+from app.text.normalize import normalize
+from app.v2_settings import BoilerplateSettings
 
 
 def block_fingerprint(block: Block) -> str | None:
@@ -46,7 +33,7 @@ def block_fingerprint(block: Block) -> str | None:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def document_fingerprints(blocks: Sequence[Block], policy: RepeatedBlockPolicy) -> frozenset[str]:
+def document_fingerprints(blocks: Sequence[Block], policy: BoilerplateSettings) -> frozenset[str]:
     """Fingerprints of the blocks of one document that could count as repeated boilerplate."""
     found: set[str] = set()
     for block in blocks:
@@ -61,7 +48,7 @@ def document_fingerprints(blocks: Sequence[Block], policy: RepeatedBlockPolicy) 
 
 
 def repeated_fingerprints(
-    per_document: Iterable[frozenset[str]], policy: RepeatedBlockPolicy
+    per_document: Iterable[frozenset[str]], policy: BoilerplateSettings
 ) -> frozenset[str]:
     """Fingerprints present in enough documents to be boilerplate (see the module docstring)."""
     counts: Counter[str] = Counter()

@@ -33,9 +33,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.ingest.types import Block, LoadedDocument
 from app.ingest.v2.boilerplate import block_fingerprint
-from app.ingest.v2.entities import Entity, EntityExtractor, default_extractor, format_number, parse_number
-from app.ingest.v2.normalize import normalize
-from app.ingest.v2.tokens import TokenCounter, window_texts
+from app.text.entities import Entity, EntityExtractor, default_extractor, format_number, parse_number
+from app.text.normalize import normalize
+from app.text.tokens import TokenCounter, window_texts
 
 ChunkKind = Literal["prose", "table_row"]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from app.ingest.types import LoadedDocument
-from app.ingest.v2.entities import EntityConfig, EntityExtractor, default_extractor, detect_language
+from app.text.entities import EntityConfig, EntityExtractor, default_extractor, detect_language
 
 _LANGUAGE_TAG = re.compile(r"^([A-Za-z]{2,3})(?:[-_][A-Za-z0-9]+)*$")
 _ISO_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")

@@ -44,6 +44,7 @@ import numpy as np
 
 from app.clients.blobs import BlobNotFound, BlobStore
 from app.clients.embeddings import Embedder
+from app.clients.embeddings.local import local_model_counter
 from app.config import Settings
 from app.errors import BadRequest, NoExtractableText, NotFound, RagError, UpstreamUnavailable
 from app.ingest.chunking import clean_text
@@ -51,21 +52,18 @@ from app.ingest.limits import ParseLimits
 from app.ingest.loaders import safe_basename
 from app.ingest.types import Block, LoadedDocument, Section
 from app.ingest.upload import process_temp_dir
-from app.ingest.v2.boilerplate import RepeatedBlockPolicy, document_fingerprints, repeated_fingerprints
+from app.ingest.v2.boilerplate import document_fingerprints, repeated_fingerprints
 from app.ingest.v2.chunker import ChunkedDocument, ChunkerConfig, ChunkRecord, chunk_document
-from app.ingest.v2.entities import EntityExtractor
 from app.ingest.v2.metadata import DocumentMetadata, document_metadata
-from app.ingest.v2.tokens import TokenCounter, local_model_counter, pool_windows, window_texts, window_weights
 from app.ingest.worker import parse_in_worker
 from app.search.context import overlap_length
-from app.search.v2.fusion import FusionConfig
-from app.search.v2.refusal import RefusalPolicy
-from app.search.v2.rerank import FeatureWeights
-from app.search.v2.tuning import BM25Config, RerankConfig, V2Tuning
 from app.store import chunks as v1_store
 from app.store import v2_index as store
 from app.store.db import StoreInfo
 from app.store.scope import Scope
+from app.text.entities import EntityConfig, EntityExtractor
+from app.text.tokens import TokenCounter, pool_windows, window_texts, window_weights
+from app.v2_settings import BoilerplateSettings
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +71,7 @@ logger = logging.getLogger(__name__)
 # extractor version makes the next run parse and embed again instead of linking old documents.
 EXTRACTOR_RELEASE = "1"
 # Files staged before this many are re-read to count repeated blocks (below it no block can repeat
-# often enough, see RepeatedBlockPolicy.min_documents).
+# often enough, see BoilerplateSettings.min_documents).
 _V1_MAX_CHUNKS = 200_000
 # a document parsed by a file's survey and not yet chunked is kept this long in the process's own
 # temporary folder (its stage step, on another replica or much later, parses it again instead)
@@ -107,7 +105,7 @@ class IndexProfile:
     counter_name: str
     window: int  # the model's input window, in the counter's units (special tokens included)
     chunking: ChunkerConfig
-    boilerplate: RepeatedBlockPolicy
+    boilerplate: BoilerplateSettings
     extractor: EntityExtractor
     extractor_version: str
     embedding_model: str
@@ -124,32 +122,6 @@ class IndexProfile:
         }
 
 
-def tuning_from_settings(settings: Settings) -> V2Tuning:
-    """The V2 knobs the index side reads from Settings (the rest keep their defaults)."""
-    return V2Tuning(
-        boilerplate=RepeatedBlockPolicy(
-            min_documents=settings.v2_boilerplate_min_documents,
-            min_share=settings.v2_boilerplate_min_share,
-        ),
-        bm25=BM25Config(k1=settings.v2_bm25_k1, b=settings.v2_bm25_b),
-        fusion=FusionConfig(
-            rrf_k=settings.v2_rrf_k, weights=settings.v2_channel_weights, exact_boost=settings.v2_exact_boost
-        ),
-        rerank=RerankConfig(
-            backend=settings.v2_reranker,
-            window=settings.v2_rerank_window,
-            url=settings.v2_rerank_url,
-            flavour=settings.v2_rerank_flavour,
-            model=settings.v2_rerank_model,
-            timeout_seconds=settings.v2_rerank_timeout_ms / 1000,
-            onnx_folder=settings.v2_rerank_onnx_dir,
-            weights=FeatureWeights(**settings.v2_feature_weights),
-        ),
-        refusal=RefusalPolicy(**settings.v2_refusal_policy),
-        channel_limit=settings.v2_channel_limit,
-    )
-
-
 def model_identity(settings: Settings) -> str:
     """The identity under which vectors are reusable (the same as V1's: provider, model, dimensions)."""
     dims = settings.embeddings_dimensions
@@ -160,21 +132,22 @@ def build_profile(
     settings: Settings, counter: TokenCounter | None = None, window: int | None = None
 ) -> IndexProfile:
     """The index profile of `settings`: the local model's tokenizer, or characters for HTTP providers."""
-    tuning = tuning_from_settings(settings)
+    index = settings.v2.index
     if counter is not None and window is not None:
         name = type(counter).__name__
-        chunk_tokens = min(settings.v2_chunk_tokens, window)
-        overlap = min(settings.v2_overlap_tokens, chunk_tokens // 2)
+        chunk_tokens = min(index.chunk_tokens, window)
+        overlap = min(index.overlap_tokens, chunk_tokens // 2)
     elif settings.provider == "local":
         counter, window = local_model_counter()
         name = f"tokenizer:{settings.model}"
-        chunk_tokens = min(settings.v2_chunk_tokens, window)
-        overlap = min(settings.v2_overlap_tokens, chunk_tokens // 2)
+        chunk_tokens = min(index.chunk_tokens, window)
+        overlap = min(index.overlap_tokens, chunk_tokens // 2)
     else:
-        counter, window, name = CharCounter(), settings.v2_http_window_chars, "characters"
+        counter, window, name = CharCounter(), index.http_window_chars, "characters"
         # characters, not tokens: the chunk is as long as the window allows, overlaps an eighth
         chunk_tokens, overlap = window, window // 8
-    chunking = tuning.chunking.model_copy(
+    entities = EntityConfig()
+    chunking = ChunkerConfig().model_copy(
         update={"window_tokens": window, "chunk_tokens": chunk_tokens, "overlap_tokens": overlap}
     )
     fingerprint = json.dumps(
@@ -183,8 +156,8 @@ def build_profile(
             "counter": name,
             "window": window,
             "chunking": chunking.model_dump(mode="json"),
-            "entities": tuning.entities.model_dump(mode="json"),
-            "boilerplate": tuning.boilerplate.model_dump(mode="json"),
+            "entities": entities.model_dump(mode="json"),
+            "boilerplate": index.boilerplate.model_dump(mode="json"),
         },
         sort_keys=True,
     )
@@ -194,8 +167,8 @@ def build_profile(
         counter_name=name,
         window=window,
         chunking=chunking,
-        boilerplate=tuning.boilerplate,
-        extractor=EntityExtractor(tuning.entities),
+        boilerplate=index.boilerplate,
+        extractor=EntityExtractor(entities),
         extractor_version=version,
         embedding_model=model_identity(settings),
     )
@@ -578,7 +551,7 @@ async def _parse(ctx: V2Context, source: _Source, tmp_dir: Path) -> LoadedDocume
 
 
 def _repeated(
-    policy: RepeatedBlockPolicy, others: Iterable[frozenset[str]], own: frozenset[str]
+    policy: BoilerplateSettings, others: Iterable[frozenset[str]], own: frozenset[str]
 ) -> frozenset[str]:
     return repeated_fingerprints([*others, own], policy)
 

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.ingest.v2.entities import Entity, EntityExtractor, default_extractor, detect_language
-from app.ingest.v2.lexicon import STOPWORDS_DE, STOPWORDS_EN
-from app.ingest.v2.normalize import contains_phrase, normalize, tokenize
 from app.search.v2.bm25 import idf
+from app.text.entities import Entity, EntityExtractor, default_extractor, detect_language
+from app.text.lexicon import STOPWORDS_DE, STOPWORDS_EN
+from app.text.normalize import contains_phrase, normalize, tokenize
 
 TABLE_LOOKUP = "table_lookup"
 DOCUMENT_LOOKUP = "document_lookup"

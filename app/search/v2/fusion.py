@@ -19,24 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from app.ingest.v2.normalize import normalize
 from app.search.v2.records import CHANNELS, Candidate, Fused, Scored
-
-
-class FusionConfig(BaseModel):
-    """Knobs of fusion; the defaults are the literature's (k = 60) until the benchmark tunes them."""
-
-    model_config = ConfigDict(frozen=True)
-
-    rrf_k: float = Field(60.0, gt=0)
-    weights: dict[str, float] = Field(default_factory=lambda: dict.fromkeys(CHANNELS, 1.0))
-    exact_boost: float = Field(1.0, ge=0)
-    min_score: float = Field(0.0, ge=0, le=1)
-    per_file_cap: int = Field(3, ge=1)
-    per_page_cap: int = Field(2, ge=1)
-    dedupe_prefix_chars: int = Field(160, ge=1)
+from app.text.normalize import normalize
+from app.v2_settings import FusionSettings
 
 
 def location_key(candidate: Candidate, prefix_chars: int) -> Hashable:
@@ -56,16 +41,16 @@ def _order(item: Fused) -> tuple[float, int, str]:
     return (-item.fused, min(item.ranks.values(), default=1 << 30), item.candidate.chunk_id)
 
 
-def fuse(channels: Mapping[str, Sequence[Scored]], config: FusionConfig | None = None) -> list[Fused]:
+def fuse(channels: Mapping[str, Sequence[Scored]], config: FusionSettings | None = None) -> list[Fused]:
     """Fuse ranked channel lists into one list (see the module docstring)."""
-    config = config or FusionConfig()
+    config = config or FusionSettings()
     k = config.rrf_k
     totals: dict[str, float] = {}
     ranks: dict[str, dict[str, int]] = {}
     exact: dict[str, float] = {}
     candidates: dict[str, Candidate] = {}
     for channel, hits in channels.items():
-        weight = config.weights.get(channel, 1.0)
+        weight = config.weights.of(channel)
         rank = 0
         seen: set[str] = set()
         for hit in hits:
@@ -82,7 +67,7 @@ def fuse(channels: Mapping[str, Sequence[Scored]], config: FusionConfig | None =
     # the best possible: every channel that found anything ranks it first (a channel with nothing
     # to say, such as exact for a question without names, does not deflate everyone's score)
     answered = [c for c, hits in channels.items() if hits]
-    best = sum(max(config.weights.get(c, 1.0), 0.0) for c in answered) / (k + 1)
+    best = sum(max(config.weights.of(c), 0.0) for c in answered) / (k + 1)
     best += config.exact_boost / (k + 1) if "exact" in answered else 0.0
     fused: list[Fused] = []
     for chunk, total in totals.items():

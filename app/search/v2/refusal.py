@@ -7,7 +7,7 @@ Hard reasons (any one refuses):
                          or "popitem" in a candidate that names "Mailbox" for "mailbox.Mailbox.popitem")
     missing_phrase       a quoted phrase occurs in no candidate
     missing_quantity     a number with a unit occurs in no candidate
-Soft signals, weighed (`signal_weights`); their weights summing to `refuse_at` refuse:
+Soft signals, weighed (`signals`); their weights summing to `refuse_at` refuse:
     weak_rerank          the best reranker score is under `min_rerank_score`
     no_agreement         none of the top `agreement_depth` candidates was found by two channels
                          (counted only when at least two channels ran)
@@ -27,45 +27,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from app.ingest.v2.entities import Entity
-from app.ingest.v2.normalize import contains_phrase, normalize
 from app.search.v2.analysis import QueryAnalysis, name_parts, name_variants
 from app.search.v2.records import Fused
+from app.text.entities import Entity
+from app.text.normalize import contains_phrase, normalize
+from app.v2_settings import RefusalSettings
 
 SAFE_REFUSAL = "I could not find this in the documents available to you, so I cannot answer it from them."
-
-
-class RefusalPolicy(BaseModel):
-    """Thresholds of the refusal decision; defaults chosen by `scripts/bench quality`'s refusal grid.
-
-    The grid of the full run (README, Retrieval quality) picked the setting that refuses the most
-    unanswerable questions with at most 3 % false refusals: `refuse_at` 1, where low coverage (the
-    best candidate holds under half of the question's terms) refuses alone and the other signals
-    (a best rerank score under 0.6, no agreement between channels, missing rare words) weigh 0.5,
-    so two of them refuse. RAG_V2_REFUSAL_POLICY overrides any field.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    min_rerank_score: float = Field(0.6, ge=0, le=1)
-    agreement_depth: int = Field(5, ge=1)
-    # a share, not an idf cut: "rare" must mean the same in a corpus of 10 chunks and of 10 million
-    rare_share: float = Field(0.01, ge=0, le=1)
-    rare_missing_share: float = Field(0.5, gt=0, le=1)
-    min_coverage: float = Field(0.5, ge=0, le=1)
-    signal_weights: dict[str, float] = Field(
-        default_factory=lambda: {
-            "weak_rerank": 0.5,
-            "no_agreement": 0.5,
-            "rare_terms_missing": 0.5,
-            "low_coverage": 1.0,
-        }
-    )
-    refuse_at: float = Field(1.0, gt=0)
-    # how many of the best candidates the term checks look at (the window the reranker saw)
-    depth: int = Field(50, ge=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,14 +98,14 @@ def _member_found(items: Sequence[Fused], entity: Entity) -> bool:
 def decide_refusal(
     query: QueryAnalysis,
     items: Sequence[Fused],
-    policy: RefusalPolicy | None = None,
+    policy: RefusalSettings | None = None,
     *,
     document_frequency: Mapping[str, int] | None = None,
     documents: int = 0,
     channels_run: int = 3,
 ) -> RefusalDecision:
     """Refuse or answer, from what the candidates hold (see the module docstring)."""
-    policy = policy or RefusalPolicy()
+    policy = policy or RefusalSettings()
     pool = list(items[: policy.depth])
     if not pool:
         return RefusalDecision(True, (Reason("no_candidates"),))
@@ -175,7 +143,7 @@ def decide_refusal(
         checked["coverage"] = round(coverage, 4)
         if coverage < policy.min_coverage:
             signals.append(Reason("low_coverage", round(coverage, 4)))
-    weight = sum(policy.signal_weights.get(signal.code, 1.0) for signal in signals)
+    weight = sum(policy.signals.of(signal.code) for signal in signals)
     checked["signal_weight"] = round(weight, 4)
     refuse = bool(reasons) or weight >= policy.refuse_at - 1e-9
     return RefusalDecision(refuse, tuple(reasons), tuple(signals), checked)

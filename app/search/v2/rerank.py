@@ -27,9 +27,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from app.ingest.v2.normalize import contains_phrase, normalize
 from app.search.v2.analysis import (
     CITATION_REQUEST,
     DOCUMENT_LOOKUP,
@@ -40,11 +37,13 @@ from app.search.v2.analysis import (
 from app.search.v2.bm25 import idf
 from app.search.v2.fusion import apply_caps
 from app.search.v2.records import Candidate, Fused
+from app.text.normalize import contains_phrase, normalize
+from app.v2_settings import MAX_RERANK_WINDOW, FeatureWeights, RerankSettings
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_WINDOW = 25
-MAX_WINDOW = 50
+DEFAULT_WINDOW = RerankSettings.model_fields["window"].default
+MAX_WINDOW = MAX_RERANK_WINDOW
 
 
 class Reranker(Protocol):
@@ -55,22 +54,6 @@ class Reranker(Protocol):
     async def scores(self, query: QueryAnalysis, items: Sequence[Fused]) -> list[float]:
         """Scores aligned with `items`."""
         ...
-
-
-class FeatureWeights(BaseModel):
-    """Weights of the feature reranker (RAG_V2_FEATURE_WEIGHTS overrides any of them)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    coverage: float = Field(3.0, ge=0)
-    phrases: float = Field(2.0, ge=0)
-    identifiers: float = Field(3.0, ge=0)
-    quantities: float = Field(2.0, ge=0)
-    heading: float = Field(1.0, ge=0)
-    intent: float = Field(1.0, ge=0)
-    # 5, not 2: with 2 the features overruled fusion's first place too often (man pages R@1 0.927
-    # fused -> 0.903 reranked); with 5, 0.933 (scripts/bench quality --quick, both measured)
-    prior: float = Field(5.0, ge=0)
 
 
 def rerank_text(candidate: Candidate) -> str:

@@ -31,7 +31,7 @@ from app.config import Settings
 from app.errors import BadRequest, ConfigError, ServiceUnavailable
 from app.ingest.v2.runs import model_identity
 from app.metrics import V2_CHANNEL_FAILURES, V2_QUERIES, V2_RERANK_FALLBACKS
-from app.search.v2.analysis import QueryAnalysis, analyze_query
+from app.search.v2.analysis import QueryAnalysis, QueryConfig, analyze_query
 from app.search.v2.evidence import build_evidence, display_page
 from app.search.v2.fusion import fuse
 from app.search.v2.plan import ChannelPlan, plan_channels
@@ -41,26 +41,28 @@ from app.search.v2.rerank import FeatureReranker, Reranker, rerank_window
 from app.search.v2.rerank_http import HttpReranker
 from app.search.v2.rerank_onnx import OnnxCrossEncoder
 from app.search.v2.schemas import QueryV2Request, QueryV2Response
-from app.search.v2.tuning import V2Tuning
 from app.store import v2_index
 from app.store import v2_search as channels_sql
 from app.store.db import StoreInfo
 from app.store.scope import Scope
+from app.v2_settings import V2Settings
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Key = tuple[int, int]  # (document_id, ordinal)
+# stopwords and intent words are the language's, not a tuning knob
+QUERY_CONFIG = QueryConfig()
 
 
 def build_reranker(
-    tuning: V2Tuning, http: httpx.AsyncClient | None, *, api_key: str | None = None
+    tuning: V2Settings, http: httpx.AsyncClient | None, *, api_key: str | None = None
 ) -> Reranker:
-    """The configured reranker (RAG_V2_RERANKER); ConfigError when its settings cannot work."""
+    """The configured reranker (RAG_V2__RERANK__BACKEND); ConfigError when its settings cannot work."""
     config = tuning.rerank
     if config.backend == "http":
         if not config.url or http is None:
-            raise ConfigError("RAG_V2_RERANKER=http needs RAG_V2_RERANK_URL")
+            raise ConfigError("RAG_V2__RERANK__BACKEND=http needs RAG_V2__RERANK__URL")
         return HttpReranker(
             http,
             config.url,
@@ -70,10 +72,10 @@ def build_reranker(
             timeout=config.timeout_seconds,
         )
     if config.backend == "onnx":
-        if config.onnx_folder is None:
-            raise ConfigError("RAG_V2_RERANKER=onnx needs RAG_V2_RERANK_ONNX_DIR")
-        return OnnxCrossEncoder(config.onnx_folder, max_tokens=config.onnx_max_tokens)
-    return FeatureReranker(config.weights)
+        if config.onnx_dir is None:
+            raise ConfigError("RAG_V2__RERANK__BACKEND=onnx needs RAG_V2__RERANK__ONNX_DIR")
+        return OnnxCrossEncoder(config.onnx_dir, max_tokens=config.onnx_max_tokens)
+    return FeatureReranker(config.features)
 
 
 @dataclass
@@ -165,7 +167,7 @@ class V2SearchService:
         pool: asyncpg.Pool,
         info: StoreInfo,
         embedder: Embedder,
-        tuning: V2Tuning,
+        tuning: V2Settings,
         reranker: Reranker,
     ) -> None:
         self.settings = settings
@@ -174,7 +176,7 @@ class V2SearchService:
         self.embedder = embedder
         self.tuning = tuning
         self.reranker = reranker
-        self.fallback = FeatureReranker(tuning.rerank.weights)
+        self.fallback = FeatureReranker(tuning.rerank.features)
         self.model = model_identity(settings)
 
     @property
@@ -229,7 +231,7 @@ class V2SearchService:
                     run,
                     keys=plan.exact_keys,
                     phrases=plan.exact_phrases,
-                    limit=self.tuning.channel_limit,
+                    limit=self.tuning.channels.limit,
                     timeout=self.timeout,
                 )
 
@@ -245,9 +247,9 @@ class V2SearchService:
                     scope,
                     run,
                     plan.lexical_terms,
-                    k1=self.tuning.bm25.k1,
-                    b=self.tuning.bm25.b,
-                    limit=self.tuning.channel_limit,
+                    k1=self.tuning.channels.bm25_k1,
+                    b=self.tuning.channels.bm25_b,
+                    limit=self.tuning.channels.limit,
                     trigram_text=plan.trigram_text,
                     timeout=self.timeout,
                 )
@@ -284,8 +286,8 @@ class V2SearchService:
                     scope,
                     run.run_id,
                     vector,
-                    limit=self.tuning.channel_limit,
-                    exact_max_chunks=self.settings.v2_exact_scan_max_chunks,
+                    limit=self.tuning.channels.limit,
+                    exact_max_chunks=self.tuning.channels.exact_scan_max_chunks,
                     ef_search=self.settings.hnsw_ef_search,
                     max_scan_tuples=self.settings.hnsw_max_scan_tuples,
                     timeout=self.timeout,
@@ -298,8 +300,8 @@ class V2SearchService:
     ) -> tuple[QueryV2Response, str]:
         """The answer and its Server-Timing header value."""
         t0 = time.perf_counter()
-        analysis = analyze_query(request.query, self.tuning.query)
-        plan = plan_channels(analysis, self.tuning.query.stopwords)
+        analysis = analyze_query(request.query, QUERY_CONFIG)
+        plan = plan_channels(analysis, QUERY_CONFIG.stopwords)
         t_analysis = time.perf_counter()
         run = await self._run(namespace, request.index_version)
         reports = {name: ChannelReport() for name in CHANNELS}

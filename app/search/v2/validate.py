@@ -23,11 +23,11 @@ import re
 from collections.abc import Sequence
 
 from app.ingest.v2.chunker import split_header_unit
-from app.ingest.v2.entities import EntityExtractor, default_extractor
-from app.ingest.v2.normalize import contains_phrase, normalize
 from app.search.v2.analysis import name_variants
 from app.search.v2.refusal import SAFE_REFUSAL
 from app.search.v2.schemas import EvidenceInput, ValidateV2Response, Violation
+from app.text.entities import EntityExtractor, default_extractor
+from app.text.normalize import contains_phrase, normalize
 
 MIN_QUOTE_CHARS = 8
 

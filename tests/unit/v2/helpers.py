@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from app.ingest.v2.chunker import ChunkRecord
-from app.ingest.v2.normalize import normalize
 from app.search.v2.records import Candidate, Fused
+from app.text.normalize import normalize
 
 
 def cand(

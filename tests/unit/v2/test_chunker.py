@@ -7,12 +7,13 @@ from collections.abc import Sequence
 
 import pytest
 
+from app.clients.embeddings.local import local_model_counter
 from app.ingest.types import Block, LoadedDocument
 from app.ingest.v2.boilerplate import block_fingerprint
 from app.ingest.v2.chunker import ChunkerConfig, ChunkRecord, chunk_document, split_header_unit
-from app.ingest.v2.entities import EntityExtractor
-from app.ingest.v2.normalize import normalize
-from app.ingest.v2.tokens import SimpleTokenCounter, local_model_counter
+from app.text.entities import EntityExtractor
+from app.text.normalize import normalize
+from app.text.tokens import SimpleTokenCounter
 
 COUNTER = SimpleTokenCounter()
 

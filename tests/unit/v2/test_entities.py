@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from app.ingest.v2.entities import EntityConfig, EntityExtractor, detect_language, parse_number
+from app.text.entities import EntityConfig, EntityExtractor, detect_language, parse_number
 
 
 def kinds(text: str, language: str | None = None, extractor: EntityExtractor | None = None) -> list[tuple]:

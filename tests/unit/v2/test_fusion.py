@@ -4,30 +4,32 @@ from __future__ import annotations
 
 import pytest
 
-from app.search.v2.fusion import FusionConfig, apply_caps, fuse
+from app.search.v2.fusion import apply_caps, fuse
 from app.search.v2.records import Scored
+from app.v2_settings import FusionSettings
 from tests.unit.v2.helpers import cand, fused
 
 A, B, C = cand("A"), cand("B", "f2"), cand("C", "f3")
 
 
 def test_rrf_arithmetic_with_the_exact_boost() -> None:
-    # k = 60, weights 1. exact: [A (weight 1.0)]; lexical: [B, A]; vector: [A, C]
-    # A: 1/61 (exact) + 1/62 (lexical 2nd) + 1/61 (vector 1st) + boost 1 * 1.0 / 61 = 3/61 + 1/62
-    # B: 1/61; C: 1/62. Best possible: three channels first (3/61) + full boost (1/61) = 4/61.
+    # the shipped defaults: k = 20, weights exact 1, lexical 2, vector 1, boost 1.
+    # exact: [A (weight 1.0)]; lexical: [B, A]; vector: [A, C]
+    # A: 1/21 (exact) + 2/22 (lexical 2nd) + 1/21 (vector 1st) + boost 1 * 1.0 / 21 = 3/21 + 2/22
+    # B: 2/21; C: 1/22. Best possible: every channel first (4/21) + full boost (1/21) = 5/21.
     channels = {
         "exact": [Scored(A, 1.0)],
         "lexical": [Scored(B, 9.1), Scored(A, 7.0)],
         "vector": [Scored(A, 0.8), Scored(C, 0.7)],
     }
-    out = fuse(channels, FusionConfig(per_file_cap=10, per_page_cap=10))
+    out = fuse(channels, FusionSettings(per_file_cap=10, per_page_cap=10))
     assert [f.candidate.chunk_id for f in out] == ["A", "B", "C"]
     a, b, c = out
-    assert a.fused == pytest.approx(3 / 61 + 1 / 62)
-    assert b.fused == pytest.approx(1 / 61)
-    assert c.fused == pytest.approx(1 / 62)
-    assert a.score == pytest.approx((3 / 61 + 1 / 62) / (4 / 61))
-    assert b.score == pytest.approx((1 / 61) / (4 / 61))
+    assert a.fused == pytest.approx(3 / 21 + 2 / 22)
+    assert b.fused == pytest.approx(2 / 21)
+    assert c.fused == pytest.approx(1 / 22)
+    assert a.score == pytest.approx((3 / 21 + 2 / 22) / (5 / 21))
+    assert b.score == pytest.approx((2 / 21) / (5 / 21))
     assert a.channels == ("exact", "lexical", "vector")
     assert dict(a.ranks) == {"exact": 1, "lexical": 2, "vector": 1}
     assert (a.exact, b.exact) == (1.0, 0.0)
@@ -38,19 +40,20 @@ def test_weights_k_and_partial_exact_weight() -> None:
     # k = 10, vector weight 2, exact boost 2 with exact weight 0.5:
     # A: exact 1/11 + vector 2/11 + boost 2 * 0.5 / 11 = 4/11; lexical found nothing and is left out
     # of the best possible: exact 1/11 + vector 2/11 + full boost 2/11 = 5/11 -> score 0.8
-    config = FusionConfig(rrf_k=10, weights={"exact": 1.0, "lexical": 1.0, "vector": 2.0}, exact_boost=2.0)
+    config = FusionSettings(rrf_k=10, weights={"exact": 1.0, "lexical": 1.0, "vector": 2.0}, exact_boost=2.0)
     out = fuse({"exact": [Scored(A, 0.5)], "lexical": [], "vector": [Scored(A, 0.9)]}, config)
     assert out[0].fused == pytest.approx(1 / 11 + 2 / 11 + 1 / 11)
     assert out[0].score == pytest.approx((4 / 11) / (5 / 11))
 
 
 def test_only_channels_that_answered_set_the_best_possible_score() -> None:
-    # lexical and vector both rank A first, exact ran but found nothing: 2/61 of a best 2/61 -> 1
+    # shipped weights (lexical 2, vector 1, k 20): lexical and vector both rank A first, exact ran
+    # but found nothing: 3/21 of a best 3/21 -> 1
     out = fuse({"exact": [], "lexical": [Scored(A)], "vector": [Scored(A)]})
     assert out[0].score == pytest.approx(1.0)
-    # one of two answering channels: (1/61) / (2/61) = 0.5
+    # each first in one of the two answering channels: (2/21) / (3/21) and (1/21) / (3/21)
     out = fuse({"lexical": [Scored(A)], "vector": [Scored(B)]})
-    assert [f.score for f in out] == pytest.approx([0.5, 0.5])
+    assert [f.score for f in out] == pytest.approx([2 / 3, 1 / 3])
 
 
 def test_a_chunk_votes_once_per_channel_at_its_best_rank() -> None:
@@ -63,8 +66,10 @@ def test_a_chunk_votes_once_per_channel_at_its_best_rank() -> None:
 
 
 def test_ties_are_deterministic() -> None:
-    # B and C both rank 1 in one channel each: equal score, equal best rank -> by id
-    out = fuse({"lexical": [Scored(C)], "vector": [Scored(B)]})
+    # B and C both rank 1 in one channel each, the channels weighing the same: equal score, equal
+    # best rank -> by id
+    equal = FusionSettings(weights={"exact": 1.0, "lexical": 1.0, "vector": 1.0})
+    out = fuse({"lexical": [Scored(C)], "vector": [Scored(B)]}, equal)
     assert [f.candidate.chunk_id for f in out] == ["B", "C"]
 
 
@@ -80,9 +85,9 @@ def test_same_location_collapses_and_keeps_provenance() -> None:
 
 
 def test_minimum_evidence_score() -> None:
-    # one channel: rank 1 -> (1/61)/(1/61) = 1.0; rank 2 -> 61/62 = 0.9839; rank 3 -> 61/63 = 0.9683
+    # one channel, k = 20: rank 1 -> (1/21)/(1/21) = 1.0; rank 2 -> 21/22 = 0.9545; rank 3 -> 21/23 = 0.9130
     hits = [Scored(cand(f"c{i}", f"f{i}")) for i in range(3)]
-    out = fuse({"vector": hits}, FusionConfig(min_score=0.97))
+    out = fuse({"vector": hits}, FusionSettings(min_score=0.95))
     assert [f.candidate.chunk_id for f in out] == ["c0", "c1"]
 
 
@@ -108,5 +113,5 @@ def test_page_cap() -> None:
 
 def test_fuse_applies_the_caps() -> None:
     lexical = [Scored(cand(f"a{i}", "f1", page=i)) for i in range(4)] + [Scored(cand("b", "f2"))]
-    out = fuse({"lexical": lexical}, FusionConfig(per_file_cap=2))
+    out = fuse({"lexical": lexical}, FusionSettings(per_file_cap=2))
     assert [f.candidate.chunk_id for f in out][:3] == ["a0", "a1", "b"]

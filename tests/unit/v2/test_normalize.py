@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.ingest.v2.normalize import contains_phrase, normalize, strip_stopwords, tokenize
+from app.text.normalize import contains_phrase, normalize, strip_stopwords, tokenize
 
 
 def test_identifier_written_two_ways_matches() -> None:

@@ -12,16 +12,17 @@ from collections import Counter
 
 from app.ingest.types import Block, LoadedDocument
 from app.ingest.v2.chunker import chunk_document
-from app.ingest.v2.tokens import SimpleTokenCounter
 from app.search.v2 import bm25
 from app.search.v2.analysis import analyze_query
 from app.search.v2.evidence import build_evidence
 from app.search.v2.fusion import fuse
 from app.search.v2.records import Candidate, Scored
-from app.search.v2.refusal import SAFE_REFUSAL, RefusalPolicy, decide_refusal
+from app.search.v2.refusal import SAFE_REFUSAL, decide_refusal
 from app.search.v2.rerank import FeatureReranker, rerank_window
 from app.search.v2.schemas import EvidenceInput, QueryV2Response
 from app.search.v2.validate import validate_v2
+from app.text.tokens import SimpleTokenCounter
+from app.v2_settings import RefusalSettings
 from tests.unit.v2.helpers import from_chunk
 
 
@@ -154,7 +155,7 @@ async def test_missing_words_are_reported_even_when_answered() -> None:
     decision = decide_refusal(
         query,
         outcome.items,
-        RefusalPolicy(min_rerank_score=0.35),
+        RefusalSettings(min_rerank_score=0.35),
         document_frequency=stats.document_frequency,
         documents=stats.documents,
     )

@@ -11,8 +11,9 @@ from app.errors import BadRequest
 from app.search.v2.analysis import analyze_query
 from app.search.v2.evidence import build_evidence, display_page, recheck_allow_list
 from app.search.v2.records import Fused
-from app.search.v2.refusal import SAFE_REFUSAL, RefusalPolicy, decide_refusal
+from app.search.v2.refusal import SAFE_REFUSAL, decide_refusal
 from app.search.v2.schemas import QueryV2Request, QueryV2Response, check_query_v2
+from app.v2_settings import RefusalSettings
 from tests.unit.v2.helpers import cand, fused
 
 ROW = cand(
@@ -77,17 +78,17 @@ def test_quantity_found_by_entity_key_or_text() -> None:
 
 # The mechanics below are checked under a fixed two-signal policy (the defaults are the benchmark's
 # to choose; test_the_default_policy_is_the_benchmarks checks those).
-TWO_SIGNALS = RefusalPolicy(
+TWO_SIGNALS = RefusalSettings(
     min_rerank_score=0.35,
     min_coverage=0.5,
     refuse_at=2.0,
-    signal_weights={"weak_rerank": 1.0, "no_agreement": 1.0, "rare_terms_missing": 1.0, "low_coverage": 0.5},
+    signals={"weak_rerank": 1.0, "no_agreement": 1.0, "rare_terms_missing": 1.0, "low_coverage": 0.5},
 )
 
 
 def test_the_default_policy_is_the_benchmarks() -> None:
     # low coverage alone refuses; the other signals need company; missing rare words alone never
-    policy = RefusalPolicy()
+    policy = RefusalSettings()
     assert (policy.refuse_at, policy.min_rerank_score, policy.min_coverage) == (1.0, 0.6, 0.5)
     weak = decide_refusal(analyze_query("length type"), [strong(rerank=0.5)])
     assert not weak.refuse and [s.code for s in weak.signals] == ["weak_rerank"]
@@ -119,7 +120,7 @@ def test_soft_signals_need_company() -> None:
         ).signals
     ] == ["weak_rerank"]
     # the threshold is configurable
-    assert not decide_refusal(analyze_query("length type"), [lonely], RefusalPolicy(refuse_at=2.5)).refuse
+    assert not decide_refusal(analyze_query("length type"), [lonely], RefusalSettings(refuse_at=2.5)).refuse
 
 
 def test_rare_terms_and_coverage() -> None:
@@ -252,9 +253,9 @@ def test_request_checks_dedupe_and_bounds() -> None:
 
 
 def test_a_qualified_name_is_found_in_its_shortened_form_and_a_mutated_option_is_not() -> None:
-    from app.ingest.v2.normalize import normalize
     from app.search.v2.analysis import analyze_query as analyze
     from app.search.v2.records import Candidate
+    from app.text.normalize import normalize
 
     def item(text: str) -> Fused:
         c = Candidate(chunk_id=text, file_id="f", content=text, search_text=normalize(text))
@@ -268,8 +269,8 @@ def test_a_qualified_name_is_found_in_its_shortened_form_and_a_mutated_option_is
 
 
 def test_a_member_written_alone_under_its_owner_is_found() -> None:
-    from app.ingest.v2.normalize import normalize
     from app.search.v2.records import Candidate
+    from app.text.normalize import normalize
 
     def item(text: str, section: tuple[str, ...]) -> Fused:
         c = Candidate(chunk_id=text, file_id="f", content=text, search_text=normalize(text), section=section)

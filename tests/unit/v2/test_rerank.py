@@ -12,8 +12,9 @@ import pytest
 
 from app.search.v2.analysis import QueryAnalysis, analyze_query
 from app.search.v2.records import Fused
-from app.search.v2.rerank import FeatureReranker, FeatureWeights, rerank_window
+from app.search.v2.rerank import FeatureReranker, rerank_window
 from app.search.v2.rerank_http import HttpReranker, parse_reply
+from app.v2_settings import FeatureWeights
 from tests.unit.v2.helpers import cand, fused
 
 ONLY_COVERAGE_AND_PRIOR = FeatureWeights(
@@ -224,11 +225,14 @@ def test_parse_reply_orders_by_index() -> None:
     assert parse_reply([{"index": 1, "score": 0.2}, {"index": 0, "score": 0.9}], 2) == [0.9, 0.2]
 
 
-def test_the_settings_know_every_feature_and_refuse_unknown_ones() -> None:
-    from app.config import V2_FEATURES, load_settings
+def test_the_settings_know_every_feature_and_refuse_unknown_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.config import load_settings
     from app.errors import ConfigError
+    from app.v2_settings import FEATURES
 
-    assert set(FeatureWeights.model_fields) == V2_FEATURES
-    assert load_settings(_env_file=None, v2_feature_weights={"prior": 4}).v2_feature_weights == {"prior": 4}
-    with pytest.raises(ConfigError, match="unknown feature"):
-        load_settings(_env_file=None, v2_feature_weights={"priro": 4})
+    assert tuple(FeatureWeights.model_fields) == FEATURES
+    monkeypatch.setenv("RAG_V2__RERANK__FEATURES__PRIOR", "4")
+    assert load_settings(_env_file=None).v2.rerank.features.prior == 4.0
+    monkeypatch.setenv("RAG_V2__RERANK__FEATURES__PRIRO", "4")
+    with pytest.raises(ConfigError, match="RAG_V2__RERANK__FEATURES__PRIRO: Extra inputs are not permitted"):
+        load_settings(_env_file=None)

@@ -11,7 +11,7 @@ import pytest
 from app.config import load_settings
 from app.ingest.types import Block, LoadedDocument
 from app.ingest.v2.runs import CharCounter, build_profile, clean_document, embed_texts, rebuild_v1_text
-from app.ingest.v2.tokens import SimpleTokenCounter
+from app.text.tokens import SimpleTokenCounter
 
 
 def test_v1_text_is_rebuilt_in_order_without_overlaps_and_with_its_pages() -> None:
@@ -34,17 +34,19 @@ def test_the_character_counter_counts_characters() -> None:
 
 
 def test_the_profile_follows_the_provider_and_its_version_follows_the_settings() -> None:
-    http = load_settings(_env_file=None, embeddings_provider="ollama", v2_http_window_chars=900)
+    http = load_settings(
+        _env_file=None, embeddings_provider="ollama", v2={"index": {"http_window_chars": 900}}
+    )
     profile = build_profile(http)
     assert profile.counter_name == "characters" and profile.window == 900
     assert profile.chunking.chunk_tokens == 900 and profile.chunking.overlap_tokens == 112
     assert profile.embedding_model == "ollama:nomic-embed-text"
     other = build_profile(
-        load_settings(_env_file=None, embeddings_provider="ollama", v2_http_window_chars=800)
+        load_settings(_env_file=None, embeddings_provider="ollama", v2={"index": {"http_window_chars": 800}})
     )
     assert other.extractor_version != profile.extractor_version  # new chunks: nothing is linked
     same = build_profile(
-        load_settings(_env_file=None, embeddings_provider="ollama", v2_http_window_chars=900)
+        load_settings(_env_file=None, embeddings_provider="ollama", v2={"index": {"http_window_chars": 900}})
     )
     assert same.extractor_version == profile.extractor_version
     counted = build_profile(load_settings(_env_file=None), SimpleTokenCounter(), 64)

@@ -5,23 +5,23 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from app.clients.embeddings.local import local_model_counter
 from app.ingest.types import Block
 from app.ingest.v2.boilerplate import (
-    RepeatedBlockPolicy,
     block_fingerprint,
     document_fingerprints,
     mark_repeated,
     repeated_fingerprints,
 )
-from app.ingest.v2.tokens import (
+from app.text.tokens import (
     SimpleTokenCounter,
     fits,
-    local_model_counter,
     pool_windows,
     pooled_embedding,
     window_texts,
     window_weights,
 )
+from app.v2_settings import BoilerplateSettings
 
 
 def words(n: int) -> str:
@@ -85,7 +85,7 @@ def page(*texts: str, kind: str = "paragraph") -> list[Block]:
 
 
 def test_a_menu_on_every_page_is_found_and_content_is_not() -> None:
-    policy = RepeatedBlockPolicy(min_documents=3, min_share=0.5, max_tokens=10)
+    policy = BoilerplateSettings(min_documents=3, min_share=0.5, max_tokens=10)
     menu = "Home | Products | Support"
     docs = [page(menu, f"Unique text of page {i}.", "Shared note") for i in range(6)]
     docs.append(page("A page without the menu."))
@@ -100,7 +100,7 @@ def test_a_menu_on_every_page_is_found_and_content_is_not() -> None:
 
 
 def test_thresholds_and_exclusions() -> None:
-    policy = RepeatedBlockPolicy(min_documents=3, min_share=0.5, max_tokens=5)
+    policy = BoilerplateSettings(min_documents=3, min_share=0.5, max_tokens=5)
     long = "one two three four five six"  # 6 tokens > max_tokens 5: content even if repeated
     docs = [page("menu item", long) + page("Parameters", kind="heading") for _ in range(4)]
     docs += [page(f"other {i}") for i in range(6)]
@@ -108,7 +108,7 @@ def test_thresholds_and_exclusions() -> None:
     per_doc = [document_fingerprints(blocks, policy) for blocks in docs]
     assert repeated_fingerprints(per_doc, policy) == frozenset()
     # with min_share 0.4: needed max(3, 4) = 4 -> the menu item only (long text and heading excluded)
-    lower = RepeatedBlockPolicy(min_documents=3, min_share=0.4, max_tokens=5)
+    lower = BoilerplateSettings(min_documents=3, min_share=0.4, max_tokens=5)
     repeated = repeated_fingerprints([document_fingerprints(b, lower) for b in docs], lower)
     assert repeated == {block_fingerprint(page("menu item")[0])}
     # a heading with the text of a repeated block is never marked
@@ -117,6 +117,6 @@ def test_thresholds_and_exclusions() -> None:
 
 
 def test_a_document_counts_once_however_often_it_repeats_a_block() -> None:
-    policy = RepeatedBlockPolicy(min_documents=2, min_share=0.0)
+    policy = BoilerplateSettings(min_documents=2, min_share=0.0)
     per_doc = [document_fingerprints(page("x", "x", "x"), policy), document_fingerprints(page("y"), policy)]
     assert repeated_fingerprints(per_doc, policy) == frozenset()

@@ -78,14 +78,6 @@ class ModelTokenCounter:
         return [tuple(offset) for offset in self._tokenizer.encode(text, add_special_tokens=False).offsets]
 
 
-def local_model_counter() -> tuple[ModelTokenCounter, int]:
-    """The local embedding model's tokenizer as a counter, and the model's window in tokens."""
-    # the same file and window the local embedder uses, located the same way
-    from app.clients.embeddings.local import MAX_TOKENS, tokenizer_file
-
-    return ModelTokenCounter.from_file(tokenizer_file()), MAX_TOKENS
-
-
 def fits(text: str, counter: TokenCounter, window: int) -> bool:
     """True when `text` with the model's special tokens fits a `window`-token input."""
     return counter.count(text) + counter.special_tokens <= window

@@ -25,8 +25,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.ingest.v2.lexicon import STOPWORD_PROFILES
-from app.ingest.v2.normalize import normalize, tokenize
+from app.text.lexicon import STOPWORD_PROFILES
+from app.text.normalize import normalize, tokenize
 
 EntityKind = Literal["identifier", "standard", "quantity", "date", "document_number", "revision"]
 

@@ -1,0 +1,205 @@
+"""Every V2 tuning knob, once: nested models whose field defaults are the shipped defaults.
+
+`Settings.v2` (app/config.py) is a `V2Settings`; each leaf is also an environment variable named
+by its path, `RAG_V2__<SECTION>__<FIELD>` (`RAG_V2__FUSION__RRF_K=30`,
+`RAG_V2__FUSION__WEIGHTS__LEXICAL=1.5`, `RAG_V2__REFUSAL__MIN_RERANK_SCORE=0.5`). The index and
+query code read their knobs from here and nowhere else, so a unit test that builds `V2Settings()`
+runs exactly what a user gets.
+
+This module imports nothing from the rest of the application: configuration, the V2 index, the V2
+query path and the store all import it, and it must not close an import cycle between them.
+Where a default came from a measurement, the comment beside it says which.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+CHANNELS: tuple[str, ...] = ("exact", "lexical", "vector")
+# the feature reranker's features (app/search/v2/rerank.py computes each)
+FEATURES: tuple[str, ...] = ("coverage", "phrases", "identifiers", "quantities", "heading", "intent", "prior")
+# the refusal's soft signals (app/search/v2/refusal.py)
+SIGNALS: tuple[str, ...] = ("weak_rerank", "no_agreement", "rare_terms_missing", "low_coverage")
+ENV_PREFIX = "RAG_V2"
+ENV_DELIMITER = "__"
+MAX_RERANK_WINDOW = 50
+
+
+class Section(BaseModel):
+    """A frozen group of knobs whose environment keys are its field names in capitals."""
+
+    # case-sensitive settings hand nested keys over as written (RRF_K); code builds by field name
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", alias_generator=str.upper, validate_by_name=True, validate_by_alias=True
+    )
+
+
+class ChannelWeights(Section):
+    """Weight of each channel's reciprocal rank in fusion."""
+
+    exact: float = Field(1.0, ge=0, le=100)
+    # 2, not 1: the fusion grid of the full quality run (2,871 questions) chose lexical weight 2
+    lexical: float = Field(2.0, ge=0, le=100)
+    vector: float = Field(1.0, ge=0, le=100)
+
+    def of(self, channel: str) -> float:
+        """The weight of `channel` (one of CHANNELS)."""
+        return float(getattr(self, channel, 1.0))
+
+
+class FusionSettings(Section):
+    """Reciprocal rank fusion of the channel lists, de-duplication and diversity caps."""
+
+    # 20, not the literature's 60: chosen with the weights by the same fusion grid
+    rrf_k: float = Field(20.0, gt=0, le=1000)
+    weights: ChannelWeights = Field(default_factory=ChannelWeights)
+    # extra weight of an exact hit (a row label or entity equal to the query's)
+    exact_boost: float = Field(1.0, ge=0, le=100)
+    min_score: float = Field(0.0, ge=0, le=1)
+    per_file_cap: int = Field(3, ge=1, le=100)
+    per_page_cap: int = Field(2, ge=1, le=100)
+    # two chunks whose normalised text starts with the same this-many characters are one passage
+    dedupe_prefix_chars: int = Field(160, ge=1, le=10_000)
+
+
+class ChannelSettings(Section):
+    """How many candidates each channel returns, and how the lexical and vector channels score."""
+
+    limit: int = Field(50, ge=10, le=500)
+    bm25_k1: float = Field(1.2, ge=0, le=10)
+    bm25_b: float = Field(0.75, ge=0, le=1)
+    # a visible set up to this many chunks is scanned exactly; above it the HNSW walk (with an exact
+    # refill) runs. ~6 ms per 1,000 vectors exact, measured by benchmarks/v2_channels.py
+    exact_scan_max_chunks: int = Field(4000, ge=0, le=10_000_000)
+
+
+class FeatureWeights(Section):
+    """Weights of the feature reranker's features."""
+
+    coverage: float = Field(3.0, ge=0, le=100)
+    phrases: float = Field(2.0, ge=0, le=100)
+    identifiers: float = Field(3.0, ge=0, le=100)
+    quantities: float = Field(2.0, ge=0, le=100)
+    heading: float = Field(1.0, ge=0, le=100)
+    intent: float = Field(1.0, ge=0, le=100)
+    # 5, not 2: with 2 the features overruled fusion's first place too often (man pages R@1 0.927
+    # fused -> 0.903 reranked); with 5, 0.933 (scripts/bench quality --quick, both measured)
+    prior: float = Field(5.0, ge=0, le=100)
+
+
+class RerankSettings(Section):
+    """Which reranker runs over how large a window of the fused list."""
+
+    backend: Literal["features", "http", "onnx"] = "features"
+    window: int = Field(25, ge=1, le=MAX_RERANK_WINDOW)
+    # the /rerank URL of a Cohere-, Jina- or TEI-style service (backend http)
+    url: str | None = None
+    flavour: Literal["cohere", "jina", "tei"] = "cohere"
+    model: str | None = None
+    api_key: str | None = Field(None, repr=False)
+    timeout_ms: int = Field(1500, ge=50, le=30_000)
+    # a folder with model.onnx and tokenizer.json (backend onnx)
+    onnx_dir: Path | None = None
+    onnx_max_tokens: int = Field(512, ge=16, le=8192)
+    features: FeatureWeights = Field(default_factory=FeatureWeights)
+
+    @model_validator(mode="after")
+    def _backend_needs(self) -> RerankSettings:
+        if self.backend == "http" and not self.url:
+            raise ValueError("backend http needs RAG_V2__RERANK__URL (the reranking service's /rerank URL)")
+        if self.backend == "onnx" and self.onnx_dir is None:
+            raise ValueError(
+                "backend onnx needs RAG_V2__RERANK__ONNX_DIR (a folder with model.onnx and tokenizer.json)"
+            )
+        return self
+
+    @property
+    def timeout_seconds(self) -> float:
+        """The remote reranker's timeout in seconds."""
+        return self.timeout_ms / 1000
+
+
+class SignalWeights(Section):
+    """Weight of each soft refusal signal; signals whose weights reach `refuse_at` refuse."""
+
+    weak_rerank: float = Field(0.5, ge=0, le=100)
+    no_agreement: float = Field(0.5, ge=0, le=100)
+    rare_terms_missing: float = Field(0.5, ge=0, le=100)
+    low_coverage: float = Field(1.0, ge=0, le=100)
+
+    def of(self, signal: str) -> float:
+        """The weight of `signal` (one of SIGNALS)."""
+        return float(getattr(self, signal, 1.0))
+
+
+class RefusalSettings(Section):
+    """Thresholds of the refusal decision.
+
+    Defaults from the refusal grid of the full quality run: the setting that refused the most
+    unanswerable questions with at most 3 % false refusals (`refuse_at` 1, low coverage alone or
+    any two of the other signals).
+    """
+
+    min_rerank_score: float = Field(0.6, ge=0, le=1)
+    agreement_depth: int = Field(5, ge=1, le=MAX_RERANK_WINDOW)
+    # a share, not an idf cut: "rare" must mean the same in a corpus of 10 chunks and of 10 million
+    rare_share: float = Field(0.01, ge=0, le=1)
+    rare_missing_share: float = Field(0.5, gt=0, le=1)
+    min_coverage: float = Field(0.5, ge=0, le=1)
+    signals: SignalWeights = Field(default_factory=SignalWeights)
+    refuse_at: float = Field(1.0, gt=0, le=100)
+    # how many of the best candidates the term checks look at (the window the reranker saw)
+    depth: int = Field(50, ge=1, le=500)
+
+
+class BoilerplateSettings(Section):
+    """Cross-document boilerplate: a block repeated in this many documents of a run is dropped."""
+
+    min_documents: int = Field(5, ge=2, le=100_000)
+    min_share: float = Field(0.2, ge=0, le=1)
+    # normalised tokens; a longer block is content even when it repeats
+    max_tokens: int = Field(64, ge=1, le=10_000)
+    # block kinds that can be boilerplate (headings never are: they carry the section structure)
+    kinds: tuple[str, ...] = ("paragraph", "list_item", "table", "code", "definition")
+
+
+class IndexSettings(Section):
+    """Chunk sizes of the V2 index (tokens of the embedding model, or characters for HTTP models)."""
+
+    chunk_tokens: int = Field(256, ge=32, le=8192)
+    overlap_tokens: int = Field(32, ge=0, le=1024)
+    # an HTTP embedding model's tokenizer is unknown here: chunks are cut at this many characters
+    http_window_chars: int = Field(1500, ge=200, le=100_000)
+    boilerplate: BoilerplateSettings = Field(default_factory=BoilerplateSettings)
+
+    @model_validator(mode="after")
+    def _overlap_below_size(self) -> IndexSettings:
+        if self.overlap_tokens >= self.chunk_tokens:
+            raise ValueError("RAG_V2__INDEX__OVERLAP_TOKENS must be smaller than RAG_V2__INDEX__CHUNK_TOKENS")
+        return self
+
+
+class V2Settings(Section):
+    """All V2 knobs: the index side and the query side."""
+
+    index: IndexSettings = Field(default_factory=IndexSettings)
+    channels: ChannelSettings = Field(default_factory=ChannelSettings)
+    fusion: FusionSettings = Field(default_factory=FusionSettings)
+    rerank: RerankSettings = Field(default_factory=RerankSettings)
+    refusal: RefusalSettings = Field(default_factory=RefusalSettings)
+
+
+def leaf_defaults(model: type[BaseModel] = V2Settings, prefix: str = ENV_PREFIX) -> dict[str, object]:
+    """Every leaf's environment variable name and default, in declaration order."""
+    out: dict[str, object] = {}
+    for name, field in model.model_fields.items():
+        env = f"{prefix}{ENV_DELIMITER}{name.upper()}"
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            out.update(leaf_defaults(annotation, env))
+        else:
+            out[env] = field.get_default(call_default_factory=True)
+    return out
