@@ -22,7 +22,7 @@ CHANNELS: tuple[str, ...] = ("exact", "lexical", "vector")
 # the feature reranker's features (app/search/v2/rerank.py computes each)
 FEATURES: tuple[str, ...] = ("coverage", "phrases", "identifiers", "quantities", "heading", "intent", "prior")
 # the refusal's soft signals (app/search/v2/refusal.py)
-SIGNALS: tuple[str, ...] = ("weak_rerank", "no_agreement", "rare_terms_missing", "low_coverage")
+SIGNALS: tuple[str, ...] = ("weak_rerank", "no_agreement", "rare_terms_missing", "low_coverage", "low_dense")
 ENV_PREFIX = "RAG_V2"
 ENV_DELIMITER = "__"
 MAX_RERANK_WINDOW = 50
@@ -128,7 +128,9 @@ class SignalWeights(Section):
     weak_rerank: float = Field(0.5, ge=0, le=100)
     no_agreement: float = Field(0.5, ge=0, le=100)
     rare_terms_missing: float = Field(0.5, ge=0, le=100)
-    low_coverage: float = Field(1.0, ge=0, le=100)
+    # 0.5, not 1: term coverage never refuses alone (a paraphrase shares few words with its answer)
+    low_coverage: float = Field(0.5, ge=0, le=100)
+    low_dense: float = Field(0.5, ge=0, le=100)
 
     def of(self, signal: str) -> float:
         """The weight of `signal` (one of SIGNALS)."""
@@ -136,11 +138,10 @@ class SignalWeights(Section):
 
 
 class RefusalSettings(Section):
-    """Thresholds of the refusal decision.
+    """Thresholds of the refusal decision (app/search/v2/refusal.py).
 
-    Defaults from the refusal grid of the full quality run: the setting that refused the most
-    unanswerable questions with at most 3 % false refusals (`refuse_at` 1, low coverage alone or
-    any two of the other signals).
+    Soft signals refuse when their weights reach `refuse_at` and one of them is not lexical: with
+    every weight 0.5, any two signals of which one is `no_agreement` or `low_dense`.
     """
 
     min_rerank_score: float = Field(0.6, ge=0, le=1)
@@ -149,6 +150,11 @@ class RefusalSettings(Section):
     rare_share: float = Field(0.01, ge=0, le=1)
     rare_missing_share: float = Field(0.5, gt=0, le=1)
     min_coverage: float = Field(0.5, ge=0, le=1)
+    # coverage is the best of this many candidates: the answer need not be ranked first
+    coverage_depth: int = Field(3, ge=1, le=MAX_RERANK_WINDOW)
+    # the vector channel's cosine similarity under which the best candidates look unrelated; a
+    # conservative value for the offline model, not yet calibrated on the natural-question dev split
+    min_dense_similarity: float = Field(0.25, ge=-1, le=1)
     signals: SignalWeights = Field(default_factory=SignalWeights)
     refuse_at: float = Field(1.0, gt=0, le=100)
     # how many of the best candidates the term checks look at (the window the reranker saw)

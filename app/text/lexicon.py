@@ -25,3 +25,22 @@ STOPWORDS_DE = frozenset(
     zu zum zur zwar zwischen""".split()
 )
 STOPWORD_PROFILES: Mapping[str, frozenset[str]] = {"en": STOPWORDS_EN, "de": STOPWORDS_DE}
+
+# How people phrase a question, not what they ask about: question words, quantity words, light and
+# modal verbs, and what normalisation leaves of contractions ("it's" -> "it" "s", "don't" -> "don"
+# "t"). They are no query term: no channel looks for them and the refusal does not miss them.
+QUESTION_WORDS_EN = frozenset(
+    """s t d ll m re ve don doesn didn isn aren wasn weren won wouldn shouldn couldn can cannot hasn
+    haven hadn mustn needn let lets much many whether way ways anything something anyone someone
+    need needs needed want wants wanted keep keeps use used using uses please tell know possible
+    able thing things really actually happen happens exactly""".split()
+)
+QUESTION_WORDS_DE = frozenset(
+    """wodurch wofür wofur woran womit wozu woher wohin worin worauf worüber woruber weshalb wieso
+    welchen wieviel wieviele viele vielen wieviel darf dürfen durfen sollte sollten soll muss müssen
+    mussen brauche brauchst braucht brauchen gibt gibts geht gehen steht stehen liefert liefern
+    macht machen mache tun tut lässt lasst lassen bekomme bekommt kriege kriegt finde findet sehe
+    sieht möchte mochte möchten mochten würde wurde könnte konnte kannst könnt bitte genau eigentlich
+    überhaupt uberhaupt denn mal irgendwie""".split()
+)
+QUESTION_WORDS = QUESTION_WORDS_EN | QUESTION_WORDS_DE

@@ -38,7 +38,9 @@ from benchmarks.quality.v2 import CHANNEL_STAGES, RefusalRecord, StageItem
 
 TARGET_REFUSED = 0.90
 TARGET_FALSE = 0.03
-SOFT_SIGNALS = ("weak_rerank", "no_agreement", "rare_terms_missing", "low_coverage")
+SOFT_SIGNALS = ("weak_rerank", "no_agreement", "rare_terms_missing", "low_coverage", "low_dense")
+# the signals about words only (app/search/v2/refusal.py): one other must fire for a soft refusal
+LEXICAL_SIGNALS = frozenset({"weak_rerank", "rare_terms_missing", "low_coverage"})
 
 # ---- refusal --------------------------------------------------------------------------------------
 
@@ -57,6 +59,7 @@ class RefusalCase:
     recorded: bool  # what the service decided
     ndcg: float = 0.0  # of the reranked list (0 for unanswerable)
     r1: float = 0.0
+    best_dense: float | None = None
 
 
 def refusal_case(
@@ -74,6 +77,7 @@ def refusal_case(
         recorded=record.refuse,
         ndcg=ndcg,
         r1=r1,
+        best_dense=record.best_dense,
     )
 
 
@@ -88,6 +92,8 @@ class RefusalSetting:
     rare_terms_missing: float
     low_coverage: float
     refuse_at: float
+    low_dense: float = 0.5
+    min_dense_similarity: float = 0.25
 
     def weights(self) -> dict[str, float]:
         """`RefusalSettings.signals` of this setting."""
@@ -114,6 +120,8 @@ def policy_setting(policy: RefusalSettings | None = None) -> RefusalSetting:
         w.get("rare_terms_missing", 1.0),
         w.get("low_coverage", 1.0),
         p.refuse_at,
+        w.get("low_dense", 1.0),
+        p.min_dense_similarity,
     )
 
 
@@ -121,16 +129,20 @@ def would_refuse(case: RefusalCase, s: RefusalSetting) -> bool:
     """The policy's decision for this case under setting `s` (mirrors `decide_refusal`)."""
     if case.hard:
         return True
-    weight = 0.0
+    fired = []
     if case.best_score is not None and case.best_score < s.min_rerank_score:
-        weight += s.weak_rerank
+        fired.append("weak_rerank")
     if case.no_agreement:
-        weight += s.no_agreement
+        fired.append("no_agreement")
     if case.rare_missing:
-        weight += s.rare_terms_missing
+        fired.append("rare_terms_missing")
     if case.coverage is not None and case.coverage < s.min_coverage:
-        weight += s.low_coverage
-    return weight >= s.refuse_at - 1e-9
+        fired.append("low_coverage")
+    if case.best_dense is not None and case.best_dense < s.min_dense_similarity:
+        fired.append("low_dense")
+    weight = sum(getattr(s, code) for code in fired)
+    independent = any(code not in LEXICAL_SIGNALS for code in fired)
+    return weight >= s.refuse_at - 1e-9 and independent
 
 
 @dataclass(frozen=True)
@@ -180,17 +192,21 @@ class _Arrays:
         self.cov = np.array([np.inf if c.coverage is None else c.coverage for c in cases], dtype=float)
         self.no_agree = np.array([c.no_agreement for c in cases], dtype=float)
         self.rare = np.array([c.rare_missing for c in cases], dtype=float)
+        self.dense = np.array([np.inf if c.best_dense is None else c.best_dense for c in cases], dtype=float)
         self.ndcg = np.array([c.ndcg for c in cases], dtype=float)
         self.r1 = np.array([c.r1 for c in cases], dtype=float)
 
     def refuse(self, s: RefusalSetting) -> np.ndarray:
+        low_dense = self.dense < s.min_dense_similarity
         weight = (
             (self.best < s.min_rerank_score) * s.weak_rerank
             + self.no_agree * s.no_agreement
             + self.rare * s.rare_terms_missing
             + (self.cov < s.min_coverage) * s.low_coverage
+            + low_dense * s.low_dense
         )
-        return np.asarray(self.hard | (weight >= s.refuse_at - 1e-9), dtype=bool)
+        independent = (self.no_agree > 0) | low_dense
+        return np.asarray(self.hard | ((weight >= s.refuse_at - 1e-9) & independent), dtype=bool)
 
     def row(self, s: RefusalSetting, mask: np.ndarray | None = None) -> RefusalRow:
         refuse = self.refuse(s)

@@ -85,6 +85,7 @@ class RefusalRecord:
     candidates: int
     signal_weight: float | None
     rare_terms: int
+    best_dense: float | None = None  # the vector channel's best similarity among the top candidates
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,7 @@ def parse_refusal(raw: Any) -> RefusalRecord:
         candidates=candidates if candidates is not None else 0,
         signal_weight=_opt_float(checked.get("signal_weight")),
         rare_terms=len(rare) if isinstance(rare, list) else 0,
+        best_dense=_opt_float(checked.get("best_dense")),
     )
 
 

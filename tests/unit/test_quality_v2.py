@@ -312,6 +312,7 @@ def case(
         rare_missing=kw.pop("rare", False),
         recorded=kw.pop("recorded", False),
         ndcg=kw.pop("ndcg", 0.0),
+        best_dense=kw.pop("best_dense", None),
         r1=kw.pop("r1", 0.0),
     )
 
@@ -331,8 +332,11 @@ def test_would_refuse_hand_cases() -> None:
     assert tuning.would_refuse(case(True, 0.2, no_agreement=True), s)
     # weak rerank 1 + low coverage (0.4 < 0.5) 0.5 = 1.5 < 2: answered ...
     assert not tuning.would_refuse(case(True, 0.2, cov=0.4), s)
-    # ... unless refuse_at is 1.5
-    assert tuning.would_refuse(case(True, 0.2, cov=0.4), tuning.RefusalSetting(0.35, 0.5, 1, 1, 1, 0.5, 1.5))
+    # ... and at refuse_at 1.5 too: both signals are about words only ...
+    low = tuning.RefusalSetting(0.35, 0.5, 1, 1, 1, 0.5, 1.5)
+    assert not tuning.would_refuse(case(True, 0.2, cov=0.4), low)
+    # ... until the dense channel agrees that nothing is close (0.1 < 0.25, weight 0.5): 2 >= 1.5
+    assert tuning.would_refuse(case(True, 0.2, cov=0.4, best_dense=0.1), low)
     # a hard reason refuses whatever the weights
     assert tuning.would_refuse(case(True, 0.9, hard=True), s)
     assert not tuning.would_refuse(case(True, 0.9, rare=True), s)  # rare terms alone weigh 1
@@ -350,6 +354,7 @@ def test_the_vectorised_grid_equals_the_scalar_decision() -> None:
             hard=rng.random() < 0.1,
             no_agreement=rng.random() < 0.3,
             rare=rng.random() < 0.3,
+            best_dense=rng.random() * 0.5,
         )
         for _ in range(200)
     ]
@@ -362,7 +367,7 @@ def test_refusal_grid_finds_a_separating_setting_and_reports_the_service_replay(
     base = tuning.policy_setting()
     # unanswerable: weak best score and rare words missing; answerable: strong score, one of them with
     # rare words missing (a paraphrase) that must not be refused
-    cases = [case(False, 0.1, rare=True, qid=f"u{i}") for i in range(10)]
+    cases = [case(False, 0.1, rare=True, no_agreement=True, qid=f"u{i}") for i in range(10)]
     cases += [case(True, 0.8, qid=f"a{i}", ndcg=1.0, r1=1.0) for i in range(9)]
     cases += [case(True, 0.8, rare=True, qid="a9", ndcg=0.5, r1=0.0)]
     cases = [replace(c, recorded=tuning.would_refuse(c, base)) for c in cases]

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.search.v2.bm25 import idf
 from app.text.entities import Entity, EntityExtractor, default_extractor, detect_language
-from app.text.lexicon import STOPWORDS_DE, STOPWORDS_EN
+from app.text.lexicon import QUESTION_WORDS, STOPWORDS_DE, STOPWORDS_EN
 from app.text.normalize import contains_phrase, normalize, tokenize
 
 TABLE_LOOKUP = "table_lookup"
@@ -57,7 +57,8 @@ class QueryConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    stopwords: frozenset[str] = STOPWORDS_EN | STOPWORDS_DE
+    # function words of both languages and the words of question phrasing (never a query term)
+    stopwords: frozenset[str] = STOPWORDS_EN | STOPWORDS_DE | QUESTION_WORDS
     intent_triggers: dict[str, tuple[str, ...]] = Field(default_factory=lambda: dict(DEFAULT_INTENT_TRIGGERS))
 
 

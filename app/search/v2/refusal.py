@@ -7,31 +7,49 @@ Hard reasons (any one refuses):
                          or "popitem" in a candidate that names "Mailbox" for "mailbox.Mailbox.popitem")
     missing_phrase       a quoted phrase occurs in no candidate
     missing_quantity     a number with a unit occurs in no candidate
-Soft signals, weighed (`signals`); their weights summing to `refuse_at` refuse:
-    weak_rerank          the best reranker score is under `min_rerank_score`
+    missing_name         a name the question writes as one (an acronym, a CamelCase word, in an
+                         English question a capitalised word inside the sentence) occurs in no chunk
+                         the caller may see at all (its document frequency over the visible set is 0)
+Soft signals, weighed (`signals`):
+    weak_rerank          the best reranker score is under `min_rerank_score`                 (lexical)
+    rare_terms_missing   at least `rare_missing_share` of the query's rare words (in at most
+                         `rare_share` of the chunks, or in none) occur in no candidate       (lexical)
+    low_coverage         none of the best `coverage_depth` candidates holds `min_coverage` of
+                         the query's terms                                                   (lexical)
     no_agreement         none of the top `agreement_depth` candidates was found by two channels
                          (counted only when at least two channels ran)
-    rare_terms_missing   at least `rare_missing_share` of the query's rare words (in at most
-                         `rare_share` of the chunks, or in none; corpus statistics given) occur
-                         in no candidate
-    low_coverage         the best candidate holds under `min_coverage` of the query's terms
+    low_dense            the best dense similarity of the top `agreement_depth` candidates is under
+                         `min_dense_similarity` (only when the vector channel ran)
+Signals refuse when their weights reach `refuse_at` AND one of them is not lexical (no_agreement,
+low_dense): words a paraphrase does not share with its answer never refuse on their own, however
+many, since people ask in their own words.
 
-By default (chosen by the quality benchmark's refusal grid) low_coverage weighs 1 and the others
-0.5, and 1 refuses: low coverage alone, or any two of the others. Missing rare words alone (a
-paraphrase misses words, "attach" for "mount") never refuse. The decision and every signal are
-data, for `debug`.
+Terms are compared by their Snowball stems (English and German, app/text/stems.py) against the
+candidate's text and its headings, so "returns" meets "return" and "Ventile" meets "Ventil"; the
+words of question phrasing ("how much", "need", "wodurch", "darf") and contraction fragments are no
+terms (app/text/lexicon.py), and the pieces of an identifier ("ext4" -> "ext" "4") do not count
+as words (the identifier itself is checked whole, as a hard reason). The decision and every signal
+are data, for `debug`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from app.search.v2.analysis import QueryAnalysis, name_parts, name_variants
 from app.search.v2.records import Fused
 from app.text.entities import Entity
-from app.text.normalize import contains_phrase, normalize
+from app.text.normalize import contains_phrase, normalize, tokenize
+from app.text.stems import form_set, matches
 from app.v2_settings import RefusalSettings
+
+# signals that look at the words only; at least one other must fire for a soft refusal
+LEXICAL_SIGNALS = frozenset({"weak_rerank", "rare_terms_missing", "low_coverage"})
+_ACRONYM = re.compile(r"\b[A-Z][A-Z0-9]{1,}\b")
+_CAMEL = re.compile(r"\b[A-Za-z]+[a-z][A-Z][A-Za-z]*\b")
+_CAPITALISED = re.compile(r"(?<![.!?:;]\s)(?<!^)\b[A-Z][a-z]{2,}\b")
 
 SAFE_REFUSAL = "I could not find this in the documents available to you, so I cannot answer it from them."
 
@@ -95,6 +113,36 @@ def _member_found(items: Sequence[Fused], entity: Entity) -> bool:
     return False
 
 
+def written_names(query: QueryAnalysis) -> list[str]:
+    """Normalised tokens the question writes as names: acronyms, CamelCase, English capitals inside."""
+    raw = query.raw.strip()
+    found = [m.group(0) for m in _ACRONYM.finditer(raw)] + [m.group(0) for m in _CAMEL.finditer(raw)]
+    if query.language == "en":  # German capitalises every noun: a capital says nothing there
+        found += [m.group(0) for m in _CAPITALISED.finditer(raw) if m.start() > 0]
+    terms = set(query.terms)
+    out: dict[str, None] = {}
+    for name in found:
+        for token in tokenize(normalize(name)):
+            if token in terms:
+                out.setdefault(token, None)
+    return list(out)
+
+
+def coverage_terms(query: QueryAnalysis) -> list[str]:
+    """The query's terms that are words: the pieces of its identifiers are checked whole elsewhere."""
+    pieces: set[str] = set()
+    for entity in (*query.names, *query.quantities):
+        pieces.update(tokenize(normalize(entity.raw)))
+    return [t for t in query.terms if t not in pieces]
+
+
+def _offered(item: Fused) -> frozenset[str]:
+    """Every stem form a candidate offers: its text, title, headings, caption, row label, headers."""
+    c = item.candidate
+    around = " ".join(filter(None, (c.title, *c.section, c.table_caption, c.row_label, *c.headers)))
+    return form_set([*c.search_text.split(), *tokenize(normalize(around))])
+
+
 def decide_refusal(
     query: QueryAnalysis,
     items: Sequence[Fused],
@@ -103,6 +151,7 @@ def decide_refusal(
     document_frequency: Mapping[str, int] | None = None,
     documents: int = 0,
     channels_run: int = 3,
+    dense: Mapping[str, float] | None = None,
 ) -> RefusalDecision:
     """Refuse or answer, from what the candidates hold (see the module docstring)."""
     policy = policy or RefusalSettings()
@@ -122,6 +171,11 @@ def decide_refusal(
         if not _found(pool, normalize(quantity.raw), quantity.normalized):
             reasons.append(Reason("missing_quantity", quantity.raw))
 
+    if document_frequency is not None and documents > 0:
+        for token in written_names(query):
+            if document_frequency.get(token, 0) == 0:
+                reasons.append(Reason("missing_name", token))
+
     signals: list[Reason] = []
     best = max((item.rerank if item.rerank is not None else item.score) for item in pool)
     if best < policy.min_rerank_score:
@@ -131,19 +185,27 @@ def decide_refusal(
     if channels_run >= 2 and not any(len(item.channels) >= 2 for item in top):
         signals.append(Reason("no_agreement"))
     checked: dict[str, object] = {"best_score": round(best, 4), "candidates": len(pool)}
+    if dense is not None:
+        best_dense = max((dense.get(item.candidate.chunk_id, 0.0) for item in top), default=0.0)
+        checked["best_dense"] = round(best_dense, 4)
+        if best_dense < policy.min_dense_similarity:
+            signals.append(Reason("low_dense", round(best_dense, 4)))
+    offered = [_offered(item) for item in pool[: max(policy.coverage_depth, 1)]]
     if document_frequency is not None and documents > 0:
         rare = [t for t in query.terms if document_frequency.get(t, 0) <= policy.rare_share * documents]
-        missing = [t for t in rare if not any(t in item.candidate.search_text.split() for item in pool)]
+        everywhere = form_set(t for item in pool for t in item.candidate.search_text.split())
+        missing = [t for t in rare if not matches(t, everywhere)]
         checked["rare_terms"] = rare
         if rare and len(missing) / len(rare) >= policy.rare_missing_share:
             signals.append(Reason("rare_terms_missing", " ".join(missing)))
-    if query.terms:
-        first = set(pool[0].candidate.search_text.split())
-        coverage = sum(t in first for t in query.terms) / len(query.terms)
+    terms = coverage_terms(query)
+    if terms:
+        coverage = max(sum(matches(t, forms) for t in terms) / len(terms) for forms in offered)
         checked["coverage"] = round(coverage, 4)
         if coverage < policy.min_coverage:
             signals.append(Reason("low_coverage", round(coverage, 4)))
     weight = sum(policy.signals.of(signal.code) for signal in signals)
     checked["signal_weight"] = round(weight, 4)
-    refuse = bool(reasons) or weight >= policy.refuse_at - 1e-9
+    independent = any(signal.code not in LEXICAL_SIGNALS for signal in signals)
+    refuse = bool(reasons) or (weight >= policy.refuse_at - 1e-9 and independent)
     return RefusalDecision(refuse, tuple(reasons), tuple(signals), checked)

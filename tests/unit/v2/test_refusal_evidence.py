@@ -86,21 +86,81 @@ TWO_SIGNALS = RefusalSettings(
 )
 
 
-def test_the_default_policy_is_the_benchmarks() -> None:
-    # low coverage alone refuses; the other signals need company; missing rare words alone never
+def test_the_default_policy_needs_a_signal_that_is_not_about_words() -> None:
+    # every weight 0.5, refuse_at 1: two signals, one of them no_agreement or low_dense
     policy = RefusalSettings()
     assert (policy.refuse_at, policy.min_rerank_score, policy.min_coverage) == (1.0, 0.6, 0.5)
+    assert policy.signals.low_coverage == 0.5  # coverage never refuses alone
     weak = decide_refusal(analyze_query("length type"), [strong(rerank=0.5)])
     assert not weak.refuse and [s.code for s in weak.signals] == ["weak_rerank"]
     lonely = decide_refusal(analyze_query("length type"), [strong(channels=("vector",), rerank=0.5)])
     assert lonely.refuse and [s.code for s in lonely.signals] == ["weak_rerank", "no_agreement"]
+    # "flange" and "gasket" are nowhere: coverage 1/3, alone answered
     off_topic = decide_refusal(analyze_query("flange gasket length"), [strong(rerank=0.9)])
-    assert off_topic.refuse and [s.code for s in off_topic.signals] == ["low_coverage"]
+    assert not off_topic.refuse and [s.code for s in off_topic.signals] == ["low_coverage"]
+    # two lexical signals (weak rerank, low coverage) weigh 1 but are one kind of evidence: answered
+    wordy = decide_refusal(analyze_query("flange gasket length"), [strong(rerank=0.5)])
+    assert [s.code for s in wordy.signals] == ["weak_rerank", "low_coverage"] and not wordy.refuse
+    # the dense channel finds the best candidates unrelated as well: refused
+    dense = decide_refusal(analyze_query("flange gasket length"), [strong(rerank=0.9)], dense={"r1": 0.1})
+    assert dense.refuse and [s.code for s in dense.signals] == ["low_dense", "low_coverage"]
+    assert dense.checked["best_dense"] == 0.1
+    close = decide_refusal(analyze_query("flange gasket length"), [strong(rerank=0.9)], dense={"r1": 0.6})
+    assert not close.refuse
     item = strong(cand("w", "f1", "Mount the unit on a flat wall."), channels=("lexical", "vector"))
     paraphrase = decide_refusal(
         analyze_query("attach wall"), [item], document_frequency={"wall": 3}, documents=1000
     )
     assert [s.code for s in paraphrase.signals] == ["rare_terms_missing"] and not paraphrase.refuse
+
+
+def test_terms_meet_their_inflections_in_english_and_german() -> None:
+    # "returns"/"return", "files"/"file"; "Ventile"/"Ventil", "Dichtungen"/"Dichtung": coverage 1
+    english = strong(cand("e", "f1", "return the file handle"), rerank=0.9)
+    decision = decide_refusal(analyze_query("returns files"), [english])
+    assert decision.checked["coverage"] == 1.0 and decision.signals == ()
+    german = strong(cand("g", "f1", "ventil und dichtung prufen"), rerank=0.9)
+    assert decide_refusal(analyze_query("Ventile Dichtungen"), [german]).checked["coverage"] == 1.0
+
+
+def test_question_phrasing_and_contractions_are_no_terms() -> None:
+    # how much / need / keep, wodurch / darf / viele, and "s" "don" "t" of contractions
+    assert analyze_query("How much memory do I need to keep?").terms == ("memory",)
+    assert analyze_query("Wodurch darf man wie viele Ventile tauschen?").terms == ("ventile", "tauschen")
+    assert analyze_query("It's what the users don't see").terms == ("users", "see")
+
+
+def test_coverage_is_the_best_of_the_first_few_candidates() -> None:
+    # the first candidate holds none of the words, the third all of them: coverage 1, no signal
+    other = [strong(cand(f"o{i}", "f1", "unrelated words here"), rerank=0.9) for i in range(2)]
+    right = strong(cand("r", "f2", "gasket flange"), rerank=0.8)
+    decision = decide_refusal(analyze_query("flange gasket"), [*other, right])
+    assert decision.checked["coverage"] == 1.0
+    # beyond coverage_depth (3) it does not count
+    assert decide_refusal(analyze_query("flange gasket"), [*other, *other, right]).checked["coverage"] == 0.0
+
+
+def test_the_pieces_of_an_identifier_are_not_words() -> None:
+    # "ext4" is checked whole (found); its pieces "ext" and "4" are no coverage terms
+    item = strong(cand("x", "f1", "format the disk as ext4 with mkfs"), rerank=0.9)
+    decision = decide_refusal(analyze_query("format disk ext4"), [item])
+    assert not decision.refuse and decision.checked["coverage"] == 1.0
+
+
+def test_a_written_name_the_visible_corpus_lacks_is_refused() -> None:
+    # "NTFS" (acronym) and "Raspberry" (a capital inside an English sentence) occur in no visible chunk
+    item = strong(cand("w", "f1", "mount the disk"), rerank=0.9)
+    stats = {"document_frequency": {"mount": 5, "disk": 9}, "documents": 1000}
+    acronym = decide_refusal(analyze_query("How do I mount an NTFS disk?"), [item], **stats)
+    assert acronym.refuse and acronym.reasons[0].code == "missing_name" and acronym.reasons[0].value == "ntfs"
+    proper = decide_refusal(analyze_query("Can I mount the disk on a Raspberry board?"), [item], **stats)
+    assert [r.value for r in proper.reasons] == ["raspberry"]
+    # a name the corpus holds somewhere (df > 0) is for the channels to find, not a refusal
+    held = {"document_frequency": {"mount": 5, "disk": 9, "ntfs": 2}, "documents": 1000}
+    assert not decide_refusal(analyze_query("How do I mount an NTFS disk?"), [item], **held).reasons
+    # German capitalises every noun: a capital is no name there
+    german = decide_refusal(analyze_query("Wie binde ich die Festplatte ein?"), [item], **stats)
+    assert not german.reasons
 
 
 def test_soft_signals_need_company() -> None:
