@@ -1,4 +1,4 @@
-"""The README's configuration table and the Settings class never drift apart; settings validate."""
+"""The configuration table (docs/configuration.md) and the Settings class never drift apart; settings validate."""
 
 import re
 from pathlib import Path
@@ -7,16 +7,13 @@ import pytest
 
 from app.config import Settings, env_names, load_settings
 from app.errors import ConfigError
-
-README = Path(__file__).resolve().parents[2] / "README.md"
+from tests.unit.docs_text import page
 
 
 def documented_variables() -> dict[str, str]:
-    """Variables of the README's configuration table: name -> default column."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    """Variables of the configuration table in docs/configuration.md: name -> default column."""
     rows: dict[str, str] = {}
-    for line in section.splitlines():
+    for line in page("configuration.md").splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) >= 3 and cells[0].startswith("`"):
             for name in re.findall(r"`([A-Z][A-Z0-9_]*)`", cells[0]):
@@ -27,13 +24,13 @@ def documented_variables() -> dict[str, str]:
 def test_every_setting_is_documented() -> None:
     documented = documented_variables()
     missing = [name for field in Settings.model_fields for name in env_names(field) if name not in documented]
-    assert not missing, f"add these variables to the README configuration table: {missing}"
+    assert not missing, f"add these variables to the table in docs/configuration.md: {missing}"
 
 
 def test_no_stale_rows() -> None:
     known = {name for field in Settings.model_fields for name in env_names(field)}
     stale = sorted(set(documented_variables()) - known)
-    assert not stale, f"README documents variables the service does not read: {stale}"
+    assert not stale, f"docs/configuration.md documents variables the service does not read: {stale}"
 
 
 def test_documented_defaults_match() -> None:
@@ -46,7 +43,7 @@ def test_documented_defaults_match() -> None:
         if isinstance(default, bool):
             assert cell.strip("`").lower() == str(default).lower(), first
         elif isinstance(default, (int, float, str)) and not isinstance(default, bool):
-            assert str(default) in cell, f"{first}: README says {cell!r}, code says {default!r}"
+            assert str(default) in cell, f"{first}: docs/configuration.md says {cell!r}, code says {default!r}"
     assert defaults is not None
 
 
