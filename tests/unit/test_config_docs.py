@@ -1,4 +1,4 @@
-"""The configuration table (docs/configuration.md) and the Settings class never drift apart; settings validate."""
+"""docs/configuration.md's table and the Settings class never drift apart; settings validate."""
 
 import re
 from pathlib import Path
@@ -43,7 +43,9 @@ def test_documented_defaults_match() -> None:
         if isinstance(default, bool):
             assert cell.strip("`").lower() == str(default).lower(), first
         elif isinstance(default, (int, float, str)) and not isinstance(default, bool):
-            assert str(default) in cell, f"{first}: docs/configuration.md says {cell!r}, code says {default!r}"
+            assert str(default) in cell, (
+                f"{first}: docs/configuration.md says {cell!r}, code says {default!r}"
+            )
     assert defaults is not None
 
 
