@@ -40,7 +40,7 @@ SAFE_REFUSAL = "I could not find this in the documents available to you, so I ca
 class RefusalPolicy(BaseModel):
     """Thresholds of the refusal decision; defaults chosen by `scripts/bench quality`'s refusal grid.
 
-    The grid of the full run (README, Retrieval quality) picked the setting that refuses the most
+    The grid of the full run (docs/v2.md, Results on the benchmark) picked the setting that refuses the most
     unanswerable questions with at most 3 % false refusals: `refuse_at` 1, where low coverage (the
     best candidate holds under half of the question's terms) refuses alone and the other signals
     (a best rerank score under 0.6, no agreement between channels, missing rare words) weigh 0.5,
