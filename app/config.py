@@ -1,9 +1,9 @@
 """Configuration: one typed Settings class, built once by `get_settings()`.
 
 Every field reads one or more environment variables. rag_api's names (`RAG_HOST`, `POSTGRES_DB`,
-`COLLECTION_NAME`, `CHUNK_SIZE`, ...) keep working through aliases; ours come after them. The README's
-configuration table lists every variable with its default, and `tests/unit/test_config_docs.py`
-fails when the two drift apart.
+`COLLECTION_NAME`, `CHUNK_SIZE`, ...) keep working through aliases; ours come after them. The
+table in docs/configuration.md lists every variable with its default, and
+`tests/unit/test_config_docs.py` fails when the two drift apart.
 """
 
 from __future__ import annotations

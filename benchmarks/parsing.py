@@ -8,7 +8,7 @@ Run from the repository root with the test dependencies installed (`scripts/test
 It prints, for each file, the answer (or the refusal), the wall time, and two memory peaks sampled
 every 10 ms: this process (standing in for the service, which only receives the parsed result)
 above its own idle size, and the worker processes it started. Nothing here asserts a speed; the
-README quotes the figures.
+docs/decisions.md (Files we read, and their limits) quotes the figures.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ local model, through the job queue as the service does (a worker of the V2 kinds
 slots), and reports: index time per 100 pages, chunk / table-row / entity counts of the mixed
 corpus (six formats plus a file known only from V1 rows), the share of indexed text that reaches
 the model (counted with the model's own tokenizer, V2 and, for comparison, V1's chunks) and how much
-boilerplate was kept out. Nothing here asserts a speed; the README quotes the figures.
+boilerplate was kept out. Nothing here asserts a speed; docs/v2.md quotes the figures.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 - `v2-backfill` plans a run and ends: it starts a backfill run of the namespace (or takes the run it
   names), then queues, for every file not staged yet, a survey job (when the run has enough files for
-  repeated blocks to count, `RAG_V2_BOILERPLATE_MIN_DOCUMENTS`) and a stage job. So the job deadline
+  repeated blocks to count, `RAG_V2__INDEX__BOILERPLATE__MIN_DOCUMENTS`) and a stage job. So the job deadline
   (`INDEXER_JOB_TIMEOUT_MS`) bounds each file, not the namespace.
 - `v2-index-file` with `survey`: reads one file for its repeated-block fingerprints (kept on the
   run). Without: stages one file of the run, once the run's survey jobs have ended (a stage job that

@@ -15,7 +15,7 @@ PostgreSQL refuses to run as root. When we are root we create an unprivileged sy
 (`ragoverlay_pg`) and run the server as that user; its data folder and log are owned by it, the
 folders above them and above the wheel's binaries get execute permission for others (o+x), and the
 wheel's files become readable by others (o+r). Each change is logged at warning level when it is
-made (the README's "Running as root" lists them); nothing is changed when it is already so.
+made (docs/operations.md, "Running as root", lists them); nothing is changed when it is already so.
 """
 
 from __future__ import annotations

@@ -132,7 +132,7 @@ class SearchKnowledge:
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """The planner's configuration (see the README's configuration table)."""
+    """The planner's configuration (see docs/configuration.md)."""
 
     exact_max_rows: int = 4000
     cost_factor: float = 20.0

@@ -73,7 +73,7 @@ def parse(argv: list[str]) -> Options:
         type=_names,
         default=(),
         help=f"also measure these embedding models in process ({', '.join(CANDIDATES)}); "
-        "issue 11 item 9, see README",
+        "see docs/performance.md, Stronger local embedding models",
     )
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--k", type=int, default=d.k, help="passages per answer (%(default)s)")

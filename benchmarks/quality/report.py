@@ -120,7 +120,7 @@ def _value(row: dict[str, Any]) -> str:
 
 
 def targets_table(rows: list[dict[str, Any]]) -> list[str]:
-    """Issue 11's targets, one row per target and set."""
+    """The targets of `/query_v2`, one row per target and set."""
     lines = ["| target | set | value | needed | |", "| --- | --- | ---: | --- | --- |"]
     for r in rows:
         lines.append(f"| {r['target']} | {r['set']} | {_value(r)} | {r['needed']} | {_met(r['met'])} |")
@@ -309,7 +309,7 @@ def markdown(result: dict[str, Any]) -> str:
             "",
         ]
     if result.get("targets"):
-        out += ["## /query_v2 targets (issue 11)", "", *targets_table(result["targets"]), ""]
+        out += ["## /query_v2 targets", "", *targets_table(result["targets"]), ""]
     v2 = result.get("v2") or {}
     if v2:
         out += ["## /query_v2 run", "", *v2_lines(v2)]

@@ -58,7 +58,7 @@ SET_NAMES = ("man", "html")
 
 @dataclass
 class Sizes:
-    """How big the sets are (see `--quick` and the README for the figures of each size)."""
+    """How big the sets are (see `--quick` and docs/performance.md for the figures of each size)."""
 
     pages: int = 2000
     held_out: int = 200

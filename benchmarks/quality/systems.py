@@ -194,6 +194,6 @@ class RRFusion:
 
 
 NO_V2_ROUTE = (
-    "POST /query_v2 answered 404: this service has no /query_v2 route yet (issue 11 item 1). "
+    "POST /query_v2 answered 404: this service has no /query_v2 route. "
     "Leave query_v2 out of --systems until the route exists."
 )

@@ -1,4 +1,4 @@
-"""Issue 11's quality targets for `/query_v2`, each judged met or not from a run's summary (pure).
+"""The quality targets of `/query_v2`, each judged met or not from a run's summary (pure).
 
 - fused >= the best single channel on nDCG@10 and on Recall@1, on every answerable set;
 - fused + reranked >= fused (same two metrics, every set);

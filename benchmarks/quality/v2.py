@@ -1,7 +1,6 @@
 """`POST /query_v2` per stage: one debug request per query, read as six systems.
 
-The admin-only `debug` of a `/query_v2` answer holds each stage's own top list (CONTRACT.md section 6,
-issue 11 item 10):
+The admin-only `debug` of a `/query_v2` answer holds each stage's own top list (CONTRACT.md section 6):
 
     debug.stages.{exact,lexical,vector}   each channel alone, in its own order
     debug.stages.fused                    reciprocal rank fusion (de-duplicated, capped)

@@ -275,7 +275,7 @@ async def test_uploads_with_an_agent_id_are_owned_by_the_agent(client: httpx.Asy
 
 
 async def test_dot_star_restores_upstream_trust(settings_factory) -> None:  # type: ignore[no-untyped-def]
-    """What the README warns about: with ENTITY_ID_PATTERN=.* a user id can be named again."""
+    """What docs/decisions.md warns about: with ENTITY_ID_PATTERN=.* a user id can be named again."""
     async with running_app(settings_factory(entity_id_pattern=".*")) as c:
         victim, attacker, fid = new_id("victim"), new_id("attacker"), new_id()
         assert (await upload(c, fid, "diary.txt", VICTIM_TEXT.encode(), auth(victim))).status_code == 200

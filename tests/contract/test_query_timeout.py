@@ -1,6 +1,6 @@
-"""QUERY_TIMEOUT_MS is what the README says: how long a search may wait for a pooled connection (and
-then run its statement); past it the request answers 503 (with a detail and Retry-After) without
-waiting any longer."""
+"""QUERY_TIMEOUT_MS is what docs/configuration.md says: how long a search may wait for a pooled
+connection (and then run its statement); past it the request answers 503 (with a detail and
+Retry-After) without waiting any longer."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Each starts real services (the service with its embedded PostgreSQL, an OpenAI-compatible embedding
 server, SeaweedFS), breaks things while clients send requests, and checks what the clients saw; the
-full runs (minutes, with the figures in the README's Reliability section) are `scripts/faults` and
+full runs (minutes, with the figures in docs/operations.md, Scripted runs) are `scripts/faults` and
 `scripts/load`.
 """
 

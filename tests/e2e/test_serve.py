@@ -1,8 +1,10 @@
-"""`scripts/serve` as a person runs it: embedded defaults, the README's curl flow, clean shutdown."""
+"""`scripts/serve` as a person runs it: embedded defaults, the README's curl walks, clean shutdown."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -16,6 +18,7 @@ import pytest
 
 from tests.fixtures.documents import make_pdf
 from tests.fixtures.serve import free_port, serving
+from tests.unit.docs_text import README, section
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [
@@ -39,7 +42,8 @@ def served() -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
         for k, v in os.environ.items()
         if not k.startswith(("RAG_", "JWT_", "DB_", "POSTGRES_", "DATABASE_", "EMBEDDINGS_", "S3_"))
     }
-    env.update({"RAG_PORT": str(port), "DATA_DIR": str(data_dir)})
+    # the README's V2 walk starts the service with this Agent enabled; the V1 walk uploads elsewhere
+    env.update({"RAG_PORT": str(port), "DATA_DIR": str(data_dir), "RAG_V2_NAMESPACE_IDS": "agent_abc123"})
     try:
         with serving(env, data_dir / "serve.log", timeout_s=240) as proc:
             yield f"http://127.0.0.1:{port}", data_dir, proc
@@ -84,6 +88,59 @@ def test_readme_curl_flow(served: tuple[str, Path, subprocess.Popen[bytes]], tmp
         httpx.post(f"{base}/query", json={"query": "storm", "file_id": "harbour-1"}, timeout=30).json() == []
     )
     assert not any(p.is_file() for p in (data_dir / "blobs").rglob("*"))
+
+
+def _json_values(text: str) -> list[object]:
+    """The JSON values curl printed one after the other (curl -s adds no newline between them)."""
+    decoder, values, at = json.JSONDecoder(), [], 0
+    while at < len(text):
+        if text[at].isspace():
+            at += 1
+            continue
+        value, at = decoder.raw_decode(text, at)
+        values.append(value)
+    return values
+
+
+def _run_readme_block(block: str, base: str, cwd: Path) -> str:
+    """Run a shell block of the README against this service (its URL in place of the default one)."""
+    script = block.replace("http://127.0.0.1:8000", base)
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_readme_v2_walk(served: tuple[str, Path, subprocess.Popen[bytes]], tmp_path: Path) -> None:
+    """The README's V2 walk, run as written: the upload, the wait, the cited answer and the refusal."""
+    base, _, _ = served
+    blocks = re.findall(
+        r"```(\w+)\n(.*?)```",
+        section(README.read_text(encoding="utf-8"), "Evidence search (V2) with curl"),
+        re.S,
+    )
+    (serve_lang, serve), (walk_lang, walk), (answer_lang, answer), (refusal_lang, refusal) = blocks
+    assert (serve_lang, walk_lang, answer_lang, refusal_lang) == ("sh", "sh", "json", "sh")
+    assert serve.strip() == "RAG_V2_NAMESPACE_IDS=agent_abc123 scripts/serve"  # what the fixture sets
+    uploaded, answered = _json_values(_run_readme_block(walk, base, tmp_path))
+    assert uploaded == {
+        "status": True,
+        "message": "File processed successfully.",
+        "file_id": "manual-1",
+        "filename": "manual.md",
+        "known_type": True,
+    }
+    shown = json.loads(answer)
+    assert isinstance(answered, dict) and answered["results"], answered
+    # the score is the feature reranker's arithmetic: the README may round it, nothing else differs
+    assert answered["results"][0].pop("score") == pytest.approx(shown["results"][0].pop("score"), abs=0.01)
+    assert answered == shown
+    command = "\n".join(line for line in refusal.splitlines() if not line.startswith("#"))
+    printed = "".join(
+        line.lstrip("# ") for line in refusal.splitlines() if line.startswith("# {") or line.startswith("#  ")
+    )
+    assert _json_values(_run_readme_block(command, base, tmp_path)) == [json.loads(printed)]
 
 
 def test_sigterm_stops_service_and_database(served: tuple[str, Path, subprocess.Popen[bytes]]) -> None:

@@ -1,4 +1,4 @@
-"""Parsing in a worker process: the bombs of issue #10 refused with a 4xx within 30 s, the
+"""Parsing in a worker process: the bombs of tests/fixtures/bombs.py refused with a 4xx within 30 s, the
 worker's memory and time limits, cancellation, and the refusal seen over HTTP with nothing stored."""
 
 from __future__ import annotations

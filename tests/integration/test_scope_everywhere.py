@@ -615,7 +615,7 @@ async def test_reads_and_deletes_keep_foreign_rows(database: Database, corpus: C
 def model_visible(
     scope: Scope, collection: uuid.UUID, file_id: str, owner: str | None, uploader: str | None
 ) -> bool:
-    """The rule as the README states it, in Python: the oracle for the SQL predicate."""
+    """The rule as docs/operations.md states it, in Python: the oracle for the SQL predicate."""
     if collection != scope.collection_id:
         return False
     if scope.file_ids is not None and file_id not in scope.file_ids:

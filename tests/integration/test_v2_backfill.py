@@ -436,7 +436,7 @@ async def test_chunks_staged_while_the_provider_fails_are_found_lexically_then_h
                 document["document_id"],
             )
             assert found >= 1
-            # sized for an HTTP provider: characters against RAG_V2_HTTP_WINDOW_CHARS
+            # sized for an HTTP provider: characters against RAG_V2__INDEX__HTTP_WINDOW_CHARS
             lengths = await conn.fetch(
                 "SELECT length(embed_text) AS n, tokens FROM ragoverlay_v2_chunks WHERE document_id = $1",
                 document["document_id"],

@@ -1,4 +1,4 @@
-"""The README's configuration table and the Settings class never drift apart; settings validate."""
+"""docs/configuration.md's table and the Settings class never drift apart; settings validate."""
 
 import re
 from pathlib import Path
@@ -7,16 +7,13 @@ import pytest
 
 from app.config import all_env_names, documented_defaults, load_settings
 from app.errors import ConfigError
-
-README = Path(__file__).resolve().parents[2] / "README.md"
+from tests.unit.docs_text import page
 
 
 def documented_variables() -> dict[str, str]:
-    """Variables of the README's configuration table: name -> default column."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    """Variables of the configuration table in docs/configuration.md: name -> default column."""
     rows: dict[str, str] = {}
-    for line in section.splitlines():
+    for line in page("configuration.md").splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) >= 3 and cells[0].startswith("`"):
             for name in re.findall(r"`([A-Z][A-Z0-9_]*)`", cells[0]):
@@ -27,13 +24,13 @@ def documented_variables() -> dict[str, str]:
 def test_every_setting_is_documented() -> None:
     documented = documented_variables()
     missing = [name for name in all_env_names() if name not in documented]
-    assert not missing, f"add these variables to the README configuration table: {missing}"
+    assert not missing, f"add these variables to the table in docs/configuration.md: {missing}"
 
 
 def test_no_stale_rows() -> None:
     known = set(all_env_names())
     stale = sorted(set(documented_variables()) - known)
-    assert not stale, f"README documents variables the service does not read: {stale}"
+    assert not stale, f"docs/configuration.md documents variables the service does not read: {stale}"
 
 
 def test_documented_defaults_match() -> None:

@@ -564,7 +564,7 @@ async def test_the_v2_pipeline_measures_tunes_and_reports() -> None:
         "| v2:fused |",
         "| query_v2 |",
         "– (before refusal)",
-        "## /query_v2 targets (issue 11)",
+        "## /query_v2 targets",
         "**not met**",
         "## Refusal policy, offline grid",
         "**chosen**: ",

@@ -14,7 +14,7 @@ read the active run only, and activation swaps runs in one transaction.
 
 Per file: the original is parsed in the bounded worker (`parse_in_worker`), its boilerplate
 fingerprints are counted against the run's other files, then it is chunked to fit the embedding
-model (its own tokenizer for the local model; characters against RAG_V2_HTTP_WINDOW_CHARS for HTTP
+model (its own tokenizer for the local model; characters against RAG_V2__INDEX__HTTP_WINDOW_CHARS for HTTP
 providers), embedded and stored. A document already stored with the same bytes, extractor version
 and model is linked instead, and vectors of unchanged texts are reused, unless the run was started
 with `force` (then every file is parsed and embedded again). When the provider fails, the chunks are
