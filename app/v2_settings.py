@@ -20,7 +20,16 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 CHANNELS: tuple[str, ...] = ("exact", "lexical", "vector")
 # the feature reranker's features (app/search/v2/rerank.py computes each)
-FEATURES: tuple[str, ...] = ("coverage", "phrases", "identifiers", "quantities", "heading", "intent", "prior")
+FEATURES: tuple[str, ...] = (
+    "coverage",
+    "phrases",
+    "identifiers",
+    "quantities",
+    "heading",
+    "definition",
+    "intent",
+    "prior",
+)
 # the refusal's soft signals (app/search/v2/refusal.py)
 SIGNALS: tuple[str, ...] = ("weak_rerank", "no_agreement", "rare_terms_missing", "low_coverage", "low_dense")
 ENV_PREFIX = "RAG_V2"
@@ -84,6 +93,8 @@ class FeatureWeights(Section):
     identifiers: float = Field(3.0, ge=0, le=100)
     quantities: float = Field(2.0, ge=0, le=100)
     heading: float = Field(1.0, ge=0, le=100)
+    # an identifier's defining entry outranks its passing mentions (a row, heading or entry naming it)
+    definition: float = Field(2.0, ge=0, le=100)
     intent: float = Field(1.0, ge=0, le=100)
     # 5, not 2: with 2 the features overruled fusion's first place too often (man pages R@1 0.927
     # fused -> 0.903 reranked); with 5, 0.933 (scripts/bench quality --quick, both measured)

@@ -6,11 +6,14 @@ A `Reranker` returns one score in 0..1 per window item. The default `FeatureRera
 deterministic and needs no model: a weighted mean of features in 0..1, each counted only when the
 query makes it applicable (a query without identifiers is not judged on identifier hits):
 
-    coverage     share of the query's terms found in the item, each weighted by its idf in the window
+    coverage     share of the query's terms found in the item (by their English and German stems),
+                 each weighted by its idf in the window
     phrases      share of quoted phrases found on token boundaries
     identifiers  share of identifiers, standards and document numbers found
     quantities   share of numbers with units found (by value and unit, or as written)
-    heading      share of the terms found in the title, headings, caption or row label
+    heading      share of the terms found in the title, headings, caption or row label (by stems)
+    definition   an identifier of the query is what the item defines: its row label, a heading or the
+                 caption names it, or its text starts with it (a passing mention elsewhere does not)
     intent       table lookup: a table row; document lookup: terms in title or file name;
                  citation request: a known page
     prior        the fused score relative to the window's best (what the channels agreed on)
@@ -38,6 +41,7 @@ from app.search.v2.bm25 import idf
 from app.search.v2.fusion import apply_caps
 from app.search.v2.records import Candidate, Fused
 from app.text.normalize import contains_phrase, normalize
+from app.text.stems import form_set, matches
 from app.v2_settings import MAX_RERANK_WINDOW, FeatureWeights, RerankSettings
 
 logger = logging.getLogger(__name__)
@@ -63,6 +67,17 @@ def rerank_text(candidate: Candidate) -> str:
     return f"{head}\n{candidate.content}" if head else candidate.content
 
 
+def _defines(query: QueryAnalysis, c: Candidate, heading_text: str) -> bool:
+    """True when the candidate is an entry for one of the query's names, not a passing mention."""
+    first_line = normalize(c.content.strip().split("\n", 1)[0][:200])
+    for entity in query.names:
+        for key in name_variants(entity, last_part=False):
+            # an entry starts with its term ("str.lstrip(chars)  Return ..."); a mention only holds it
+            if contains_phrase(heading_text, key) or first_line == key or first_line.startswith(key + " "):
+                return True
+    return False
+
+
 def _fraction(found: Sequence[bool]) -> float:
     return sum(found) / len(found) if found else 0.0
 
@@ -78,10 +93,10 @@ class FeatureReranker:
     def features(self, query: QueryAnalysis, items: Sequence[Fused]) -> list[dict[str, float]]:
         """The applicable features of every item (a feature absent from a dict does not apply)."""
         texts = [item.candidate.search_text for item in items]
-        token_sets = [set(text.split()) for text in texts]
+        token_sets = [form_set(text.split()) for text in texts]
         # idf within the window: a term every candidate has says little about which one answers
         weights = {
-            term: idf(len(items), sum(term in tokens for tokens in token_sets)) for term in query.terms
+            term: idf(len(items), sum(matches(term, tokens) for tokens in token_sets)) for term in query.terms
         }
         # the prior is the fused score relative to the window's best: what the channels agreed on,
         # on the same 0..1 footing as the other features (absolute fused scores are small numbers)
@@ -92,7 +107,7 @@ class FeatureReranker:
             f: dict[str, float] = {"prior": item.score / top if top > 0 else 0.0}
             total = sum(weights.values())
             if query.terms and total > 0:
-                f["coverage"] = sum(w for t, w in weights.items() if t in tokens) / total
+                f["coverage"] = sum(w for t, w in weights.items() if matches(t, tokens)) / total
             if query.phrases:
                 f["phrases"] = _fraction([contains_phrase(text, p) for p in query.phrases])
             if query.names:
@@ -112,11 +127,14 @@ class FeatureReranker:
                         for q in query.quantities
                     ]
                 )
-            heading_tokens = set(
-                normalize(" ".join(filter(None, (c.title, *c.section, c.table_caption, c.row_label)))).split()
+            heading_text = normalize(
+                " ".join(filter(None, (c.title, *c.section, c.table_caption, c.row_label)))
             )
+            heading_tokens = form_set(heading_text.split())
             if query.terms:
-                f["heading"] = _fraction([t in heading_tokens for t in query.terms])
+                f["heading"] = _fraction([matches(t, heading_tokens) for t in query.terms])
+            if query.names:
+                f["definition"] = 1.0 if _defines(query, c, heading_text) else 0.0
             intents: list[float] = []
             if TABLE_LOOKUP in query.intents:
                 intents.append(1.0 if c.kind == "table_row" or c.table_caption else 0.0)

@@ -39,8 +39,11 @@ def test_features_apply_only_when_the_query_asks() -> None:
     plain = FeatureReranker().features(analyze_query("reset the device"), [item])[0]
     assert set(plain) == {"prior", "coverage", "heading"}
     rich = FeatureReranker().features(analyze_query('"length" of K 28 at 14 mm in the table'), [item])[0]
-    assert set(rich) == {"prior", "coverage", "heading", "phrases", "identifiers", "quantities", "intent"}
+    assert set(rich) == {
+        "prior", "coverage", "heading", "phrases", "identifiers", "definition", "quantities", "intent",
+    }  # fmt: skip
     assert rich["identifiers"] == 1.0 and rich["phrases"] == 1.0 and rich["intent"] == 1.0
+    assert rich["definition"] == 0.0  # no row label or heading names K 28, the text starts with "Type"
     assert rich["quantities"] == 0.0  # "14 mm" is not written in the content and no entity key says so
 
 
@@ -55,6 +58,27 @@ def test_the_row_naming_the_identifier_wins_over_a_better_fused_neighbour() -> N
     )
     scores = FeatureReranker().score_all(analyze_query("length of K 28"), [k25, k28])
     assert scores[1] > scores[0]
+
+
+def test_the_defining_entry_outranks_a_passing_mention_and_stems_count() -> None:
+    # both hold every term ("returns" meets "return" by its stem) and the name; the entry starts with
+    # the name under a heading naming it, the mention is fused higher (0.6 against 0.4).
+    # mention: coverage 1, identifiers 1, heading 0, definition 0, prior 1 -> (3 + 3 + 0 + 0 + 5) / 14
+    # entry:   coverage 1, identifiers 1, heading 2/3 (str, lstrip; not return), definition 1, prior 2/3
+    #          -> (3 + 3 + 2/3 + 2 + 10/3) / 14 = 12 / 14
+    # without the definition feature the entry would lose: (3 + 3 + 2/3 + 10/3) / 12 = 10 / 12 < 11 / 12
+    entry = fused(
+        cand(
+            "e",
+            content="str.lstrip([chars])\nReturn a copy of the string with leading characters removed.",
+            section=("str.lstrip",),
+        ),
+        0.4,
+    )
+    mention = fused(cand("m", content="Use str.lstrip, which returns the string trimmed on the left."), 0.6)
+    scores = FeatureReranker().score_all(analyze_query("what does str.lstrip return"), [mention, entry])
+    assert scores[0] == pytest.approx(11 / 14)
+    assert scores[1] == pytest.approx(12 / 14) and scores[1] > scores[0]
 
 
 class Fixed:
