@@ -38,8 +38,9 @@ ANSWER_CHARS = (3, 200)
 KEYWORD_WORDS = (1, 4)
 TOPIC_TERMS = (1, 3)
 DEFAULT_CACHE = REPO_ROOT / "bench-results" / "natural-texts"
-# something that reads as code: a dot or underscore inside a word, (), --option, a path, camelCase
-_CODE = re.compile(r"\w[._]\w|\(\)|(^|\s)--?\w|/\w|[a-z][A-Z]|\w::\w|\$\w|\w=\w")
+# something that reads as code: a dot, underscore or hyphen inside a word, (), --option, a path,
+# camelCase
+_CODE = re.compile(r"\w[._]\w|[a-z]-[a-z]|\(\)|(^|\s)--?\w|/\w|[a-z][A-Z]|\w::\w|\$\w|\w=\w")
 # overall targets: (label, what is counted, needed share or count)
 TARGET_ITEMS = 300
 TARGET_SHARES = (("paraphrase", 0.30), ("unanswerable", 0.15), ("German (lang de)", 0.25))
@@ -63,10 +64,12 @@ class CorpusReport:
     name: str
     files: int = 0
     items: list[dict[str, Any]] = field(default_factory=list)  # the valid-enough items (have a kind)
+    item_lines: list[int] = field(default_factory=list)  # the line number of each of `items`
     failures: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
     ratios: dict[int, float | None] = field(default_factory=dict)  # line number -> ratio to store
     ratio_by_id: dict[str, float] = field(default_factory=dict)
+    failed_lines: set[int] = field(default_factory=set)  # lines with a failure of their own
     unavailable: str = ""  # the install hint when the corpus's package is missing
 
     def counts(self, key: str) -> Counter[str]:
@@ -284,6 +287,11 @@ def item_problems(
     return fail, warn, ratio
 
 
+def passing(report: CorpusReport) -> list[dict[str, Any]]:
+    """The items without a failure of their own (what a run asks)."""
+    return [i for i, n in zip(report.items, report.item_lines, strict=True) if n not in report.failed_lines]
+
+
 def load_texts(spec: CorpusSpec, cache: TextCache, say: Callable[[str], None] = lambda _m: None) -> Texts:
     """Every listed file that exists, rendered (from the cache when it can)."""
     present = [rel for rel in spec.files if (spec.root / rel).is_file()]
@@ -325,13 +333,17 @@ def check_corpus(
             where = f"{qid} (line {line.number})"
             if qid in seen:
                 report.failures.append(Problem(where, f"id used twice (first on line {seen[qid]})"))
+                report.failed_lines.add(line.number)
             else:
                 seen[qid] = line.number
         fail, warn, ratio = item_problems(line.raw, spec, texts, where)
         report.failures += fail
         report.warnings += warn
+        if fail:
+            report.failed_lines.add(line.number)
         if line.raw.get("kind") in KINDS:
             report.items.append(line.raw)
+            report.item_lines.append(line.number)
         if ratio is not None:
             report.ratio_by_id[str(qid)] = ratio
         # a paraphrase gets its ratio; any other kind loses a stale one
