@@ -62,6 +62,8 @@ class Options:
     v2_wait_s: float = 3 * 3600.0
     tag: str = ""
     write_results: bool = True
+    service_url: str | None = None  # measure this running service (its V2 namespaces set) instead
+    token: str | None = None  # an admin's bearer token for `service_url`
 
 
 class SetupError(RuntimeError):
@@ -222,16 +224,21 @@ async def run_async(opts: Options, progress: Progress) -> dict[str, Any]:
         "QUERY_EMBEDDING_CACHE_SIZE": "0",
         **opts.service_env,
     }
-    with progress.phase("service start"):
-        served = await svc.start(service_dir, env)
-    headers = svc.auth_headers(served.token)
+    served: svc.Served | None = None
+    if opts.service_url:
+        base_url, token = opts.service_url.rstrip("/"), opts.token
+    else:
+        with progress.phase("service start"):
+            served = await svc.start(service_dir, env)
+        base_url, token = served.base_url, served.token
+    headers = svc.auth_headers(token)
     try:
         with progress.phase(f"upload {len(corpus.documents)} files through POST /embed"):
-            upload = await svc.upload(served.base_url, corpus.documents, say=progress.say, headers=headers)
+            upload = await svc.upload(base_url, corpus.documents, say=progress.say, headers=headers)
         with progress.phase("V2 index: backfill and wait"):
-            async with httpx.AsyncClient(base_url=served.base_url, headers=headers, timeout=120.0) as client:
+            async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=120.0) as client:
                 v2_index = await wait_for_index(client, kbs, timeout_s=opts.v2_wait_s, say=progress.say)
-        parsed = urlsplit(served.base_url)
+        parsed = urlsplit(base_url)
         http = LeanHTTP(parsed.hostname or "127.0.0.1", parsed.port or 80)
         try:
             source = V2Debugged(V2Client(http, kbs, k=opts.k, debug=True, headers=headers))
@@ -243,7 +250,8 @@ async def run_async(opts: Options, progress: Progress) -> dict[str, Any]:
         finally:
             await http.aclose()
     finally:
-        svc.stop(served)
+        if served is not None:
+            svc.stop(served)
     summary = scoring.summarise(scored)
     result: dict[str, Any] = {
         "kind": "quality-natural",
@@ -254,6 +262,7 @@ async def run_async(opts: Options, progress: Progress) -> dict[str, Any]:
             "folder": str(opts.folder),
             "data_dir": str(opts.data_dir),
             "out_dir": str(opts.out_dir),
+            "token": "***" if opts.token else None,
         },
         "machine": {
             "cpus": os.cpu_count(),
@@ -316,7 +325,17 @@ def parse(argv: Sequence[str]) -> Options:
     p.add_argument("--service-env", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--v2-wait", type=float, default=d.v2_wait_s, help="seconds the V2 index may take")
     p.add_argument("--tag", default="", help="name part of the result files")
+    p.add_argument(
+        "--service-url",
+        default=None,
+        help="measure this running service instead (its RAG_V2_NAMESPACE_IDS must name the "
+        "agent_nat_* knowledge bases); needs --token or --jwt-secret (an admin, for the V2 stages)",
+    )
+    p.add_argument("--token", default=None, help="an admin's bearer token for --service-url")
+    p.add_argument("--jwt-secret", default=None, help="the service's JWT_SECRET: a token with role ADMIN")
     a = p.parse_args(argv)
+    if a.service_url and not (a.token or a.jwt_secret):
+        p.error("--service-url needs --token or --jwt-secret")
     if not 1 <= a.k <= 10:
         p.error("--k must be 1..10")
     unknown = [c for c in a.corpora if c not in sets.corpus_names()]
@@ -334,6 +353,8 @@ def parse(argv: Sequence[str]) -> Options:
         service_env=parse_env_pairs(a.service_env),
         v2_wait_s=a.v2_wait,
         tag=a.tag,
+        service_url=a.service_url,
+        token=a.token or (svc.admin_token(a.jwt_secret, role=True) if a.jwt_secret else None),
     )
 
 
