@@ -386,6 +386,9 @@ def format_report(report: CorpusReport) -> list[str]:
         out.append(f"   kind:  {_counts_line(report.counts('kind'), KINDS)}")
         out.append(f"   lang:  {_counts_line(report.counts('lang'), LANGS)}")
         out.append(f"   split: {_counts_line(report.counts('split'), SPLITS)}")
+        per_kind = Counter((str(i.get("kind")), str(i.get("split"))) for i in report.items)
+        cells = [f"{k} {per_kind[k, 'dev']}/{per_kind[k, 'test']}" for k in KINDS if report.counts("kind")[k]]
+        out.append(f"   dev/test per kind (about 40/60): {', '.join(cells)}")
         missing = [k for k in KINDS if not report.counts("kind")[k]]
         if missing:
             out.append(f"   kinds not present yet: {', '.join(missing)}")
