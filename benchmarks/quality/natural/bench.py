@@ -188,12 +188,17 @@ async def ask_all(
     return out
 
 
-def per_item(queries: Sequence[Query], scored: dict[str, list[scoring.Scored]]) -> list[dict[str, Any]]:
-    """Each question with its gold files and every system's ranking and scores."""
+def per_item(
+    queries: Sequence[Query], scored: dict[str, list[scoring.Scored]], source: V2Debugged | None = None
+) -> list[dict[str, Any]]:
+    """Each question with its gold files, every system's ranking and scores, and /query_v2's refusal
+    inputs (for looking into single cases)."""
     rows = []
     for i, q in enumerate(queries):
+        record = source.records.get(q.qid) if source is not None else None
         rows.append(
             {
+                **({"v2_refusal": asdict(record.refusal)} if record and record.refusal else {}),
                 "id": q.qid,
                 "corpus": q.set,
                 "kind": q.kind,
@@ -259,6 +264,7 @@ async def run_async(opts: Options, progress: Progress) -> dict[str, Any]:
         "seconds": round(progress.elapsed(), 1),
         "options": {
             **asdict(opts),
+            "split": "dev" if opts.quick else opts.split,  # --quick asks the dev split
             "folder": str(opts.folder),
             "data_dir": str(opts.data_dir),
             "out_dir": str(opts.out_dir),
@@ -280,7 +286,7 @@ async def run_async(opts: Options, progress: Progress) -> dict[str, Any]:
             "degraded": sum(r.degraded for r in source.records.values()),
             "rerank_fell_back": sum(r.rerank_fell_back for r in source.records.values()),
         },
-        "per_item": per_item(queries, scored),
+        "per_item": per_item(queries, scored, source),
         "phases": progress.phases,
     }
     if opts.write_results:
