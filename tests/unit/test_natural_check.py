@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from benchmarks.progress import Progress
 from benchmarks.quality import manpages
-from benchmarks.quality.natural import check, sets
+from benchmarks.quality.natural import bench, check, sets
 from benchmarks.quality.natural.text import (
     TextCache,
     collapse,
@@ -336,3 +337,41 @@ def test_write_stores_ratio_in_stable_key_order(folder: Path, capsys: pytest.Cap
     out = capsys.readouterr().out
     assert "items: 5 (needed >= 300): not met" in out
     assert check.main([*args, "--strict"]) == 1
+
+
+def test_run_builds_one_knowledge_base_per_corpus_without_failing_items(folder: Path) -> None:
+    path = folder / "tiny-html.questions.jsonl"
+    broken = _item("tiny-html", 6, "unanswerable-named", "What is a fender?", absent_terms=["fender"])
+    path.write_text(path.read_text() + json.dumps(broken) + "\n")
+    opts = bench.Options(split="dev", folder=folder, out_dir=folder.parent / "results")
+    corpus, items, facts = bench.build(opts, Progress())
+    assert corpus.kbs() == {
+        "agent_nat_tiny_html": ["tiny-html:tools/harbour.html"],
+        "agent_nat_tiny_man": ["tiny-man:man1/netmend.1.gz"],
+    }
+    html, man = corpus.documents
+    assert (html.filename, html.content_type, html.path) == (
+        "tools-harbour.html",
+        "text/html",
+        str(folder.parent / "docs" / "tools" / "harbour.html"),
+    )
+    # a man page is uploaded as its rendering, a text file
+    assert (man.filename, man.content_type) == ("netmend.1.txt", "text/plain")
+    assert Path(man.path).read_text() == MAN_TEXT
+    # the item whose absent term is on the page is left out, and counted
+    assert facts["tiny-html"] == {
+        "kb": "agent_nat_tiny_html",
+        "files": 1,
+        "corpus_files": 1,
+        "questions": 5,
+        "excluded": 1,
+        "failures": 1,
+    }
+    assert [q.qid for q in corpus.queries] == [i["id"] for i in items]
+    table = next(q for q in corpus.queries if q.kind == "table")
+    assert table.relevant == ("tiny-html:tools/harbour.html",) and table.answer == "4.2 metres of larch"
+    named = next(q for q in corpus.queries if q.kind == "unanswerable-named")
+    assert not named.answerable and named.relevant == () and named.answer is None
+    # no question of the split: the run says so instead of measuring nothing
+    with pytest.raises(bench.SetupError, match="no question of split 'test'"):
+        bench.build(bench.Options(split="test", folder=folder, out_dir=folder.parent / "results"), Progress())
