@@ -336,6 +336,7 @@ def test_write_stores_ratio_in_stable_key_order(folder: Path, capsys: pytest.Cap
     assert path.read_text() == before  # a second --write changes nothing
     out = capsys.readouterr().out
     assert "items: 5 (needed >= 300): not met" in out
+    assert "per id: 001=0.00" in out  # each paraphrase's ratio, by the number of its id
     assert check.main([*args, "--strict"]) == 1
 
 

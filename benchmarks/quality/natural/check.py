@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import textwrap
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -396,6 +397,10 @@ def format_report(report: CorpusReport) -> list[str]:
         values = sorted(report.ratio_by_id.values())
         out.append(
             f"   paraphrase content-word ratio: median {values[len(values) // 2]:.2f}, max {values[-1]:.2f}"
+        )
+        pairs = [f"{qid.rsplit('-', 1)[-1]}={r:.2f}" for qid, r in report.ratio_by_id.items()]
+        out += textwrap.wrap(
+            ", ".join(pairs), 100, initial_indent="     per id: ", subsequent_indent=" " * 13
         )
     for p in report.failures:
         out.append(f"   FAIL {p}")
