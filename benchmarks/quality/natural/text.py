@@ -101,14 +101,16 @@ class TextCache:
         say: Callable[[str], None] = lambda _m: None,
     ) -> list[str]:
         """Texts of `paths` in order; uncached ones rendered `workers` at a time (man is slow)."""
-        if render == "html" or workers <= 1:
+        todo = sum(not self._target(p, render).is_file() for p in paths)
+        if render == "html" or workers <= 1 or todo == 0:
             return [self.get(p, render) for p in paths]
+        say(f"rendering {todo} of {len(paths)} files (cached afterwards)")
         out: list[str] = []
         with ThreadPoolExecutor(max_workers=workers) as pool:
             for i, text in enumerate(pool.map(lambda p: self.get(p, render), paths), start=1):
                 out.append(text)
                 if i % 200 == 0:
-                    say(f"rendered {i}/{len(paths)}")
+                    say(f"{i}/{len(paths)} files")
         return out
 
 
