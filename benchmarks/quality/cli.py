@@ -127,6 +127,12 @@ def parse(argv: list[str]) -> Options:
         "--html-root", type=Path, default=d.html_root, help="HTML documentation root (%(default)s)"
     )
     p.add_argument("--tag", default="", help="name part of the result files (quality-<tag>-...)")
+    p.add_argument(
+        "--natural",
+        action="store_true",
+        help="the hand-written questions of benchmarks/quality/natural/ instead, V1 beside V2 "
+        "(its own options: scripts/bench quality --natural --help)",
+    )
     a = p.parse_args(argv)
     base = QUICK if a.quick else Sizes()
     overrides = {
@@ -189,5 +195,9 @@ def parse(argv: list[str]) -> Options:
 
 
 def main(argv: list[str]) -> int:
-    """Parse and run."""
+    """Parse and run (`--natural`: the natural-question benchmark, with its own options)."""
+    if "--natural" in argv:
+        from benchmarks.quality.natural.bench import main as natural_main
+
+        return natural_main(argv)
     return run(parse(argv))

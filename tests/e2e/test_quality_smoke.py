@@ -21,6 +21,7 @@ import pytest
 from benchmarks.http import LeanHTTP
 from benchmarks.progress import Progress
 from benchmarks.quality import service as svc
+from benchmarks.quality.natural import bench as natural
 from benchmarks.quality.run import Options, Sizes, run_async
 from benchmarks.quality.systems import SystemUnavailable
 from benchmarks.quality.v2 import FINAL, STAGE_SYSTEMS, V2Client
@@ -52,6 +53,77 @@ HTML_PAGES = {
         [("knots.tie", "tie(rope, kind='bowline')"), ("knots.Rope.splice", "splice(other, tucks=5)")],
     ),
 }
+
+
+NATURAL = {
+    "tiny-html": (
+        "html",
+        "html",
+        ["library/boats.html", "library/knots.html"],
+        [
+            (
+                "table",
+                "How is a skiff built?",
+                "library/boats.html",
+                "Boats",
+                "Skiff",
+                "4.2 metres of larch planking",
+            ),
+            (
+                "paraphrase",
+                "Which knot can be trusted to hold?",
+                "library/knots.html",
+                "Knots",
+                None,
+                "a fixed loop that never slips",
+            ),
+            ("unanswerable-named", "What does boats.Hull.scrape do?", None, None, None, "boats.Hull.scrape"),
+        ],
+    ),
+    "tiny-man": (
+        "",
+        "man",
+        ["man1/frobnicate.1.gz"],
+        [
+            (
+                "identifier",
+                "What does frobnicate --dry-run do?",
+                "man1/frobnicate.1.gz",
+                "OPTIONS",
+                None,
+                "Show what would be done.",
+            )
+        ],
+    ),
+}
+
+
+def _natural_sets(root: Path) -> Path:
+    """Corpus and question files of two tiny natural corpora over the smoke test's pages."""
+    folder = root / "natural"
+    folder.mkdir(exist_ok=True)
+    for name, (sub, render, files, items) in NATURAL.items():
+        spec = {"name": name, "language": "en", "package": "smoke", "root": str(root / sub), "render": render}
+        (folder / f"{name}.corpus.json").write_text(json.dumps({**spec, "files": files}))
+        lines = []
+        for n, (kind, question, gold, section, row, answer) in enumerate(items, start=1):
+            unanswerable = kind.startswith("unanswerable")
+            item = {
+                "id": f"{name}-{n:03d}",
+                "corpus": name,
+                "lang": "en",
+                "kind": kind,
+                "split": "dev",
+                "question": question,
+                "gold_files": [] if unanswerable else [gold],
+                "gold_location": {"section": section, "table_row": row},
+                "answer": None if unanswerable else answer,
+                "evidence": None if unanswerable else (f"{row} {answer}" if row else answer),
+                "absent_terms": [answer] if unanswerable else [],
+            }
+            lines.append(json.dumps(item))
+        (folder / f"{name}.questions.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
 
 
 def _roff(name: str, description: str, body: str) -> str:
@@ -112,8 +184,9 @@ def test_quality_benchmark_runs_and_reports_every_metric(sources: Path) -> None:
         v2_wait_s=180,
     )
 
-    async def scenario() -> tuple[dict, int, str, dict]:
-        env = {"RAG_V2_NAMESPACE_IDS": "agent_quality_man_1,agent_quality_html"}
+    async def scenario() -> tuple[dict, int, str, dict, dict | None]:
+        kbs = ["agent_quality_man_1", "agent_quality_html", *(natural.kb_name(n) for n in NATURAL)]
+        env = {"RAG_V2_NAMESPACE_IDS": ",".join(kbs)}
         served = await svc.start(sources / "service", env, timeout_s=240)
         try:
             assert served.token  # the benchmark's own service runs with auth and an admin
@@ -141,11 +214,24 @@ def test_quality_benchmark_runs_and_reports_every_metric(sources: Path) -> None:
             async with httpx.AsyncClient(base_url=served.base_url, timeout=60, headers=headers) as client:
                 first = await wait_for_index(client, result["corpus"]["kb_files"], timeout_s=180)
                 again = await wait_for_index(client, result["corpus"]["kb_files"], timeout_s=30)
-            return result, probe.status_code, message, {"first": first, "again": again}
+            natural_result = None
+            if probe.status_code != 404:
+                # the natural questions through the same service: two corpora (HTML, a man page)
+                nat_opts = natural.Options(
+                    split="all",
+                    folder=_natural_sets(sources),
+                    data_dir=sources / "data",
+                    out_dir=sources / "results",
+                    v2_wait_s=180,
+                    service_url=served.base_url,
+                    token=served.token,
+                )
+                natural_result = await natural.run_async(nat_opts, Progress())
+            return result, probe.status_code, message, {"first": first, "again": again}, natural_result
         finally:
             svc.stop(served)
 
-    result, v2_status, v2_message, waits = asyncio.run(scenario())
+    result, v2_status, v2_message, waits, nat = asyncio.run(scenario())
 
     corpus = result["corpus"]
     assert corpus["knowledge_bases"] == {"agent_quality_man_1": 4, "agent_quality_html": 2}
@@ -197,3 +283,19 @@ def test_quality_benchmark_runs_and_reports_every_metric(sources: Path) -> None:
     assert v2["agreement"]["same"] + v2["agreement"]["differ"] == v2["timed"]
     assert any(r["target"].startswith("fused >=") for r in result["targets"])
     assert "/query_v2 targets" in report and "Refusal policy, offline grid" in report
+
+    # the natural questions: every question asked of V1 and of V2 with its stages, every figure reported
+    assert nat is not None
+    assert {n: c["questions"] for n, c in nat["corpus"]["corpora"].items()} == {"tiny-html": 3, "tiny-man": 1}
+    assert nat["corpus"]["knowledge_bases"]["agent_nat_tiny_man"] == ["tiny-man:man1/frobnicate.1.gz"]
+    for system in ("v1-dense", *STAGE_SYSTEMS.values(), FINAL):
+        answerable = nat["summary"][system]["answerable"]
+        assert answerable["answerable"] == 3, system
+        for metric in ("first", "top5", "answer", "answer_caseless", "answerable_refused"):
+            assert 0.0 <= answerable[metric] <= 1.0, (system, metric)
+    assert nat["summary"]["v1-dense"]["kind:unanswerable-named"]["unanswerable_refused"] == 0.0
+    assert nat["summary"][FINAL]["kind:unanswerable-named"]["unanswerable_refused"] is not None
+    assert {r["target"] for r in nat["targets"]} >= {"V2 top 5 >= V1", "V2 false refusals", "V2 refused"}
+    assert len(nat["per_item"]) == 4
+    printed = (sources / "results" / "quality-natural-latest.txt").read_text()
+    assert "tiny-man" in printed and "first V1" in printed and "Targets" in printed
