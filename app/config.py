@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import quote, quote_plus
@@ -438,6 +439,13 @@ def env_names(field_name: str) -> list[str]:
 def all_env_names() -> list[str]:
     """Every environment variable the service reads."""
     return [name for field in Settings.model_fields for name in env_names(field)]
+
+
+def without_service_variables(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` minus every variable that would configure the service (for tests and benchmarks)."""
+    read = set(all_env_names())
+    nested = V2_ENV_PREFIX + ENV_DELIMITER
+    return {k: v for k, v in environ.items() if k not in read and not k.startswith(nested)}
 
 
 def documented_defaults() -> dict[str, object]:

@@ -74,11 +74,9 @@ def free_port() -> int:
 
 def service_environment(settings: dict[str, str]) -> dict[str, str]:
     """Our environment minus every variable the service reads, plus `settings`."""
-    from app.config import Settings, env_names  # the service's own list of variable names
+    from app.config import without_service_variables  # the service's own list of variable names
 
-    drop = {name for f in Settings.model_fields for name in env_names(f)}
-    drop |= {"EXACT_SCAN_MAX_ROWS", "HNSW_EF_SEARCH", "HNSW_MAX_SCAN_TUPLES", "VECTOR_INDEX"}
-    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env = without_service_variables(os.environ)
     env["PYTHONPATH"] = str(REPO_ROOT)  # this checkout's `app`, whatever is installed
     env["PYTHONUNBUFFERED"] = "1"
     env.update(settings)

@@ -4,9 +4,13 @@ import os
 
 import pytest
 
-# Tests must never pick up a developer's .env or shell configuration of the service.
+from app.config import without_service_variables
+
+# Tests must never pick up a developer's .env or shell configuration of the service: every variable
+# the service reads (the Settings class's own list) is cleared.
+_KEEP = without_service_variables(os.environ)
 for _name in list(os.environ):
-    if _name.startswith(("RAG_", "POSTGRES_", "DB_", "JWT_", "EMBEDDINGS_", "S3_", "DATABASE_URL")):
+    if _name not in _KEEP:
         del os.environ[_name]
 
 pytest_plugins = [

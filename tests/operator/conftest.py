@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from pymongo.database import Database
 
+from app.config import without_service_variables
 from tests.fixtures.mongo_server import mongo_server
 from tests.fixtures.serve import free_port, serving
 from tests.operator.catalogue_seed import database
@@ -55,11 +56,7 @@ def rag_service() -> Iterator[RagService]:
     data_dir = Path(tempfile.mkdtemp(prefix="ragoverlay-operator-"))
     data_dir.chmod(0o755)  # the embedded server may run as another user when tests run as root
     port = free_port()
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("RAG_", "JWT_", "DB_", "POSTGRES_", "DATABASE_", "EMBEDDINGS_", "S3_"))
-    }
+    env = without_service_variables(os.environ)
     env.update(
         {
             "RAG_PORT": str(port),

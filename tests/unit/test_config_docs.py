@@ -147,3 +147,13 @@ def test_blank_lines_of_a_dotenv_file_mean_unset(tmp_path: Path) -> None:
     env_file.write_text("JWT_SECRET=\nS3_BUCKET=\nEMBEDDINGS_DIMENSIONS=\nCHUNK_SIZE=900\n")
     s = load_settings(_env_file=env_file)
     assert (s.jwt_secret, s.s3_bucket, s.embeddings_dimensions, s.chunk_size) == (None, None, None, 900)
+
+
+def test_the_cleared_environment_drops_every_variable_the_service_reads() -> None:
+    from app.config import without_service_variables
+
+    environ = {name: "x" for name in all_env_names()}
+    environ |= {"RAG_V2__FUSION__NEW_KNOB": "1", "PATH": "/bin", "HOME": "/root"}
+    assert without_service_variables(environ) == {"PATH": "/bin", "HOME": "/root"}
+    # rag_api's alias names are read too (AWS_REGION for S3_REGION), so they go as well
+    assert "AWS_REGION" in all_env_names() and "ALLOWLIST_FAIL_OPEN" in all_env_names()
