@@ -525,10 +525,5 @@ def get_settings() -> Settings:
     return load_settings()
 
 
-def reset_settings_cache() -> None:
-    """Forget cached settings (tests change the environment between apps)."""
-    get_settings.cache_clear()
-
-
 # Silence a noisy tokenizers warning once, for every entry point that imports config.
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -14,6 +14,5 @@ How an index run uses it, per document of a namespace:
 and stores the result through `app/store/v2_index.py`.
 
 `normalize`/`tokenize` are the one normalisation of index and query; `local_model_counter()` the
-local model's tokenizer as a `TokenCounter`; `pooled_embedding` embeds text longer than the window
-(V1's long chunks) so that all of it counts.
+local model's tokenizer as a `TokenCounter`.
 """
