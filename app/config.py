@@ -448,26 +448,10 @@ def without_service_variables(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k not in read and not k.startswith(nested)}
 
 
-def documented_defaults() -> dict[str, object]:
-    """Each setting's first (documented) variable name and its default."""
-    out: dict[str, object] = {}
-    for field_name, field in Settings.model_fields.items():
-        if field_name == "v2":
-            out.update(leaf_defaults())
-        else:
-            out[env_names(field_name)[0]] = field.get_default(call_default_factory=True)
-    return out
-
-
 @functools.lru_cache(maxsize=1)
 def get_settings() -> Settings:
     """The process-wide settings, built on first use (never at import time)."""
     return load_settings()
-
-
-def reset_settings_cache() -> None:
-    """Forget cached settings (tests change the environment between apps)."""
-    get_settings.cache_clear()
 
 
 # Silence a noisy tokenizers warning once, for every entry point that imports config.

@@ -195,7 +195,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         )
         stack.push_async_callback(jobs.close)  # first to close: running jobs go back to the queue
         maintenance.start(embedder.dimensions)
-        v2_tasks = V2Maintenance(v2, dsn, maintenance.registry, hand_over=jobs.v2.hand_over)
+        v2_tasks = V2Maintenance(v2, dsn, maintenance.registry)
         # new uploads of RAG_V2_NAMESPACE_IDS: their V2 staging is a job of the queue
         ingest.on_stored = jobs.v2.note_upload
         try:

@@ -19,19 +19,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 CHANNELS: tuple[str, ...] = ("exact", "lexical", "vector")
-# the feature reranker's features (app/search/v2/rerank.py computes each)
-FEATURES: tuple[str, ...] = (
-    "coverage",
-    "phrases",
-    "identifiers",
-    "quantities",
-    "heading",
-    "definition",
-    "intent",
-    "prior",
-)
-# the refusal's soft signals (app/search/v2/refusal.py)
-SIGNALS: tuple[str, ...] = ("weak_rerank", "no_agreement", "rare_terms_missing", "low_coverage", "low_dense")
 ENV_PREFIX = "RAG_V2"
 ENV_DELIMITER = "__"
 MAX_RERANK_WINDOW = 50
@@ -144,7 +131,7 @@ class SignalWeights(Section):
     low_dense: float = Field(0.5, ge=0, le=100)
 
     def of(self, signal: str) -> float:
-        """The weight of `signal` (one of SIGNALS)."""
+        """The weight of `signal` (a soft signal of app/search/v2/refusal.py)."""
         return float(getattr(self, signal, 1.0))
 
 

@@ -86,7 +86,6 @@ class GuardedReceive:
         self._receive = receive
         self.limit = limit
         self.received = 0
-        self.messages = 0
         self._decoder = codecs.getincrementaldecoder("utf-8")() if check_utf8 else None
 
     async def __call__(self) -> Message:
@@ -95,7 +94,6 @@ class GuardedReceive:
         if message["type"] != "http.request":
             return message
         body: bytes = message.get("body", b"")
-        self.messages += 1
         self.received += len(body)
         if self.received > self.limit:
             raise BodyRefused(413, too_large_detail(self.limit))

@@ -201,21 +201,6 @@ def read_viewer(
     return Viewer(user_id, agent_id, read_principals(db, user_id, role), agent, tuple(entries))
 
 
-def user_searchable_files(
-    db: Database[dict[str, Any]],
-    *,
-    user_id: str,
-    agent_id: str | None,
-    file_ids: Iterable[str],
-    role: str | None = None,
-    now: datetime | None = None,
-) -> frozenset[str]:
-    """The file ids this user may search through this Agent, read from the catalogue."""
-    requested = sorted(set(file_ids))
-    viewer = read_viewer(db, user_id=user_id, agent_id=agent_id, role=role)
-    return viewer.searchable(requested, read_files(db, requested), now)
-
-
 def _principal_ids(principals: Iterable[Principal]) -> list[Any]:
     """`principalId`s to look for: user and group ObjectIds (and their string form), role names."""
     values: list[Any] = []

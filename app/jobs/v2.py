@@ -116,10 +116,6 @@ class V2Jobs:
             priority=BACKFILL_PRIORITY,
         )
 
-    async def hand_over(self, namespace: str, run_id: int) -> Enqueued:
-        """Queue the rest of run `run_id` (a legacy maintenance task of it, app/maintenance/v2_tasks.py)."""
-        return await self.enqueue_backfill(namespace=namespace, run_id=run_id)
-
     async def note_upload(self, file_id: str, owner: str) -> None:
         """After /embed stored a file of an enabled namespace: queue its V2 staging (never raises)."""
         if owner not in self.ctx.enabled_namespaces:

@@ -3,15 +3,12 @@ dimension over V2 chunk vectors, built CONCURRENTLY once the dimension is first 
 
 Backfills are not maintenance tasks: they run as jobs of the queue (`v2-backfill`, `v2-index-file`,
 `app/jobs/v2.py`). Every process can build the index task of any dimension from its name, so a
-replica runs a pass of it whoever saw the dimension first. A `v2-backfill-<run id>` task (an earlier
-build ran backfills as maintenance tasks; its periodic job may still be queued) is built from its
-name too: its one pass hands a running run over to the queue, and its schedule ends.
+replica runs a pass of it whoever saw the dimension first.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 
 from app.config import Settings
 from app.ingest.v2.runs import V2Context
@@ -22,7 +19,6 @@ from app.store.db import dedicated_connection
 logger = logging.getLogger(__name__)
 
 HNSW_PREFIX = "v2-hnsw-index-"
-LEGACY_BACKFILL_PREFIX = "v2-backfill-"
 INDEX_RECHECK_SECONDS = 30.0
 INDEX_RETRY_SECONDS = 300.0
 
@@ -53,40 +49,13 @@ class V2IndexTask:
         return Pass(progress=f"{self.spec.name} valid", done=True)
 
 
-HandOver = Callable[[str, int], Awaitable[object]]
-"""Queue the backfill of run `run_id` of `namespace` (`V2Jobs.enqueue_backfill`)."""
-
-
-class LegacyBackfillTask:
-    """`v2-backfill-<run id>` of an earlier build: one pass hands its run to the job queue, then ends."""
-
-    def __init__(self, ctx: V2Context, run_id: int, hand_over: HandOver) -> None:
-        self.ctx = ctx
-        self.run_id = run_id
-        self.hand_over = hand_over
-
-    async def __call__(self, report: Report) -> Pass:
-        """Queue the run's backfill if it is still running; either way, no further pass."""
-        async with self.ctx.pool.acquire() as conn:
-            run = await store.get_run(conn, self.ctx.info.collection_id, self.run_id)
-        if run is None or run.status != "running":
-            state = run.status if run is not None else "gone"
-            return Pass(progress=f"run {self.run_id} is {state}: nothing to do", done=True)
-        await self.hand_over(run.namespace, run.run_id)
-        logger.info("V2 run %d: its backfill task is now jobs of the queue", run.run_id)
-        return Pass(progress=f"run {self.run_id} handed over to the job queue", done=True)
-
-
 class V2Maintenance:
     """The V2 tasks in the service's maintenance registry."""
 
-    def __init__(
-        self, ctx: V2Context, dsn: str, registry: MaintenanceRegistry, hand_over: HandOver | None = None
-    ) -> None:
+    def __init__(self, ctx: V2Context, dsn: str, registry: MaintenanceRegistry) -> None:
         self.ctx = ctx
         self.dsn = dsn
         self.registry = registry
-        self.hand_over = hand_over
         ctx.on_dimension = self.want_index
         registry.add_resolver(self._resolve)
 
@@ -102,14 +71,7 @@ class V2Maintenance:
             self.want_index(value)
 
     def _resolve(self, name: str) -> bool:
-        """Build `v2-hnsw-index-<dims>` (a dimension another replica saw first) or a legacy
-        `v2-backfill-<run id>` from its name."""
-        run = name[len(LEGACY_BACKFILL_PREFIX) :] if name.startswith(LEGACY_BACKFILL_PREFIX) else ""
-        if run.isascii() and run.isdigit() and self.hand_over is not None:
-            self.registry.add(
-                MaintenanceTask(name, LegacyBackfillTask(self.ctx, int(run), self.hand_over), 0.0)
-            )
-            return True
+        """Build `v2-hnsw-index-<dims>` from its name (a dimension another replica saw first)."""
         dims = name[len(HNSW_PREFIX) :] if name.startswith(HNSW_PREFIX) else ""
         if not (dims.isascii() and dims.isdigit()):
             return False

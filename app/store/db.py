@@ -29,7 +29,6 @@ class StoreInfo:
     collection_id: uuid.UUID
     collection_name: str
     metadata_type: str  # "jsonb" (rag_api default) or "json" (older deployments)
-    pgvector_version: str
 
 
 def rows_affected(status: str | None) -> int:
@@ -193,7 +192,7 @@ async def bootstrap(dsn: str, collection_name: str) -> StoreInfo:
             )
         meta_type = await conn.fetchval(queries.CMETADATA_TYPE) or "jsonb"
         collection_id = await ensure_collection(conn, collection_name)
-        return StoreInfo(collection_id, collection_name, str(meta_type), str(version))
+        return StoreInfo(collection_id, collection_name, str(meta_type))
     finally:
         await conn.close()
 

@@ -32,13 +32,6 @@ _LOCK_KEY = 0x7261676F  # "rago": one constant key for the migration advisory lo
 _NAME_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _CODE_RE = re.compile(r"^\d{2}_[a-z0-9_]+\.sql$")
 
-# Earlier texts of migrations edited before any release (their functions and triggers moved to
-# sql/): a database that applied one of them is up to date, and its record takes the new checksum.
-SUPERSEDED_CHECKSUMS: dict[int, frozenset[str]] = {
-    1: frozenset({"e9f016041ea35b9fce0a58b363af89bb3a0a4506380ab392d74cbc0273a1a06b"}),
-    6: frozenset({"edab2bc2e4695b2f2e071213eb13f2bb2df033db07c4fa6a82aa1a899c07df0e"}),
-}
-
 
 class SchemaError(RuntimeError):
     """A migration or SQL code file the database refused, with PostgreSQL's message and hint."""
@@ -173,14 +166,7 @@ async def migrate(conn: asyncpg.Connection) -> list[int]:
     done: list[int] = []
     for mig in load_migrations():
         if mig.version in applied:
-            recorded = applied[mig.version]
-            if recorded in SUPERSEDED_CHECKSUMS.get(mig.version, frozenset()):
-                await conn.execute(
-                    "UPDATE ragoverlay_migrations SET checksum = $2 WHERE version = $1",
-                    mig.version,
-                    mig.checksum,
-                )
-            elif recorded != mig.checksum:
+            if applied[mig.version] != mig.checksum:
                 logger.warning("Migration %04d_%s changed after it was applied", mig.version, mig.name)
             continue
         logger.info("Applying migration %04d_%s", mig.version, mig.name)

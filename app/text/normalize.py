@@ -20,7 +20,6 @@ import functools
 import itertools
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
 
 # Symbols kept as tokens of their own: they change what a number means ("50 %" is not "50").
 DEFAULT_KEEP_SYMBOLS = "%‰°"
@@ -80,14 +79,3 @@ def contains_phrase(haystack_normalized: str, phrase_normalized: str) -> bool:
     if not phrase_normalized:
         return False
     return f" {phrase_normalized} " in f" {haystack_normalized} "
-
-
-def phrase_in_any(texts_normalized: Iterable[str], phrase_normalized: str) -> bool:
-    """True when the phrase occurs (on token boundaries) in at least one of the texts."""
-    return any(contains_phrase(text, phrase_normalized) for text in texts_normalized)
-
-
-def strip_stopwords(tokens: Sequence[str], stopwords: frozenset[str]) -> list[str]:
-    """Tokens without stopwords, order kept (a query of stopwords only keeps them all)."""
-    kept = [token for token in tokens if token not in stopwords]
-    return kept or list(tokens)

@@ -13,7 +13,7 @@ that fit the model, embed each, and take the token-weighted mean of the unit vec
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -126,20 +126,3 @@ def pool_windows(vectors: np.ndarray, weights: Sequence[float] | None = None) ->
 def window_weights(pieces: Sequence[str], counter: TokenCounter) -> list[float]:
     """Token counts of the window texts: the weights `pool_windows` gives them."""
     return [float(max(counter.count(piece), 1)) for piece in pieces]
-
-
-def pooled_embedding(
-    text: str,
-    counter: TokenCounter,
-    window: int,
-    embed: Callable[[list[str]], np.ndarray],
-    overlap: int = 0,
-) -> np.ndarray:
-    """One unit vector for `text` however long: its windows embedded, pooled by their token counts."""
-    pieces = window_texts(text, counter, window, overlap) or [text]
-    vectors = np.asarray(embed(pieces))
-    if len(pieces) == 1:
-        vector = vectors[0].astype(np.float64)
-        single: np.ndarray = (vector / max(float(np.linalg.norm(vector)), 1e-12)).astype(np.float32)
-        return single
-    return pool_windows(vectors, window_weights(pieces, counter))

@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from app.store.db import bootstrap, dedicated_connection
-from app.store.migrate import SUPERSEDED_CHECKSUMS, SchemaError, load_code, load_migrations, prepare_schema
+from app.store.migrate import SchemaError, load_code, load_migrations, prepare_schema
 from app.store.vector_index import IndexSpec, ensure_walk
 from tests.fixtures.service import Database
 
@@ -107,7 +107,7 @@ async def test_changed_code_is_applied_again_and_only_then(database: Database) -
 
 
 async def test_a_database_of_the_unreleased_layout_is_taken_over(database: Database) -> None:
-    """Migrations 0004 and 0007 recorded, their search functions present, 0006 in its old text."""
+    """Migrations 0004 and 0007 recorded, their search functions and the retired V2 helpers present."""
     async with new_database(database) as dsn:
         conn = await asyncpg.connect(dsn)
         try:
@@ -119,8 +119,6 @@ async def test_a_database_of_the_unreleased_layout_is_taken_over(database: Datab
                     version,
                     name,
                 )
-            old = next(iter(SUPERSEDED_CHECKSUMS[6]))
-            await conn.execute("UPDATE ragoverlay_migrations SET checksum = $1 WHERE version = 6", old)
             # stand-ins with the old names and signatures
             await conn.execute(
                 "CREATE FUNCTION ragoverlay_search_v1(p_query vector, p_collection uuid) RETURNS int "
@@ -130,6 +128,13 @@ async def test_a_database_of_the_unreleased_layout_is_taken_over(database: Datab
                 "CREATE FUNCTION ragoverlay_search_v2(p_query vector, p_use_copy boolean) RETURNS int "
                 "LANGUAGE sql AS 'SELECT 2'"
             )
+            for retired in (
+                "ragoverlay_v2_term_stats(p_run bigint, p_terms text[])",
+                "ragoverlay_v2_any_terms(p_terms text[])",
+            ):
+                await conn.execute(
+                    f"CREATE OR REPLACE FUNCTION {retired} RETURNS int LANGUAGE sql AS 'SELECT 3'"
+                )
             await conn.execute(
                 "CREATE FUNCTION ragoverlay_vec_walk_8(p_query vector, p_collection uuid, p_fileset jsonb, "
                 "p_owners text[], p_legacy_unowned boolean, p_limit integer) RETURNS TABLE (id uuid) "
@@ -142,12 +147,9 @@ async def test_a_database_of_the_unreleased_layout_is_taken_over(database: Datab
 
         conn = await asyncpg.connect(dsn)
         try:
-            found = await functions(conn, "ragoverlay_search%")
-            assert found == {}
-            current = next(m for m in load_migrations() if m.version == 6).checksum
-            assert (
-                await conn.fetchval("SELECT checksum FROM ragoverlay_migrations WHERE version = 6") == current
-            )
+            assert await functions(conn, "ragoverlay_search%") == {}
+            assert await functions(conn, "ragoverlay_v2_term_stats") == {}
+            assert await functions(conn, "ragoverlay_v2_any_terms") == {}
             # the walk of the old signature is replaced by the current one when its index is used
             assert await ensure_walk(conn, IndexSpec(8))
             walks = await functions(conn, "ragoverlay_vec_walk_8")

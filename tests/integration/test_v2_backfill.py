@@ -360,24 +360,6 @@ async def test_a_replica_runs_the_jobs_and_maintenance_tasks_another_replica_cre
         assert all(j.worker == name for j in mine)
         assert [j.payload["run_id"] for j in mine if j.payload["file_id"] == late] == [None]
 
-        # a backfill that an earlier build ran as a maintenance task (`v2-backfill-<run>`) is handed
-        # over to the queue by the replica that takes its pass, and finished there
-        ctx = resources(a).v2
-        assert ctx is not None
-        legacy = await runs.start_backfill_run(ctx, namespace=agent)
-        task = f"v2-backfill-{legacy.run_id}"
-        old = await a_jobs.service.ensure_periodic(
-            MAINTENANCE, {"task": task}, key=f"maintenance:{task}", period_s=1, retry_s=60
-        )
-
-        async def handed_over() -> Any:
-            row = await a_jobs.service.get(old.id)
-            status = (await run_of(a, legacy.run_id))["run"]["status"]
-            return row if row is not None and row.status == "done" and status == "active" else None
-
-        row = await until(handed_over, "the legacy backfill task handed over and its run active")
-        assert row.worker == name and row.failures == 0 and "handed over" in (row.result or {})["progress"]
-
 
 async def run_sweep_now(client: httpx.AsyncClient) -> JobRow:
     """Make the periodic sweep due now and wait for its pass."""
@@ -429,10 +411,12 @@ async def test_chunks_staged_while_the_provider_fails_are_found_lexically_then_h
                 body["run"]["run_id"],
             )
             assert document["vectors_missing"] == chunks and document["embedding_error"]
-            # the lexical channel finds the chunks: their terms are indexed without a vector
+            # the lexical channel finds the chunks: their postings are written without a vector
             found = await conn.fetchval(
-                "SELECT count(*) FROM ragoverlay_v2_chunks c WHERE c.document_id = $1 "
-                "AND c.embedding IS NULL AND c.search_vector @@ ragoverlay_v2_any_terms(ARRAY['v', '17'])",
+                "SELECT count(*) FROM ragoverlay_v2_chunks c "
+                "WHERE c.document_id = $1 AND c.embedding IS NULL AND EXISTS (SELECT 1 "
+                "FROM ragoverlay_v2_postings p WHERE p.document_id = c.document_id "
+                "AND p.ordinal = c.ordinal AND p.term = ANY (ARRAY['v', '17']))",
                 document["document_id"],
             )
             assert found >= 1

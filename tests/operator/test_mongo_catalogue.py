@@ -29,7 +29,10 @@ def test_searchable_files_by_librechat_rule(mongo_db: Database[dict[str, Any]]) 
 
     def allowed(user, agent_id=agent, files=None):
         wanted = files if files is not None else [*kb, orphan, alice_own]
-        return mongo.user_searchable_files(cat.db, user_id=str(user), agent_id=agent_id, file_ids=wanted)
+        # what the allow-list does per request: the viewer, then the requested files' documents
+        requested = sorted(set(wanted))
+        viewer = mongo.read_viewer(cat.db, user_id=str(user), agent_id=agent_id)
+        return viewer.searchable(requested, mongo.read_files(cat.db, requested), None)
 
     everything_attached = {*kb, orphan}
     assert allowed(admin) == set(kb)  # the author: attached files whose owner is set

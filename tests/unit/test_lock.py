@@ -56,6 +56,14 @@ def test_every_locked_package_has_hashes() -> None:
         assert unhashed == [], f"{name}: {unhashed}"
 
 
+def test_the_locks_name_no_scratch_files() -> None:
+    # uv notes the constraint file it resolved against; scripts/lock names the lock, not its temp copy
+    for name in LOCKS:
+        named = re.findall(r"^\s*#\s+-c (\S+)", (REPO / name).read_text(), flags=re.MULTILINE)
+        assert all(not Path(path).is_absolute() for path in named), f"{name}: {sorted(set(named))}"
+    assert "-c requirements-test.lock" in (REPO / "requirements.lock").read_text()
+
+
 def test_the_build_backend_is_locked_and_new_enough() -> None:
     # `license = "MIT"` (PEP 639) needs setuptools 77 or newer
     assert 'requires = ["setuptools>=77"]' in (REPO / "pyproject.toml").read_text()

@@ -23,7 +23,7 @@ class FakeStore:
     """MaintenanceStore's interface, in memory, recording what was asked of it."""
 
     def __init__(self) -> None:
-        self.info = StoreInfo(uuid.uuid4(), "c", "jsonb", "0.8.6")
+        self.info = StoreInfo(uuid.uuid4(), "c", "jsonb")
         self.calls: list[str] = []
         self.state = "backfilling"
         self.index = "missing"

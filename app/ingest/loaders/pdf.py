@@ -95,7 +95,7 @@ def load_pdf(path: Path, filename: str, *, extract_images: bool = False) -> Load
             metadata = {"total_pages": len(pages), "page_label": labels[number]}
             sections.append(Section(text=text, page=number, metadata=metadata))
             label = printed[number] if printed is not None else None
-            page_blocks = layout.blocks(number, page) if _draws(page) else None
+            page_blocks = layout.blocks(number) if _draws(page) else None
             if page_blocks is None:
                 page_blocks = pdf_blocks(text, number)
             mark: BoilerplateKind | None = "toc" if is_toc_page(text) else None
@@ -140,7 +140,7 @@ class _Layout:
         self._pdf: Any = None
         self._failed = False
 
-    def blocks(self, number: int, pypdf_page: PageObject) -> list[Block] | None:
+    def blocks(self, number: int) -> list[Block] | None:
         """The page's blocks in reading order when it holds a ruled table; None otherwise."""
         if self._failed:
             return None

@@ -14,7 +14,6 @@ them per document and recount when documents come and go; `repeated_fingerprints
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import math
 from collections import Counter
@@ -58,15 +57,3 @@ def repeated_fingerprints(
         counts.update(fingerprints)
     needed = max(policy.min_documents, math.ceil(policy.min_share * documents))
     return frozenset(fp for fp, seen in counts.items() if seen >= needed)
-
-
-def mark_repeated(blocks: Sequence[Block], repeated: frozenset[str]) -> list[Block]:
-    """The blocks with every repeated one marked `boilerplate="repeated"` (headings are left alone)."""
-    if not repeated:
-        return list(blocks)
-    out: list[Block] = []
-    for block in blocks:
-        if block.boilerplate is None and block.kind != "heading" and block_fingerprint(block) in repeated:
-            block = dataclasses.replace(block, boilerplate="repeated")
-        out.append(block)
-    return out

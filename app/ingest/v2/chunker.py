@@ -112,11 +112,6 @@ class ChunkingStats:
     over_window: int = 0
     boilerplate_by_kind: dict[str, int] = field(default_factory=dict)
 
-    @property
-    def share_reaching_model(self) -> float:
-        """Share of chunks whose whole embedded text fits the model (1.0 by construction)."""
-        return 1.0 if self.chunks == 0 else (self.chunks - self.over_window) / self.chunks
-
 
 @dataclass(frozen=True, slots=True)
 class ChunkedDocument:

@@ -12,12 +12,10 @@ found from configurable trigger words: `table_lookup`, `document_lookup`, `citat
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.search.v2.bm25 import idf
 from app.text.entities import Entity, EntityExtractor, default_extractor, detect_language
 from app.text.lexicon import QUESTION_WORDS, STOPWORDS_DE, STOPWORDS_EN
 from app.text.normalize import contains_phrase, normalize, tokenize
@@ -180,10 +178,3 @@ def analyze_query(
         intents=frozenset(intents),
         language=language,
     )
-
-
-def term_weights(
-    terms: tuple[str, ...], document_frequency: Mapping[str, int], documents: int
-) -> dict[str, float]:
-    """Inverse document frequencies of the query terms (BM25's idf; unseen terms get the highest)."""
-    return {term: idf(documents, document_frequency.get(term, 0)) for term in terms}

@@ -76,16 +76,3 @@ def build_evidence(items: Sequence[Fused], allowed_file_ids: Collection[str], k:
             )
         )
     return out
-
-
-def recheck_allow_list(
-    results: Sequence[EvidenceItem], allowed_file_ids: Collection[str]
-) -> list[EvidenceItem]:
-    """Final check on built results: foreign files removed and citation ids renumbered in order."""
-    allowed = set(allowed_file_ids)
-    kept = [item for item in results if item.file_id in allowed]
-    if len(kept) != len(results):
-        logger.error("V2 results held %d item(s) outside the allow-list; dropped", len(results) - len(kept))
-    return [
-        item.model_copy(update={"citation_id": citation_id(rank)}) for rank, item in enumerate(kept, start=1)
-    ]

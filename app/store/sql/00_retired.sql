@@ -2,3 +2,7 @@
 -- migrations (0004, 0007) loses them here. Nothing calls them any more.
 DROP FUNCTION IF EXISTS ragoverlay_search_v2;
 DROP FUNCTION IF EXISTS ragoverlay_search_v1;
+-- V2 helpers that only tests called: a run's term statistics (the lexical channel counts over the
+-- chunks the scope may read, ragoverlay_v2_visible_term_stats) and an "any of these terms" tsquery.
+DROP FUNCTION IF EXISTS ragoverlay_v2_term_stats;
+DROP FUNCTION IF EXISTS ragoverlay_v2_any_terms;

@@ -41,35 +41,6 @@ AS $$
     WHERE rf.run_id = p_run AND rf.state = 'staged'
 $$;
 
--- BM25's document frequency of each of `p_terms` in one run: the run's chunks that hold the term.
-DROP FUNCTION IF EXISTS ragoverlay_v2_term_stats;
-CREATE FUNCTION ragoverlay_v2_term_stats(p_run bigint, p_terms text[])
-RETURNS TABLE (term text, df bigint)
-LANGUAGE sql
-STABLE
-AS $$
-    SELECT q.term, coalesce(sum(t.chunks), 0)::bigint
-    FROM (SELECT DISTINCT u AS term FROM unnest(p_terms) AS u WHERE u IS NOT NULL AND u <> '') q
-    LEFT JOIN ragoverlay_v2_document_terms t
-      ON t.term = q.term
-     AND t.document_id IN (SELECT rf.document_id FROM ragoverlay_v2_run_files rf
-                           WHERE rf.run_id = p_run AND rf.state = 'staged')
-    GROUP BY q.term
-$$;
-
--- The tsquery "any of these terms", each taken as one lexeme exactly as written (no re-parsing, the
--- same terms `search_vector` holds). NULL for no terms.
-DROP FUNCTION IF EXISTS ragoverlay_v2_any_terms;
-CREATE FUNCTION ragoverlay_v2_any_terms(p_terms text[])
-RETURNS tsquery
-LANGUAGE sql
-IMMUTABLE
-PARALLEL SAFE
-AS $$
-    SELECT nullif(string_agg(quote_literal(left(u, 200)), ' | '), '')::tsquery
-    FROM (SELECT DISTINCT u FROM unnest(p_terms) AS u WHERE u IS NOT NULL AND u <> '') s
-$$;
-
 -- Delete the V2 rows of the scope's files: their documents (chunks, entities and term counts follow)
 -- and the runs' entries for them. Called by the V1 delete's transaction *before* it removes the
 -- catalogue rows, because the scope's uploader rule reads those rows. Returns each file id found.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.text.normalize import contains_phrase, normalize, strip_stopwords, tokenize
+from app.text.normalize import contains_phrase, normalize, tokenize
 
 
 def test_identifier_written_two_ways_matches() -> None:
@@ -65,9 +65,3 @@ def test_tokenize_is_normalize_split() -> None:
         "1.5",
         "mm",
     ]
-
-
-def test_strip_stopwords_keeps_order_and_never_empties() -> None:
-    stop = frozenset({"the", "of"})
-    assert strip_stopwords(["the", "size", "of", "k"], stop) == ["size", "k"]
-    assert strip_stopwords(["the", "of"], stop) == ["the", "of"]

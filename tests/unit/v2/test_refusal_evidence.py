@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from app.errors import BadRequest
 from app.search.v2.analysis import analyze_query
-from app.search.v2.evidence import build_evidence, display_page, recheck_allow_list
+from app.search.v2.evidence import build_evidence, display_page
 from app.search.v2.records import Fused
 from app.search.v2.refusal import SAFE_REFUSAL, decide_refusal
 from app.search.v2.schemas import QueryV2Request, QueryV2Response, check_query_v2
@@ -269,12 +269,6 @@ def test_a_foreign_file_never_becomes_evidence() -> None:
     results = build_evidence([foreign, own], ["f1"], k=5)
     assert [r.file_id for r in results] == ["f1"] and results[0].citation_id == "V2-1"
     assert build_evidence([foreign], ["f1"], k=5) == []
-
-
-def test_recheck_renumbers_after_dropping() -> None:
-    results = build_evidence([fused(cand("a", "f1"), 0.9), fused(cand("b", "f2"), 0.8)], ["f1", "f2"], k=5)
-    kept = recheck_allow_list(results, ["f2"])
-    assert [(r.file_id, r.citation_id) for r in kept] == [("f2", "V2-1")]
 
 
 def test_k_bounds_the_results() -> None:

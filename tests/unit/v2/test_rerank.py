@@ -252,9 +252,11 @@ def test_parse_reply_orders_by_index() -> None:
 def test_the_settings_know_every_feature_and_refuse_unknown_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     from app.config import load_settings
     from app.errors import ConfigError
-    from app.v2_settings import FEATURES
 
-    assert tuple(FeatureWeights.model_fields) == FEATURES
+    # every weight is a feature the reranker computes, and each feature has a weight
+    item = fused(cand("1", content="K 28\nType: K 28", kind="table_row", section=("K 28",), page=2), 0.5)
+    computed = FeatureReranker().features(analyze_query('"K 28" at 12 mm: cite the table, page?'), [item])[0]
+    assert set(computed) <= set(FeatureWeights.model_fields)
     monkeypatch.setenv("RAG_V2__RERANK__FEATURES__PRIOR", "4")
     assert load_settings(_env_file=None).v2.rerank.features.prior == 4.0
     monkeypatch.setenv("RAG_V2__RERANK__FEATURES__PRIRO", "4")

@@ -10,14 +10,12 @@ from app.ingest.types import Block
 from app.ingest.v2.boilerplate import (
     block_fingerprint,
     document_fingerprints,
-    mark_repeated,
     repeated_fingerprints,
 )
 from app.text.tokens import (
     SimpleTokenCounter,
     fits,
     pool_windows,
-    pooled_embedding,
     window_texts,
     window_weights,
 )
@@ -52,19 +50,6 @@ def test_pool_windows_is_the_weighted_normalised_mean() -> None:
         pool_windows(vectors, [1.0])
 
 
-def test_pooled_embedding_lets_every_window_count() -> None:
-    # 10 words, window 4 (no special tokens): windows of 4, 4 and 2 words. The stand-in model maps a
-    # window to e1 when it holds "w0", else e2: pooled = (4 * e1 + 6 * e2) / 10, normalised.
-    def embed(texts: list[str]) -> np.ndarray:
-        return np.array([[1.0, 0.0] if "w0 " in t + " " else [0.0, 1.0] for t in texts])
-
-    pooled = pooled_embedding(words(10), SimpleTokenCounter(), window=4, embed=embed)
-    norm = (0.4**2 + 0.6**2) ** 0.5
-    assert pooled == pytest.approx([0.4 / norm, 0.6 / norm], abs=1e-6)
-    # a text that fits is embedded once, as is
-    assert pooled_embedding(words(3), SimpleTokenCounter(), 4, embed) == pytest.approx([1.0, 0.0])
-
-
 def test_window_weights_are_token_counts() -> None:
     assert window_weights(["a b c", "d"], SimpleTokenCounter()) == [3.0, 1.0]
 
@@ -95,8 +80,6 @@ def test_a_menu_on_every_page_is_found_and_content_is_not() -> None:
     assert block_fingerprint(page(menu)[0]) in repeated
     assert block_fingerprint(page("home products SUPPORT")[0]) in repeated  # normalised text
     assert block_fingerprint(page("Unique text of page 1.")[0]) not in repeated
-    marked = mark_repeated(docs[0], repeated)
-    assert [b.boilerplate for b in marked] == ["repeated", None, "repeated"]
 
 
 def test_thresholds_and_exclusions() -> None:
@@ -111,9 +94,6 @@ def test_thresholds_and_exclusions() -> None:
     lower = BoilerplateSettings(min_documents=3, min_share=0.4, max_tokens=5)
     repeated = repeated_fingerprints([document_fingerprints(b, lower) for b in docs], lower)
     assert repeated == {block_fingerprint(page("menu item")[0])}
-    # a heading with the text of a repeated block is never marked
-    heading = Block(kind="heading", text="menu item", page=None, level=2)
-    assert mark_repeated([heading], repeated)[0].boilerplate is None
 
 
 def test_a_document_counts_once_however_often_it_repeats_a_block() -> None:

@@ -1,0 +1,599 @@
+#!/usr/bin/env python3
+"""Architecture checks over app/: no import cycles, no oversized files or functions (standard library only).
+
+It lives in scripts/lib/ beside lockcheck.py rather than in app/: it is tooling that reads app/ as
+text (`ast`), never imports it, so it runs before any install and cannot be skewed by import-time
+side effects; tests/unit/test_archcheck.py loads it by path and runs it on small fake trees.
+
+What fails:
+- a cycle between modules (files): `a.py` imports `b.py` imports `a.py`, at any depth, counting
+  imports inside functions and relative ones, but not those under `if TYPE_CHECKING:`;
+- a cycle between packages: each `app/<pkg>/` is one node (app/search/v2 and app/ingest/v2 are nodes
+  of their own, see SPLIT_PACKAGES) and each top-level module (config, deps, main, ...) is one node;
+- a file over MAX_FILE_LINES lines, a function or method over MAX_FUNCTION_LINES lines
+  (`end_lineno - lineno + 1`: from `def` to its last line, decorators not counted).
+
+What exists today is listed in a baseline file (scripts/lib/arch-baseline.txt), which can only
+shrink: a cycle or offender missing from it fails, an offender larger than its listed size fails, and
+so does a line that no longer matches anything (delete it). Each cycle is printed as a chain with the
+file:line of every import along it.
+
+    python3 scripts/lib/archcheck.py                        # check app/ against the baseline
+    python3 scripts/lib/archcheck.py --write-baseline       # print a baseline of what exists now
+    python3 scripts/lib/archcheck.py --root DIR --baseline FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import itertools
+import sys
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_ROOT = REPO / "app"
+DEFAULT_BASELINE = Path(__file__).resolve().with_name("arch-baseline.txt")
+MAX_FILE_LINES = 600
+MAX_FUNCTION_LINES = 80
+# sub-packages that count as packages of their own in the package graph (dotted, below the root)
+SPLIT_PACKAGES = ("search.v2", "ingest.v2")
+
+# baseline line kinds
+MODULE_CYCLE = "module-cycle"
+PACKAGE_CYCLE = "package-cycle"
+FILE_LINES = "file-lines"
+FUNCTION_LINES = "function-lines"
+MAX_CYCLES = 5000
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where an import statement is: a file relative to the repository and a line."""
+
+    path: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+@dataclass
+class Graph:
+    """A directed graph whose edges remember the import statements that make them."""
+
+    edges: dict[str, dict[str, list[Site]]] = field(default_factory=dict)
+
+    def add(self, source: str, target: str, site: Site) -> None:
+        """Record that `source` imports `target` at `site` (self-imports are ignored)."""
+        if source != target:
+            self.edges.setdefault(source, {}).setdefault(target, []).append(site)
+            self.edges.setdefault(target, {})
+
+    def targets(self, node: str) -> list[str]:
+        """The nodes `node` imports, sorted."""
+        return sorted(self.edges.get(node, {}))
+
+
+@dataclass(frozen=True)
+class ModuleFile:
+    """One .py file of the tree: its dotted name, its path for messages, and whether it is a package."""
+
+    name: str
+    path: Path
+    shown: str
+    is_package: bool
+
+
+def discover(root: Path, shown_base: Path) -> dict[str, ModuleFile]:
+    """Every .py file under `root`, keyed by dotted module name (`app.store.db`, `app.search`)."""
+    modules: dict[str, ModuleFile] = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        if is_package:
+            parts.pop()
+        shown = path.relative_to(shown_base).as_posix() if path.is_relative_to(shown_base) else str(path)
+        modules[".".join(parts)] = ModuleFile(".".join(parts), path, shown, is_package)
+    return modules
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def import_nodes(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement in `tree`, at any depth, except inside `if TYPE_CHECKING:` bodies."""
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+            continue
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)  # the `else:` branch does run
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _resolve_from(module: ModuleFile, node: ast.ImportFrom) -> str:
+    """The absolute dotted name `from <...> import` refers to."""
+    if node.level == 0:
+        return node.module or ""
+    package = module.name.split(".")
+    if not module.is_package:
+        package.pop()
+    if node.level > 1:
+        package = package[: len(package) - (node.level - 1)]
+    return ".".join([*package, *([node.module] if node.module else [])])
+
+
+def _nearest(name: str, modules: dict[str, ModuleFile]) -> str | None:
+    """`name` if it is a file of the tree, else its longest prefix that is (for `import a.b.func`)."""
+    parts = name.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in modules:
+            return candidate
+        parts.pop()
+    return None
+
+
+def imported_modules(
+    module: ModuleFile, node: ast.Import | ast.ImportFrom, modules: dict[str, ModuleFile]
+) -> set[str]:
+    """The files of the tree that one import statement imports.
+
+    `from pkg import name` imports the module `pkg.name` when that is a file, else `pkg` itself.
+    Parent packages' `__init__` files, which Python also runs, are not counted: nearly every module
+    would otherwise depend on its own package's `__init__`, a cycle of no interest.
+    """
+    found: set[str] = set()
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            target = _nearest(alias.name, modules)
+            if target:
+                found.add(target)
+        return found
+    base = _resolve_from(module, node)
+    for alias in node.names:
+        if alias.name != "*" and f"{base}.{alias.name}" in modules:
+            found.add(f"{base}.{alias.name}")
+        elif base in modules:
+            found.add(base)
+    return found
+
+
+def package_of(name: str, root_name: str) -> str:
+    """The package-graph node of a module: `search`, `search.v2`, `config` (names below the root)."""
+    parts = name.split(".")[1:]
+    if not parts:
+        return root_name
+    for split in sorted(SPLIT_PACKAGES, key=len, reverse=True):
+        split_parts = split.split(".")
+        if parts[: len(split_parts)] == split_parts:
+            return split
+    return parts[0]
+
+
+@dataclass
+class Tree:
+    """What the check reads from a source tree."""
+
+    modules: dict[str, ModuleFile]
+    module_graph: Graph
+    package_graph: Graph
+    file_lines: dict[str, int]
+    function_lines: dict[str, int]
+    errors: list[str]
+
+
+def _functions(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, int]]:
+    """(qualified name, length in lines) of every function and method, nested ones included."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            qualified = f"{prefix}{node.name}"
+            assert node.end_lineno is not None
+            yield qualified, node.end_lineno - node.lineno + 1
+            yield from _functions(node, f"{qualified}.")
+        elif isinstance(node, ast.ClassDef):
+            yield from _functions(node, f"{prefix}{node.name}.")
+        else:
+            yield from _functions(node, prefix)
+
+
+def read_tree(root: Path, shown_base: Path | None = None) -> Tree:
+    """Parse every file under `root` into the module and package graphs and the size tables."""
+    shown_base = shown_base or root.parent
+    modules = discover(root, shown_base)
+    modules_graph, packages_graph = Graph(), Graph()
+    file_lines: dict[str, int] = {}
+    function_lines: dict[str, int] = {}
+    errors: list[str] = []
+    for module in modules.values():
+        text = module.path.read_text(encoding="utf-8")
+        file_lines[module.shown] = len(text.splitlines())
+        try:
+            tree = ast.parse(text, filename=module.shown)
+        except SyntaxError as exc:
+            errors.append(f"{module.shown}:{exc.lineno}: cannot parse: {exc.msg}")
+            continue
+        for name, length in _functions(tree):
+            key = f"{module.shown}:{name}"
+            # a name defined twice (a conditional definition): the longer one counts
+            function_lines[key] = max(length, function_lines.get(key, 0))
+        source_package = package_of(module.name, root.name)
+        modules_graph.edges.setdefault(module.name, {})
+        packages_graph.edges.setdefault(source_package, {})
+        for node in import_nodes(tree):
+            site = Site(module.shown, node.lineno)
+            for target in imported_modules(module, node, modules):
+                modules_graph.add(module.name, target, site)
+                packages_graph.add(source_package, package_of(target, root.name), site)
+    return Tree(modules, modules_graph, packages_graph, file_lines, function_lines, errors)
+
+
+def _strongly_connected(graph: Graph) -> list[set[str]]:
+    """Tarjan's components with more than one node (iterative: no recursion limit)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found: list[set[str]] = []
+    counter = 0
+    for start in sorted(graph.edges):
+        if start in index:
+            continue
+        work: list[tuple[str, Iterator[str]]] = [(start, iter(graph.targets(start)))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component: set[str] = set()
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.add(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(component)
+            elif child not in index:
+                index[child] = low[child] = counter
+                counter += 1
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(graph.targets(child))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return found
+
+
+class TooManyCycles(Exception):
+    """The graph has more simple cycles than MAX_CYCLES: listing them would not help anyone."""
+
+
+def elementary_cycles(graph: Graph, limit: int | None = None) -> list[tuple[str, ...]]:
+    """Every simple cycle of `graph`, each rotated to start at its smallest node, sorted.
+
+    A depth-first search from each node that only visits larger nodes of the same strongly
+    connected component finds each cycle exactly once (from its smallest node). The graphs here
+    are small (tens of packages, a few tangled files); `limit` guards against a tangle that is not.
+    """
+    limit = MAX_CYCLES if limit is None else limit
+    cycles: list[tuple[str, ...]] = []
+    for component in _strongly_connected(graph):
+        for start in sorted(component):
+            path = [start]
+            work: list[Iterator[str]] = [iter(graph.targets(start))]
+            while work:
+                child = next(work[-1], None)
+                if child is None:
+                    work.pop()
+                    path.pop()
+                elif child == start:
+                    cycles.append(tuple(path))
+                    if len(cycles) > limit:
+                        raise TooManyCycles(f"more than {limit} simple cycles")
+                elif child in component and child > start and child not in path:
+                    path.append(child)
+                    work.append(iter(graph.targets(child)))
+    return sorted(cycles, key=lambda cycle: (len(cycle), cycle))
+
+
+def chain(cycle: Iterable[str]) -> str:
+    """`a -> b -> a`: the baseline's spelling of a cycle."""
+    nodes = list(cycle)
+    return " -> ".join([*nodes, nodes[0]])
+
+
+def describe(graph: Graph, cycle: tuple[str, ...]) -> list[str]:
+    """The import statements along a cycle, one line per edge (the first site, and how many more)."""
+    lines = []
+    for source, target in zip(cycle, (*cycle[1:], cycle[0]), strict=True):
+        sites = graph.edges[source][target]
+        more = f" (and {len(sites) - 1} more)" if len(sites) > 1 else ""
+        lines.append(f"    {source} -> {target}  at {sites[0]}{more}")
+    return lines
+
+
+def _canonical(nodes: list[str]) -> tuple[str, ...]:
+    first = nodes.index(min(nodes))
+    return tuple(nodes[first:] + nodes[:first])
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One baseline line: a cycle (`size` None) or a size offender, keyed by (kind, name)."""
+
+    kind: str
+    name: str
+    size: int | None
+    line: int
+
+
+def parse_entry(raw: str, number: int) -> Entry | str | None:
+    """A baseline line as an Entry, None for a blank or comment line, or an error message."""
+    line = raw.split("#", 1)[0].strip()
+    if not line:
+        return None
+    kind, _, rest = line.partition(" ")
+    rest = rest.strip()
+    if kind in (MODULE_CYCLE, PACKAGE_CYCLE):
+        nodes = [part.strip() for part in rest.split("->")]
+        if len(nodes) < 3 or nodes[0] != nodes[-1] or not all(nodes):
+            return f"line {number}: a cycle is written `{kind} a -> b -> a`: {raw!r}"
+        return Entry(kind, chain(_canonical(nodes[:-1])), None, number)
+    if kind in (FILE_LINES, FUNCTION_LINES):
+        name, _, size = rest.rpartition(" ")
+        if not name or not size.isdigit():
+            return f"line {number}: a size is written `{kind} NAME LINES`: {raw!r}"
+        return Entry(kind, name.strip(), int(size), number)
+    return f"line {number}: unknown entry {kind!r}: {raw!r}"
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The allow-list, by (kind, name), and the lines that could not be read."""
+
+    entries: dict[tuple[str, str], Entry]
+    errors: list[str]
+
+
+def read_baseline(path: Path) -> Baseline:
+    """Parse the baseline file (missing: empty); `#` starts a comment."""
+    entries: dict[tuple[str, str], Entry] = {}
+    errors: list[str] = []
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    for number, raw in enumerate(text.splitlines(), start=1):
+        parsed = parse_entry(raw, number)
+        if isinstance(parsed, str):
+            errors.append(f"{path.name} {parsed}")
+        elif parsed is not None:
+            entries[(parsed.kind, parsed.name)] = parsed
+    return Baseline(entries, errors)
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What exists now: every cycle (size None) and every file and function over its limit.
+
+    `tangled` names the graphs with too many cycles to list: their cycles are not in `found`.
+    """
+
+    found: dict[tuple[str, str], int | None]
+    cycles: dict[tuple[str, str], tuple[str, tuple[str, ...]]]
+    tangled: frozenset[str]
+
+
+def findings(tree: Tree) -> Findings:
+    """The cycles of both graphs and the size offenders of a parsed tree."""
+    found: dict[tuple[str, str], int | None] = {}
+    cycles: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}
+    tangled: set[str] = set()
+    for kind, graph in ((MODULE_CYCLE, tree.module_graph), (PACKAGE_CYCLE, tree.package_graph)):
+        try:
+            listed = elementary_cycles(graph)
+        except TooManyCycles:
+            tangled.add(kind)
+            continue
+        for cycle in listed:
+            found[(kind, chain(cycle))] = None
+            cycles[(kind, chain(cycle))] = (kind, cycle)
+    for path, lines in sorted(tree.file_lines.items()):
+        if lines > MAX_FILE_LINES:
+            found[(FILE_LINES, path)] = lines
+    for name, lines in sorted(tree.function_lines.items()):
+        if lines > MAX_FUNCTION_LINES:
+            found[(FUNCTION_LINES, name)] = lines
+    return Findings(found, cycles, frozenset(tangled))
+
+
+def shortest_cycle(graph: Graph, source: str, target: str) -> tuple[str, ...] | None:
+    """The shortest cycle that takes the edge source -> target (breadth-first from target back)."""
+    previous: dict[str, str] = {target: target}
+    queue = [target]
+    for node in queue:
+        if node == source:
+            path = [source]
+            while path[-1] != target:
+                path.append(previous[path[-1]])
+            return (source, *reversed(path[1:]))
+        for child in graph.targets(node):
+            if child not in previous:
+                previous[child] = node
+                queue.append(child)
+    return None
+
+
+def tangle(kind: str, graph: Graph, baseline: Baseline, shown: int = 5) -> list[str]:
+    """For a graph with too many cycles to list: the imports most of them go through.
+
+    For each import on a cycle that no baseline cycle takes, the shortest cycle through it; the
+    imports those cycles share most are where a new tangle starts (one new import into a low module
+    usually closes hundreds), so they are listed first, with the shortest cycles through the first.
+    """
+    allowed: set[tuple[str, str]] = set()
+    for entry in baseline.entries.values():
+        if entry.kind == kind:
+            allowed.update(itertools.pairwise(part.strip() for part in entry.name.split("->")))
+    cycles: set[tuple[str, ...]] = set()
+    for component in _strongly_connected(graph):
+        for source in sorted(component):
+            for target in graph.targets(source):
+                if target in component and (source, target) not in allowed:
+                    cycle = shortest_cycle(graph, source, target)
+                    if cycle is not None:
+                        cycles.add(_canonical(list(cycle)))
+    through: Counter[tuple[str, str]] = Counter()
+    for cycle in cycles:
+        through.update(
+            edge for edge in zip(cycle, (*cycle[1:], cycle[0]), strict=True) if edge not in allowed
+        )
+    messages = [
+        f"import cycles between {NOUNS[kind]}: more than {MAX_CYCLES}, too many to list; "
+        f"the imports most of the {len(cycles)} shortest new ones go through:"
+    ]
+    for (source, target), count in sorted(through.items(), key=lambda item: (-item[1], item[0]))[:shown]:
+        messages.append(f"    {source} -> {target}  at {graph.edges[source][target][0]}  ({count} cycles)")
+    if through:
+        top = min(through, key=lambda edge: (-through[edge], edge))
+        examples = sorted((c for c in cycles if top[0] in c and top[1] in c), key=len)[:3]
+        for cycle in examples:
+            messages.append(f"  for example {chain(cycle)}\n" + "\n".join(describe(graph, cycle)))
+    return ["\n".join(messages)]
+
+
+LIMITS = {FILE_LINES: MAX_FILE_LINES, FUNCTION_LINES: MAX_FUNCTION_LINES}
+NOUNS = {FILE_LINES: "file", FUNCTION_LINES: "function", MODULE_CYCLE: "modules", PACKAGE_CYCLE: "packages"}
+
+
+def check(root: Path, baseline_path: Path, shown_base: Path | None = None) -> list[str]:
+    """Every problem of `root` against the baseline, as messages (empty: all is well)."""
+    tree = read_tree(root, shown_base)
+    baseline = read_baseline(baseline_path)
+    problems = [*tree.errors, *baseline.errors]
+    now = findings(tree)
+    graphs = {MODULE_CYCLE: tree.module_graph, PACKAGE_CYCLE: tree.package_graph}
+    for kind in sorted(now.tangled):
+        problems.extend(tangle(kind, graphs[kind], baseline))
+    for key, size in now.found.items():
+        kind, name = key
+        listed = baseline.entries.get(key)
+        if size is None and listed is None:
+            cycle = now.cycles[key][1]
+            problems.append(
+                f"import cycle between {NOUNS[kind]}: {name}\n" + "\n".join(describe(graphs[kind], cycle))
+            )
+        elif size is not None and listed is None:
+            problems.append(f"{NOUNS[kind]} {name} has {size} lines, over the limit of {LIMITS[kind]}")
+        elif size is not None and listed is not None and listed.size is not None and size > listed.size:
+            problems.append(
+                f"{NOUNS[kind]} {name} has grown to {size} lines ({baseline_path.name}:{listed.line} allows "
+                f"{listed.size}, the limit is {LIMITS[kind]}): make it smaller, not larger"
+            )
+    for key, entry in sorted(baseline.entries.items(), key=lambda item: item[1].line):
+        if key not in now.found and entry.kind not in now.tangled:
+            gone = (
+                "no longer occurs" if entry.size is None else f"is no longer over {LIMITS[entry.kind]} lines"
+            )
+            problems.append(
+                f"{baseline_path.name}:{entry.line}: `{entry.kind} {entry.name}` {gone}: delete that line "
+                "(archcheck.py --prune does)"
+            )
+    return problems
+
+
+def baseline_text(root: Path, shown_base: Path | None = None) -> str:
+    """A baseline listing everything that exists now (to start one, never to grow one)."""
+    now = findings(read_tree(root, shown_base))
+    if now.tangled:
+        raise SystemExit("archcheck: too many import cycles to write a baseline: run the check first")
+    lines = [
+        "# What scripts/lib/archcheck.py tolerates today. The list may only shrink: when an entry is fixed,",
+        "# delete its line (the check fails while a line matches nothing; `archcheck.py --prune` deletes",
+        "# such lines and lowers sizes that shrank). Never add a line: fix the new cycle or size instead.",
+        "# Each cycle line is one simple cycle; removing one import often ends many of them.",
+    ]
+    for (kind, name), size in now.found.items():
+        lines.append(f"{kind} {name}" + ("" if size is None else f" {size}"))
+    return "\n".join(lines) + "\n"
+
+
+def prune(root: Path, baseline_path: Path, shown_base: Path | None = None) -> list[str]:
+    """Delete the baseline lines that match nothing and lower sizes that shrank; returns what changed.
+
+    It never adds an entry nor raises a size, so running it cannot hide a new problem.
+    """
+    current = findings(read_tree(root, shown_base))
+    if current.tangled:
+        raise SystemExit("archcheck: too many import cycles to prune against: run the check first")
+    now = current.found
+    kept: list[str] = []
+    changes: list[str] = []
+    for number, raw in enumerate(baseline_path.read_text(encoding="utf-8").splitlines(), start=1):
+        entry = parse_entry(raw, number)
+        if not isinstance(entry, Entry):
+            kept.append(raw)
+            continue
+        key = (entry.kind, entry.name)
+        if key not in now:
+            changes.append(f"deleted line {number}: {raw.strip()}")
+            continue
+        size = now[key]
+        if entry.size is not None and size is not None and size < entry.size:
+            kept.append(f"{entry.kind} {entry.name} {size}")
+            changes.append(f"lowered line {number}: {entry.kind} {entry.name} {entry.size} -> {size}")
+            continue
+        kept.append(raw)
+    baseline_path.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    return changes
+
+
+def main(argv: list[str]) -> int:
+    """Check the tree against the baseline (exit 1 on any problem), or write or prune a baseline."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="the package to check (app/)")
+    parser.add_argument("--baseline", type=Path, default=DEFAULT_BASELINE)
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--write-baseline", action="store_true", help="print a baseline of today's state")
+    action.add_argument("--prune", action="store_true", help="delete baseline lines that match nothing")
+    args = parser.parse_args(argv[1:])
+    root: Path = args.root.resolve()
+    shown_base = REPO if root.is_relative_to(REPO) else root.parent
+    if args.write_baseline:
+        sys.stdout.write(baseline_text(root, shown_base))
+        return 0
+    if args.prune:
+        for change in prune(root, args.baseline, shown_base):
+            print(change)
+        return 0
+    problems = check(root, args.baseline, shown_base)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if problems:
+        print(
+            f"archcheck: {len(problems)} problem(s). The cycles and sizes tolerated today are listed in "
+            f"{args.baseline}; that list may only shrink.",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"archcheck: no import cycle, file or function size beyond {args.baseline.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

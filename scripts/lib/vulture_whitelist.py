@@ -1,0 +1,70 @@
+"""Names in app/ that vulture cannot see used, with the reason (read by scripts/lib/deadcode.py).
+
+vulture matches names, not objects: `_.name` below marks every definition called `name` as used.
+Add a name only when something outside the Python it reads uses it (a framework, a protocol, a
+library reading an attribute, a serialiser); code that only tests call is dead: delete it instead.
+This file is never imported (`_` is not defined).
+"""
+
+# ruff: noqa: F821, B018
+
+# --- pydantic models: fields are the wire format (serialised, never read as attributes) ----------
+_.embedding_dimensions  # app/api/v2_admin.py V2StatusOut
+_.token_counter  # app/api/v2_admin.py V2StatusOut
+_.reranker_configured  # app/api/v2_admin.py V2StatusOut
+_.running_runs  # app/api/v2_admin.py V2StatusOut
+_.periodic_s  # app/jobs/schemas.py
+_.next_before  # app/jobs/schemas.py
+_.missing_vectors  # app/jobs/schemas.py
+_.documents_missing_vectors  # app/jobs/schemas.py
+_.page_content  # app/schemas.py (rag_api's document shape)
+_.dates  # app/search/v2/analysis.py QueryAnalysis (shown in /query_v2's debug)
+_.prior  # app/v2_settings.py FeatureWeights (the reranker reads them by feature name)
+_.definition  # app/v2_settings.py FeatureWeights (the reranker reads them by feature name)
+_.chunk_kind  # app/search/v2/schemas.py
+_.safe_refusal  # app/search/v2/schemas.py
+
+# --- dataclasses serialised with asdict() or read by name -----------------------------------------
+_.missing_before  # app/jobs/sweep.py StoreSweep (the job's result is asdict())
+_.outages  # app/runtime/supervisor.py DatabaseStatus (app/metrics.py reads getattr(status, "outages"))
+
+# --- attributes a library reads -------------------------------------------------------------------
+_.writeable  # numpy: `array.flags.writeable = False`
+_.graph_optimization_level  # onnxruntime.SessionOptions
+_.intra_op_num_threads  # onnxruntime.SessionOptions
+_.inter_op_num_threads  # onnxruntime.SessionOptions
+_.execution_mode  # onnxruntime.SessionOptions
+_.log_severity_level  # onnxruntime.SessionOptions
+_.disabled  # logging.Logger.disabled (app/logs.py silences uvicorn's access log)
+
+# --- methods a protocol or library calls ----------------------------------------------------------
+_.readinto  # io: app/ingest/limits.py's bounded zip member is a file object
+_._get_size  # openpyxl's ReadOnlyWorksheet hook, overridden in app/ingest/limits.py
+_.find_class  # pickle.Unpickler hook (app/ingest/worker.py, app/ingest/v2/runs.py)
+# markdown-it token handlers, called as getattr(self, "_" + token.type) in app/ingest/loaders/markdown.py
+_._heading_open
+_._heading_close
+_._list_item_open
+_._inline
+_._fence
+_._code_block
+_._html_block
+_._table_open
+_._thead_open
+_._thead_close
+_._tr_open
+_._tr_close
+_._table_close
+
+# --- kept on purpose, though only tests use them ---------------------------------------------------
+_.SimpleTokenCounter  # app/ingest/v2/tokens.py: the TokenCounter test double its docstring names
+_.reads  # app/search/allowlist.py: the catalogue round trips, which the caching tests count
+_.get_bytes  # app/clients/blobs: the BlobStore contract tests read blobs back with it
+_.metadata_type  # app/store/db.py StoreInfo: the rag_api compatibility test checks the detection
+
+# --- dead, in files being restructured elsewhere: delete with them ---------------------------------
+_.trusted_dimensions  # TODO remove: app/clients/embeddings/base.py, never read
+_.is_open  # TODO remove: app/clients/embeddings/breaker.py, only tests read it
+_.RUN_STATUSES  # TODO remove: app/store/v2_index.py, never read
+_.has_vector  # TODO remove: app/store/v2_index.py StoredChunk, only tests read it (via run_chunks)
+_.term_stats  # TODO remove: app/store/v2_index.py (and TERM_STATS): its SQL function is retired
