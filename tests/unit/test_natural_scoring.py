@@ -140,11 +140,12 @@ def test_quick_files_and_names(tmp_path: Path) -> None:
         source=tmp_path,
     )
     gold = {"man1/p007.1.gz", "man1/p093.1.gz"}
-    chosen = choose_files(spec, gold, quick=True, seed=1)
+    chosen = choose_files(spec, gold, others=40, seed=1)
     # the gold files and 40 others, sorted; the same seed draws the same sample
     assert len(chosen) == 42 and gold <= set(chosen) and chosen == sorted(chosen)
-    assert chosen == choose_files(spec, gold, quick=True, seed=1)
-    assert choose_files(spec, gold, quick=False, seed=1) == list(spec.files)
+    assert chosen == choose_files(spec, gold, others=40, seed=1)
+    assert choose_files(spec, gold, others=None, seed=1) == list(spec.files)
+    assert choose_files(spec, gold, others=500, seed=1) == list(spec.files)
     assert upload_name(spec, "man1/ls.1.gz") == "ls.1.txt"
     assert kb_name("debian-reference-de") == "agent_nat_debian_reference_de"
     items = [{"split": "dev"}, {"split": "test"}]

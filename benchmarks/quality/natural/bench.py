@@ -52,6 +52,8 @@ class Options:
     corpora: tuple[str, ...] = ()  # empty: every corpus with questions
     split: str = "test"
     quick: bool = False
+    # upload the gold files and this many others per corpus (None: every file; --quick: 40)
+    others: int | None = None
     seed: int = 42
     k: int = 10
     folder: Path = sets.HERE
@@ -83,12 +85,12 @@ def upload_name(spec: CorpusSpec, rel: str) -> str:
     return rel.replace("/", "-")
 
 
-def choose_files(spec: CorpusSpec, gold: set[str], quick: bool, seed: int) -> list[str]:
-    """The files to upload: all of them, or (`quick`) the gold files and a seeded sample of others."""
-    if not quick:
+def choose_files(spec: CorpusSpec, gold: set[str], others: int | None, seed: int) -> list[str]:
+    """The files to upload: all of them, or the gold files and a seeded sample of `others` others."""
+    if others is None or others >= len(spec.files):
         return list(spec.files)
-    others = [f for f in spec.files if f not in gold]
-    sample = random.Random(f"{seed}:{spec.name}").sample(others, min(QUICK_OTHERS, len(others)))
+    rest = [f for f in spec.files if f not in gold]
+    sample = random.Random(f"{seed}:{spec.name}").sample(rest, min(others, len(rest)))
     return sorted(set(sample) | (gold & set(spec.files)))
 
 
@@ -125,8 +127,10 @@ def build(opts: Options, progress: Progress) -> tuple[Corpus, list[dict[str, Any
         items = select_items(good, split)
         if not items:
             raise SetupError(f"{name}: no question of split {split!r} passes the checker")
-        gold = {g for i in items for g in i["gold_files"]}
-        files = choose_files(spec, gold, opts.quick, opts.seed)
+        # the gold files of both splits: the knowledge base is the same whichever split is asked
+        gold = {g for i in good for g in i["gold_files"]}
+        others = QUICK_OTHERS if opts.quick and opts.others is None else opts.others
+        files = choose_files(spec, gold, others, opts.seed)
         kb = kb_name(name)
         for rel in files:
             source = spec.root / rel
@@ -323,6 +327,12 @@ def parse(argv: Sequence[str]) -> Options:
         action="store_true",
         help=f"dev split, gold files plus a seeded {QUICK_OTHERS} others per corpus (a smoke run)",
     )
+    p.add_argument(
+        "--others",
+        type=int,
+        default=None,
+        help="upload the gold files and a seeded sample of this many others per corpus (default: all files)",
+    )
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--k", type=int, default=d.k, help="passages per answer, 1..10 (%(default)s)")
     p.add_argument("--data-dir", type=Path, default=d.data_dir, help="the service's data (%(default)s)")
@@ -351,6 +361,7 @@ def parse(argv: Sequence[str]) -> Options:
         corpora=a.corpora,
         split=a.natural_split,
         quick=a.quick,
+        others=a.others,
         seed=a.seed,
         k=a.k,
         data_dir=a.data_dir.resolve(),
