@@ -3,8 +3,9 @@
     normalize("B-DETECTION_PLUS / K 28") == normalize("b detection plus k 28") == "b detection plus k 28"
     normalize("K 25") != normalize("K 28")
 
-Steps: Unicode NFKC (full-width and compatibility forms become plain ones), casefold (ß and ẞ
-become "ss"), then the text is cut into tokens: runs of letters (with their combining marks), runs
+Steps: Unicode NFKC (full-width and compatibility forms become plain ones), casefold, German
+umlauts written out ("Ölfilter" and "Oelfilter" are one word, "oelfilter"; ß stays ß, so "Maße" and
+"Masse" stay two words), then the text is cut into tokens: runs of letters (with their combining marks), runs
 of digits (a `.` or `,` between two digits stays inside the number, written as `.`), and a few
 symbols that carry meaning next to numbers (`%`, `‰`, `°`). Everything else (punctuation, `_`,
 `-`, `/`, control characters, NUL, lone surrogates) separates tokens. A change between letters and
@@ -55,11 +56,15 @@ def _token_pattern(keep_symbols: str) -> re.Pattern[str]:
     return re.compile("|".join(f"(?:{part})" for part in parts))
 
 
+_UMLAUTS = str.maketrans({"ä": "ae", "ö": "oe", "ü": "ue"})
+
+
 def fold(text: str) -> str:
-    """NFKC and casefold (ß → ss), nothing else: the character-level half of `normalize`."""
-    text = unicodedata.normalize("NFKC", text)
-    # casefold maps ß and ẞ to "ss" already; the replace documents the rule and survives a change
-    return text.casefold().replace("ß", "ss")
+    """NFKC, casefold except ß, umlauts written out: the character-level half of `normalize`."""
+    text = unicodedata.normalize("NFKC", text).replace("ẞ", "ß")
+    # casefold would turn ß into "ss" and merge distinct words (Maße, Masse): fold around it
+    folded = "ß".join(part.casefold() for part in text.split("ß"))
+    return folded.translate(_UMLAUTS)
 
 
 def tokenize(text: str, keep_symbols: str = DEFAULT_KEEP_SYMBOLS) -> list[str]:

@@ -69,7 +69,7 @@ logger = logging.getLogger(__name__)
 
 # Raise when chunking, entity extraction or the loaders change what an index holds: a new
 # extractor version makes the next run parse and embed again instead of linking old documents.
-EXTRACTOR_RELEASE = "1"
+EXTRACTOR_RELEASE = "2"  # 2: umlauts written out, ß kept (app/text/normalize.py)
 # Files staged before this many are re-read to count repeated blocks (below it no block can repeat
 # often enough, see BoilerplateSettings.min_documents).
 _V1_MAX_CHUNKS = 200_000
