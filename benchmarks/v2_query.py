@@ -2,6 +2,7 @@
 
     scripts/bench v2-query                          # allow-lists of 100 and 1,000 files, 10 chunks each
     scripts/bench v2-query --files 100,1000 --repeat 60 --concurrency 20 --json out.json
+    scripts/bench v2-query --base /tmp/base        # the same against another checkout's service first
 
 It starts an embedded PostgreSQL in a temporary folder, stores one active V2 run of an Agent's
 namespace through `insert_document` (`--per-file` chunks of `--terms` words of real technical English
@@ -62,6 +63,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=60, help="timed requests per size (%(default)s)")
     parser.add_argument("--concurrency", type=int, default=20, help="requests at once (%(default)s)")
     parser.add_argument("--rounds", type=int, default=3, help="concurrent rounds (%(default)s)")
+    parser.add_argument(
+        "--base",
+        type=Path,
+        help="also measure the service of this checkout (e.g. `git archive <commit> app | tar -x -C DIR`), "
+        "first; it applies its own SQL code, and this checkout's is applied again after it",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     options = parser.parse_args(argv)
     options.sizes = sorted({int(x) for x in options.files.split(",") if x.strip()})
@@ -220,21 +227,24 @@ async def prepare(
     return files, asked, time.perf_counter() - started
 
 
-async def measure(dsn: str, root: Path, options: argparse.Namespace) -> dict[str, Any]:
-    """Load, start the service, measure; the figures."""
-    collection = f"v2query_{uuid.uuid4().hex[:8]}"
-    files, asked, load_s = await prepare(dsn, options, collection)
+async def served(
+    dsn: str,
+    root: Path,
+    options: argparse.Namespace,
+    collection: str,
+    files: list[str],
+    asked: list[str],
+    checkout: Path | None,
+) -> dict[str, Any]:
+    """Start the service (of `checkout`, else this one), measure, stop; its figures."""
     secret = secrets.token_hex(32)
     settings = {"COLLECTION_NAME": collection, "RAG_V2_NAMESPACE_IDS": f"{AGENT},{OTHER}"}
-    service = ServiceProcess(dsn, secret, root / "data", root / "service.log", settings)
-    start_s = await service.start(within_s=300)
+    if checkout is not None:
+        settings["PYTHONPATH"] = str(checkout.resolve())
+    name = "base" if checkout is not None else "this"
+    service = ServiceProcess(dsn, secret, root / f"data-{name}", root / f"service-{name}.log", settings)
+    figures: dict[str, Any] = {"service_start_s": round(await service.start(within_s=300), 1)}
     asker = Asker(service.port, make_token(secret, USER))
-    figures: dict[str, Any] = {
-        "files": {"agent": len(files), "foreign": options.foreign, "chunks_per_file": options.per_file},
-        "questions": len(asked),
-        "load_and_index_s": round(load_s, 1),
-        "service_start_s": round(start_s, 1),
-    }
     try:
         for size in options.sizes:
             figures[f"sequential_{size}_files"] = await sequential(asker, asked, files[:size], options.repeat)
@@ -244,6 +254,21 @@ async def measure(dsn: str, root: Path, options: argparse.Namespace) -> dict[str
     finally:
         await asker.http.aclose()
         await service.stop()
+    return figures
+
+
+async def measure(dsn: str, root: Path, options: argparse.Namespace) -> dict[str, Any]:
+    """Load, then measure the service(s); the figures."""
+    collection = f"v2query_{uuid.uuid4().hex[:8]}"
+    files, asked, load_s = await prepare(dsn, options, collection)
+    figures: dict[str, Any] = {
+        "files": {"agent": len(files), "foreign": options.foreign, "chunks_per_file": options.per_file},
+        "questions": len(asked),
+        "load_and_index_s": round(load_s, 1),
+    }
+    if options.base is not None:
+        figures["base"] = await served(dsn, root, options, collection, files, asked, options.base)
+    figures["this"] = await served(dsn, root, options, collection, files, asked, None)
     return figures
 
 

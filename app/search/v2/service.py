@@ -2,12 +2,13 @@
 
     answer, server_timing = await service.query(request, scope, namespace, debug=admin and request.debug)
 
-1. retrieve (the I/O): the namespace's active index run (pinned by `index_version`, else the newest
-   active one) while the query is embedded, then ONE statement on one pool connection
+1. retrieve (the I/O): the query's embedding, then on one pool connection the namespace's active
+   index run (pinned by `index_version`, else the newest active one) and ONE statement
    (app/store/v2_search.py `retrieve`): the run's documents the `Scope` allows, computed once, the
    exact, lexical and vector channels over them, the BM25 statistics of the query terms, and the
    details of every chunk found. When that statement fails as a whole, the per-channel functions
-   answer one after another on a fresh connection. A query never holds two connections at once.
+   answer one after another on a fresh connection. A query holds one connection at a time, and
+   takes one unless the statement fails.
 2. rank (no I/O but the reranker's): fusion, the reranker over a bounded window (a failing remote
    or local model falls back to the feature reranker) and the refusal decision.
 3. respond: the evidence, re-checked against the allow-list, and the response; its debug output,
@@ -20,7 +21,6 @@ channel cannot run when the run's vectors come from another embedding model than
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -33,7 +33,7 @@ import numpy as np
 
 from app.clients.embeddings import Embedder
 from app.config import Settings
-from app.errors import BadRequest, ConfigError, DatabaseUnavailable, ServiceUnavailable
+from app.errors import BadRequest, ConfigError, ServiceUnavailable
 from app.ingest.v2.runs import model_identity
 from app.metrics import V2_CHANNEL_FAILURES, V2_QUERIES, V2_RERANK_FALLBACKS
 from app.search.v2.analysis import QueryAnalysis, analyze_query
@@ -379,24 +379,51 @@ class V2SearchService:
     async def retrieve(
         self, request: QueryV2Request, scope: Scope, namespace: str, plan: ChannelPlan
     ) -> Retrieved:
-        """The run (while the query is embedded), then its channels, statistics and found chunks."""
-        embedding = asyncio.create_task(self._embed(request.query))
-        try:
-            run, run_wait = await self._run(namespace, request.index_version)
-        except BaseException:
-            embedding.cancel()
-            raise
-        vector: np.ndarray | None = None
-        embed_ms = 0.0
-        if run.embedding_model != self.model:
-            embedding.cancel()
-            # vectors of another model are not comparable with this query's: say so, do not guess
-            vector_error: str | None = (
-                f"VectorModelMismatch: {VectorModelMismatch(run.embedding_model, self.model)}"
-            )
-        else:
-            vector, embed_ms, vector_error = await embedding
-        ask = channels_sql.ChannelQuery(
+        """The query's vector, then on one connection the run and its channels, statistics and chunks.
+
+        The query is embedded before a connection is taken, so that a slow embedder never holds one
+        (and is embedded even when the run turns out to have vectors of another model: rare, and
+        then only the vector channel is left out).
+        """
+        vector, embed_ms, vector_error = await self._embed(request.query)
+        t0 = time.perf_counter()
+        retrieval: channels_sql.Retrieval | None = None
+        async with self.pool.acquire(timeout=self.timeout) as conn:
+            waited = time.perf_counter() - t0
+            run = await self._run(conn, namespace, request.index_version)
+            if run.embedding_model != self.model:
+                # vectors of another model are not comparable with this query's: say so, do not guess
+                vector = None
+                vector_error = f"VectorModelMismatch: {VectorModelMismatch(run.embedding_model, self.model)}"
+            ask = self._ask(plan, vector)
+            try:
+                retrieval = await channels_sql.retrieve(conn, scope, run.run_id, ask, timeout=self.timeout)
+            except ScopeError:
+                raise  # a programming error: a fallback cannot help
+            except Exception as exc:  # the statement as a whole: timeout, lost connection, a broken part
+                logger.warning(
+                    "V2 retrieve statement failed (%s); running the channels one by one",
+                    exc.__class__.__name__,
+                )
+        if retrieval is None:
+            t1 = time.perf_counter()
+            # a fresh connection: the failure may have been this one's
+            async with self.pool.acquire(timeout=self.timeout) as conn:
+                waited += time.perf_counter() - t1
+                retrieval = await channels_sql.retrieve_separately(
+                    conn, scope, run.run_id, ask, timeout=self.timeout
+                )
+        if vector_error is not None:
+            retrieval.channels["vector"].error = vector_error
+        stats = Statistics()
+        if plan.lexical_terms and retrieval.document_frequency is not None:
+            stats = Statistics(retrieval.visible.chunks, retrieval.document_frequency)
+        lists = candidate_lists(retrieval)
+        return Retrieved(run, retrieval, lists, stats, embed_ms, waited * 1000)
+
+    def _ask(self, plan: ChannelPlan, vector: np.ndarray | None) -> channels_sql.ChannelQuery:
+        """What the plan asks of the channels, with the service's limits."""
+        return channels_sql.ChannelQuery(
             keys=plan.exact_keys,
             phrases=plan.exact_phrases,
             terms=plan.lexical_terms,
@@ -409,14 +436,6 @@ class V2SearchService:
             ef_search=self.settings.hnsw_ef_search,
             max_scan_tuples=self.settings.hnsw_max_scan_tuples,
         )
-        retrieval, read_wait = await self._read(scope, run.run_id, ask)
-        if vector_error is not None:
-            retrieval.channels["vector"].error = vector_error
-        frequencies = retrieval.document_frequency
-        stats = Statistics()
-        if plan.lexical_terms and frequencies is not None:
-            stats = Statistics(retrieval.visible.chunks, frequencies)
-        return Retrieved(run, retrieval, candidate_lists(retrieval), stats, embed_ms, run_wait + read_wait)
 
     async def _embed(self, text: str) -> tuple[np.ndarray | None, float, str | None]:
         """The query's vector, its time in ms, and the failure's class name (vector None then)."""
@@ -428,40 +447,14 @@ class V2SearchService:
             return None, (time.perf_counter() - t0) * 1000, exc.__class__.__name__
         return vector, (time.perf_counter() - t0) * 1000, None
 
-    async def _read(
-        self, scope: Scope, run_id: int, ask: channels_sql.ChannelQuery
-    ) -> tuple[channels_sql.Retrieval, float]:
-        """The one statement, or on its failure the channels one by one; and the pool wait in ms."""
-        t0 = time.perf_counter()
-        waited = 0.0
-        try:
-            async with self.pool.acquire(timeout=self.timeout) as conn:
-                waited = time.perf_counter() - t0
-                return await channels_sql.retrieve(
-                    conn, scope, run_id, ask, timeout=self.timeout
-                ), waited * 1000
-        except (ScopeError, DatabaseUnavailable):
-            raise  # a programming error, or no connection at all: a fallback cannot help
-        except Exception as exc:  # the statement as a whole: timeout, lost connection, a broken part
-            logger.warning(
-                "V2 retrieve statement failed (%s); running the channels one by one", exc.__class__.__name__
-            )
-        t1 = time.perf_counter()
-        async with self.pool.acquire(timeout=self.timeout) as conn:
-            waited += time.perf_counter() - t1
-            retrieval = await channels_sql.retrieve_separately(conn, scope, run_id, ask, timeout=self.timeout)
-        return retrieval, waited * 1000
-
-    async def _run(self, namespace: str, index_version: str | None) -> tuple[v2_index.RunRecord, float]:
-        """The namespace's active run (pinned or the newest) and the pool wait in ms."""
-        t0 = time.perf_counter()
-        async with self.pool.acquire(timeout=self.timeout) as conn:
-            waited = (time.perf_counter() - t0) * 1000
-            run = await v2_index.active_run(conn, self.info.collection_id, namespace, index_version)
-            if run is None and index_version is not None:
-                others = await v2_index.active_runs(conn, self.info.collection_id, namespace)
+    async def _run(
+        self, conn: asyncpg.Connection, namespace: str, index_version: str | None
+    ) -> v2_index.RunRecord:
+        """The namespace's active run (pinned by `index_version`, else the newest)."""
+        run = await v2_index.active_run(conn, self.info.collection_id, namespace, index_version)
         if run is None and index_version is not None:
             # a pinned version that does not exist is the request's mistake, not a passing state
+            others = await v2_index.active_runs(conn, self.info.collection_id, namespace)
             known = ", ".join(sorted({r.index_version for r in others})) or "none"
             raise BadRequest(
                 f"The V2 index of {namespace} has no active run of index version {index_version!r} "
@@ -472,7 +465,7 @@ class V2SearchService:
                 f"The V2 index of {namespace} has no active run yet: its first upload queues one, or "
                 "build one with POST /v2/backfill (or scripts/v2-backfill)"
             )
-        return run, waited
+        return run
 
 
 class VectorModelMismatch(RuntimeError):
