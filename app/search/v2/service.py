@@ -327,7 +327,6 @@ class V2SearchService:
         self.embedder = embedder
         self.tuning = tuning
         self.reranker = reranker
-        self.fallback = FeatureReranker(tuning.rerank.weights)
         self.model = model_identity(settings)
 
     @property
