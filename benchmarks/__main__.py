@@ -1,5 +1,6 @@
 """`python -m benchmarks`: the search benchmark (see `scripts/bench --help`); `python -m benchmarks
-quality ...` runs the retrieval quality benchmark instead (see `scripts/bench quality --help`)."""
+quality ...` runs the retrieval quality benchmark instead (see `scripts/bench quality --help`), and
+`python -m benchmarks v2-query ...` the /query_v2 latency benchmark (`scripts/bench v2-query --help`)."""
 
 from __future__ import annotations
 
@@ -114,4 +115,8 @@ if __name__ == "__main__":
         from benchmarks.quality.cli import main as quality_main
 
         sys.exit(quality_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["v2-query"]:
+        from benchmarks.v2_query import main as v2_query_main
+
+        sys.exit(v2_query_main(sys.argv[2:]))
     sys.exit(run(parse(sys.argv[1:])))

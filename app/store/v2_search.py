@@ -1,5 +1,9 @@
 """The SQL side of the three /query_v2 retrieval channels over one V2 index run.
 
+    retrieve(conn, scope, run, ask) -> Retrieval  /query_v2's one statement: every channel, the
+                                                  statistics and the found chunks' details
+    retrieve_separately(...)     -> Retrieval     the same from the per-channel functions below,
+                                                  one after another (the fallback)
     visible(conn, scope, run)                     documents, chunks, mean length the scope may read
     document_frequencies(conn, scope, run, terms) chunks holding each term, over those
     lexical(...)  -> [ChannelHit]                 BM25 (app/search/v2/bm25.py), then entity look-alikes
@@ -9,16 +13,23 @@
 
 Every function reads only the chunks of the run's staged documents that the scope may read, checked
 with `ragoverlay_in_scope` inside the SQL (`app/store/sql/60_v2_channels.sql`), and refuses an
-any-owner scope. Hits are keyed by (document_id, ordinal); the service reads the details of those it
-keeps with one `chunk_details` call.
+any-owner scope. Hits are keyed by (document_id, ordinal).
+
+`retrieve` computes the visible documents once and runs each channel in its own exception block: a
+failing channel comes back with `error` set (the name of asyncpg's exception class for its SQLSTATE)
+and the others still answer. When the statement fails as a whole (a timeout, a lost connection, an
+error outside the channels), the caller may run `retrieve_separately`, which catches each channel's
+failure in Python instead.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import asyncpg
 import numpy as np
@@ -26,7 +37,13 @@ import numpy as np
 from app.store.scope import SCOPE_SQL, Scope
 from app.text.normalize import normalize
 
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Key = tuple[int, int]  # (document_id, ordinal)
 VectorPath = Literal["exact", "hnsw", "hnsw+exact"]
+# the channels, in the order the statement runs them (app/search/v2/records.CHANNELS names the same)
+CHANNEL_NAMES = ("exact", "lexical", "vector")
 # a document-level exact match (number, title, file name) stands for this many of its first chunks
 DOCUMENT_MATCH_CHUNKS = 3
 
@@ -89,6 +106,60 @@ class ChunkDetail:
     metadata: dict[str, Any] = field(default_factory=dict)  # the document's
 
 
+@dataclass(frozen=True, kw_only=True)
+class ChannelQuery:
+    """What one /query_v2 asks of the channels (see each channel's function for its part).
+
+    A channel with nothing to look up is not asked: exact without keys and phrases, lexical without
+    terms and trigram text, vector without a query vector (`query` None).
+    """
+
+    keys: Sequence[str] = ()
+    phrases: Sequence[str] = ()
+    terms: Sequence[str] = ()
+    trigram_text: str | None = None
+    query: np.ndarray | None = None
+    limit: int
+    k1: float
+    b: float
+    exact_max_chunks: int
+    ef_search: int
+    max_scan_tuples: int
+    document_chunks: int = DOCUMENT_MATCH_CHUNKS
+
+
+@dataclass
+class ChannelResult:
+    """One channel's answer: its hits in rank order, its time, and why it failed (None when it did not)."""
+
+    hits: list[ChannelHit] = field(default_factory=list)
+    ms: float = 0.0
+    error: str | None = None
+    path: VectorPath | None = None  # the vector channel's, once it ran
+
+
+@dataclass
+class Retrieval:
+    """Everything one /query_v2 reads of the run, in the scope.
+
+    `document_frequency` is None when the statistics failed; `details` holds each found chunk
+    that the scope may read; `stages_ms` the times of the parts that are not channels ("visible",
+    "statistics", "details"); `separately` says the per-channel fallback answered.
+    """
+
+    channels: dict[str, ChannelResult]
+    visible: Visible
+    document_frequency: dict[str, int] | None
+    details: dict[Key, ChunkDetail]
+    stages_ms: dict[str, float] = field(default_factory=dict)
+    separately: bool = False
+
+    @property
+    def failed(self) -> list[str]:
+        """The channels that failed, in order."""
+        return [name for name, result in self.channels.items() if result.error is not None]
+
+
 def label_key(text: str) -> str:
     """The exact channel's key of a row label, title, file name or document number: `normalize(text)`."""
     return normalize(text)
@@ -117,6 +188,13 @@ CHUNK_DETAILS = f"""
            entity_keys, filename, title, language, publication_date, document_number, source,
            metadata::text AS metadata
     FROM ragoverlay_v2_chunk_details({SCOPE_SQL}, $7, $8::bigint[], $9::integer[])
+"""
+
+
+RETRIEVE = f"""
+    SELECT *
+    FROM ragoverlay_v2_retrieve({SCOPE_SQL}, $7, $8, $9::text[], $10::text[], $11, $12::text[], $13, $14,
+                                $15, $16::vector, $17, $18, $19)
 """
 
 
@@ -273,6 +351,166 @@ async def chunk_details(
         timeout=timeout,
     )
     return [_detail(r) for r in rows]
+
+
+# --- /query_v2's one statement, and its fallback ---------------------------------------------------
+
+
+def _distinct(values: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(v for v in values if v))
+
+
+# asyncpg's exception class of each SQLSTATE: a channel failing inside the statement is reported
+# by the same name as one failing on its own ("57014" -> "QueryCanceledError")
+_SQLSTATE_NAMES: dict[str, str] = {
+    str(getattr(cls, "sqlstate", "")): cls.__name__
+    for cls in vars(asyncpg.exceptions).values()
+    if isinstance(cls, type) and issubclass(cls, asyncpg.PostgresError) and getattr(cls, "sqlstate", None)
+}
+
+
+def _sqlstate_name(code: str) -> str:
+    """asyncpg's exception class name for a SQLSTATE."""
+    return _SQLSTATE_NAMES.get(code, f"PostgresError {code}")
+
+
+async def retrieve(
+    conn: asyncpg.Connection,
+    scope: Scope,
+    run_id: int,
+    ask: ChannelQuery,
+    *,
+    timeout: float | None = None,  # noqa: ASYNC109 - asyncpg's own per-statement timeout
+) -> Retrieval:
+    """Every channel, the statistics and the found chunks' details in one statement (module docstring)."""
+    scope.for_reading()
+    rows = await conn.fetch(
+        RETRIEVE,
+        *scope.sql_args(),
+        run_id,
+        ask.limit,
+        _distinct(ask.keys),
+        _distinct(ask.phrases),
+        ask.document_chunks,
+        _distinct(ask.terms),
+        float(ask.k1),
+        float(ask.b),
+        ask.trigram_text or None,
+        None if ask.query is None else np.asarray(ask.query, dtype=np.float32),
+        ask.exact_max_chunks,
+        ask.ef_search,
+        ask.max_scan_tuples,
+        timeout=timeout,
+    )
+    return _retrieval(rows)
+
+
+def _retrieval(rows: Sequence[asyncpg.Record]) -> Retrieval:
+    """The statement's rows (four kinds, see ragoverlay_v2_retrieve) as a `Retrieval`."""
+    channels = {name: ChannelResult() for name in CHANNEL_NAMES}
+    details: dict[Key, ChunkDetail] = {}
+    frequencies: dict[str, int] = {}
+    visible_stats = Visible(0, 0, 0.0)
+    stages: dict[str, float] = {}
+    statistics_failed = False
+    for r in rows:
+        part = r["part"]
+        if part == "hit":
+            key = (int(r["document_id"]), int(r["ordinal"]))
+            channels[r["channel"]].hits.append(ChannelHit(*key, float(r["score"]), r["detail"]))
+            if r["chunk_id"] is not None and key not in details:
+                details[key] = _detail(r)
+        elif part == "df":
+            frequencies[r["term"]] = int(r["df"])
+        elif part == "visible":
+            visible_stats = Visible(int(r["documents"]), int(r["chunks"]), float(r["average_length"]))
+            stages["visible"] = float(r["ms"])
+        elif part == "stage" and r["channel"] in channels:
+            result = channels[r["channel"]]
+            result.ms, result.path = float(r["ms"]), r["detail"]
+            result.error = None if r["error"] is None else _sqlstate_name(r["error"])
+        elif part == "stage":
+            stages[r["channel"]] = float(r["ms"])
+            statistics_failed |= r["channel"] == "statistics" and r["error"] is not None
+    for name, result in channels.items():
+        if result.error is not None:
+            logger.warning("V2 channel %s failed in the retrieve statement: %s", name, result.error)
+    return Retrieval(channels, visible_stats, None if statistics_failed else frequencies, details, stages)
+
+
+async def _timed(
+    conn: asyncpg.Connection, call: Callable[[], Awaitable[T]]
+) -> tuple[T | None, float, str | None]:
+    """The call's result, its time in ms, and the failure's class name (result None then).
+
+    The call runs in a transaction of its own (a savepoint inside the caller's), so that a failure
+    cannot abort the transaction the next call needs.
+    """
+    started = time.perf_counter()
+    try:
+        async with conn.transaction():
+            value: T | None = await call()
+        error = None
+    except Exception as exc:  # one channel's failure is the caller's to weigh, never fatal here
+        value, error = None, exc.__class__.__name__
+        logger.warning("V2 channel failed: %s: %s", exc.__class__.__name__, exc)
+    return value, (time.perf_counter() - started) * 1000, error
+
+
+async def retrieve_separately(
+    conn: asyncpg.Connection,
+    scope: Scope,
+    run_id: int,
+    ask: ChannelQuery,
+    *,
+    timeout: float | None = None,  # noqa: ASYNC109 - asyncpg's own per-statement timeout
+) -> Retrieval:
+    """What `retrieve` returns, from the per-channel functions one after another on `conn`.
+
+    Each channel's failure is caught (its `error`, no hits); a failing details read raises.
+    """
+    scope.for_reading()
+    limit, channels = ask.limit, {}
+    hits, ms, error = await _timed(
+        conn,
+        lambda: exact(conn, scope, run_id, keys=ask.keys, phrases=ask.phrases, limit=limit,
+                      document_chunks=ask.document_chunks, timeout=timeout)
+    )  # fmt: skip
+    channels["exact"] = ChannelResult(hits or [], ms, error)
+    hits, ms, error = await _timed(
+        conn,
+        lambda: lexical(conn, scope, run_id, ask.terms, k1=ask.k1, b=ask.b, limit=limit,
+                        trigram_text=ask.trigram_text, timeout=timeout)
+    )  # fmt: skip
+    channels["lexical"] = ChannelResult(hits or [], ms, error)
+    channels["vector"] = ChannelResult()
+    if ask.query is not None:
+        query = ask.query
+        found, ms, error = await _timed(
+            conn,
+            lambda: vector(conn, scope, run_id, query, limit=limit, exact_max_chunks=ask.exact_max_chunks,
+                           ef_search=ask.ef_search, max_scan_tuples=ask.max_scan_tuples, timeout=timeout)
+        )  # fmt: skip
+        hits, path = found if found is not None else ([], None)
+        channels["vector"] = ChannelResult(hits, ms, error, path)
+    started = time.perf_counter()
+    seen, _, failed = await _timed(conn, lambda: visible(conn, scope, run_id))
+    frequencies, _, failed_df = await _timed(
+        conn, lambda: document_frequencies(conn, scope, run_id, ask.terms)
+    )
+    stages = {"statistics": (time.perf_counter() - started) * 1000}
+    keys = list(dict.fromkeys((h.document_id, h.ordinal) for c in channels.values() for h in c.hits))
+    started = time.perf_counter()
+    found_details = await chunk_details(conn, scope, run_id, keys, timeout=timeout)
+    stages["details"] = (time.perf_counter() - started) * 1000
+    return Retrieval(
+        channels,
+        seen or Visible(0, 0, 0.0),
+        None if failed or failed_df else frequencies,
+        {(d.document_id, d.ordinal): d for d in found_details},
+        stages,
+        separately=True,
+    )
 
 
 def _detail(row: asyncpg.Record) -> ChunkDetail:

@@ -471,7 +471,7 @@ def tangle(kind: str, graph: Graph, baseline: Baseline, shown: int = 5) -> list[
         messages.append(f"    {source} -> {target}  at {graph.edges[source][target][0]}  ({count} cycles)")
     if through:
         top = min(through, key=lambda edge: (-through[edge], edge))
-        examples = sorted((c for c in cycles if top[0] in c and top[1] in c), key=len)[:3]
+        examples = sorted((c for c in cycles if top[0] in c and top[1] in c), key=lambda c: (len(c), c))[:3]
         for cycle in examples:
             messages.append(f"  for example {chain(cycle)}\n" + "\n".join(describe(graph, cycle)))
     return ["\n".join(messages)]

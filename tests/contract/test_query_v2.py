@@ -4,6 +4,8 @@ the three channels in PostgreSQL, the order of the checks, refusals, isolation a
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import json
 import threading
 import time
@@ -16,6 +18,7 @@ import httpx
 import pytest
 
 from app.config import Settings
+from app.search.v2.records import CHANNELS
 from app.search.v2.refusal import SAFE_REFUSAL
 from app.search.v2.rerank_http import HttpReranker
 from app.store import v2_search
@@ -33,6 +36,7 @@ FOREIGN_TEXT = (
     "Only the other team's Agent may read this file."
 )
 CORPUS = v2_corpus.MIXED_CORPUS
+EXACT = v2_search.exact
 
 
 @dataclass
@@ -276,28 +280,97 @@ async def test_results_stay_inside_the_requested_files(world: World) -> None:
 # --- degradation and reranker fallback -------------------------------------------------------------
 
 
-async def test_one_failing_channel_degrades_the_answer(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    async def broken(*args: Any, **kwargs: Any) -> list[v2_search.ChannelHit]:
-        raise RuntimeError("exact channel down")
-
-    monkeypatch.setattr(v2_search, "exact", broken)
+async def test_debug_shows_the_one_statement_and_its_stages(world: World) -> None:
     r = await world.ask("What is the weight of the K 28 in kg?", user=ADMIN, debug=True)
     assert r.status_code == 200, r.text
+    debug = r.json()["debug"]
+    assert debug["retrieve"]["statement"] == "one"
+    assert set(debug["retrieve"]["stages_ms"]) == {"visible", "statistics", "details"}
+    assert all(debug["channels"][n]["error"] is None and debug["channels"][n]["hits"] > 0 for n in CHANNELS)
+    assert debug["channels"]["vector"]["path"] == "exact"
+    assert {"pool", "channels", "fuse", "rerank", "total"} <= set(debug["timing_ms"])
+    assert "pool;dur=" in r.headers["server-timing"]
+
+
+# Connections held by the query of the current task (a request's tasks share the list): now, at most
+# at once, acquired in all.
+HELD: contextvars.ContextVar[list[int]] = contextvars.ContextVar("held")
+
+
+class CountingPool:
+    """The service's pool, counting what each query holds (through HELD)."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+
+    @contextlib.asynccontextmanager
+    async def acquire(self, *, timeout: float | None = None) -> AsyncIterator[Any]:  # noqa: ASYNC109
+        held = HELD.get()
+        async with self.pool.acquire(timeout=timeout) as conn:
+            held[0] += 1
+            held[1], held[2] = max(held[1], held[0]), held[2] + 1
+            try:
+                yield conn
+            finally:
+                held[0] -= 1
+
+
+async def _fail(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("down")
+
+
+async def test_one_failing_channel_degrades_the_answer(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the one statement fails as a whole: the channels run one by one, and the exact one fails
+    monkeypatch.setattr(v2_search, "retrieve", _fail)
+    monkeypatch.setattr(v2_search, "exact", _fail)
+    service = resources(world.client).v2_search
+    assert service is not None
+    monkeypatch.setattr(service, "pool", CountingPool(service.pool))
+    held = [0, 0, 0]
+    HELD.set(held)
+    r = await world.ask("What is the weight of the K 28 in kg?", user=ADMIN, debug=True)
+    assert r.status_code == 200, r.text
+    assert held == [0, 1, 2]  # the fallback took a fresh connection, after the first went back
     body = r.json()
     assert body["degraded"] is True
+    assert body["debug"]["retrieve"]["statement"] == "per-channel fallback"
     assert body["debug"]["channels"]["exact"]["error"] == "RuntimeError"
+    assert body["debug"]["channels"]["lexical"]["error"] is None
     assert any(item["row_label"] == "K 28" for item in body["results"])
+    # the fallback alone, every channel answering: not degraded
+    monkeypatch.setattr(v2_search, "exact", EXACT)
+    r = await world.ask("What is the weight of the K 28 in kg?")
+    assert r.status_code == 200 and r.json()["degraded"] is False
+    assert r.json()["results"][0]["row_label"] == "K 28"
 
 
 async def test_all_channels_failing_is_503(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    async def broken(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError("down")
-
-    for name in ("exact", "lexical", "vector"):
-        monkeypatch.setattr(v2_search, name, broken)
+    for name in ("retrieve", "exact", "lexical", "vector"):
+        monkeypatch.setattr(v2_search, name, _fail)
     r = await world.ask("What is the weight of the K 28 in kg?")
     assert r.status_code == 503, r.text
     assert "Every V2 search channel failed" in r.json()["detail"]
+
+
+async def test_twenty_concurrent_queries_share_the_default_pool(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = resources(world.client).v2_search
+    assert service is not None
+    assert world.settings.db_pool_max_size == 10  # the default
+    monkeypatch.setattr(service, "pool", CountingPool(service.pool))
+    questions = ["What is the weight of the K 28 in kg?", "Power of model H 20", "pump pressure relief valve"]
+
+    async def one(i: int) -> tuple[int, list[int]]:
+        held = [0, 0, 0]
+        HELD.set(held)
+        r = await world.ask(questions[i % len(questions)])
+        return r.status_code, held
+
+    answers = await asyncio.gather(*(one(i) for i in range(20)))
+    assert [status for status, _ in answers] == [200] * 20
+    # each query: one connection, for the run and the one statement
+    assert [held for _, held in answers] == [[0, 1, 1]] * 20
 
 
 class _Reranker(BaseHTTPRequestHandler):

@@ -147,6 +147,12 @@ class World:
             max_scan_tuples=max_scan_tuples,
         )
 
+    async def retrieve(self, ask: search.ChannelQuery, *, scope: Scope | None = None) -> search.Retrieval:
+        return await search.retrieve(self.conn, scope or self.scope(), self.run_id, ask)
+
+    async def separately(self, ask: search.ChannelQuery, *, scope: Scope | None = None) -> search.Retrieval:
+        return await search.retrieve_separately(self.conn, scope or self.scope(), self.run_id, ask)
+
     def search_texts(self, file_ids: Sequence[str]) -> dict[tuple[int, int], list[str]]:
         """(document_id, ordinal) -> terms of the chunks of these files (the reference's corpus)."""
         return {
@@ -272,6 +278,23 @@ async def world(database: Database) -> AsyncIterator[World]:
         yield World(conn, info.collection_id, owner, run.run_id, docs, ids, foreign.file_id)
     finally:
         await conn.close()
+
+
+def ask(
+    *,
+    terms: Sequence[str] = (),
+    keys: Sequence[str] = (),
+    phrases: Sequence[str] = (),
+    trigram: str | None = None,
+    query: np.ndarray | None = None,
+    limit: int = 50,
+    exact_max: int = 10_000,
+) -> search.ChannelQuery:
+    """What /query_v2 would ask of the channels, with this module's BM25 parameters."""
+    return search.ChannelQuery(
+        keys=keys, phrases=phrases, terms=terms, trigram_text=trigram, query=query, limit=limit, k1=K1, b=B,
+        exact_max_chunks=exact_max, ef_search=40, max_scan_tuples=1000,
+    )  # fmt: skip
 
 
 def reference(world: World, terms: Sequence[str], file_ids: Sequence[str]) -> dict[tuple[int, int], float]:
@@ -586,3 +609,118 @@ async def test_the_migration_backfills_postings_of_earlier_chunks(world: World) 
     assert [tuple(r) for r in await conn.fetch(query, documents)] == written
     hits = await world.lexical(["pump"])
     assert {(h.document_id, h.ordinal) for h in hits} == set(reference(world, ["pump"], list(world.docs)))
+
+
+def answered(retrieval: search.Retrieval) -> dict[str, tuple[list[ChannelHit], str | None, str | None]]:
+    """Each channel's hits, path and error: what must not depend on how the retrieval ran."""
+    return {name: (r.hits, r.path, r.error) for name, r in retrieval.channels.items()}
+
+
+async def test_the_one_statement_returns_what_each_channel_returns(world: World) -> None:
+    conn, run = world.conn, world.run_id
+    query = np.random.default_rng(5).normal(size=DIMS).astype(np.float32)
+    asks = [
+        ask(terms=["pump", "valve", "water"], keys=["k 28"], phrases=["k 28", "pump", "sensor"], query=query),
+        ask(terms=["bdetection"], trigram="bdetection plus", query=query, limit=5),
+        ask(terms=["pump"], limit=2),  # the vector channel not asked
+        ask(keys=["ab 1234"], phrases=["datasheet x 1"], query=query, exact_max=0),  # the HNSW walk
+        ask(terms=["absent"]),
+    ]
+    for scope in (world.scope(), world.scope(*list(world.docs)[:2])):
+        for question in asks:
+            one = await world.retrieve(question, scope=scope)
+            apart = await world.separately(question, scope=scope)
+            assert not one.separately and apart.separately
+            assert answered(one) == answered(apart), question
+            assert one.visible == apart.visible == await search.visible(conn, scope, run)
+            assert one.document_frequency == apart.document_frequency
+            assert one.document_frequency == await search.document_frequencies(
+                conn, scope, run, question.terms
+            )
+            assert one.details == apart.details
+            keys = {(h.document_id, h.ordinal) for r in one.channels.values() for h in r.hits}
+            assert set(one.details) == keys
+            assert set(one.stages_ms) >= {"visible", "statistics", "details"}
+            assert all(r.ms >= 0 for r in one.channels.values())
+    # the same scores as the reference, through the statement, narrowed by the allow-list
+    fa, fb, _ = world.docs
+    narrow = await world.retrieve(ask(terms=["water", "pump"]), scope=world.scope(fa, fb))
+    expected = reference(world, ["water", "pump"], [fa, fb])
+    lexical = narrow.channels["lexical"].hits
+    assert {(h.document_id, h.ordinal): h.score for h in lexical} == pytest.approx(expected, abs=1e-9, rel=0)
+    stats = bm25.corpus_stats(world.search_texts([fa, fb]).values())
+    assert (narrow.visible.documents, narrow.visible.chunks) == (2, stats.documents)
+    assert narrow.document_frequency == {t: stats.document_frequency.get(t, 0) for t in ("water", "pump")}
+    # both vector paths through the statement: the exact scan, and the walk once the index exists
+    spec = v2.v2_index_spec(DIMS)
+    assert spec is not None
+    await conn.execute(f"DROP INDEX IF EXISTS {spec.name}")
+    scan = await world.retrieve(ask(query=query, exact_max=0))
+    assert scan.channels["vector"].path == "exact" and len(scan.channels["vector"].hits) == 10
+    assert await v2.build_v2_index(conn, spec, m=8, ef_construction=32, memory="64MB")
+    walk = await world.retrieve(ask(query=query, exact_max=0, limit=5))
+    assert walk.channels["vector"].path == "hnsw"
+    assert walk.channels["vector"].hits == scan.channels["vector"].hits[:5]
+    assert walk.channels["exact"].hits == [] and walk.channels["lexical"].hits == []
+
+
+async def test_the_one_statement_keeps_foreign_rows_out(world: World) -> None:
+    foreign_doc = world.document_ids[world.foreign]
+    question = ask(
+        terms=["zebra", "pump", "secret"], keys=["k 28"], phrases=["k 28", "secret pump", "secret"],
+        trigram="zebra secret", query=unit(1.0),
+    )  # fmt: skip
+    listed = world.scope(*world.docs, world.foreign)
+    stranger = world.scope(owner=new_id("stranger"))
+    for scope in (listed, stranger):
+        got = await world.retrieve(question, scope=scope)
+        assert foreign_doc not in {h.document_id for r in got.channels.values() for h in r.hits}
+        assert foreign_doc not in {key[0] for key in got.details}
+        assert got.document_frequency is not None
+        assert got.document_frequency["zebra"] == 0 and got.document_frequency["secret"] == 0
+    got = await world.retrieve(question, scope=stranger)
+    assert got.visible == search.Visible(0, 0, 0.0) and got.details == {}
+    assert all(r.hits == [] and r.error is None for r in got.channels.values())
+    deleting = Scope.of(world.collection_id, [world.owner], any_owner=True)
+    with pytest.raises(ScopeError):
+        await world.retrieve(question, scope=deleting)
+    with pytest.raises(asyncpg.RaiseError, match="any-owner"):
+        await world.conn.fetch(
+            search.RETRIEVE, *deleting.sql_args(), world.run_id, 5, [], [], 3, ["pump"], K1, B, None, None,
+            0, 10, 10,
+        )  # fmt: skip
+
+
+async def test_a_channel_failing_inside_the_statement_fails_alone(world: World) -> None:
+    conn = world.conn
+    question = ask(terms=["pump", "water"], keys=["k 28"], phrases=["k 28"], query=unit(1.0))
+    before = await world.retrieve(question)
+    assert before.channels["exact"].hits and before.failed == []
+    transaction = conn.transaction()
+    await transaction.start()
+    try:
+        # the exact channel's core broken inside this transaction only (rolled back below)
+        await conn.execute(
+            """
+            CREATE OR REPLACE FUNCTION ragoverlay_v2_exact_in(
+                p_scope ragoverlay_scope, p_docs bigint[], p_keys text[], p_phrases text[], p_limit integer,
+                p_document_chunks integer)
+            RETURNS TABLE (document_id bigint, ordinal integer, weight double precision, detail text)
+            LANGUAGE plpgsql STABLE AS $$ BEGIN RAISE division_by_zero; END; $$
+            """
+        )
+        broken = await world.retrieve(question)
+        assert broken.failed == ["exact"] and not broken.separately
+        assert broken.channels["exact"].error == "DivisionByZeroError" and broken.channels["exact"].hits == []
+        for name in ("lexical", "vector"):
+            assert broken.channels[name].hits == before.channels[name].hits
+        assert broken.document_frequency == before.document_frequency
+        # the details of the other channels' hits, and no others
+        others = {(h.document_id, h.ordinal) for n in ("lexical", "vector") for h in before.channels[n].hits}
+        assert set(broken.details) == others
+        # the per-channel fallback reports the same failure by the same name
+        apart = await world.separately(question)
+        assert apart.failed == ["exact"] and apart.channels["exact"].error == "DivisionByZeroError"
+    finally:
+        await transaction.rollback()
+    assert answered(await world.retrieve(question)) == answered(before)

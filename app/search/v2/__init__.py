@@ -12,5 +12,5 @@
                     debug=decision.as_debug() | {...} if admin and request.debug else None)
 
 `bm25` is the reference the SQL lexical channel is tested against (terms: `search_text.split()`,
-distinct query terms); `validate_v2` serves `POST /validate_v2`; `V2Tuning` holds every knob.
+distinct query terms); `validate_v2` serves `POST /validate_v2`; `app/v2_settings.py` holds every knob.
 """

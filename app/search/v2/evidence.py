@@ -45,7 +45,6 @@ def build_evidence(items: Sequence[Fused], allowed_file_ids: Collection[str], k:
     out: list[EvidenceItem] = []
     for rank, item in enumerate(kept[:k], start=1):
         c = item.candidate
-        score = item.rerank if item.rerank is not None else item.score
         metadata = dict(c.metadata)
         metadata.setdefault("chunk_id", c.chunk_id)
         if c.page is not None:
@@ -69,7 +68,7 @@ def build_evidence(items: Sequence[Fused], allowed_file_ids: Collection[str], k:
                 footnotes=list(c.footnotes),
                 source_type=c.source_type,
                 channels=list(item.channels),
-                score=min(max(float(score), 0.0), 1.0),
+                score=min(max(float(item.final_score), 0.0), 1.0),
                 language=c.language,
                 publication_date=c.publication_date,
                 metadata=metadata,

@@ -5,8 +5,8 @@
 `rank_c(d)` is d's 1-based rank in channel c (channels that did not find d add nothing) and
 `exact(d)` the exact channel's match weight in 0..1 (a row label match weighs more than a title
 match; the channel decides). The boost is counted in first-place votes: `exact_boost = 1` adds as
-much as one more channel ranking d first. `score = fused / best possible` puts it in 0..1, where the
-best possible is every channel that returned anything ranking d first, plus the full boost.
+much as one more channel ranking d first. `Fused.score = fused / best possible` puts it in 0..1, where
+the best possible is every channel that returned anything ranking d first, plus the full boost.
 
 After fusion: candidates at the same location (file, page, table, row, section and the first
 characters of normalised content) collapse into the best one, which keeps every channel that
@@ -32,13 +32,28 @@ def location_key(candidate: Candidate, prefix_chars: int) -> Hashable:
         candidate.table_index,
         candidate.row_index,
         candidate.section,
-        normalize(candidate.content)[:prefix_chars],
+        normalized_prefix(candidate.content, prefix_chars),
     )
 
 
-def _order(item: Fused) -> tuple[float, int, str]:
-    # best fused score first; ties go to the better best rank, then the id (deterministic)
-    return (-item.fused, min(item.ranks.values(), default=1 << 30), item.candidate.chunk_id)
+def normalized_prefix(text: str, chars: int) -> str:
+    """`normalize(text)[:chars]`, normalising only as much of `text` as that needs.
+
+    No token spans a space, and NFKC and case folding never join a character with a space before
+    it, so the text before a space normalises to a token prefix of the whole: once that prefix is
+    `chars` long it is the answer. Fusion keys every candidate by this; normalising whole chunks
+    took most of its time.
+    """
+    cut = chars + chars // 4  # raw text a little longer than wanted: punctuation drops out
+    while cut < len(text):
+        space = text.find(" ", cut)
+        if space < 0:
+            break
+        head = normalize(text[:space])
+        if len(head) >= chars:
+            return head[:chars]
+        cut = space + 1 + chars
+    return normalize(text)[:chars]
 
 
 def fuse(channels: Mapping[str, Sequence[Scored]], config: FusionSettings | None = None) -> list[Fused]:
@@ -69,20 +84,21 @@ def fuse(channels: Mapping[str, Sequence[Scored]], config: FusionSettings | None
     answered = [c for c, hits in channels.items() if hits]
     best = sum(max(config.weights.of(c), 0.0) for c in answered) / (k + 1)
     best += config.exact_boost / (k + 1) if "exact" in answered else 0.0
-    fused: list[Fused] = []
-    for chunk, total in totals.items():
-        value = total + config.exact_boost * exact.get(chunk, 0.0) / (k + 1)
-        fused.append(
-            Fused(
-                candidate=candidates[chunk],
-                fused=value,
-                score=min(value / best, 1.0) if best > 0 else 0.0,
-                channels=_provenance(ranks[chunk]),
-                ranks=dict(ranks[chunk]),
-                exact=exact.get(chunk, 0.0),
-            )
+    values = {
+        chunk: total + config.exact_boost * exact.get(chunk, 0.0) / (k + 1) for chunk, total in totals.items()
+    }
+    # best fused value first; ties go to the better best rank, then the id (deterministic)
+    order = sorted(values, key=lambda chunk: (-values[chunk], min(ranks[chunk].values()), chunk))
+    fused = [
+        Fused(
+            candidate=candidates[chunk],
+            score=min(values[chunk] / best, 1.0) if best > 0 else 0.0,
+            channels=_provenance(ranks[chunk]),
+            ranks=dict(ranks[chunk]),
+            exact=exact.get(chunk, 0.0),
         )
-    fused.sort(key=_order)
+        for chunk in order
+    ]
     fused = dedupe(fused, config.dedupe_prefix_chars)
     fused = [item for item in fused if item.score >= config.min_score]
     return apply_caps(fused, config.per_file_cap, config.per_page_cap)
@@ -107,7 +123,6 @@ def dedupe(items: Sequence[Fused], prefix_chars: int) -> list[Fused]:
             ranks[channel] = min(rank, ranks.get(channel, rank))
         kept[key] = Fused(
             candidate=first.candidate,
-            fused=first.fused,
             score=first.score,
             channels=_provenance(ranks),
             ranks=ranks,

@@ -61,9 +61,13 @@ class Fused:
     """A candidate after fusion: its fused score, the channels that found it and their ranks."""
 
     candidate: Candidate
-    fused: float
-    score: float  # `fused` scaled to 0..1 by the best score fusion can give
+    score: float  # the fused score in 0..1: reciprocal rank fusion over the best it can give
     channels: tuple[str, ...]
     ranks: Mapping[str, int]
     exact: float = 0.0  # the exact channel's weight for it, 0 when that channel did not find it
     rerank: float | None = None  # the reranker's score in 0..1, once reranked
+
+    @property
+    def final_score(self) -> float:
+        """The score the item is judged by: the reranker's once reranked, else the fused one."""
+        return self.rerank if self.rerank is not None else self.score

@@ -177,7 +177,7 @@ def decide_refusal(
                 reasons.append(Reason("missing_name", token))
 
     signals: list[Reason] = []
-    best = max((item.rerank if item.rerank is not None else item.score) for item in pool)
+    best = max(item.final_score for item in pool)
     if best < policy.min_rerank_score:
         signals.append(Reason("weak_rerank", round(best, 4)))
     top = pool[: policy.agreement_depth]

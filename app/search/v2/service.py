@@ -1,13 +1,18 @@
-"""`POST /query_v2`: three channels through the scope predicate, fusion, bounded reranking, refusal.
+"""`POST /query_v2` as retrieve -> rank -> respond, always inside the caller's `Scope`.
 
-    answer = await service.query(request, scope, namespace, debug=admin and request.debug)
+    answer, server_timing = await service.query(request, scope, namespace, debug=admin and request.debug)
 
-1. the namespace's active index run (pinned by `index_version`, else the newest active one);
-2. the exact, lexical and vector channels run concurrently, each on its own connection and each
-   reading only the run's documents that the caller's `Scope` allows (app/store/v2_search.py);
-3. one read of the found chunks' details (scope-checked again), then fusion, the reranker over a
-   bounded window (a failing remote or local model falls back to the feature reranker), the
-   refusal decision from the evidence, and the evidence itself, re-checked against the allow-list.
+1. retrieve (the I/O): the query's embedding, then on one pool connection the namespace's active
+   index run (pinned by `index_version`, else the newest active one) and ONE statement
+   (app/store/v2_search.py `retrieve`): the run's documents the `Scope` allows, computed once, the
+   exact, lexical and vector channels over them, the BM25 statistics of the query terms, and the
+   details of every chunk found. When that statement fails as a whole, the per-channel functions
+   answer one after another on a fresh connection. A query holds one connection at a time, and
+   takes one unless the statement fails.
+2. rank (no I/O but the reranker's): fusion, the reranker over a bounded window (a failing remote
+   or local model falls back to the feature reranker) and the refusal decision.
+3. respond: the evidence, re-checked against the allow-list, and the response; its debug output,
+   Server-Timing and metrics are derived from the same `Answer`.
 
 A failing channel marks the answer `degraded`; only all three failing is an error (503). The vector
 channel cannot run when the run's vectors come from another embedding model than the service's
@@ -16,15 +21,15 @@ channel cannot run when the run's vectors come from another embedding model than
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import asyncpg
 import httpx
+import numpy as np
 
 from app.clients.embeddings import Embedder
 from app.config import Settings
@@ -36,21 +41,18 @@ from app.search.v2.evidence import build_evidence, display_page
 from app.search.v2.fusion import fuse
 from app.search.v2.plan import ChannelPlan, plan_channels
 from app.search.v2.records import CHANNELS, Candidate, Fused, Scored
-from app.search.v2.refusal import SAFE_REFUSAL, decide_refusal
-from app.search.v2.rerank import FeatureReranker, Reranker, rerank_window
+from app.search.v2.refusal import SAFE_REFUSAL, RefusalDecision, decide_refusal
+from app.search.v2.rerank import FeatureReranker, Reranker, RerankOutcome, rerank_window
 from app.search.v2.rerank_http import HttpReranker
 from app.search.v2.rerank_onnx import OnnxCrossEncoder
-from app.search.v2.schemas import QueryV2Request, QueryV2Response
+from app.search.v2.schemas import EvidenceItem, QueryV2Request, QueryV2Response
 from app.store import v2_index
 from app.store import v2_search as channels_sql
 from app.store.db import StoreInfo
-from app.store.scope import Scope
+from app.store.scope import Scope, ScopeError
 from app.v2_settings import V2Settings
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
-Key = tuple[int, int]  # (document_id, ordinal)
 # stopwords and intent words are the language's, not a tuning knob
 QUERY_CONFIG = QueryConfig()
 
@@ -78,36 +80,151 @@ def build_reranker(
     return FeatureReranker(config.features)
 
 
-@dataclass
-class ChannelReport:
-    """How one channel went: its hits, its time, and why it failed (None when it did not)."""
-
-    hits: list[channels_sql.ChannelHit] = field(default_factory=list)
-    ms: float = 0.0
-    error: str | None = None
-    path: str | None = None
-
-    def as_debug(self) -> dict[str, Any]:
-        """JSON-ready."""
-        return {"hits": len(self.hits), "ms": round(self.ms, 2), "error": self.error, "path": self.path}
-
-
-@dataclass
+@dataclass(frozen=True)
 class Statistics:
-    """What the refusal decision reads about the visible part of the run."""
+    """What the refusal decision reads about the visible part of the run (0 chunks: unknown)."""
 
     chunks: int = 0
-    document_frequency: dict[str, int] = field(default_factory=dict)
+    document_frequency: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Retrieved:
+    """What retrieve read: the run, each channel's result, and the candidates of those that answered."""
+
+    run: v2_index.RunRecord
+    retrieval: channels_sql.Retrieval
+    lists: dict[str, list[Scored]]  # the channels that did not fail, each in its rank order
+    statistics: Statistics
+    embed_ms: float = 0.0
+    pool_wait_ms: float = 0.0  # time spent waiting for pool connections
+
+    @property
+    def failed(self) -> list[str]:
+        """The channels that failed, in order."""
+        return self.retrieval.failed
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """What rank made of the lists: the fused list, the reranked window and the refusal decision."""
+
+    fused: list[Fused]
+    reranked: RerankOutcome
+    decision: RefusalDecision
+    fuse_ms: float = 0.0
+    rerank_ms: float = 0.0
+
+    @property
+    def items(self) -> list[Fused]:
+        """The reranked window: what the evidence is built from."""
+        return self.reranked.items
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One query's whole result: the response, its debug output and the metrics derive from it."""
+
+    request: QueryV2Request
+    analysis: QueryAnalysis
+    plan: ChannelPlan
+    retrieved: Retrieved
+    ranking: Ranking
+    results: list[EvidenceItem]
+    timing: dict[str, float]  # ms per Server-Timing stage
+
+    @property
+    def degraded(self) -> bool:
+        """True when a channel failed."""
+        return bool(self.retrieved.failed)
+
+
+async def rank(
+    analysis: QueryAnalysis,
+    lists: Mapping[str, Sequence[Scored]],
+    stats: Statistics,
+    tuning: V2Settings,
+    reranker: Reranker,
+) -> Ranking:
+    """Fusion, the reranked window (features when `reranker` fails) and the refusal; no other I/O.
+
+    `lists` holds the channels that ran without failing (an empty list: ran, found nothing).
+    """
+    t0 = time.perf_counter()
+    fused = fuse(lists, tuning.fusion)
+    t1 = time.perf_counter()
+    outcome = await rerank_window(
+        analysis,
+        fused,
+        reranker,
+        window=tuning.rerank.window,
+        per_file_cap=tuning.fusion.per_file_cap,
+        per_page_cap=tuning.fusion.per_page_cap,
+        fallback=FeatureReranker(tuning.rerank.features),
+    )
+    t2 = time.perf_counter()
+    decision = decide_refusal(
+        analysis,
+        outcome.items,
+        tuning.refusal,
+        document_frequency=stats.document_frequency if stats.chunks else None,
+        documents=stats.chunks,
+        channels_run=len(lists),
+        # the vector channel's cosine similarities: the one signal of the refusal not about words
+        dense={hit.candidate.chunk_id: hit.score for hit in lists["vector"]} if "vector" in lists else None,
+    )
+    return Ranking(fused, outcome, decision, (t1 - t0) * 1000, (t2 - t1) * 1000)
+
+
+def candidate_lists(retrieval: channels_sql.Retrieval) -> dict[str, list[Scored]]:
+    """Each channel that did not fail, its hits as scored candidates (hits without details left out)."""
+    candidates = {key: _candidate(detail) for key, detail in retrieval.details.items()}
+    return {
+        name: [
+            Scored(candidates[(h.document_id, h.ordinal)], h.score)
+            for h in result.hits
+            if (h.document_id, h.ordinal) in candidates
+        ]
+        for name, result in retrieval.channels.items()
+        if result.error is None
+    }
+
+
+def respond(answer: Answer, *, debug: bool) -> QueryV2Response:
+    """The wire response of `answer` (with its debug output when asked)."""
+    return QueryV2Response(
+        index_version=answer.retrieved.run.index_version,
+        results=answer.results,
+        degraded=answer.degraded,
+        safe_refusal=None if answer.results else SAFE_REFUSAL,
+        debug=debug_body(answer) if debug else None,
+    )
+
+
+def server_timing(timing: Mapping[str, float]) -> str:
+    """The Server-Timing header value of the stages' times."""
+    return ", ".join(f"{name};dur={value:.2f}" for name, value in timing.items())
+
+
+def count_channel_failures(retrieved: Retrieved) -> None:
+    """The channel failure counters."""
+    for name in retrieved.failed:
+        V2_CHANNEL_FAILURES.labels(channel=name).inc()
+
+
+def count_answer(answer: Answer, reranker: str) -> None:
+    """The query and reranker fallback counters."""
+    if answer.ranking.reranked.fallback_reason is not None:
+        V2_RERANK_FALLBACKS.labels(reranker=reranker).inc()
+    outcome = "answered" if answer.results else "refused"
+    V2_QUERIES.labels(outcome=outcome, degraded=str(answer.degraded).lower()).inc()
 
 
 def _stage(items: Sequence[Fused] | Sequence[Scored], k: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for item in items[:k]:
         c = item.candidate
-        if isinstance(item, Fused):
-            score = item.rerank if item.rerank is not None else item.score
-        else:
-            score = item.score
+        score = item.final_score if isinstance(item, Fused) else item.score
         out.append(
             {
                 "chunk_id": c.chunk_id,
@@ -118,6 +235,44 @@ def _stage(items: Sequence[Fused] | Sequence[Scored], k: int) -> list[dict[str, 
             }
         )
     return out
+
+
+def _channel_debug(result: channels_sql.ChannelResult) -> dict[str, Any]:
+    return {"hits": len(result.hits), "ms": round(result.ms, 2), "error": result.error, "path": result.path}
+
+
+def debug_body(answer: Answer) -> dict[str, Any]:
+    """The admin's `debug` object: analysis, run, channels, every stage's list, refusal, timings."""
+    analysis, plan, k = answer.analysis, answer.plan, answer.request.k
+    retrieved, ranking = answer.retrieved, answer.ranking
+    stages = {name: _stage(retrieved.lists.get(name, []), k) for name in CHANNELS}
+    stages["fused"] = _stage(ranking.fused, k)
+    stages["reranked"] = _stage(ranking.items, k)
+    return {
+        "analysis": {
+            "terms": list(analysis.terms),
+            "exact_keys": list(plan.exact_keys),
+            "phrases": list(analysis.phrases),
+            "intents": sorted(analysis.intents),
+            "trigram": plan.trigram_text,
+            "language": analysis.language,
+        },
+        "run": {"run_id": retrieved.run.run_id, "index_version": retrieved.run.index_version},
+        "channels": {name: _channel_debug(r) for name, r in retrieved.retrieval.channels.items()},
+        "retrieve": {
+            "statement": "per-channel fallback" if retrieved.retrieval.separately else "one",
+            "stages_ms": {name: round(ms, 2) for name, ms in retrieved.retrieval.stages_ms.items()},
+        },
+        "stages": stages,
+        "refusal": ranking.decision.as_debug(),
+        "rerank": {
+            "backend": ranking.reranked.reranker,
+            "fell_back": ranking.reranked.fallback_reason is not None,
+            "error": ranking.reranked.fallback_reason,
+            "ms": round(ranking.rerank_ms, 2),
+        },
+        "timing_ms": {name: round(value, 2) for name, value in answer.timing.items()},
+    }
 
 
 # Of a V2 document's metadata, what a result carries: its indexing statistics and warnings stay in
@@ -176,7 +331,6 @@ class V2SearchService:
         self.embedder = embedder
         self.tuning = tuning
         self.reranker = reranker
-        self.fallback = FeatureReranker(tuning.rerank.features)
         self.model = model_identity(settings)
 
     @property
@@ -189,13 +343,121 @@ class V2SearchService:
         """Seconds a channel's statement may take (QUERY_TIMEOUT_MS)."""
         return self.settings.query_timeout_ms / 1000
 
-    async def _run(self, namespace: str, index_version: str | None) -> v2_index.RunRecord:
+    async def query(
+        self, request: QueryV2Request, scope: Scope, namespace: str, *, debug: bool = False
+    ) -> tuple[QueryV2Response, str]:
+        """The answer and its Server-Timing header value: retrieve -> rank -> respond."""
+        t0 = time.perf_counter()
+        analysis = analyze_query(request.query, QUERY_CONFIG)
+        plan = plan_channels(analysis, QUERY_CONFIG.stopwords)
+        t_analysis = time.perf_counter()
+        retrieved = await self.retrieve(request, scope, namespace, plan)
+        count_channel_failures(retrieved)
+        if len(retrieved.failed) == len(CHANNELS):
+            channels = retrieved.retrieval.channels
+            raise ServiceUnavailable(
+                "Every V2 search channel failed ("
+                + ", ".join(f"{n}: {channels[n].error}" for n in retrieved.failed)
+                + ")"
+            )
+        t_retrieved = time.perf_counter()
+        ranking = await rank(analysis, retrieved.lists, retrieved.statistics, self.tuning, self.reranker)
+        # build_evidence keeps only items of the request's (allow-listed) files and numbers them
+        results = (
+            [] if ranking.decision.refuse else build_evidence(ranking.items, request.file_ids, request.k)
+        )
+        timing = {
+            "analysis": (t_analysis - t0) * 1000,
+            "embed": retrieved.embed_ms,
+            "pool": retrieved.pool_wait_ms,
+            "channels": (t_retrieved - t_analysis) * 1000,
+            "fuse": ranking.fuse_ms,
+            "rerank": ranking.rerank_ms,
+            "total": (time.perf_counter() - t0) * 1000,
+        }
+        answer = Answer(request, analysis, plan, retrieved, ranking, results, timing)
+        count_answer(answer, self.reranker.name)
+        return respond(answer, debug=debug), server_timing(timing)
+
+    async def retrieve(
+        self, request: QueryV2Request, scope: Scope, namespace: str, plan: ChannelPlan
+    ) -> Retrieved:
+        """The query's vector, then on one connection the run and its channels, statistics and chunks.
+
+        The query is embedded before a connection is taken, so that a slow embedder never holds one
+        (and is embedded even when the run turns out to have vectors of another model: rare, and
+        then only the vector channel is left out).
+        """
+        vector, embed_ms, vector_error = await self._embed(request.query)
+        t0 = time.perf_counter()
+        retrieval: channels_sql.Retrieval | None = None
         async with self.pool.acquire(timeout=self.timeout) as conn:
-            run = await v2_index.active_run(conn, self.info.collection_id, namespace, index_version)
-            if run is None and index_version is not None:
-                others = await v2_index.active_runs(conn, self.info.collection_id, namespace)
+            waited = time.perf_counter() - t0
+            run = await self._run(conn, namespace, request.index_version)
+            if run.embedding_model != self.model:
+                # vectors of another model are not comparable with this query's: say so, do not guess
+                vector = None
+                vector_error = f"VectorModelMismatch: {VectorModelMismatch(run.embedding_model, self.model)}"
+            ask = self._ask(plan, vector)
+            try:
+                retrieval = await channels_sql.retrieve(conn, scope, run.run_id, ask, timeout=self.timeout)
+            except ScopeError:
+                raise  # a programming error: a fallback cannot help
+            except Exception as exc:  # the statement as a whole: timeout, lost connection, a broken part
+                logger.warning(
+                    "V2 retrieve statement failed (%s); running the channels one by one",
+                    exc.__class__.__name__,
+                )
+        if retrieval is None:
+            t1 = time.perf_counter()
+            # a fresh connection: the failure may have been this one's
+            async with self.pool.acquire(timeout=self.timeout) as conn:
+                waited += time.perf_counter() - t1
+                retrieval = await channels_sql.retrieve_separately(
+                    conn, scope, run.run_id, ask, timeout=self.timeout
+                )
+        if vector_error is not None:
+            retrieval.channels["vector"].error = vector_error
+        stats = Statistics()
+        if plan.lexical_terms and retrieval.document_frequency is not None:
+            stats = Statistics(retrieval.visible.chunks, retrieval.document_frequency)
+        lists = candidate_lists(retrieval)
+        return Retrieved(run, retrieval, lists, stats, embed_ms, waited * 1000)
+
+    def _ask(self, plan: ChannelPlan, vector: np.ndarray | None) -> channels_sql.ChannelQuery:
+        """What the plan asks of the channels, with the service's limits."""
+        return channels_sql.ChannelQuery(
+            keys=plan.exact_keys,
+            phrases=plan.exact_phrases,
+            terms=plan.lexical_terms,
+            trigram_text=plan.trigram_text,
+            query=vector,
+            limit=self.tuning.channels.limit,
+            k1=self.tuning.channels.bm25_k1,
+            b=self.tuning.channels.bm25_b,
+            exact_max_chunks=self.tuning.channels.exact_scan_max_chunks,
+            ef_search=self.settings.hnsw_ef_search,
+            max_scan_tuples=self.settings.hnsw_max_scan_tuples,
+        )
+
+    async def _embed(self, text: str) -> tuple[np.ndarray | None, float, str | None]:
+        """The query's vector, its time in ms, and the failure's class name (vector None then)."""
+        t0 = time.perf_counter()
+        try:
+            vector = await self.embedder.embed_query(text)
+        except Exception as exc:  # no vector fails the vector channel alone
+            logger.warning("V2 channel failed: %s: %s", exc.__class__.__name__, exc)
+            return None, (time.perf_counter() - t0) * 1000, exc.__class__.__name__
+        return vector, (time.perf_counter() - t0) * 1000, None
+
+    async def _run(
+        self, conn: asyncpg.Connection, namespace: str, index_version: str | None
+    ) -> v2_index.RunRecord:
+        """The namespace's active run (pinned by `index_version`, else the newest)."""
+        run = await v2_index.active_run(conn, self.info.collection_id, namespace, index_version)
         if run is None and index_version is not None:
             # a pinned version that does not exist is the request's mistake, not a passing state
+            others = await v2_index.active_runs(conn, self.info.collection_id, namespace)
             known = ", ".join(sorted({r.index_version for r in others})) or "none"
             raise BadRequest(
                 f"The V2 index of {namespace} has no active run of index version {index_version!r} "
@@ -207,225 +469,6 @@ class V2SearchService:
                 "build one with POST /v2/backfill (or scripts/v2-backfill)"
             )
         return run
-
-    async def _timed(self, report: ChannelReport, work: Callable[[], Awaitable[None]]) -> None:
-        t0 = time.perf_counter()
-        try:
-            await work()
-        except Exception as exc:  # a failing channel degrades the answer; it never fails it alone
-            report.error = exc.__class__.__name__ + (
-                f": {exc}" if isinstance(exc, VectorModelMismatch) else ""
-            )
-            logger.warning("V2 channel failed: %s: %s", exc.__class__.__name__, exc)
-        finally:
-            report.ms = (time.perf_counter() - t0) * 1000
-
-    async def _exact(self, report: ChannelReport, scope: Scope, run: int, plan: ChannelPlan) -> None:
-        async def work() -> None:
-            if not plan.exact_keys and not plan.exact_phrases:
-                return
-            async with self.pool.acquire(timeout=self.timeout) as conn:
-                report.hits = await channels_sql.exact(
-                    conn,
-                    scope,
-                    run,
-                    keys=plan.exact_keys,
-                    phrases=plan.exact_phrases,
-                    limit=self.tuning.channels.limit,
-                    timeout=self.timeout,
-                )
-
-        await self._timed(report, work)
-
-    async def _lexical(self, report: ChannelReport, scope: Scope, run: int, plan: ChannelPlan) -> None:
-        async def work() -> None:
-            if not plan.lexical_terms and plan.trigram_text is None:
-                return
-            async with self.pool.acquire(timeout=self.timeout) as conn:
-                report.hits = await channels_sql.lexical(
-                    conn,
-                    scope,
-                    run,
-                    plan.lexical_terms,
-                    k1=self.tuning.channels.bm25_k1,
-                    b=self.tuning.channels.bm25_b,
-                    limit=self.tuning.channels.limit,
-                    trigram_text=plan.trigram_text,
-                    timeout=self.timeout,
-                )
-
-        await self._timed(report, work)
-
-    async def _statistics(self, stats: Statistics, scope: Scope, run: int, plan: ChannelPlan) -> None:
-        """The refusal's "rare terms" read the same visible statistics BM25 uses (never fatal)."""
-        if not plan.lexical_terms:
-            return
-        try:
-            async with self.pool.acquire(timeout=self.timeout) as conn:
-                visible = await channels_sql.visible(conn, scope, run)
-                stats.document_frequency = await channels_sql.document_frequencies(
-                    conn, scope, run, plan.lexical_terms
-                )
-                stats.chunks = visible.chunks
-        except Exception as exc:  # without statistics the refusal simply skips that signal
-            logger.warning("V2 statistics failed: %s: %s", exc.__class__.__name__, exc)
-
-    async def _vector(
-        self, report: ChannelReport, scope: Scope, run: v2_index.RunRecord, query: str, embed_ms: list[float]
-    ) -> None:
-        async def work() -> None:
-            if run.embedding_model != self.model:
-                # vectors of another model are not comparable with this query's: say so, do not guess
-                raise VectorModelMismatch(run.embedding_model, self.model)
-            t0 = time.perf_counter()
-            vector = await self.embedder.embed_query(query)
-            embed_ms.append((time.perf_counter() - t0) * 1000)
-            async with self.pool.acquire(timeout=self.timeout) as conn:
-                report.hits, report.path = await channels_sql.vector(
-                    conn,
-                    scope,
-                    run.run_id,
-                    vector,
-                    limit=self.tuning.channels.limit,
-                    exact_max_chunks=self.tuning.channels.exact_scan_max_chunks,
-                    ef_search=self.settings.hnsw_ef_search,
-                    max_scan_tuples=self.settings.hnsw_max_scan_tuples,
-                    timeout=self.timeout,
-                )
-
-        await self._timed(report, work)
-
-    async def query(
-        self, request: QueryV2Request, scope: Scope, namespace: str, *, debug: bool = False
-    ) -> tuple[QueryV2Response, str]:
-        """The answer and its Server-Timing header value."""
-        t0 = time.perf_counter()
-        analysis = analyze_query(request.query, QUERY_CONFIG)
-        plan = plan_channels(analysis, QUERY_CONFIG.stopwords)
-        t_analysis = time.perf_counter()
-        run = await self._run(namespace, request.index_version)
-        reports = {name: ChannelReport() for name in CHANNELS}
-        stats = Statistics()
-        embed_ms: list[float] = []
-        await asyncio.gather(
-            self._exact(reports["exact"], scope, run.run_id, plan),
-            self._lexical(reports["lexical"], scope, run.run_id, plan),
-            self._statistics(stats, scope, run.run_id, plan),
-            self._vector(reports["vector"], scope, run, request.query, embed_ms),
-        )
-        t_channels = time.perf_counter()
-        failed = [name for name, report in reports.items() if report.error is not None]
-        for name in failed:
-            V2_CHANNEL_FAILURES.labels(channel=name).inc()
-        if len(failed) == len(CHANNELS):
-            raise ServiceUnavailable(
-                "Every V2 search channel failed ("
-                + ", ".join(f"{n}: {reports[n].error}" for n in failed)
-                + ")"
-            )
-
-        keys: dict[Key, None] = {}
-        for report in reports.values():
-            for hit in report.hits:
-                keys.setdefault((hit.document_id, hit.ordinal), None)
-        details: dict[Key, Candidate] = {}
-        if keys:
-            async with self.pool.acquire(timeout=self.timeout) as conn:
-                for detail in await channels_sql.chunk_details(conn, scope, run.run_id, list(keys)):
-                    details[(detail.document_id, detail.ordinal)] = _candidate(detail)
-        scored: dict[str, list[Scored]] = {
-            name: [
-                Scored(details[(h.document_id, h.ordinal)], h.score)
-                for h in report.hits
-                if (h.document_id, h.ordinal) in details
-            ]
-            for name, report in reports.items()
-            if report.error is None
-        }
-        fused = fuse(scored, self.tuning.fusion)
-        t_fuse = time.perf_counter()
-        outcome = await rerank_window(
-            analysis,
-            fused,
-            self.reranker,
-            window=self.tuning.rerank.window,
-            per_file_cap=self.tuning.fusion.per_file_cap,
-            per_page_cap=self.tuning.fusion.per_page_cap,
-            fallback=self.fallback,
-        )
-        if outcome.fallback_reason is not None:
-            V2_RERANK_FALLBACKS.labels(reranker=self.reranker.name).inc()
-        t_rerank = time.perf_counter()
-        decision = decide_refusal(
-            analysis,
-            outcome.items,
-            self.tuning.refusal,
-            document_frequency=stats.document_frequency if stats.chunks else None,
-            documents=stats.chunks,
-            channels_run=len(CHANNELS) - len(failed),
-        )
-        # build_evidence keeps only items of the request's (allow-listed) files and numbers them
-        results = [] if decision.refuse else build_evidence(outcome.items, request.file_ids, request.k)
-        degraded = bool(failed)
-        V2_QUERIES.labels(outcome="answered" if results else "refused", degraded=str(degraded).lower()).inc()
-        t_end = time.perf_counter()
-        timing = {
-            "analysis": (t_analysis - t0) * 1000,
-            "embed": embed_ms[0] if embed_ms else 0.0,
-            "channels": (t_channels - t_analysis) * 1000,
-            "fuse": (t_fuse - t_channels) * 1000,
-            "rerank": (t_rerank - t_fuse) * 1000,
-            "total": (t_end - t0) * 1000,
-        }
-        body: dict[str, Any] | None = None
-        if debug:
-            body = self._debug(analysis, plan, run, reports, scored, fused, outcome.items, request.k, timing)
-            body["refusal"] = decision.as_debug()
-            body["rerank"] = {
-                "backend": outcome.reranker,
-                "fell_back": outcome.fallback_reason is not None,
-                "error": outcome.fallback_reason,
-                "ms": round(timing["rerank"], 2),
-            }
-        response = QueryV2Response(
-            index_version=run.index_version,
-            results=results,
-            degraded=degraded,
-            safe_refusal=None if results else SAFE_REFUSAL,
-            debug=body,
-        )
-        server_timing = ", ".join(f"{name};dur={value:.2f}" for name, value in timing.items())
-        return response, server_timing
-
-    def _debug(
-        self,
-        analysis: QueryAnalysis,
-        plan: ChannelPlan,
-        run: v2_index.RunRecord,
-        reports: dict[str, ChannelReport],
-        scored: dict[str, list[Scored]],
-        fused: Sequence[Fused],
-        reranked: Sequence[Fused],
-        k: int,
-        timing: dict[str, float],
-    ) -> dict[str, Any]:
-        stages: dict[str, list[dict[str, Any]]] = {name: _stage(scored.get(name, []), k) for name in CHANNELS}
-        stages["fused"] = _stage(fused, k)
-        stages["reranked"] = _stage(reranked, k)
-        return {
-            "analysis": {
-                "terms": list(analysis.terms),
-                "exact_keys": list(plan.exact_keys),
-                "phrases": list(analysis.phrases),
-                "intents": sorted(analysis.intents),
-                "trigram": plan.trigram_text,
-                "language": analysis.language,
-            },
-            "run": {"run_id": run.run_id, "index_version": run.index_version},
-            "channels": {name: report.as_debug() for name, report in reports.items()},
-            "stages": stages,
-            "timing_ms": {name: round(value, 2) for name, value in timing.items()},
-        }
 
 
 class VectorModelMismatch(RuntimeError):

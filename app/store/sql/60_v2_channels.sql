@@ -16,6 +16,21 @@
 -- reaches rows through an index with `document_id = ANY (docs)` (PostgreSQL probes the btree once per
 -- id and skips between them) instead of a join the planner might turn into a scan of every tenant's
 -- rows.
+--
+-- The functions called from Python plan every statement they run, nested ones included (the HNSW
+-- walk's too), for the call's own values: `SET plan_cache_mode = force_custom_plan`. PL/pgSQL
+-- otherwise switches a statement to a generic plan after five calls on a connection, and a generic
+-- plan cannot see how many documents `docs` holds or that the walk's LIMIT is small: measured on
+-- 10,000 visible chunks, BM25 went from 8 to 70-160 ms and the walk from 11 to 60-160 ms from the
+-- sixth query of a pooled connection on. Planning each statement costs well under a millisecond.
+--
+-- Each channel is two functions: its core `ragoverlay_v2_<channel>_in(p_scope, p_docs, ...)` takes
+-- the visible documents (and their counts) from its caller, and `ragoverlay_v2_<channel>(p_scope,
+-- p_run, ...)` computes them and calls the core. /query_v2 calls neither directly: its one statement,
+-- ragoverlay_v2_retrieve() (at the end of this file), computes the visible documents once and calls
+-- every core; the store falls back to the per-channel functions when that statement fails as a whole.
+-- A core must only be given the output of ragoverlay_v2_visible_documents() for the same scope; it
+-- checks every row it reads with ragoverlay_in_scope() all the same.
 
 -- The documents of a run's staged files that the scope may read, with the counts BM25 and the vector
 -- path need.
@@ -57,6 +72,7 @@ CREATE FUNCTION ragoverlay_v2_visible_stats(p_scope ragoverlay_scope, p_run bigi
 RETURNS TABLE (documents bigint, chunks bigint, average_length double precision)
 LANGUAGE plpgsql
 STABLE
+SET plan_cache_mode = force_custom_plan
 AS $$
 BEGIN
     RETURN QUERY
@@ -69,13 +85,32 @@ END;
 $$;
 
 -- BM25's document frequency of each term over what the scope may read of the run: the visible chunks
--- holding it (per-document counts of ragoverlay_v2_document_terms, summed). Terms are matched as
--- stored: cut to 200 characters.
+-- holding it, counted from ragoverlay_v2_postings (one row per chunk and term, index on (term,
+-- document_id): one index search per term, where the per-document counts of
+-- ragoverlay_v2_document_terms need one per document and term, 4-5x slower at 1,000 documents).
+-- Terms are matched as stored: cut to 200 characters.
+DROP FUNCTION IF EXISTS ragoverlay_v2_term_stats_in;
+CREATE FUNCTION ragoverlay_v2_term_stats_in(p_docs bigint[], p_terms text[])
+RETURNS TABLE (term text, df bigint)
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    RETURN QUERY
+        SELECT q.term, count(p.document_id)
+        FROM (SELECT DISTINCT u AS term FROM unnest(p_terms) AS u WHERE u IS NOT NULL AND u <> '') q
+        LEFT JOIN ragoverlay_v2_postings p
+          ON p.term = left(q.term, 200) COLLATE "C" AND p.document_id = ANY (p_docs)
+        GROUP BY q.term;
+END;
+$$;
+
 DROP FUNCTION IF EXISTS ragoverlay_v2_visible_term_stats;
 CREATE FUNCTION ragoverlay_v2_visible_term_stats(p_scope ragoverlay_scope, p_run bigint, p_terms text[])
 RETURNS TABLE (term text, df bigint)
 LANGUAGE plpgsql
 STABLE
+SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
     docs bigint[];
@@ -84,12 +119,7 @@ BEGIN
         RAISE EXCEPTION 'ragoverlay_v2_visible_term_stats: an any-owner scope is for deletes only';
     END IF;
     docs := ARRAY(SELECT v.document_id FROM ragoverlay_v2_visible_documents(p_scope, p_run) v);
-    RETURN QUERY
-        SELECT q.term, coalesce(sum(t.chunks), 0)::bigint
-        FROM (SELECT DISTINCT u AS term FROM unnest(p_terms) AS u WHERE u IS NOT NULL AND u <> '') q
-        LEFT JOIN ragoverlay_v2_document_terms t
-          ON t.term = left(q.term, 200) AND t.document_id = ANY (docs)
-        GROUP BY q.term;
+    RETURN QUERY SELECT t.term, t.df FROM ragoverlay_v2_term_stats_in(docs, p_terms) t;
 END;
 $$;
 
@@ -114,20 +144,20 @@ $$;
 -- "iso 9001" 0.5, "abc 1243" / "abc 1234" 0.5): different codes name different things. The index
 -- answers `%` at pg_trgm.similarity_threshold, raised to 0.6 for that one statement (so the GIN
 -- index drops most candidates itself) and put back after it.
-DROP FUNCTION IF EXISTS ragoverlay_v2_lexical;
-CREATE FUNCTION ragoverlay_v2_lexical(
-    p_scope ragoverlay_scope, p_run bigint, p_terms text[], p_k1 double precision, p_b double precision,
-    p_limit integer, p_trigram text DEFAULT NULL)
+-- The core takes the visible documents `p_docs` with N (`p_n`, their chunks) and avgdl.
+DROP FUNCTION IF EXISTS ragoverlay_v2_lexical_in;
+CREATE FUNCTION ragoverlay_v2_lexical_in(
+    p_scope ragoverlay_scope, p_docs bigint[], p_n double precision, p_avgdl double precision,
+    p_terms text[], p_k1 double precision, p_b double precision, p_limit integer, p_trigram text)
 RETURNS TABLE (rank integer, document_id bigint, ordinal integer, score double precision, detail text)
 LANGUAGE plpgsql
 STABLE
 AS $$
 #variable_conflict use_column
 DECLARE
-    docs bigint[];
-    n double precision;
-    total double precision;
-    avgdl double precision;
+    docs bigint[] := p_docs;
+    n double precision := p_n;
+    avgdl double precision := p_avgdl;
     hit_docs bigint[];
     hit_ordinals integer[];
     hit_scores double precision[];
@@ -137,13 +167,9 @@ BEGIN
     IF (p_scope).any_owner THEN
         RAISE EXCEPTION 'ragoverlay_v2_lexical: an any-owner scope is for deletes only';
     END IF;
-    SELECT array_agg(v.document_id), coalesce(sum(v.chunk_count), 0), coalesce(sum(v.term_total), 0)
-    INTO docs, n, total
-    FROM ragoverlay_v2_visible_documents(p_scope, p_run) v;
     IF n = 0 OR p_limit <= 0 THEN
         RETURN;
     END IF;
-    avgdl := total / n;
     WITH q AS (
         SELECT DISTINCT left(u, 200) COLLATE "C" AS term
         FROM unnest(p_terms) AS u WHERE u IS NOT NULL AND u <> ''
@@ -197,6 +223,33 @@ BEGIN
 END;
 $$;
 
+DROP FUNCTION IF EXISTS ragoverlay_v2_lexical;
+CREATE FUNCTION ragoverlay_v2_lexical(
+    p_scope ragoverlay_scope, p_run bigint, p_terms text[], p_k1 double precision, p_b double precision,
+    p_limit integer, p_trigram text DEFAULT NULL)
+RETURNS TABLE (rank integer, document_id bigint, ordinal integer, score double precision, detail text)
+LANGUAGE plpgsql
+STABLE
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+    docs bigint[];
+    n double precision;
+    total double precision;
+BEGIN
+    IF (p_scope).any_owner THEN
+        RAISE EXCEPTION 'ragoverlay_v2_lexical: an any-owner scope is for deletes only';
+    END IF;
+    SELECT array_agg(v.document_id), coalesce(sum(v.chunk_count), 0), coalesce(sum(v.term_total), 0)
+    INTO docs, n, total
+    FROM ragoverlay_v2_visible_documents(p_scope, p_run) v;
+    RETURN QUERY
+        SELECT l.rank, l.document_id, l.ordinal, l.score, l.detail
+        FROM ragoverlay_v2_lexical_in(p_scope, docs, n, CASE WHEN n > 0 THEN total / n ELSE 0 END,
+                                      p_terms, p_k1, p_b, p_limit, p_trigram) l;
+END;
+$$;
+
 -- Exact channel: chunks whose stored keys equal one of the query's keys (identifiers, standards,
 -- document numbers: `p_keys`) or of its normalised n-grams (`p_phrases`), one row per chunk with its
 -- best weight:
@@ -209,17 +262,17 @@ $$;
 -- `p_document_chunks` chunks in reading order (its title page, where such names are printed). Order:
 -- weight, then ordinal, then document_id. Keys are NULL on rows stored before migration 0013 (see
 -- there): only their entities match until a reindex with force.
-DROP FUNCTION IF EXISTS ragoverlay_v2_exact;
-CREATE FUNCTION ragoverlay_v2_exact(
-    p_scope ragoverlay_scope, p_run bigint, p_keys text[], p_phrases text[], p_limit integer,
-    p_document_chunks integer DEFAULT 3)
+DROP FUNCTION IF EXISTS ragoverlay_v2_exact_in;
+CREATE FUNCTION ragoverlay_v2_exact_in(
+    p_scope ragoverlay_scope, p_docs bigint[], p_keys text[], p_phrases text[], p_limit integer,
+    p_document_chunks integer)
 RETURNS TABLE (document_id bigint, ordinal integer, weight double precision, detail text)
 LANGUAGE plpgsql
 STABLE
 AS $$
 #variable_conflict use_column
 DECLARE
-    docs bigint[];
+    docs bigint[] := p_docs;
     keys text[] := ARRAY(SELECT DISTINCT u FROM unnest(p_keys) AS u WHERE u IS NOT NULL AND u <> '');
     names text[] := ARRAY(SELECT DISTINCT u FROM unnest(coalesce(p_keys, '{}') || coalesce(p_phrases, '{}')) AS u
                           WHERE u IS NOT NULL AND u <> '');
@@ -230,7 +283,6 @@ BEGIN
     IF cardinality(names) = 0 OR p_limit <= 0 THEN
         RETURN;
     END IF;
-    docs := ARRAY(SELECT v.document_id FROM ragoverlay_v2_visible_documents(p_scope, p_run) v);
     RETURN QUERY
         WITH matches AS (
             SELECT c.document_id, c.ordinal, 1.0::double precision AS weight, 'row_label'::text AS detail
@@ -271,6 +323,33 @@ BEGIN
 END;
 $$;
 
+DROP FUNCTION IF EXISTS ragoverlay_v2_exact;
+CREATE FUNCTION ragoverlay_v2_exact(
+    p_scope ragoverlay_scope, p_run bigint, p_keys text[], p_phrases text[], p_limit integer,
+    p_document_chunks integer DEFAULT 3)
+RETURNS TABLE (document_id bigint, ordinal integer, weight double precision, detail text)
+LANGUAGE plpgsql
+STABLE
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+    docs bigint[];
+BEGIN
+    IF (p_scope).any_owner THEN
+        RAISE EXCEPTION 'ragoverlay_v2_exact: an any-owner scope is for deletes only';
+    END IF;
+    -- nothing to look up: no need to read which documents are visible
+    IF cardinality(array_remove(array_remove(coalesce(p_keys, '{}') || coalesce(p_phrases, '{}'), NULL), ''))
+       = 0 OR p_limit <= 0 THEN
+        RETURN;
+    END IF;
+    docs := ARRAY(SELECT v.document_id FROM ragoverlay_v2_visible_documents(p_scope, p_run) v);
+    RETURN QUERY
+        SELECT x.document_id, x.ordinal, x.weight, x.detail
+        FROM ragoverlay_v2_exact_in(p_scope, docs, p_keys, p_phrases, p_limit, p_document_chunks) x;
+END;
+$$;
+
 -- Vector channel: the visible chunks nearest to `p_query` by cosine distance, among those with its
 -- dimension. The path:
 --   'exact'       at most `p_exact_max` visible vectors, or no valid HNSW index of this dimension
@@ -281,10 +360,11 @@ $$;
 --                 walk over a small share of the index): only an exact scan can tell, so it answers.
 -- Visible vectors are counted from the documents (chunks minus those still without a vector): a run
 -- has one embedding model, so they are of one dimension.
-DROP FUNCTION IF EXISTS ragoverlay_v2_nearest;
-CREATE FUNCTION ragoverlay_v2_nearest(
-    p_scope ragoverlay_scope, p_run bigint, p_query vector, p_limit integer, p_exact_max integer,
-    p_ef_search integer, p_max_scan_tuples integer)
+-- The core takes the visible documents `p_docs` and how many vectors they hold (`p_visible`).
+DROP FUNCTION IF EXISTS ragoverlay_v2_nearest_in;
+CREATE FUNCTION ragoverlay_v2_nearest_in(
+    p_scope ragoverlay_scope, p_run bigint, p_docs bigint[], p_visible bigint, p_query vector,
+    p_limit integer, p_exact_max integer, p_ef_search integer, p_max_scan_tuples integer)
 RETURNS TABLE (document_id bigint, ordinal integer, distance double precision, path text)
 LANGUAGE plpgsql
 STABLE
@@ -292,8 +372,8 @@ AS $$
 #variable_conflict use_column
 DECLARE
     query_dims integer := vector_dims(p_query);
-    docs bigint[];
-    visible bigint;
+    docs bigint[] := p_docs;
+    visible bigint := p_visible;
     walk text := 'ragoverlay_v2_vec_walk_' || vector_dims(p_query);
     candidates integer := 2 * p_limit + 10;
     hit_docs bigint[];
@@ -303,9 +383,6 @@ BEGIN
     IF (p_scope).any_owner THEN
         RAISE EXCEPTION 'ragoverlay_v2_nearest: an any-owner scope is for deletes only';
     END IF;
-    SELECT array_agg(v.document_id), coalesce(sum(v.chunk_count - v.vectors_missing), 0)
-    INTO docs, visible
-    FROM ragoverlay_v2_visible_documents(p_scope, p_run) v;
     IF visible = 0 OR p_limit <= 0 THEN
         RETURN;
     END IF;
@@ -343,13 +420,39 @@ BEGIN
 END;
 $$;
 
+DROP FUNCTION IF EXISTS ragoverlay_v2_nearest;
+CREATE FUNCTION ragoverlay_v2_nearest(
+    p_scope ragoverlay_scope, p_run bigint, p_query vector, p_limit integer, p_exact_max integer,
+    p_ef_search integer, p_max_scan_tuples integer)
+RETURNS TABLE (document_id bigint, ordinal integer, distance double precision, path text)
+LANGUAGE plpgsql
+STABLE
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+    docs bigint[];
+    visible bigint;
+BEGIN
+    IF (p_scope).any_owner THEN
+        RAISE EXCEPTION 'ragoverlay_v2_nearest: an any-owner scope is for deletes only';
+    END IF;
+    SELECT array_agg(v.document_id), coalesce(sum(v.chunk_count - v.vectors_missing), 0)
+    INTO docs, visible
+    FROM ragoverlay_v2_visible_documents(p_scope, p_run) v;
+    RETURN QUERY
+        SELECT h.document_id, h.ordinal, h.distance, h.path
+        FROM ragoverlay_v2_nearest_in(p_scope, p_run, docs, visible, p_query, p_limit, p_exact_max,
+                                      p_ef_search, p_max_scan_tuples) h;
+END;
+$$;
+
 -- What the service shows of a set of chunks (document_id, ordinal) of the run, read in the scope
 -- again (a key the scope may not read, or not of the run's staged documents, yields nothing): the
 -- chunk, the distinct normalised forms of its entities and its document's fields. `place` is the
 -- key's first place in the input.
-DROP FUNCTION IF EXISTS ragoverlay_v2_chunk_details;
-CREATE FUNCTION ragoverlay_v2_chunk_details(
-    p_scope ragoverlay_scope, p_run bigint, p_documents bigint[], p_ordinals integer[])
+DROP FUNCTION IF EXISTS ragoverlay_v2_chunk_details_in;
+CREATE FUNCTION ragoverlay_v2_chunk_details_in(
+    p_scope ragoverlay_scope, p_docs bigint[], p_documents bigint[], p_ordinals integer[])
 RETURNS TABLE (
     place bigint, document_id bigint, ordinal integer, chunk_id uuid, file_id text, kind text,
     page integer, page_label text, section text[], table_caption text, table_index integer,
@@ -361,12 +464,11 @@ STABLE
 AS $$
 #variable_conflict use_column
 DECLARE
-    docs bigint[];
+    docs bigint[] := p_docs;
 BEGIN
     IF (p_scope).any_owner THEN
         RAISE EXCEPTION 'ragoverlay_v2_chunk_details: an any-owner scope is for deletes only';
     END IF;
-    docs := ARRAY(SELECT v.document_id FROM ragoverlay_v2_visible_documents(p_scope, p_run) v);
     RETURN QUERY
         SELECT k.place, c.document_id, c.ordinal, c.chunk_id, c.file_id::text, c.kind, c.page,
                c.page_label, c.section, c.table_caption, c.table_index, c.row_index, c.row_label,
@@ -386,5 +488,240 @@ BEGIN
         WHERE ragoverlay_in_scope(p_scope, c.collection_id, c.file_id, c.owner)
           AND ragoverlay_in_scope(p_scope, d.collection_id, d.file_id, d.owner)
         ORDER BY k.place;
+END;
+$$;
+
+DROP FUNCTION IF EXISTS ragoverlay_v2_chunk_details;
+CREATE FUNCTION ragoverlay_v2_chunk_details(
+    p_scope ragoverlay_scope, p_run bigint, p_documents bigint[], p_ordinals integer[])
+RETURNS TABLE (
+    place bigint, document_id bigint, ordinal integer, chunk_id uuid, file_id text, kind text,
+    page integer, page_label text, section text[], table_caption text, table_index integer,
+    row_index integer, row_label text, headers text[], row_values text[], units text[], footnotes text[],
+    content text, search_text text, entity_keys text[], filename text, title text, language text,
+    publication_date text, document_number text, source text, metadata jsonb)
+LANGUAGE plpgsql
+STABLE
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+    docs bigint[];
+BEGIN
+    IF (p_scope).any_owner THEN
+        RAISE EXCEPTION 'ragoverlay_v2_chunk_details: an any-owner scope is for deletes only';
+    END IF;
+    docs := ARRAY(SELECT v.document_id FROM ragoverlay_v2_visible_documents(p_scope, p_run) v);
+    RETURN QUERY SELECT * FROM ragoverlay_v2_chunk_details_in(p_scope, docs, p_documents, p_ordinals);
+END;
+$$;
+
+-- /query_v2's one statement (app/store/v2_search.py `retrieve`): the caller's visible documents of
+-- the run, computed once, then the three channels, the BM25 statistics of the query terms and the
+-- details of every chunk found, in one round trip. Fusion stays in Python.
+--
+-- The channels are the cores above, given the same visible documents and counts the per-channel
+-- functions compute for themselves, so their hits and scores are the same. Each runs in a
+-- ragoverlay_v2_try_* function with an exception handler (a subtransaction): a channel that fails
+-- returns no hits and its SQLSTATE (no message: it may quote the query), and the others still answer
+-- (the service marks the answer degraded). What no handler can catch (a statement timeout or cancel,
+-- an error outside the channels, a lost connection) fails the statement, and the store then runs the
+-- per-channel functions one by one. Each part is timed with clock_timestamp(). A STABLE function
+-- reads one snapshot throughout: the details always belong to the hits.
+
+-- One channel's hits as arrays in its order (NULL: none), with its path, SQLSTATE and time in ms.
+DROP FUNCTION IF EXISTS ragoverlay_v2_try_exact;
+CREATE FUNCTION ragoverlay_v2_try_exact(
+    p_scope ragoverlay_scope, p_docs bigint[], p_keys text[], p_phrases text[], p_limit integer,
+    p_document_chunks integer,
+    OUT hit_documents bigint[], OUT hit_ordinals integer[], OUT hit_scores double precision[],
+    OUT hit_details text[], OUT path text, OUT error text, OUT ms double precision)
+LANGUAGE plpgsql
+STABLE
+AS $$
+DECLARE
+    started timestamptz := clock_timestamp();
+BEGIN
+    BEGIN
+        SELECT array_agg(x.document_id ORDER BY x.n), array_agg(x.ordinal ORDER BY x.n),
+               array_agg(x.weight ORDER BY x.n), array_agg(x.detail ORDER BY x.n)
+        INTO hit_documents, hit_ordinals, hit_scores, hit_details
+        FROM ragoverlay_v2_exact_in(p_scope, p_docs, p_keys, p_phrases, p_limit, p_document_chunks)
+             WITH ORDINALITY AS x(document_id, ordinal, weight, detail, n);
+    EXCEPTION WHEN OTHERS THEN
+        hit_documents := NULL; error := SQLSTATE;
+    END;
+    ms := 1000 * extract(epoch FROM clock_timestamp() - started);
+END;
+$$;
+
+DROP FUNCTION IF EXISTS ragoverlay_v2_try_lexical;
+CREATE FUNCTION ragoverlay_v2_try_lexical(
+    p_scope ragoverlay_scope, p_docs bigint[], p_n double precision, p_avgdl double precision,
+    p_terms text[], p_k1 double precision, p_b double precision, p_limit integer, p_trigram text,
+    OUT hit_documents bigint[], OUT hit_ordinals integer[], OUT hit_scores double precision[],
+    OUT hit_details text[], OUT path text, OUT error text, OUT ms double precision)
+LANGUAGE plpgsql
+STABLE
+AS $$
+DECLARE
+    started timestamptz := clock_timestamp();
+BEGIN
+    BEGIN
+        SELECT array_agg(x.document_id ORDER BY x.rank), array_agg(x.ordinal ORDER BY x.rank),
+               array_agg(x.score ORDER BY x.rank), array_agg(x.detail ORDER BY x.rank)
+        INTO hit_documents, hit_ordinals, hit_scores, hit_details
+        FROM ragoverlay_v2_lexical_in(p_scope, p_docs, p_n, p_avgdl, p_terms, p_k1, p_b, p_limit,
+                                      p_trigram) x;
+    EXCEPTION WHEN OTHERS THEN
+        hit_documents := NULL; error := SQLSTATE;
+    END;
+    ms := 1000 * extract(epoch FROM clock_timestamp() - started);
+END;
+$$;
+
+-- Not asked without a query vector (`p_query` NULL). Score: 1 - cosine distance.
+DROP FUNCTION IF EXISTS ragoverlay_v2_try_nearest;
+CREATE FUNCTION ragoverlay_v2_try_nearest(
+    p_scope ragoverlay_scope, p_run bigint, p_docs bigint[], p_visible bigint, p_query vector,
+    p_limit integer, p_exact_max integer, p_ef_search integer, p_max_scan_tuples integer,
+    OUT hit_documents bigint[], OUT hit_ordinals integer[], OUT hit_scores double precision[],
+    OUT hit_details text[], OUT path text, OUT error text, OUT ms double precision)
+LANGUAGE plpgsql
+STABLE
+AS $$
+DECLARE
+    started timestamptz := clock_timestamp();
+BEGIN
+    IF p_query IS NULL THEN
+        ms := 0;
+        RETURN;
+    END IF;
+    BEGIN
+        SELECT array_agg(x.document_id ORDER BY x.n), array_agg(x.ordinal ORDER BY x.n),
+               array_agg(1.0 - x.distance ORDER BY x.n), coalesce((array_agg(x.path))[1], 'exact')
+        INTO hit_documents, hit_ordinals, hit_scores, path
+        FROM ragoverlay_v2_nearest_in(p_scope, p_run, p_docs, p_visible, p_query, p_limit, p_exact_max,
+                                      p_ef_search, p_max_scan_tuples)
+             WITH ORDINALITY AS x(document_id, ordinal, distance, path, n);
+    EXCEPTION WHEN OTHERS THEN
+        hit_documents := NULL; path := NULL; error := SQLSTATE;
+    END;
+    ms := 1000 * extract(epoch FROM clock_timestamp() - started);
+END;
+$$;
+
+DROP FUNCTION IF EXISTS ragoverlay_v2_try_term_stats;
+CREATE FUNCTION ragoverlay_v2_try_term_stats(
+    p_docs bigint[], p_terms text[],
+    OUT terms text[], OUT dfs bigint[], OUT error text, OUT ms double precision)
+LANGUAGE plpgsql
+STABLE
+AS $$
+DECLARE
+    started timestamptz := clock_timestamp();
+BEGIN
+    BEGIN
+        SELECT array_agg(t.term), array_agg(t.df) INTO terms, dfs
+        FROM ragoverlay_v2_term_stats_in(p_docs, p_terms) t;
+    EXCEPTION WHEN OTHERS THEN
+        terms := NULL; dfs := NULL; error := SQLSTATE;
+    END;
+    ms := 1000 * extract(epoch FROM clock_timestamp() - started);
+END;
+$$;
+
+-- One row set of four kinds, told apart by `part` (columns a part does not use are NULL):
+--   'hit'      channel, rank (1-based, the channel's order), document_id, ordinal, score, detail, and
+--              the chunk's details (chunk_id ... metadata, as ragoverlay_v2_chunk_details_in; NULL
+--              when the chunk is not readable); score: BM25 or trigram similarity (lexical), the
+--              match weight (exact), 1 - cosine distance (vector)
+--   'visible'  documents, chunks (BM25's N), average_length (avgdl), ms
+--   'df'       term, df: the visible chunks holding each distinct query term
+--   'stage'    channel ('exact', 'lexical', 'vector', 'statistics', 'details'), ms, error (the
+--              SQLSTATE when that part failed), detail (the vector path)
+-- A channel not asked (no keys nor phrases; no terms nor trigram; no vector) has no hits.
+DROP FUNCTION IF EXISTS ragoverlay_v2_retrieve;
+CREATE FUNCTION ragoverlay_v2_retrieve(
+    p_scope ragoverlay_scope, p_run bigint, p_limit integer,
+    p_keys text[], p_phrases text[], p_document_chunks integer,
+    p_terms text[], p_k1 double precision, p_b double precision, p_trigram text,
+    p_query vector, p_exact_max integer, p_ef_search integer, p_max_scan_tuples integer)
+RETURNS TABLE (
+    part text, channel text, rank integer, document_id bigint, ordinal integer, score double precision,
+    detail text, ms double precision, error text, term text, df bigint, documents bigint, chunks bigint,
+    average_length double precision, chunk_id uuid, file_id text, kind text, page integer,
+    page_label text, section text[], table_caption text, table_index integer, row_index integer,
+    row_label text, headers text[], row_values text[], units text[], footnotes text[], content text,
+    search_text text, entity_keys text[], filename text, title text, language text,
+    publication_date text, document_number text, source text, metadata jsonb)
+LANGUAGE plpgsql
+STABLE
+SET plan_cache_mode = force_custom_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    docs bigint[];
+    n_documents bigint; n_chunks bigint; n_terms bigint; n_vectors bigint;
+    started timestamptz := clock_timestamp();
+    r_exact record; r_lexical record; r_vector record; r_stats record;
+BEGIN
+    IF (p_scope).any_owner THEN
+        RAISE EXCEPTION 'ragoverlay_v2_retrieve: an any-owner scope is for deletes only';
+    END IF;
+    SELECT coalesce(array_agg(v.document_id), '{}'), count(*), coalesce(sum(v.chunk_count), 0),
+           coalesce(sum(v.term_total), 0), coalesce(sum(v.chunk_count - v.vectors_missing), 0)
+    INTO docs, n_documents, n_chunks, n_terms, n_vectors
+    FROM ragoverlay_v2_visible_documents(p_scope, p_run) v;
+    -- the visible row's output variables, kept until it is returned (RETURN QUERY leaves them alone)
+    ms := 1000 * extract(epoch FROM clock_timestamp() - started);
+    average_length := CASE WHEN n_chunks > 0 THEN n_terms::double precision / n_chunks ELSE 0 END;
+    SELECT * INTO r_exact
+    FROM ragoverlay_v2_try_exact(p_scope, docs, p_keys, p_phrases, p_limit, p_document_chunks);
+    SELECT * INTO r_lexical FROM ragoverlay_v2_try_lexical(p_scope, docs, n_chunks, average_length, p_terms,
+                                                           p_k1, p_b, p_limit, p_trigram);
+    SELECT * INTO r_vector FROM ragoverlay_v2_try_nearest(p_scope, p_run, docs, n_vectors, p_query, p_limit,
+                                                          p_exact_max, p_ef_search, p_max_scan_tuples);
+    SELECT * INTO r_stats FROM ragoverlay_v2_try_term_stats(docs, p_terms);
+    started := clock_timestamp();
+    RETURN QUERY
+        WITH hits AS (
+            SELECT 1 AS c, 'exact'::text AS channel, u.*
+            FROM unnest(r_exact.hit_documents, r_exact.hit_ordinals, r_exact.hit_scores,
+                        r_exact.hit_details) WITH ORDINALITY AS u(d, o, s, x, n)
+            UNION ALL
+            SELECT 2, 'lexical', u.*
+            FROM unnest(r_lexical.hit_documents, r_lexical.hit_ordinals, r_lexical.hit_scores,
+                        r_lexical.hit_details) WITH ORDINALITY AS u(d, o, s, x, n)
+            UNION ALL
+            SELECT 3, 'vector', u.*
+            FROM unnest(r_vector.hit_documents, r_vector.hit_ordinals, r_vector.hit_scores,
+                        r_vector.hit_details) WITH ORDINALITY AS u(d, o, s, x, n)
+        )
+        SELECT 'hit'::text, h.channel, h.n::integer, h.d, h.o, h.s, h.x, NULL::double precision,
+               NULL::text, NULL::text, NULL::bigint, NULL::bigint, NULL::bigint, NULL::double precision,
+               k.chunk_id,
+               k.file_id, k.kind, k.page, k.page_label, k.section, k.table_caption, k.table_index,
+               k.row_index, k.row_label, k.headers, k.row_values, k.units, k.footnotes, k.content,
+               k.search_text, k.entity_keys, k.filename, k.title, k.language, k.publication_date,
+               k.document_number, k.source, k.metadata
+        FROM hits h
+        LEFT JOIN ragoverlay_v2_chunk_details_in(p_scope, docs, ARRAY(SELECT d FROM hits),
+                                                 ARRAY(SELECT o FROM hits)) k
+          ON k.document_id = h.d AND k.ordinal = h.o
+        ORDER BY h.c, h.n;
+    -- the small rows through the output variables, each set for its own rows only
+    part := 'visible'; documents := n_documents; chunks := n_chunks;
+    RETURN NEXT;
+    part := 'df'; documents := NULL; chunks := NULL; average_length := NULL; ms := NULL;
+    FOR i IN 1 .. coalesce(cardinality(r_stats.terms), 0) LOOP
+        term := r_stats.terms[i]; df := r_stats.dfs[i];
+        RETURN NEXT;
+    END LOOP;
+    part := 'stage'; term := NULL; df := NULL;
+    channel := 'details'; ms := 1000 * extract(epoch FROM clock_timestamp() - started); RETURN NEXT;
+    channel := 'exact'; ms := r_exact.ms; error := r_exact.error; RETURN NEXT;
+    channel := 'lexical'; ms := r_lexical.ms; error := r_lexical.error; RETURN NEXT;
+    channel := 'vector'; ms := r_vector.ms; error := r_vector.error; detail := r_vector.path; RETURN NEXT;
+    channel := 'statistics'; ms := r_stats.ms; error := r_stats.error; detail := NULL; RETURN NEXT;
 END;
 $$;

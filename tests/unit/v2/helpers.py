@@ -34,7 +34,6 @@ def fused(candidate: Candidate, score: float, channels: tuple[str, ...] = ("vect
     """A fused item with the given 0..1 score and provenance."""
     return Fused(
         candidate=candidate,
-        fused=score,
         score=score,
         channels=channels,
         ranks={c: 1 for c in channels},

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from app.search.v2.fusion import apply_caps, fuse
+from app.search.v2.fusion import apply_caps, fuse, normalized_prefix
 from app.search.v2.records import Scored
+from app.text.normalize import normalize
 from app.v2_settings import FusionSettings
 from tests.unit.v2.helpers import cand, fused
 
@@ -25,11 +28,11 @@ def test_rrf_arithmetic_with_the_exact_boost() -> None:
     out = fuse(channels, FusionSettings(per_file_cap=10, per_page_cap=10))
     assert [f.candidate.chunk_id for f in out] == ["A", "B", "C"]
     a, b, c = out
-    assert a.fused == pytest.approx(3 / 21 + 2 / 22)
-    assert b.fused == pytest.approx(2 / 21)
-    assert c.fused == pytest.approx(1 / 22)
     assert a.score == pytest.approx((3 / 21 + 2 / 22) / (5 / 21))
     assert b.score == pytest.approx((2 / 21) / (5 / 21))
+    assert c.score == pytest.approx((1 / 22) / (5 / 21))
+    # before reranking, the score an item is judged by is the fused one
+    assert (a.final_score, a.rerank) == (a.score, None)
     assert a.channels == ("exact", "lexical", "vector")
     assert dict(a.ranks) == {"exact": 1, "lexical": 2, "vector": 1}
     assert (a.exact, b.exact) == (1.0, 0.0)
@@ -42,7 +45,6 @@ def test_weights_k_and_partial_exact_weight() -> None:
     # of the best possible: exact 1/11 + vector 2/11 + full boost 2/11 = 5/11 -> score 0.8
     config = FusionSettings(rrf_k=10, weights={"exact": 1.0, "lexical": 1.0, "vector": 2.0}, exact_boost=2.0)
     out = fuse({"exact": [Scored(A, 0.5)], "lexical": [], "vector": [Scored(A, 0.9)]}, config)
-    assert out[0].fused == pytest.approx(1 / 11 + 2 / 11 + 1 / 11)
     assert out[0].score == pytest.approx((4 / 11) / (5 / 11))
 
 
@@ -115,3 +117,29 @@ def test_fuse_applies_the_caps() -> None:
     lexical = [Scored(cand(f"a{i}", "f1", page=i)) for i in range(4)] + [Scored(cand("b", "f2"))]
     out = fuse({"lexical": lexical}, FusionSettings(per_file_cap=2))
     assert [f.candidate.chunk_id for f in out][:3] == ["a0", "a1", "b"]
+
+
+@pytest.mark.parametrize("chars", [1, 5, 40, 160])
+def test_the_normalised_prefix_equals_normalising_it_all(chars: int) -> None:
+    # spaces of several kinds, punctuation runs, decimals, marks, ß and full-width forms around cuts
+    pieces = [
+        "Pump",
+        "K-28",
+        "1,5",
+        "bar",
+        "...",
+        "STRASSE",
+        "straße",
+        "ＡＢＣ",
+        "e\u0301te",
+        "--",
+        "10mm",
+        "%",
+    ]
+    rng = random.Random(7)
+    for _ in range(300):
+        text = "".join(
+            rng.choice(pieces) + rng.choice([" ", "  ", "\u00a0", "\t", " , ", ""]) for _ in range(60)
+        )
+        assert normalized_prefix(text, chars) == normalize(text)[:chars], text
+    assert normalized_prefix("", chars) == "" and normalized_prefix("short", chars) == "short"[:chars]

@@ -313,7 +313,7 @@ def test_a_qualified_name_is_found_in_its_shortened_form_and_a_mutated_option_is
 
     def item(text: str) -> Fused:
         c = Candidate(chunk_id=text, file_id="f", content=text, search_text=normalize(text))
-        return Fused(candidate=c, fused=0.03, score=0.9, channels=("lexical", "vector"), ranks={"lexical": 1})
+        return Fused(candidate=c, score=0.9, channels=("lexical", "vector"), ranks={"lexical": 1})
 
     doc = [item("PurePath.as_uri() Represent the path as a file URI. Use --log-http to trace requests.")]
     assert not decide_refusal(analyze("pathlib.PurePath.as_uri"), doc).refuse
@@ -328,7 +328,7 @@ def test_a_member_written_alone_under_its_owner_is_found() -> None:
 
     def item(text: str, section: tuple[str, ...]) -> Fused:
         c = Candidate(chunk_id=text, file_id="f", content=text, search_text=normalize(text), section=section)
-        return Fused(candidate=c, fused=0.03, score=0.9, channels=("lexical", "vector"), ranks={"lexical": 1})
+        return Fused(candidate=c, score=0.9, channels=("lexical", "vector"), ranks={"lexical": 1})
 
     doc = [item("popitem() Return an arbitrary (key, message) pair.", ("Mailbox objects",))]
     assert not decide_refusal(analyze_query("mailbox.Mailbox.popitem"), doc).refuse
