@@ -345,11 +345,17 @@ class EntityExtractor:
         return Entity("identifier", raw, normalize(raw), start, start + len(raw))
 
 
+# a hyphenated word whose last part is a capitalised word: the head noun of a German compound
+_COMPOUND_HEAD = re.compile(r"\w-[A-ZÄÖÜ][a-zäöüß]{2,}$")
+
+
 def _identifier_like(token: str) -> bool:
     """Whether a token names something (a part, a setting, a symbol) rather than being a word."""
     has_letter = any(c.isalpha() for c in token)
     if not has_letter:
         return False  # numbers and dates are other kinds
+    if _COMPOUND_HEAD.search(token):
+        return False  # a German compound written with hyphens ("Windows-98-Rechner", "Magic-SysRq-Tricks")
     if any(c.isdigit() for c in token) or "_" in token:
         return True
     if re.search(r"[a-z][A-Z]", token):  # camelCase, PostgreSQL

@@ -40,7 +40,7 @@ TARGET_REFUSED = 0.90
 TARGET_FALSE = 0.03
 SOFT_SIGNALS = ("weak_rerank", "no_agreement", "rare_terms_missing", "low_coverage", "low_dense")
 # the signals about words only (app/search/v2/refusal.py): one other must fire for a soft refusal
-LEXICAL_SIGNALS = frozenset({"weak_rerank", "rare_terms_missing", "low_coverage"})
+LEXICAL_SIGNALS = frozenset({"weak_rerank", "rare_terms_missing", "low_coverage", "no_agreement"})
 
 # ---- refusal --------------------------------------------------------------------------------------
 
@@ -205,7 +205,7 @@ class _Arrays:
             + (self.cov < s.min_coverage) * s.low_coverage
             + low_dense * s.low_dense
         )
-        independent = (self.no_agree > 0) | low_dense
+        independent = low_dense
         return np.asarray(self.hard | ((weight >= s.refuse_at - 1e-9) & independent), dtype=bool)
 
     def row(self, s: RefusalSetting, mask: np.ndarray | None = None) -> RefusalRow:

@@ -4,8 +4,10 @@ Uploads of a namespace in `RAG_V2_NAMESPACE_IDS` are staged by background jobs i
 running and active runs, and a namespace that has no run yet gets none from an upload: its first
 run is a backfill (`POST /v2/backfill`). So, per knowledge base:
 
-- an active run of the default index version whose file table has every file of the knowledge base
-  `staged` is ready (a rerun on the cached service data finds this at once);
+- an active run of the default index version, built the way the service builds runs now (its
+  extractor version), whose file table has every file of the knowledge base `staged` is ready (a
+  rerun on the cached service data finds this at once; after a change of the extractor it does not,
+  and a new backfill rebuilds the run);
 - else a running run that expects every file is adopted and waited for (a backfill queued earlier);
 - else a backfill is queued, and the knowledge base is ready when THAT run is active with every file
   staged (waiting for it, not for upload jobs, so no run is activated in the middle of measuring).
@@ -51,9 +53,13 @@ class KbProgress:
     seconds: float = 0.0
 
 
-def covered(run: Mapping[str, Any], files: frozenset[str]) -> bool:
-    """True when the run (`GET /v2/runs/{id}`) is active and every one of `files` is staged in it."""
-    if (run.get("run") or {}).get("status") != "active":
+def covered(run: Mapping[str, Any], files: frozenset[str], extractor: str | None = None) -> bool:
+    """True when the run (`GET /v2/runs/{id}`) is active, of `extractor` when given, and every one of
+    `files` is staged in it."""
+    info = run.get("run") or {}
+    if info.get("status") != "active":
+        return False
+    if extractor is not None and info.get("extractor_version") != extractor:
         return False
     staged = {f.get("file_id") for f in run.get("files") or [] if f.get("state") == "staged"}
     return files <= staged
@@ -131,6 +137,7 @@ async def wait_for_index(
             f"knowledge base(s) {', '.join(absent)} are not in the service's RAG_V2_NAMESPACE_IDS "
             f"({', '.join(sorted(enabled)) or 'empty'}): /query_v2 would answer 403"
         )
+    extractor = status.get("extractor_version")
     pending = {kb: KbProgress(kb, frozenset(files), last_change=t0) for kb, files in kbs.items()}
     done: dict[str, KbProgress] = {}
     while pending:
@@ -138,10 +145,10 @@ async def wait_for_index(
             active = _active_run_id(status, kb)
             if p.run_id is None and active is not None:
                 run = await _get(client, f"/v2/runs/{active}")
-                if covered(run, p.files):
+                if covered(run, p.files, extractor):
                     p.ready_run, p.chunks = active, run.get("chunks")
             if p.ready_run is None and p.run_id is None:
-                await _start_or_adopt(client, p, say)
+                await _start_or_adopt(client, p, say, extractor)
             if p.ready_run is None and p.run_id is not None:
                 run = await _get(client, f"/v2/runs/{p.run_id}")
                 _follow(p, run, clock(), stall_s, say)
@@ -178,11 +185,14 @@ async def wait_for_index(
     }
 
 
-async def _start_or_adopt(client: httpx.AsyncClient, p: KbProgress, say: Callable[[str], None]) -> None:
+async def _start_or_adopt(
+    client: httpx.AsyncClient, p: KbProgress, say: Callable[[str], None], extractor: str | None = None
+) -> None:
     running = await _get(client, "/v2/runs", namespace=p.kb, status="running", limit=1000)
     for run in sorted(running, key=lambda r: -int(r["run_id"])):
         detail = await _get(client, f"/v2/runs/{run['run_id']}")
-        if expects_all(detail, p.files):
+        stale = extractor is not None and (detail.get("run") or {}).get("extractor_version") != extractor
+        if expects_all(detail, p.files) and not stale:
             p.run_id = int(run["run_id"])
             say(f"V2 {p.kb}: waiting for running run {p.run_id}")
             return

@@ -54,7 +54,9 @@ def refusal(
     signals: tuple[str, ...] = (),
     best: float = 0.8,
     coverage: float = 1.0,
+    dense: float | None = None,
 ) -> dict[str, Any]:
+    extra = {} if dense is None else {"best_dense": dense}
     return {
         "refuse": refuse,
         "reasons": [{"code": c, "value": "x"} for c in reasons],
@@ -65,6 +67,7 @@ def refusal(
             "coverage": coverage,
             "signal_weight": 0.0,
             "rare_terms": ["frob"],
+            **extra,
         },
     }
 
@@ -328,8 +331,10 @@ def test_policy_setting_mirrors_the_service_defaults() -> None:
 
 def test_would_refuse_hand_cases() -> None:
     s = tuning.RefusalSetting(0.35, 0.5, 1.0, 1.0, 1.0, 0.5, 2.0)
-    # weak rerank (0.2 < 0.35) weighs 1, no agreement 1: 2 >= 2 refuses
-    assert tuning.would_refuse(case(True, 0.2, no_agreement=True), s)
+    # weak rerank (0.2 < 0.35) weighs 1, no agreement 1: 2 >= 2, but both follow from the words ...
+    assert not tuning.would_refuse(case(True, 0.2, no_agreement=True), s)
+    # ... with a low dense similarity (0.5) it is 2.5 and refuses
+    assert tuning.would_refuse(case(True, 0.2, no_agreement=True, best_dense=0.1), s)
     # weak rerank 1 + low coverage (0.4 < 0.5) 0.5 = 1.5 < 2: answered ...
     assert not tuning.would_refuse(case(True, 0.2, cov=0.4), s)
     # ... and at refuse_at 1.5 too: both signals are about words only ...
@@ -367,7 +372,7 @@ def test_refusal_grid_finds_a_separating_setting_and_reports_the_service_replay(
     base = tuning.policy_setting()
     # unanswerable: weak best score and rare words missing; answerable: strong score, one of them with
     # rare words missing (a paraphrase) that must not be refused
-    cases = [case(False, 0.1, rare=True, no_agreement=True, qid=f"u{i}") for i in range(10)]
+    cases = [case(False, 0.1, rare=True, best_dense=0.1, qid=f"u{i}") for i in range(10)]
     cases += [case(True, 0.8, qid=f"a{i}", ndcg=1.0, r1=1.0) for i in range(9)]
     cases += [case(True, 0.8, rare=True, qid="a9", ndcg=0.5, r1=0.0)]
     cases = [replace(c, recorded=tuning.would_refuse(c, base)) for c in cases]
@@ -502,7 +507,7 @@ async def test_the_v2_pipeline_measures_tunes_and_reports() -> None:
     )
     weak = answer(
         {**STAGES_ONE, "reranked": items(("c2", "f2", 0.3))},
-        refusal(True, signals=("weak_rerank", "no_agreement"), best=0.3),
+        refusal(True, signals=("weak_rerank", "no_agreement", "low_dense"), best=0.3, dense=0.1),
     )
     answers = {
         "frob the loom": answer(STAGES_ONE),
@@ -536,7 +541,7 @@ async def test_the_v2_pipeline_measures_tunes_and_reports() -> None:
     assert summary["v2:lexical"]["html-tables"]["answer_in_passage"] == 1.0
     v2 = v2_tuning(queries, source, judged, summary, 10)
     grid = v2["refusal_grid"]
-    assert grid["replay_agrees"] == 4  # the defaults: hard reason; weak 1 + no agreement 1 = 2
+    assert grid["replay_agrees"] == 4  # the defaults: hard reason; weak, no agreement and low dense
     assert grid["chosen"]["false_refusals"] == 0.0 and grid["chosen"]["refused"] == 1.0
     assert v2["fusion_grid"]["fidelity"]["cases"] == 3
     v2.update(v2_health(source))
@@ -726,6 +731,9 @@ def test_covered_needs_an_active_run_with_every_file_staged() -> None:
     assert covered(run, frozenset({"a"}))
     assert not covered(run, frozenset({"a", "b"}))
     assert not covered({**run, "run": {"status": "running"}}, frozenset({"a"}))
+    # a run built by another extractor than the service's now is not the index to measure
+    built = {**run, "run": {"status": "active", "extractor_version": "v2.1-old"}}
+    assert covered(built, frozenset({"a"}), "v2.1-old") and not covered(built, frozenset({"a"}), "v2.2-new")
 
 
 # ---- the command line ------------------------------------------------------------------------------

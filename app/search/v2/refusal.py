@@ -17,12 +17,14 @@ Soft signals, weighed (`signals`):
     low_coverage         none of the best `coverage_depth` candidates holds `min_coverage` of
                          the query's terms                                                   (lexical)
     no_agreement         none of the top `agreement_depth` candidates was found by two channels
-                         (counted only when at least two channels ran)
+                         (counted only when at least two channels ran)                       (lexical)
     low_dense            the best dense similarity of the top `agreement_depth` candidates is under
                          `min_dense_similarity` (only when the vector channel ran)
-Signals refuse when their weights reach `refuse_at` AND one of them is not lexical (no_agreement,
-low_dense): words a paraphrase does not share with its answer never refuse on their own, however
-many, since people ask in their own words.
+Signals refuse when their weights reach `refuse_at` AND low_dense is among them: a paraphrase fires
+every other signal (its words are not the text's, so the lexical channel misses what the vector
+channel finds and the channels disagree), so words never refuse on their own, however many.
+A name or phrase the question quotes as its own example ('report.pdf', "[1, 2, 3]") is no hard
+reason; a quoted phrase must hold two words of three letters or more to be one.
 
 Terms are compared by their Snowball stems (English and German, app/text/stems.py) against the
 candidate's text and its headings, so "returns" meets "return" and "Ventile" meets "Ventil"; the
@@ -45,8 +47,12 @@ from app.text.normalize import contains_phrase, normalize, tokenize
 from app.text.stems import form_set, matches
 from app.v2_settings import RefusalSettings
 
-# signals that look at the words only; at least one other must fire for a soft refusal
-LEXICAL_SIGNALS = frozenset({"weak_rerank", "rare_terms_missing", "low_coverage"})
+# the signals that follow from a question's words not being the text's: a paraphrase fires them all
+# (the channels disagree because the lexical one misses it); only the dense similarity is
+# independent of them, and a soft refusal needs it
+LEXICAL_SIGNALS = frozenset({"weak_rerank", "rare_terms_missing", "low_coverage", "no_agreement"})
+# a value the question quotes as its own example ('report.pdf', "[1, 2]"): not a name to find
+_QUOTED = re.compile(r"""(?<![\w'"])(['"‚„“«])([^'"‚„“”»]{1,200})['"‘’”»](?![\w'"])""")
 _ACRONYM = re.compile(r"\b[A-Z][A-Z0-9]{1,}\b")
 _CAMEL = re.compile(r"\b[A-Za-z]+[a-z][A-Z][A-Za-z]*\b")
 _CAPITALISED = re.compile(r"(?<![.!?:;]\s)(?<!^)\b[A-Z][a-z]{2,}\b")
@@ -143,6 +149,20 @@ def _offered(item: Fused) -> frozenset[str]:
     return form_set([*c.search_text.split(), *tokenize(normalize(around))])
 
 
+def _quoted_spans(raw: str) -> list[tuple[int, int]]:
+    return [(m.start(2), m.end(2)) for m in _QUOTED.finditer(raw)]
+
+
+def _is_example(entity: Entity, spans: Sequence[tuple[int, int]]) -> bool:
+    """True when the name sits inside quotes: the question's own value, not a name of the documents."""
+    return any(start <= entity.start and entity.end <= end for start, end in spans)
+
+
+def _worded(phrase: str) -> bool:
+    """A quoted phrase of words (an error message, a title), not a literal value such as "[1, 2]"."""
+    return sum(1 for token in phrase.split() if sum(c.isalpha() for c in token) >= 3) >= 2
+
+
 def decide_refusal(
     query: QueryAnalysis,
     items: Sequence[Fused],
@@ -159,13 +179,16 @@ def decide_refusal(
     if not pool:
         return RefusalDecision(True, (Reason("no_candidates"),))
     reasons: list[Reason] = []
+    examples = _quoted_spans(query.raw)
     for entity in query.names:
+        if _is_example(entity, examples):
+            continue
         if not any(_found(pool, form, form) for form in name_variants(entity)) and not _member_found(
             pool, entity
         ):
             reasons.append(Reason("missing_identifier", entity.raw))
     for phrase in query.phrases:
-        if not _found(pool, phrase):
+        if _worded(phrase) and not _found(pool, phrase):
             reasons.append(Reason("missing_phrase", phrase))
     for quantity in query.quantities:
         if not _found(pool, normalize(quantity.raw), quantity.normalized):

@@ -11,7 +11,7 @@ from app.errors import BadRequest
 from app.search.v2.analysis import analyze_query
 from app.search.v2.evidence import build_evidence, display_page
 from app.search.v2.records import Fused
-from app.search.v2.refusal import SAFE_REFUSAL, decide_refusal
+from app.search.v2.refusal import SAFE_REFUSAL, _quoted_spans, decide_refusal
 from app.search.v2.schemas import QueryV2Request, QueryV2Response, check_query_v2
 from app.v2_settings import RefusalSettings
 from tests.unit.v2.helpers import cand, fused
@@ -82,19 +82,30 @@ TWO_SIGNALS = RefusalSettings(
     min_rerank_score=0.35,
     min_coverage=0.5,
     refuse_at=2.0,
-    signals={"weak_rerank": 1.0, "no_agreement": 1.0, "rare_terms_missing": 1.0, "low_coverage": 0.5},
+    signals={
+        "weak_rerank": 1.0,
+        "no_agreement": 1.0,
+        "rare_terms_missing": 1.0,
+        "low_coverage": 0.5,
+        "low_dense": 1.0,
+    },
 )
 
 
 def test_the_default_policy_needs_a_signal_that_is_not_about_words() -> None:
-    # every weight 0.5, refuse_at 1: two signals, one of them no_agreement or low_dense
+    # every weight 0.5, refuse_at 1: two signals, one of them low_dense
     policy = RefusalSettings()
     assert (policy.refuse_at, policy.min_rerank_score, policy.min_coverage) == (1.0, 0.6, 0.5)
     assert policy.signals.low_coverage == 0.5  # coverage never refuses alone
     weak = decide_refusal(analyze_query("length type"), [strong(rerank=0.5)])
     assert not weak.refuse and [s.code for s in weak.signals] == ["weak_rerank"]
+    # a lone channel and a weak score: a paraphrase looks like this (the lexical channel misses it)
     lonely = decide_refusal(analyze_query("length type"), [strong(channels=("vector",), rerank=0.5)])
-    assert lonely.refuse and [s.code for s in lonely.signals] == ["weak_rerank", "no_agreement"]
+    assert not lonely.refuse and [s.code for s in lonely.signals] == ["weak_rerank", "no_agreement"]
+    far = decide_refusal(
+        analyze_query("length type"), [strong(channels=("vector",), rerank=0.5)], dense={"r1": 0.1}
+    )
+    assert far.refuse and [s.code for s in far.signals] == ["weak_rerank", "no_agreement", "low_dense"]
     # "flange" and "gasket" are nowhere: coverage 1/3, alone answered
     off_topic = decide_refusal(analyze_query("flange gasket length"), [strong(rerank=0.9)])
     assert not off_topic.refuse and [s.code for s in off_topic.signals] == ["low_coverage"]
@@ -147,6 +158,30 @@ def test_the_pieces_of_an_identifier_are_not_words() -> None:
     assert not decision.refuse and decision.checked["coverage"] == 1.0
 
 
+def test_quoted_examples_are_the_questions_own_values() -> None:
+    # 'report.pdf' and "[1, 2, {'a': 3}]" are the user's values, not names the documents must hold;
+    # a quoted phrase of words is still a hard requirement, and so is an unquoted identifier
+    item = strong(cand("m", "f1", "guess the type of a file from its suffix"), rerank=0.9)
+    assert not decide_refusal(analyze_query("what MIME type does 'report.pdf' have?"), [item]).reasons
+    assert not decide_refusal(
+        analyze_query("turn the string \"[1, 2, {'a': 3}]\" into a list"), [item]
+    ).reasons
+    assert codes(decide_refusal(analyze_query('what does "unknown file suffix" mean'), [item])) == [
+        "missing_phrase"
+    ]
+    assert codes(decide_refusal(analyze_query("what MIME type does report.pdf have?"), [item])) == [
+        "missing_identifier"
+    ]
+    # contractions are no quotes: "don't ... they're" quotes nothing
+    assert _quoted_spans("how don't the x.y values show as they're typed") == []
+
+
+def test_a_hyphenated_german_compound_is_a_word_not_an_identifier() -> None:
+    for question in ("Alte Windows-98-Rechner zeigen Umlaute falsch", "die Magic-SysRq-Tricks auslösen"):
+        assert analyze_query(question).names == ()
+    assert [e.raw for e in analyze_query("Typ K-28 und USB-C").names] == ["K-28", "USB-C"]
+
+
 def test_a_written_name_the_visible_corpus_lacks_is_refused() -> None:
     # "NTFS" (acronym) and "Raspberry" (a capital inside an English sentence) occur in no visible chunk
     item = strong(cand("w", "f1", "mount the disk"), rerank=0.9)
@@ -168,10 +203,13 @@ def test_soft_signals_need_company() -> None:
     weak = strong(rerank=0.1)
     one = decide_refusal(analyze_query("length type"), [weak], policy=TWO_SIGNALS)
     assert not one.refuse and [s.code for s in one.signals] == ["weak_rerank"]
-    # weak rerank and no channel agreement: two signals, refused
+    # weak rerank and no channel agreement: 2, but both follow from the words: answered
     lonely = strong(channels=("vector",), rerank=0.1)
     two = decide_refusal(analyze_query("length type"), [lonely], policy=TWO_SIGNALS)
-    assert two.refuse and [s.code for s in two.signals] == ["weak_rerank", "no_agreement"]
+    assert not two.refuse and [s.code for s in two.signals] == ["weak_rerank", "no_agreement"]
+    # weak rerank and a low dense similarity: 2, refused
+    dense = decide_refusal(analyze_query("length type"), [weak], policy=TWO_SIGNALS, dense={"r1": 0.0})
+    assert dense.refuse and [s.code for s in dense.signals] == ["weak_rerank", "low_dense"]
     # with one channel left (a degraded search) agreement is not judged
     assert [
         s.code
@@ -193,17 +231,21 @@ def test_rare_terms_and_coverage() -> None:
         query, [item], document_frequency={"length": 400}, documents=1000, policy=TWO_SIGNALS
     )
     assert [s.code for s in decision.signals] == ["no_agreement", "rare_terms_missing"]
-    assert decision.refuse
+    assert not decision.refuse  # 2, but about the words only
     assert decision.checked["rare_terms"] == ["zylinderkopf"] and decision.checked["coverage"] == 0.5
     # without corpus statistics: coverage 1/3 < 0.5 weighs 0.5; with no agreement 1.5 < 2, answered
     low = decide_refusal(analyze_query("flange gasket length"), [item], policy=TWO_SIGNALS)
     assert [s.code for s in low.signals] == ["no_agreement", "low_coverage"] and not low.refuse
     assert low.checked["signal_weight"] == 1.5
-    # a weak reranker score on top: 2.5, refused
+    # a weak reranker score on top: 2.5, still about the words; with the dense channel agreeing
+    # that nothing is close (0.1 < 0.25), refused
     weak = decide_refusal(
         analyze_query("flange gasket length"), [replace(item, rerank=0.2)], policy=TWO_SIGNALS
     )
-    assert [s.code for s in weak.signals] == ["weak_rerank", "no_agreement", "low_coverage"] and weak.refuse
+    assert [s.code for s in weak.signals] == ["weak_rerank", "no_agreement", "low_coverage"]
+    assert not weak.refuse
+    far = decide_refusal(analyze_query("flange gasket length"), [item], policy=TWO_SIGNALS, dense={"r1": 0.1})
+    assert [s.code for s in far.signals] == ["no_agreement", "low_dense", "low_coverage"] and far.refuse
 
 
 def test_rare_is_a_share_of_the_corpus() -> None:
