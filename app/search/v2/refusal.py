@@ -18,8 +18,8 @@ Soft signals, weighed (`signals`):
                          the query's terms                                                   (lexical)
     no_agreement         none of the top `agreement_depth` candidates was found by two channels
                          (counted only when at least two channels ran)                       (lexical)
-    low_dense            the best dense similarity of the top `agreement_depth` candidates is under
-                         `min_dense_similarity` (only when the vector channel ran)
+    low_dense            nothing visible comes close in meaning: the vector channel's best cosine
+                         similarity is under `min_dense_similarity` (only when that channel ran)
 Signals refuse when their weights reach `refuse_at` AND low_dense is among them: a paraphrase fires
 every other signal (its words are not the text's, so the lexical channel misses what the vector
 channel finds and the channels disagree), so words never refuse on their own, however many.
@@ -171,7 +171,7 @@ def decide_refusal(
     document_frequency: Mapping[str, int] | None = None,
     documents: int = 0,
     channels_run: int = 3,
-    dense: Mapping[str, float] | None = None,
+    best_dense: float | None = None,
 ) -> RefusalDecision:
     """Refuse or answer, from what the candidates hold (see the module docstring)."""
     policy = policy or RefusalSettings()
@@ -208,8 +208,7 @@ def decide_refusal(
     if channels_run >= 2 and not any(len(item.channels) >= 2 for item in top):
         signals.append(Reason("no_agreement"))
     checked: dict[str, object] = {"best_score": round(best, 4), "candidates": len(pool)}
-    if dense is not None:
-        best_dense = max((dense.get(item.candidate.chunk_id, 0.0) for item in top), default=0.0)
+    if best_dense is not None:
         checked["best_dense"] = round(best_dense, 4)
         if best_dense < policy.min_dense_similarity:
             signals.append(Reason("low_dense", round(best_dense, 4)))

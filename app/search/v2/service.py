@@ -170,8 +170,8 @@ async def rank(
         document_frequency=stats.document_frequency if stats.chunks else None,
         documents=stats.chunks,
         channels_run=len(lists),
-        # the vector channel's cosine similarities: the one signal of the refusal not about words
-        dense={hit.candidate.chunk_id: hit.score for hit in lists["vector"]} if "vector" in lists else None,
+        # how close anything visible comes in meaning: the vector channel's best similarity
+        best_dense=max((hit.score for hit in lists["vector"]), default=0.0) if "vector" in lists else None,
     )
     return Ranking(fused, outcome, decision, (t1 - t0) * 1000, (t2 - t1) * 1000)
 

@@ -103,7 +103,7 @@ def test_the_default_policy_needs_a_signal_that_is_not_about_words() -> None:
     lonely = decide_refusal(analyze_query("length type"), [strong(channels=("vector",), rerank=0.5)])
     assert not lonely.refuse and [s.code for s in lonely.signals] == ["weak_rerank", "no_agreement"]
     far = decide_refusal(
-        analyze_query("length type"), [strong(channels=("vector",), rerank=0.5)], dense={"r1": 0.1}
+        analyze_query("length type"), [strong(channels=("vector",), rerank=0.5)], best_dense=0.1
     )
     assert far.refuse and [s.code for s in far.signals] == ["weak_rerank", "no_agreement", "low_dense"]
     # "flange" and "gasket" are nowhere: coverage 1/3, alone answered
@@ -112,11 +112,11 @@ def test_the_default_policy_needs_a_signal_that_is_not_about_words() -> None:
     # two lexical signals (weak rerank, low coverage) weigh 1 but are one kind of evidence: answered
     wordy = decide_refusal(analyze_query("flange gasket length"), [strong(rerank=0.5)])
     assert [s.code for s in wordy.signals] == ["weak_rerank", "low_coverage"] and not wordy.refuse
-    # the dense channel finds the best candidates unrelated as well: refused
-    dense = decide_refusal(analyze_query("flange gasket length"), [strong(rerank=0.9)], dense={"r1": 0.1})
+    # the vector channel finds nothing close in meaning either: refused
+    dense = decide_refusal(analyze_query("flange gasket length"), [strong(rerank=0.9)], best_dense=0.1)
     assert dense.refuse and [s.code for s in dense.signals] == ["low_dense", "low_coverage"]
     assert dense.checked["best_dense"] == 0.1
-    close = decide_refusal(analyze_query("flange gasket length"), [strong(rerank=0.9)], dense={"r1": 0.6})
+    close = decide_refusal(analyze_query("flange gasket length"), [strong(rerank=0.9)], best_dense=0.6)
     assert not close.refuse
     item = strong(cand("w", "f1", "Mount the unit on a flat wall."), channels=("lexical", "vector"))
     paraphrase = decide_refusal(
@@ -208,7 +208,7 @@ def test_soft_signals_need_company() -> None:
     two = decide_refusal(analyze_query("length type"), [lonely], policy=TWO_SIGNALS)
     assert not two.refuse and [s.code for s in two.signals] == ["weak_rerank", "no_agreement"]
     # weak rerank and a low dense similarity: 2, refused
-    dense = decide_refusal(analyze_query("length type"), [weak], policy=TWO_SIGNALS, dense={"r1": 0.0})
+    dense = decide_refusal(analyze_query("length type"), [weak], policy=TWO_SIGNALS, best_dense=0.0)
     assert dense.refuse and [s.code for s in dense.signals] == ["weak_rerank", "low_dense"]
     # with one channel left (a degraded search) agreement is not judged
     assert [
@@ -244,7 +244,7 @@ def test_rare_terms_and_coverage() -> None:
     )
     assert [s.code for s in weak.signals] == ["weak_rerank", "no_agreement", "low_coverage"]
     assert not weak.refuse
-    far = decide_refusal(analyze_query("flange gasket length"), [item], policy=TWO_SIGNALS, dense={"r1": 0.1})
+    far = decide_refusal(analyze_query("flange gasket length"), [item], policy=TWO_SIGNALS, best_dense=0.1)
     assert [s.code for s in far.signals] == ["no_agreement", "low_dense", "low_coverage"] and far.refuse
 
 
