@@ -27,13 +27,15 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp_types import INVALID_PARAMS
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from app.api.ratelimit import RateLimiter
 from app.config import Settings
+from app.edge import unsafe_in_json
 from app.errors import InvalidInput, RagError, Unauthorized
 from app.mcp.auth import McpAuthenticator
 from app.mcp.server import CALLER_SCOPE_KEY
@@ -53,6 +55,60 @@ async def _answer(send: Send, status: int, message: str, headers: dict[str, str]
     raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": body})
+
+
+async def send_json(send: Send, status: int, payload: dict[str, Any]) -> None:
+    """A JSON answer."""
+    body = json.dumps(payload).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _read_body(receive: Receive) -> bytes:
+    # bounded: BodyGuardMiddleware has refused anything past MAX_JSON_BODY_BYTES on the way in
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """The body once, then the connection's own messages (the SDK watches them for a disconnect)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def _unsafe_message(body: bytes) -> dict[str, Any] | None:
+    """A JSON-RPC error for a message holding NUL or a lone surrogate anywhere (as the HTTP edge refuses).
+
+    The SDK's parser would refuse a lone surrogate with a bare "Parse error", and NUL would reach
+    the tools; this names the field and what to send instead. Unparseable bodies are the SDK's.
+    """
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None
+    where = unsafe_in_json(value)
+    if where is None:
+        return None
+    request_id = value.get("id") if isinstance(value, dict) else None
+    if not isinstance(request_id, (str, int)) or isinstance(request_id, bool):
+        request_id = None
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": INVALID_PARAMS, "message": f"Invalid params: {where}"}}
 
 
 def client_address(scope: Scope) -> str:
@@ -105,6 +161,13 @@ class McpEndpoint:
                     {"Retry-After": str(math.ceil(wait))},
                 )
                 return
+        if scope["method"] == "POST":
+            body = await _read_body(receive)
+            refusal = _unsafe_message(body)
+            if refusal is not None:
+                await send_json(send, 400, refusal)
+                return
+            receive = _replay(body, receive)
         scope = dict(scope)
         scope[CALLER_SCOPE_KEY] = caller
         # the SDK refuses a session's requests from any other principal than the one that opened it

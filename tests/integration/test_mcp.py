@@ -7,20 +7,36 @@ through the HTTP routes, then reached only through the tools.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import httpx
+import jwt
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from app.config import Settings
 from tests.contract.helpers import upload
-from tests.fixtures.service import auth, new_id
-from tests.integration.mcp_support import error_text, mcp_client, payload, serving
+from tests.fixtures.service import auth, make_token, new_id
+from tests.integration.mcp_support import (
+    ACCEPT,
+    RawSession,
+    error_text,
+    initialize_body,
+    mcp_client,
+    messages,
+    payload,
+    serving,
+)
 
 TOOLS = {"rag_search", "rag_read", "rag_list", "rag_status", "rag_jobs", "rag_reindex"}
 API_KEY = "mcp-test-key-0123456789"
 GATEWAY_KEY = "mcp-gateway-key-0123456789"
+
+
+def jwt_with(secret: str) -> str:
+    return jwt.encode({"id": "alice", "exp": 4102444800}, secret, algorithm="HS256")
 
 
 def sha(text: str) -> str:
@@ -81,3 +97,110 @@ async def test_lists_and_calls_every_tool_with_a_librechat_token(served: Served)
         assert jobs["jobs"] == []
         refused = await client.call_tool("rag_reindex", {"namespace": served.user})
         assert "admin" in error_text(refused)
+
+
+async def test_an_admin_queues_a_reindex_and_sees_every_job(served: Served) -> None:
+    async with mcp_client(served.url, auth("root-admin")) as admin:
+        queued = payload(await admin.call_tool("rag_reindex", {"namespace": served.user}))
+        assert isinstance(queued["job_id"], int)
+        every = payload(await admin.call_tool("rag_jobs", {"limit": 200}))
+        assert queued["job_id"] in {j["id"] for j in every["jobs"]}
+        status = payload(await admin.call_tool("rag_status", {}))
+        assert status["admin"] is True and set(status["jobs"]) == {"queued", "running", "done", "failed"}
+    async with mcp_client(served.url, auth(served.user)) as user:
+        # the caller's own jobs only: the admin's backfill is not theirs
+        assert queued["job_id"] not in {j["id"] for j in payload(await user.call_tool("rag_jobs", {}))["jobs"]}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Basic dXNlcjpwYXNz"},
+        {"Authorization": "Bearer not-a-token-nor-a-key"},
+        {"Authorization": f"Bearer {'x' + API_KEY}"},
+        {"Authorization": f"Bearer {jwt_with('another-secret-0123456789-0123456789-0123456789')}"},
+        {"Authorization": f"Bearer {make_token('alice', ttl=-60)}"},
+        {"Authorization": f"Bearer {make_token(None)}"},
+    ],
+    ids=["none", "basic", "garbage", "unknown-key", "wrong-secret", "expired", "no-user-id"],
+)
+async def test_every_unproven_caller_is_refused(served: Served, headers: dict[str, str]) -> None:
+    response = await served.http.post("/mcp", json=initialize_body(), headers={**ACCEPT, **headers})
+    assert response.status_code == 401
+    body = response.json()
+    assert body["jsonrpc"] == "2.0" and body["error"]["message"] and "Traceback" not in response.text
+    assert "mcp-session-id" not in response.headers
+
+
+async def test_an_api_key_reads_exactly_its_namespaces(served: Served) -> None:
+    async with mcp_client(served.url, {"Authorization": f"Bearer {API_KEY}"}) as client:
+        status = payload(await client.call_tool("rag_status", {}))
+        assert status["auth"] == "api_key" and status["principal"] == "svc-reader"
+        assert status["namespaces"] == [served.user]
+        found = payload(await client.call_tool("rag_search", {"query": "heron nest"}))
+        assert {r["file_id"] for r in found["results"]} == {served.mine}
+        with pytest.raises(MCPError, match="one of this caller's namespaces"):
+            await client.call_tool("rag_search", {"query": "launch code", "entity_id": served.other})
+        gone = await client.call_tool("rag_read", {"file_id": served.theirs})
+        assert "No file" in error_text(gone) and "Nightingale" not in error_text(gone)
+
+
+async def test_a_session_answers_only_the_principal_that_opened_it(served: Served) -> None:
+    mine = RawSession(served.http, auth(served.user))
+    assert (await mine.open()).status_code == 200
+    assert "result" in await mine.request("tools/list")
+    stolen = RawSession(served.http, auth(served.other))
+    stolen.headers |= {"mcp-session-id": mine.session_id or "", "mcp-protocol-version": "2025-11-25"}
+    response = await stolen.post_raw(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+    assert response.status_code == 404
+    # a new token of the same user keeps the session (LibreChat's tokens live five minutes)
+    mine.headers |= auth(served.user)
+    assert "result" in await mine.request("tools/list")
+    await mine.close()
+
+
+async def test_bad_input_gets_an_error_that_says_what_to_change(served: Served) -> None:
+    session = RawSession(served.http, auth(served.user))
+    assert (await session.open()).status_code == 200
+    # refused before the SDK parses them, as the HTTP edge refuses them (NUL, lone surrogates)
+    edge: list[tuple[dict[str, object], str]] = [
+        ({"query": "a\x00b"}, "params.arguments.query contains a NUL"),
+        ({"query": "a\ud800b"}, "params.arguments.query contains invalid Unicode (a lone surrogate"),
+        ({"query": "heron", "file_ids": ["ok", "bad\x00"]}, "params.arguments.file_ids[1] contains a NUL"),
+    ]
+    for arguments, expected in edge:
+        body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "rag_search", "arguments": arguments}}
+        response = await session.post_raw(json.dumps(body))
+        assert response.status_code == 400, response.text
+        answer = response.json()
+        assert answer["id"] == 7 and answer["error"]["code"] == -32602 and expected in answer["error"]["message"]
+    cases: list[tuple[str, dict[str, object], str]] = [
+        ("rag_search", {"query": "heron", "file_ids": [f"f{i}" for i in range(1001)]}, "At most 1000"),
+        ("rag_search", {"query": "heron", "k": 0}, "between 1 and 100"),
+        ("rag_search", {"query": "heron", "k": 101}, "between 1 and 100"),
+        ("rag_search", {"query": "heron", "entity_id": served.other}, "ENTITY_ID_PATTERN"),
+        ("rag_search", {"query": "   "}, "must not be empty"),
+        ("rag_read", {"file_id": served.mine, "limit": 10**6}, "limit must be"),
+        ("rag_list", {"limit": 0}, "limit must be"),
+    ]
+    for name, arguments, expected in cases:
+        answer = await session.call(name, arguments)
+        assert "error" in answer, (arguments, answer)
+        assert answer["error"]["code"] == -32602 and expected in answer["error"]["message"], answer
+        assert "Traceback" not in json.dumps(answer)
+    unknown = await session.call("rag_delete_everything", {})
+    text = json.dumps(unknown)
+    assert ("error" in unknown or unknown["result"]["isError"]) and "rag_delete_everything" in text
+    typed = await session.call("rag_search", {"query": "heron", "k": "five"})
+    assert "Traceback" not in json.dumps(typed) and ("error" in typed or typed["result"]["isError"])
+    for body in (b"{not json", b'{"jsonrpc": "2.0", "id": 5}', b"[]"):
+        response = await session.post_raw(body)
+        assert response.status_code in (200, 202, 400), response.text
+        assert "Traceback" not in response.text
+        if response.status_code == 400:
+            assert messages(response)[0]["error"]["message"]
+    # nothing was lost: the session still answers
+    found = await session.call("rag_search", {"query": "heron nest"})
+    assert found["result"].get("isError") is not True
+    await session.close()
