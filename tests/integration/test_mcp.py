@@ -6,8 +6,10 @@ through the HTTP routes, then reached only through the tools.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -17,7 +19,8 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from app.config import Settings
-from tests.contract.helpers import upload
+from app.search.v2.refusal import SAFE_REFUSAL
+from tests.contract.helpers import agent_id, upload
 from tests.fixtures.service import auth, make_token, new_id
 from tests.integration.mcp_support import (
     ACCEPT,
@@ -33,6 +36,19 @@ from tests.integration.mcp_support import (
 TOOLS = {"rag_search", "rag_read", "rag_list", "rag_status", "rag_jobs", "rag_reindex"}
 API_KEY = "mcp-test-key-0123456789"
 GATEWAY_KEY = "mcp-gateway-key-0123456789"
+
+
+async def wait_active(http: httpx.AsyncClient, namespace: str, files: int, *, admin: str, seconds: float = 300) -> None:
+    """Until the namespace has an active V2 run holding `files` files (the upload queued its backfill)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        r = await http.get("/v2/status", headers=auth(admin))
+        assert r.status_code == 200, r.text
+        active = [run for run in r.json()["active_runs"] if run["namespace"] == namespace]
+        if active and active[0]["files"] >= files and not r.json().get("running_runs"):
+            return
+        assert time.monotonic() < deadline, r.json()
+        await asyncio.sleep(0.3)
 
 
 def jwt_with(secret: str) -> str:
@@ -204,3 +220,105 @@ async def test_bad_input_gets_an_error_that_says_what_to_change(served: Served) 
     found = await session.call("rag_search", {"query": "heron nest"})
     assert found["result"].get("isError") is not True
     await session.close()
+
+
+# --- V2 through the tool: the same evidence and the same refusal as /query_v2 ------------------------
+
+V2_ADMIN = "admin-mcp-v2"
+V2_USER = "uploader-mcp-v2"
+
+
+@dataclass
+class V2World:
+    url: str
+    http: httpx.AsyncClient
+    agent: str
+    other: str
+    files: list[str]
+    foreign: str
+
+
+@pytest.fixture(scope="module")
+async def v2_world(settings_factory: Callable[..., Settings]) -> AsyncIterator[V2World]:
+    agent, other = agent_id(), agent_id()
+    settings = settings_factory(v2_namespace_ids=[agent, other], admin_user_ids=[V2_ADMIN])
+    texts = {
+        "pumps.txt": "Pump maintenance manual. The P-200 pump must be serviced every 500 operating hours. "
+        "Its seals are replaced at every second service.",
+        "valves.txt": "Valve catalogue. The valve KX 7100 is rated for 10 bar and made of stainless steel.",
+    }
+    async with serving(settings) as (url, http):
+        files = []
+        for name, text in texts.items():
+            file_id = new_id(name.split(".")[0])
+            r = await upload(http, file_id, name, text.encode(), auth(V2_USER), entity_id=agent)
+            assert r.status_code == 200, r.text
+            files.append(file_id)
+        foreign = new_id("foreign")
+        secret = b"Confidential: the valve ZX 9000 of the other team is rated for 16 bar and costs 420 EUR."
+        assert (await upload(http, foreign, "parts.txt", secret, auth("stranger-mcp"), entity_id=other)).status_code == 200
+        await wait_active(http, agent, len(files), admin=V2_ADMIN)
+        await wait_active(http, other, 1, admin=V2_ADMIN)
+        yield V2World(url, http, agent, other, files, foreign)
+
+
+async def test_v2_evidence_and_refusal_are_those_of_query_v2(v2_world: V2World) -> None:
+    w = v2_world
+    async with mcp_client(w.url, auth(V2_USER)) as client:
+        for question in ("How often must the P-200 pump be serviced?", "What is the weight of the K 99 heater?"):
+            tool = payload(await client.call_tool("rag_search", {"query": question, "entity_id": w.agent, "file_ids": w.files}))
+            assert tool["mode"] == "v2"  # the default where the namespace has V2
+            http = await w.http.post(
+                "/query_v2", json={"query": question, "file_ids": w.files, "entity_id": w.agent}, headers=auth(V2_USER)
+            )
+            assert http.status_code == 200, http.text
+            expected = http.json()
+            assert tool["safe_refusal"] == expected["safe_refusal"]
+            assert [(r["citation_id"], r["file_id"], r["page"]) for r in tool["results"]] == [
+                (r["citation_id"], r["file_id"], r["page"]) for r in expected["results"]
+            ]
+        refused = payload(await client.call_tool("rag_search", {"query": "What is the weight of the K 99 heater?", "entity_id": w.agent}))
+        assert refused["results"] == [] and refused["safe_refusal"] == SAFE_REFUSAL
+        found = payload(await client.call_tool("rag_search", {"query": "P-200 service interval", "entity_id": w.agent}))
+        assert found["results"] and found["results"][0]["citation_id"] == "V2-1"
+        assert found["results"][0]["filename"] == "pumps.txt"
+        # another Agent's file named outright yields no evidence, only the refusal
+        foreign = payload(
+            await client.call_tool("rag_search", {"query": "valve ZX 9000 rating", "entity_id": w.agent, "file_ids": [w.foreign]})
+        )
+        assert foreign["results"] == [] and "ZX 9000" not in json.dumps(foreign)
+        listed = payload(await client.call_tool("rag_list", {"entity_id": w.agent}))
+        assert {f["file_id"]: f["v2_indexed"] for f in listed["files"]} == dict.fromkeys(w.files, True)
+        # the caller's own namespace has no V2: asking for it is refused, as /query_v2 refuses it
+        off = await client.call_tool("rag_search", {"query": "pump", "mode": "v2"})
+        assert "not enabled" in error_text(off)
+
+
+# --- sessions: the cap, the idle TTL, the creation rate ----------------------------------------------
+
+
+async def test_session_cap_idle_expiry_and_creation_rate(settings_factory: Callable[..., Settings]) -> None:
+    settings = settings_factory(
+        mcp_session_max=2, mcp_session_ttl_seconds=1.5, mcp_session_create_rate_per_minute=4, admin_user_ids=["m"]
+    )
+    async with serving(settings) as (_url, http):
+        user = new_id("sess")
+        first, second = RawSession(http, auth(user)), RawSession(http, auth(user))
+        assert (await first.open()).status_code == 200
+        assert (await second.open()).status_code == 200
+        third = await RawSession(http, auth(user)).open()
+        assert third.status_code == 503 and messages(third)[0]["error"]["message"]  # MCP_SESSION_MAX
+        await asyncio.sleep(3.5)  # both idle past MCP_SESSION_TTL_SECONDS
+        expired = await first.post_raw(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}))
+        assert expired.status_code == 404
+        fourth = RawSession(http, auth(user))
+        assert (await fourth.open()).status_code == 200  # room again; the 4th session this minute
+        assert "result" in await fourth.request("tools/list")
+        limited = await RawSession(http, auth(user)).open()
+        assert limited.status_code == 429 and int(limited.headers["Retry-After"]) >= 1
+        assert "MCP_SESSION_CREATE_RATE_PER_MINUTE" in limited.json()["error"]["message"]
+        # an open session is not limited by the creation rate
+        assert "result" in await fourth.call("rag_search", {"query": "anything"})
+        metrics = (await http.get("/metrics", headers=auth("m"))).text
+        assert 'ragoverlay_mcp_sessions_refused_total{reason="rate"}' in metrics
+        assert 'ragoverlay_mcp_tool_calls_total{outcome="ok",tool="rag_search"}' in metrics
