@@ -9,19 +9,27 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import jwt
 import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 from app.config import Settings
+from app.errors import ConfigError
+from app.runtime.postgres import attach_running
 from app.search.v2.refusal import SAFE_REFUSAL
 from tests.contract.helpers import agent_id, upload
-from tests.fixtures.service import auth, make_token, new_id
+from tests.fixtures.serve import REPO
+from tests.fixtures.service import TEST_JWT_SECRET, Database, auth, env_without_ragoverlay, make_token, new_id
 from tests.integration.mcp_support import (
     ACCEPT,
     RawSession,
@@ -322,3 +330,63 @@ async def test_session_cap_idle_expiry_and_creation_rate(settings_factory: Calla
         metrics = (await http.get("/metrics", headers=auth("m"))).text
         assert 'ragoverlay_mcp_sessions_refused_total{reason="rate"}' in metrics
         assert 'ragoverlay_mcp_tool_calls_total{outcome="ok",tool="rag_search"}' in metrics
+
+
+# --- stdio: scripts/mcp as a client of the running service's embedded PostgreSQL ---------------------
+
+
+def stdio_env(served: Served, data_dir: Path) -> dict[str, str]:
+    """The service's settings for a stdio process: the same collection, the embedded database's folder."""
+    return {
+        **env_without_ragoverlay(),
+        "DATA_DIR": str(data_dir),
+        "COLLECTION_NAME": served.settings.collection_name,
+        "JWT_SECRET": TEST_JWT_SECRET,
+        "EMBEDDINGS_PROVIDER": "local",
+    }
+
+
+def test_attach_finds_the_running_embedded_server_and_refuses_an_idle_folder(
+    database: Database, tmp_path: Path
+) -> None:
+    attached = attach_running(database.root / "postgres")
+    assert f":{attached.port}/" in database.dsn
+    with pytest.raises(ConfigError, match="start `scripts/serve` first"):
+        attach_running(tmp_path / "postgres")
+
+
+async def test_stdio_serves_one_principal_on_the_services_database(served: Served, database: Database) -> None:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "app.mcp", "--principal", served.user],
+        env=stdio_env(served, database.root),  # the session's embedded server, owned by this process
+        cwd=str(REPO),
+    )
+    async with Client(params) as client:
+        assert {t.name for t in (await client.list_tools()).tools} == TOOLS
+        status = payload(await client.call_tool("rag_status", {}))
+        assert status["auth"] == "stdio" and status["namespaces"] == [served.user]
+        found = payload(await client.call_tool("rag_search", {"query": "heron nest", "k": 3}))
+        assert {r["file_id"] for r in found["results"]} == {served.mine}
+        assert [f["file_id"] for f in payload(await client.call_tool("rag_list", {}))["files"]] == [served.mine]
+        gone = await client.call_tool("rag_read", {"file_id": served.theirs})
+        assert "Nightingale" not in error_text(gone)
+        with pytest.raises(MCPError, match="between 1 and 100"):
+            await client.call_tool("rag_search", {"query": "heron", "k": 500})
+
+
+def test_stdio_refuses_without_a_principal_or_a_running_service(served: Served, tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "app.mcp"]
+    missing = subprocess.run(command, env=stdio_env(served, tmp_path), cwd=REPO, capture_output=True, timeout=60)
+    assert missing.returncode == 2 and b"--principal" in missing.stderr
+    idle = subprocess.run(
+        [*command, "--principal", "alice"],
+        env=stdio_env(served, tmp_path),
+        cwd=REPO,
+        capture_output=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert idle.returncode == 2 and b"start `scripts/serve` first" in idle.stderr
+    assert b"Traceback" not in idle.stderr
+    assert not (tmp_path / "postgres" / "PG_VERSION").exists()  # no second server was made
