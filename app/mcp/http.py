@@ -14,6 +14,7 @@ The SDK's session manager enforces the idle TTL (MCP_SESSION_TTL_SECONDS) and th
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import math
@@ -198,9 +199,25 @@ async def open_sessions(app: FastAPI, server: MCPServer[Any], settings: Settings
         max_request_body_size=settings.max_json_body_bytes,
     )
     manager = server.session_manager
-    async with manager.run():
-        app.state.mcp_sessions = manager
-        try:
-            yield
-        finally:
-            app.state.mcp_sessions = None
+    # The manager's task group must be left by the task that entered it, and a lifespan may be
+    # entered and left by different tasks (test fixtures are): so one task of its own runs it.
+    ready, stop = asyncio.Event(), asyncio.Event()
+
+    async def run() -> None:
+        async with manager.run():
+            ready.set()
+            await stop.wait()
+
+    task = asyncio.create_task(run(), name="mcp-sessions")
+    waiter = asyncio.create_task(ready.wait())
+    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    if not ready.is_set():
+        waiter.cancel()
+        await task  # it failed before it was ready: raise its error
+    app.state.mcp_sessions = manager
+    try:
+        yield
+    finally:
+        app.state.mcp_sessions = None
+        stop.set()
+        await task
