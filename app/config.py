@@ -364,8 +364,8 @@ class Settings(BaseSettings):
         for entry in self.mcp_api_keys:
             if not MCP_API_KEY_ENTRY.fullmatch(entry):
                 raise ValueError(
-                    "MCP_API_KEYS entries are sha256hex:principal or sha256hex:principal:ns1|ns2 (64 lower-case "
-                    "hex digits, then names without ':', '|' or ','); one entry does not match"
+                    "MCP_API_KEYS entries are sha256hex:principal or sha256hex:principal:ns1|ns2 (64 "
+                    "lower-case hex digits, then names without ':', '|' or ','); one entry does not match"
                 )
         # compiled once here; every request full-matches against it
         self._entity_id_regex = re.compile(self.entity_id_pattern)

@@ -121,7 +121,9 @@ class McpCaller:
             return entity
         return self.namespaces[0] if self.namespaces else self.principal.namespace
 
-    async def searchable(self, allowlist: AllowList, entity: str | None, file_ids: Sequence[str]) -> list[str]:
+    async def searchable(
+        self, allowlist: AllowList, entity: str | None, file_ids: Sequence[str]
+    ) -> list[str]:
         """The file ids LibreChat's catalogue lets a LibreChat caller use (a fixed set: unchanged)."""
         if not self.uses_catalogue:
             return list(dict.fromkeys(file_ids))

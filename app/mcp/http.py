@@ -50,7 +50,11 @@ UNAUTHORISED_CODE = -32001  # a JSON-RPC server error code: the request proved n
 async def _answer(send: Send, status: int, message: str, headers: dict[str, str] | None = None) -> None:
     """A JSON-RPC error body (no id: it answers the HTTP request, not one message)."""
     body = json.dumps(
-        {"jsonrpc": "2.0", "id": None, "error": {"code": UNAUTHORISED_CODE if status == 401 else -32000, "message": message}}
+        {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {"code": UNAUTHORISED_CODE if status == 401 else -32000, "message": message},
+        }
     ).encode()
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
@@ -109,7 +113,11 @@ def _unsafe_message(body: bytes) -> dict[str, Any] | None:
     request_id = value.get("id") if isinstance(value, dict) else None
     if not isinstance(request_id, (str, int)) or isinstance(request_id, bool):
         request_id = None
-    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": INVALID_PARAMS, "message": f"Invalid params: {where}"}}
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "error": {"code": INVALID_PARAMS, "message": f"Invalid params: {where}"},
+    }
 
 
 def client_address(scope: Scope) -> str:
@@ -129,13 +137,19 @@ class McpEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Handle one HTTP request to /mcp."""
         app = scope.get("app")
-        manager: StreamableHTTPSessionManager | None = getattr(getattr(app, "state", None), "mcp_sessions", None)
+        manager: StreamableHTTPSessionManager | None = getattr(
+            getattr(app, "state", None), "mcp_sessions", None
+        )
         if manager is None:
-            await _answer(send, 503, "The MCP server is starting or disabled (MCP_ENABLED); try again shortly")
+            await _answer(
+                send, 503, "The MCP server is starting or disabled (MCP_ENABLED); try again shortly"
+            )
             return
         headers = Headers(scope=scope)
         try:
-            caller = self.auth.authenticate(headers.getlist("authorization"), headers.getlist(self.user_header))
+            caller = self.auth.authenticate(
+                headers.getlist("authorization"), headers.getlist(self.user_header)
+            )
         except Unauthorized as exc:
             MCP_SESSIONS_REFUSED.labels(reason="unauthorised").inc()
             await _answer(send, 401, str(exc.detail), {"WWW-Authenticate": "Bearer"})

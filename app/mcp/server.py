@@ -32,14 +32,20 @@ from app.api.ratelimit import RateLimiter
 from app.auth import require_admin
 from app.deps import Resources
 from app.edge import unsafe_reason
-from app.errors import BadRequest, InvalidInput, RagError, RateLimited, ServiceUnavailable, database_unavailable
+from app.errors import (
+    BadRequest,
+    InvalidInput,
+    RagError,
+    RateLimited,
+    ServiceUnavailable,
+    database_unavailable,
+)
 from app.jobs.schemas import AdminJobOut, JobOut
 from app.mcp.auth import McpCaller
 from app.metrics import MCP_TOOL_CALLS
 from app.schemas import MAX_ENTITY_ID_CHARS, MAX_FILE_ID_CHARS, MAX_FILE_IDS
 from app.schemas import MAX_QUERY_CHARS as V1_MAX_QUERY_CHARS
 from app.search.v2 import schemas as v2_schemas
-from app.search.v2.evidence import display_page
 from app.store.chunks import ChunkHit
 
 logger = logging.getLogger(__name__)
@@ -220,7 +226,7 @@ class Tools:
             return
         wait = self.limiter.check("search", caller.principal.namespace)
         if wait > 0:
-            raise RateLimited(math.ceil(wait))
+            raise RateLimited(retry_after_s=math.ceil(wait))
 
     # --- the tools ----------------------------------------------------------------------------------
     async def rag_search(
@@ -334,10 +340,16 @@ class Tools:
             check_text("entity_id", entity_id, max_chars=MAX_ENTITY_ID_CHARS, required=False)
         size = check_int("limit", limit, default=LIST_DEFAULT, low=1, high=LIST_MAX)
         entity = caller.entity(entity_id, res.settings)
-        if entity and caller.uses_catalogue and not await res.allowlist.agent_visible(caller.principal, entity):
+        if (
+            entity
+            and caller.uses_catalogue
+            and not await res.allowlist.agent_visible(caller.principal, entity)
+        ):
             entity = None  # an Agent the caller may not use lists as if not named (as GET /ids)
         search = res.search
-        rows = await search.files(search.scope(caller.owners(entity), caller.uploader), after=cursor, limit=size)
+        rows = await search.files(
+            search.scope(caller.owners(entity), caller.uploader), after=cursor, limit=size
+        )
         allowed = set(await caller.searchable(res.allowlist, entity, [r.file_id for r in rows]))
         return {
             "files": [
@@ -473,7 +485,9 @@ def _detail(exc: RagError) -> str:
 
 
 # --- what a model reads: descriptions and argument schemas ------------------------------------------
-QueryArg = Annotated[str, Field(description="What to look for, in natural language or exact terms (1..4000 chars)")]
+QueryArg = Annotated[
+    str, Field(description="What to look for, in natural language or exact terms (1..4000 chars)")
+]
 FileIdsArg = Annotated[
     list[str] | None,
     Field(
@@ -496,7 +510,9 @@ ModeArg = Annotated[
         "has it, else v1."
     ),
 ]
-KArg = Annotated[int | None, Field(description="How many results: 1..10 for v2 (default 8), 1..100 for v1 (default 5)")]
+KArg = Annotated[
+    int | None, Field(description="How many results: 1..10 for v2 (default 8), 1..100 for v1 (default 5)")
+]
 
 
 def build_server(
@@ -523,13 +539,16 @@ def build_server(
         return await tools.rag_search(ctx, query, file_ids, entity_id, mode, k)
 
     async def rag_read(
-        file_id: Annotated[str, Field(description="The file to read (a file id from rag_list or rag_search)")],
+        file_id: Annotated[
+            str, Field(description="The file to read (a file id from rag_list or rag_search)")
+        ],
         ctx: Context[Any, Any],
         offset: Annotated[
             int | None, Field(description="Character offset to start at (0, or a previous next_offset)")
         ] = None,
         limit: Annotated[
-            int | None, Field(description=f"Characters to return, 1..{READ_MAX_CHARS} (default {READ_DEFAULT_CHARS})")
+            int | None,
+            Field(description=f"Characters to return, 1..{READ_MAX_CHARS} (default {READ_DEFAULT_CHARS})"),
         ] = None,
         entity_id: EntityArg = None,
     ) -> dict[str, Any]:
@@ -540,7 +559,9 @@ def build_server(
         cursor: Annotated[
             str | None, Field(description="next_cursor from the previous page; leave out for the first")
         ] = None,
-        limit: Annotated[int | None, Field(description=f"Files per page, 1..{LIST_MAX} (default {LIST_DEFAULT})")] = None,
+        limit: Annotated[
+            int | None, Field(description=f"Files per page, 1..{LIST_MAX} (default {LIST_DEFAULT})")
+        ] = None,
         entity_id: EntityArg = None,
     ) -> dict[str, Any]:
         return await tools.rag_list(ctx, cursor, limit, entity_id)
@@ -551,7 +572,8 @@ def build_server(
     async def rag_jobs(
         ctx: Context[Any, Any],
         status: Annotated[
-            Literal["queued", "running", "done", "failed"] | None, Field(description="Only jobs in this state")
+            Literal["queued", "running", "done", "failed"] | None,
+            Field(description="Only jobs in this state"),
         ] = None,
         before: Annotated[int | None, Field(description="next_before from the previous page")] = None,
         limit: Annotated[int | None, Field(description=f"Jobs per page, 1..{JOBS_MAX} (default 50)")] = None,

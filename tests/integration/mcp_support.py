@@ -81,14 +81,22 @@ def initialize_body(request_id: int = 1) -> dict[str, Any]:
         "jsonrpc": "2.0",
         "id": request_id,
         "method": "initialize",
-        "params": {"protocolVersion": PROTOCOL, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+        "params": {
+            "protocolVersion": PROTOCOL,
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
     }
 
 
 def messages(response: httpx.Response) -> list[dict[str, Any]]:
     """The JSON-RPC messages of a response: a JSON body, or the `data:` lines of an SSE stream."""
     if response.headers.get("content-type", "").startswith("text/event-stream"):
-        return [json.loads(line[5:]) for line in response.text.splitlines() if line.startswith("data:") and line[5:].strip()]
+        return [
+            json.loads(line[5:])
+            for line in response.text.splitlines()
+            if line.startswith("data:") and line[5:].strip()
+        ]
     return [response.json()] if response.content else []
 
 

@@ -28,6 +28,7 @@ from app.errors import ConfigError
 from app.runtime.postgres import attach_running
 from app.search.v2.refusal import SAFE_REFUSAL
 from tests.contract.helpers import agent_id, upload
+from tests.fixtures.mongo_server import mongo_server
 from tests.fixtures.serve import REPO
 from tests.fixtures.service import TEST_JWT_SECRET, Database, auth, env_without_ragoverlay, make_token, new_id
 from tests.integration.mcp_support import (
@@ -40,13 +41,17 @@ from tests.integration.mcp_support import (
     payload,
     serving,
 )
+from tests.operator.catalogue_seed import Catalogue, uri_for
+from tests.operator.catalogue_seed import database as database_of
 
 TOOLS = {"rag_search", "rag_read", "rag_list", "rag_status", "rag_jobs", "rag_reindex"}
 API_KEY = "mcp-test-key-0123456789"
 GATEWAY_KEY = "mcp-gateway-key-0123456789"
 
 
-async def wait_active(http: httpx.AsyncClient, namespace: str, files: int, *, admin: str, seconds: float = 300) -> None:
+async def wait_active(
+    http: httpx.AsyncClient, namespace: str, files: int, *, admin: str, seconds: float = 300
+) -> None:
     """Until the namespace has an active V2 run holding `files` files (the upload queued its backfill)."""
     deadline = time.monotonic() + seconds
     while True:
@@ -104,14 +109,19 @@ async def test_lists_and_calls_every_tool_with_a_librechat_token(served: Served)
         assert search["mode"] == "v1"
         assert search["results"] and {r["file_id"] for r in search["results"]} == {served.mine}
         hit = search["results"][0]
-        assert hit["filename"] == "heron.txt" and len(hit["snippet"]) <= served.settings.search_snippet_max_chars + 2
+        assert (
+            hit["filename"] == "heron.txt"
+            and len(hit["snippet"]) <= served.settings.search_snippet_max_chars + 2
+        )
         listing = payload(await client.call_tool("rag_list", {}))
         assert [f["file_id"] for f in listing["files"]] == [served.mine]
         assert listing["files"][0]["v2_indexed"] is False and listing["files"][0]["chunks"] >= 1
         first = payload(await client.call_tool("rag_read", {"file_id": served.mine, "limit": 100}))
         assert first["filename"] == "heron.txt" and first["offset"] == 0 and len(first["text"]) == 100
         rest = payload(
-            await client.call_tool("rag_read", {"file_id": served.mine, "offset": first["next_offset"], "limit": 10**5})
+            await client.call_tool(
+                "rag_read", {"file_id": served.mine, "offset": first["next_offset"], "limit": 10**5}
+            )
         )
         assert rest["next_offset"] is None and rest["offset"] == 100
         assert len(first["text"]) + len(rest["text"]) == first["total_chars"]
@@ -133,7 +143,9 @@ async def test_an_admin_queues_a_reindex_and_sees_every_job(served: Served) -> N
         assert status["admin"] is True and set(status["jobs"]) == {"queued", "running", "done", "failed"}
     async with mcp_client(served.url, auth(served.user)) as user:
         # the caller's own jobs only: the admin's backfill is not theirs
-        assert queued["job_id"] not in {j["id"] for j in payload(await user.call_tool("rag_jobs", {}))["jobs"]}
+        assert queued["job_id"] not in {
+            j["id"] for j in payload(await user.call_tool("rag_jobs", {}))["jobs"]
+        }
 
 
 @pytest.mark.parametrize(
@@ -194,11 +206,18 @@ async def test_bad_input_gets_an_error_that_says_what_to_change(served: Served) 
         ({"query": "heron", "file_ids": ["ok", "bad\x00"]}, "params.arguments.file_ids[1] contains a NUL"),
     ]
     for arguments, expected in edge:
-        body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "rag_search", "arguments": arguments}}
+        body = {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "tools/call",
+            "params": {"name": "rag_search", "arguments": arguments},
+        }
         response = await session.post_raw(json.dumps(body))
         assert response.status_code == 400, response.text
         answer = response.json()
-        assert answer["id"] == 7 and answer["error"]["code"] == -32602 and expected in answer["error"]["message"]
+        assert (
+            answer["id"] == 7 and answer["error"]["code"] == -32602 and expected in answer["error"]["message"]
+        )
     cases: list[tuple[str, dict[str, object], str]] = [
         ("rag_search", {"query": "heron", "file_ids": [f"f{i}" for i in range(1001)]}, "At most 1000"),
         ("rag_search", {"query": "heron", "k": 0}, "between 1 and 100"),
@@ -264,7 +283,9 @@ async def v2_world(settings_factory: Callable[..., Settings]) -> AsyncIterator[V
             files.append(file_id)
         foreign = new_id("foreign")
         secret = b"Confidential: the valve ZX 9000 of the other team is rated for 16 bar and costs 420 EUR."
-        assert (await upload(http, foreign, "parts.txt", secret, auth("stranger-mcp"), entity_id=other)).status_code == 200
+        assert (
+            await upload(http, foreign, "parts.txt", secret, auth("stranger-mcp"), entity_id=other)
+        ).status_code == 200
         await wait_active(http, agent, len(files), admin=V2_ADMIN)
         await wait_active(http, other, 1, admin=V2_ADMIN)
         yield V2World(url, http, agent, other, files, foreign)
@@ -273,11 +294,20 @@ async def v2_world(settings_factory: Callable[..., Settings]) -> AsyncIterator[V
 async def test_v2_evidence_and_refusal_are_those_of_query_v2(v2_world: V2World) -> None:
     w = v2_world
     async with mcp_client(w.url, auth(V2_USER)) as client:
-        for question in ("How often must the P-200 pump be serviced?", "What is the weight of the K 99 heater?"):
-            tool = payload(await client.call_tool("rag_search", {"query": question, "entity_id": w.agent, "file_ids": w.files}))
+        for question in (
+            "How often must the P-200 pump be serviced?",
+            "What is the weight of the K 99 heater?",
+        ):
+            tool = payload(
+                await client.call_tool(
+                    "rag_search", {"query": question, "entity_id": w.agent, "file_ids": w.files}
+                )
+            )
             assert tool["mode"] == "v2"  # the default where the namespace has V2
             http = await w.http.post(
-                "/query_v2", json={"query": question, "file_ids": w.files, "entity_id": w.agent}, headers=auth(V2_USER)
+                "/query_v2",
+                json={"query": question, "file_ids": w.files, "entity_id": w.agent},
+                headers=auth(V2_USER),
             )
             assert http.status_code == 200, http.text
             expected = http.json()
@@ -285,14 +315,22 @@ async def test_v2_evidence_and_refusal_are_those_of_query_v2(v2_world: V2World) 
             assert [(r["citation_id"], r["file_id"], r["page"]) for r in tool["results"]] == [
                 (r["citation_id"], r["file_id"], r["page"]) for r in expected["results"]
             ]
-        refused = payload(await client.call_tool("rag_search", {"query": "What is the weight of the K 99 heater?", "entity_id": w.agent}))
+        refused = payload(
+            await client.call_tool(
+                "rag_search", {"query": "What is the weight of the K 99 heater?", "entity_id": w.agent}
+            )
+        )
         assert refused["results"] == [] and refused["safe_refusal"] == SAFE_REFUSAL
-        found = payload(await client.call_tool("rag_search", {"query": "P-200 service interval", "entity_id": w.agent}))
+        found = payload(
+            await client.call_tool("rag_search", {"query": "P-200 service interval", "entity_id": w.agent})
+        )
         assert found["results"] and found["results"][0]["citation_id"] == "V2-1"
         assert found["results"][0]["filename"] == "pumps.txt"
         # another Agent's file named outright yields no evidence, only the refusal
         foreign = payload(
-            await client.call_tool("rag_search", {"query": "valve ZX 9000 rating", "entity_id": w.agent, "file_ids": [w.foreign]})
+            await client.call_tool(
+                "rag_search", {"query": "valve ZX 9000 rating", "entity_id": w.agent, "file_ids": [w.foreign]}
+            )
         )
         assert foreign["results"] == [] and "ZX 9000" not in json.dumps(foreign)
         listed = payload(await client.call_tool("rag_list", {"entity_id": w.agent}))
@@ -307,7 +345,11 @@ async def test_v2_evidence_and_refusal_are_those_of_query_v2(v2_world: V2World) 
 
 async def test_session_cap_idle_expiry_and_creation_rate(settings_factory: Callable[..., Settings]) -> None:
     settings = settings_factory(
-        mcp_session_max=2, mcp_session_ttl_seconds=1.5, mcp_session_create_rate_per_minute=4, admin_user_ids=["m"]
+        mcp_session_max=2,
+        mcp_session_ttl_seconds=1.5,
+        mcp_session_create_rate_per_minute=4,
+        search_rate_per_minute=1,
+        admin_user_ids=["m"],
     )
     async with serving(settings) as (_url, http):
         user = new_id("sess")
@@ -327,6 +369,9 @@ async def test_session_cap_idle_expiry_and_creation_rate(settings_factory: Calla
         assert "MCP_SESSION_CREATE_RATE_PER_MINUTE" in limited.json()["error"]["message"]
         # an open session is not limited by the creation rate
         assert "result" in await fourth.call("rag_search", {"query": "anything"})
+        # SEARCH_RATE_PER_MINUTE counts rag_search as it counts /query
+        limited_search = await fourth.call("rag_search", {"query": "anything"})
+        assert limited_search["result"]["isError"] and "SEARCH_RATE_PER_MINUTE" in json.dumps(limited_search)
         metrics = (await http.get("/metrics", headers=auth("m"))).text
         assert 'ragoverlay_mcp_sessions_refused_total{reason="rate"}' in metrics
         assert 'ragoverlay_mcp_tool_calls_total{outcome="ok",tool="rag_search"}' in metrics
@@ -355,7 +400,9 @@ def test_attach_finds_the_running_embedded_server_and_refuses_an_idle_folder(
         attach_running(tmp_path / "postgres")
 
 
-async def test_stdio_serves_one_principal_on_the_services_database(served: Served, database: Database) -> None:
+async def test_stdio_serves_one_principal_on_the_services_database(
+    served: Served, database: Database
+) -> None:
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "app.mcp", "--principal", served.user],
@@ -368,7 +415,9 @@ async def test_stdio_serves_one_principal_on_the_services_database(served: Serve
         assert status["auth"] == "stdio" and status["namespaces"] == [served.user]
         found = payload(await client.call_tool("rag_search", {"query": "heron nest", "k": 3}))
         assert {r["file_id"] for r in found["results"]} == {served.mine}
-        assert [f["file_id"] for f in payload(await client.call_tool("rag_list", {}))["files"]] == [served.mine]
+        assert [f["file_id"] for f in payload(await client.call_tool("rag_list", {}))["files"]] == [
+            served.mine
+        ]
         gone = await client.call_tool("rag_read", {"file_id": served.theirs})
         assert "Nightingale" not in error_text(gone)
         with pytest.raises(MCPError, match="between 1 and 100"):
@@ -377,7 +426,9 @@ async def test_stdio_serves_one_principal_on_the_services_database(served: Serve
 
 def test_stdio_refuses_without_a_principal_or_a_running_service(served: Served, tmp_path: Path) -> None:
     command = [sys.executable, "-m", "app.mcp"]
-    missing = subprocess.run(command, env=stdio_env(served, tmp_path), cwd=REPO, capture_output=True, timeout=60)
+    missing = subprocess.run(
+        command, env=stdio_env(served, tmp_path), cwd=REPO, capture_output=True, timeout=60
+    )
     assert missing.returncode == 2 and b"--principal" in missing.stderr
     idle = subprocess.run(
         [*command, "--principal", "alice"],
@@ -390,3 +441,45 @@ def test_stdio_refuses_without_a_principal_or_a_running_service(served: Served, 
     assert idle.returncode == 2 and b"start `scripts/serve` first" in idle.stderr
     assert b"Traceback" not in idle.stderr
     assert not (tmp_path / "postgres" / "PG_VERSION").exists()  # no second server was made
+
+
+# --- LibreChat's gateway: a shared key and a user id header, checked against the catalogue ------------
+
+
+async def test_the_gateway_reads_what_librechats_catalogue_allows_that_user(
+    settings_factory: Callable[..., Settings],
+) -> None:
+    with mongo_server() as mongo_uri, database_of(mongo_uri, "mcp_gateway") as db:
+        cat = Catalogue(db)
+        author, viewer, outsider = cat.user(), cat.user(), cat.user()
+        kb = cat.file(author, name="handbook.txt")
+        agent = cat.agent(author, [kb])
+        cat.share(agent, "user", viewer)
+        settings = settings_factory(
+            allowlist_verify="mongo",
+            librechat_mongo_uri=uri_for(mongo_uri, "mcp_gateway"),
+            mcp_gateway_key_sha256=sha(GATEWAY_KEY),
+        )
+        async with serving(settings) as (url, http):
+            text = b"Travel rules: economy class for flights under six hours, per the handbook."
+            r = await upload(http, kb, "handbook.txt", text, auth(str(author)), entity_id=agent)
+            assert r.status_code == 200, r.text
+
+            def gateway(user: object) -> dict[str, str]:
+                return {"Authorization": f"Bearer {GATEWAY_KEY}", "X-LibreChat-User-Id": str(user)}
+
+            bare = await http.post(
+                "/mcp", json=initialize_body(), headers={**ACCEPT, "Authorization": f"Bearer {GATEWAY_KEY}"}
+            )
+            assert bare.status_code == 401 and "X-LibreChat-User-Id" in bare.json()["error"]["message"]
+            question = {"query": "flight class rules", "entity_id": agent}
+            async with mcp_client(url, gateway(viewer)) as client:
+                assert payload(await client.call_tool("rag_status", {}))["auth"] == "gateway"
+                found = payload(await client.call_tool("rag_search", question))
+                assert {r["file_id"] for r in found["results"]} == {kb}
+            async with mcp_client(url, gateway(outsider)) as client:
+                # the claimed entity_id alone would grant this read; the catalogue does not
+                assert payload(await client.call_tool("rag_search", question))["results"] == []
+                assert payload(await client.call_tool("rag_list", {"entity_id": agent}))["files"] == []
+                denied = await client.call_tool("rag_read", {"file_id": kb, "entity_id": agent})
+                assert "economy" not in error_text(denied)

@@ -309,10 +309,14 @@ async def probe_query_v2(w: World) -> None:
 MCP_TOOL_PROBES: dict[str, Callable[[World, RawSession], Awaitable[int]]] = {}
 
 
-def mcp_tool(name: str) -> Callable[[Callable[[World, RawSession], Awaitable[int]]], Callable[[World, RawSession], Awaitable[int]]]:
+def mcp_tool(
+    name: str,
+) -> Callable[[Callable[[World, RawSession], Awaitable[int]]], Callable[[World, RawSession], Awaitable[int]]]:
     """Register the probe of one tool; it returns how many calls with foreign input it made."""
 
-    def register(fn: Callable[[World, RawSession], Awaitable[int]]) -> Callable[[World, RawSession], Awaitable[int]]:
+    def register(
+        fn: Callable[[World, RawSession], Awaitable[int]],
+    ) -> Callable[[World, RawSession], Awaitable[int]]:
         MCP_TOOL_PROBES[name] = fn
         return fn
 
@@ -434,9 +438,16 @@ async def probe_mcp_foreign_session(w: World) -> None:
         r = await w.client.request(
             method,
             "/mcp",
-            content=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}) if method == "POST" else None,
-            headers={**w.h(), "Accept": "application/json, text/event-stream", "Content-Type": "application/json",
-                     "mcp-session-id": theirs.session_id or "", "mcp-protocol-version": "2025-11-25"},
+            content=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+            if method == "POST"
+            else None,
+            headers={
+                **w.h(),
+                "Accept": "application/json, text/event-stream",
+                "Content-Type": "application/json",
+                "mcp-session-id": theirs.session_id or "",
+                "mcp-protocol-version": "2025-11-25",
+            },
         )
         assert r.status_code == 404, (method, r.text)
     assert "result" in await theirs.request("tools/list")  # the caller's DELETE ended nothing

@@ -188,7 +188,9 @@ class V2SearchService:
         """Refuse a namespace V2 does not serve: 503 when V2 is off entirely (fail closed), else 403."""
         enabled = self.enabled_namespaces
         if not enabled:
-            raise ServiceUnavailable("V2 search is not enabled on this service (RAG_V2_NAMESPACE_IDS is empty)")
+            raise ServiceUnavailable(
+                "V2 search is not enabled on this service (RAG_V2_NAMESPACE_IDS is empty)"
+            )
         if namespace not in enabled:
             raise Forbidden(f"V2 search is not enabled for {namespace} (RAG_V2_NAMESPACE_IDS)")
 
