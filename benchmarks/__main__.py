@@ -1,5 +1,6 @@
 """`python -m benchmarks`: the search benchmark (see `scripts/bench --help`); `python -m benchmarks
-quality ...` runs the retrieval quality benchmark instead (see `scripts/bench quality --help`)."""
+quality ...` runs the retrieval quality benchmark instead (see `scripts/bench quality --help`), and
+`python -m benchmarks mcp ...` `rag_search` over MCP beside the HTTP routes (`scripts/bench mcp --help`)."""
 
 from __future__ import annotations
 
@@ -114,4 +115,10 @@ if __name__ == "__main__":
         from benchmarks.quality.cli import main as quality_main
 
         sys.exit(quality_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["mcp"]:
+        from benchmarks.mcp import main as mcp_main
+
+        sys.argv = [sys.argv[0], *sys.argv[2:]]
+        mcp_main()
+        sys.exit(0)
     sys.exit(run(parse(sys.argv[1:])))
