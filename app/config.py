@@ -60,6 +60,10 @@ CsvList = Annotated[list[str], NoDecode]
 DEFAULT_ENTITY_ID_PATTERN = r"^agent_[A-Za-z0-9_-]{1,100}$"
 
 
+# One MCP_API_KEYS entry: the key's sha256 (hex), the principal it acts as, its namespaces.
+MCP_API_KEY_ENTRY = re.compile(r"[0-9a-f]{64}:[^:|,\s]{1,200}(:[^:|,\s]{1,200}(\|[^:|,\s]{1,200})*)?")
+
+
 class Settings(BaseSettings):
     """All runtime settings of the service."""
 
@@ -248,7 +252,30 @@ class Settings(BaseSettings):
     )
     allowlist_fail_open: bool = Field(False, validation_alias=_env("ALLOWLIST_FAIL_OPEN"))
 
-    @field_validator("cors_origins", "admin_user_ids", "v2_namespace_ids", mode="before")
+    # --- MCP server (app/mcp/; CONTRACT section 9) ----------------------------------------------
+    mcp_enabled: bool = Field(True, validation_alias=_env("MCP_ENABLED"))
+    # `sha256hex:principal[:ns1|ns2...]` entries, comma-separated (app/mcp/auth.py parses them)
+    mcp_api_keys: CsvList = Field(default_factory=list, validation_alias=_env("MCP_API_KEYS"))
+    mcp_gateway_key_sha256: str | None = Field(None, validation_alias=_env("MCP_GATEWAY_KEY_SHA256"))
+    mcp_gateway_user_header: str = Field(
+        "X-LibreChat-User-Id",
+        min_length=1,
+        max_length=100,
+        pattern=r"^[A-Za-z0-9-]+$",
+        validation_alias=_env("MCP_GATEWAY_USER_HEADER"),
+    )
+    mcp_session_ttl_seconds: float = Field(
+        1800.0, gt=0.0, le=86_400.0, validation_alias=_env("MCP_SESSION_TTL_SECONDS")
+    )
+    mcp_session_max: int = Field(100, ge=1, le=100_000, validation_alias=_env("MCP_SESSION_MAX"))
+    mcp_session_create_rate_per_minute: int = Field(
+        30, ge=0, validation_alias=_env("MCP_SESSION_CREATE_RATE_PER_MINUTE")
+    )
+    search_snippet_max_chars: int = Field(
+        1000, ge=50, le=100_000, validation_alias=_env("SEARCH_SNIPPET_MAX_CHARS")
+    )
+
+    @field_validator("cors_origins", "admin_user_ids", "v2_namespace_ids", "mcp_api_keys", mode="before")
     @classmethod
     def _split_csv(cls, value: object) -> list[str]:
         return _csv(value)
@@ -328,6 +355,19 @@ class Settings(BaseSettings):
             raise ValueError(
                 "ALLOWLIST_VERIFY=mongo needs JWT_SECRET: without tokens there is no LibreChat user to check"
             )
+        if self.mcp_gateway_key_sha256 and self.allowlist_verify != "mongo":
+            raise ValueError(
+                "MCP_GATEWAY_KEY_SHA256 (LibreChat's MCP gateway mode) needs ALLOWLIST_VERIFY=mongo: the "
+                "user id header proves nothing, so the user's files must come from LibreChat's catalogue"
+            )
+        if self.mcp_gateway_key_sha256 and not re.fullmatch(r"[0-9a-f]{64}", self.mcp_gateway_key_sha256):
+            raise ValueError("MCP_GATEWAY_KEY_SHA256 must be 64 lower-case hex digits (sha256 of the key)")
+        for entry in self.mcp_api_keys:
+            if not MCP_API_KEY_ENTRY.fullmatch(entry):
+                raise ValueError(
+                    "MCP_API_KEYS entries are sha256hex:principal or sha256hex:principal:ns1|ns2 (64 "
+                    "lower-case hex digits, then names without ':', '|' or ','); one entry does not match"
+                )
         # compiled once here; every request full-matches against it
         self._entity_id_regex = re.compile(self.entity_id_pattern)
         return self

@@ -45,7 +45,9 @@ from app.logs import RequestContextMiddleware, configure_logging, request_id_var
 from app.maintenance.registry import MaintenanceRegistry
 from app.maintenance.tasks import Maintenance
 from app.maintenance.v2_tasks import V2Maintenance
-from app.runtime.postgres import EmbeddedPostgres
+from app.mcp.http import SESSION_LIMIT, mcp_route, open_sessions
+from app.mcp.server import build_server as build_mcp_server
+from app.runtime.postgres import EmbeddedPostgres, attach_running
 from app.runtime.stalls import BodyTimeoutMiddleware
 from app.runtime.supervisor import DatabaseSupervisor
 from app.search.allowlist import build_allowlist, describe
@@ -67,9 +69,13 @@ PDF_EXTRACT_IMAGES_WARNING = (
 )
 
 
-async def _database_dsn(settings: Settings) -> tuple[str, EmbeddedPostgres | None]:
+async def _database_dsn(settings: Settings, *, attach: bool = False) -> tuple[str, EmbeddedPostgres | None]:
     if not settings.use_embedded_postgres:
         return settings.external_dsn(), None
+    if attach:
+        # a client of the running service's embedded server (scripts/mcp): never a second server
+        attached = await asyncio.to_thread(attach_running, settings.postgres_data_dir)
+        return attached.dsn, None
     server = EmbeddedPostgres(settings.postgres_data_dir)
     info = await asyncio.to_thread(server.start)
     return info.dsn, server
@@ -102,6 +108,14 @@ def ensure_upload_dir(settings: Settings) -> None:
     logger.info("Created RAG_UPLOAD_DIR %s", folder)
 
 
+def _warm_up(embedder: object, stack: contextlib.AsyncExitStack) -> None:
+    """Load the local model in the background, so /health answers at once."""
+    warmup = getattr(embedder, "warmup", None)
+    if warmup is not None:
+        task = asyncio.create_task(warmup())
+        stack.callback(task.cancel)
+
+
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Open the database (embedded or external), pool, HTTP client, embedder and blob store."""
@@ -111,7 +125,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     if settings.pdf_extract_images:
         logger.warning(PDF_EXTRACT_IMAGES_WARNING)
     await asyncio.to_thread(ensure_upload_dir, settings)
-    dsn, embedded_pg = await _database_dsn(settings)
+    dsn, embedded_pg = await _database_dsn(settings, attach=getattr(app.state, "attach_database", False))
     stack = contextlib.AsyncExitStack()
     try:
         if embedded_pg is not None:
@@ -227,17 +241,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             database=supervisor,
             allowlist=allowlist,
         )
-        warmup = getattr(embedder, "warmup", None)
-        if warmup is not None:
-            # load the local model in the background so /health answers at once
-            task = asyncio.create_task(warmup())
-            stack.callback(task.cancel)
+        if settings.mcp_enabled and getattr(app.state, "mcp_http", False):
+            # inside the app's lifespan: sessions end before the resources they use close
+            server = build_mcp_server(lambda: app.state.resources, limiter=app.state.rate_limiter)
+            await stack.enter_async_context(open_sessions(app, server, settings))
+        _warm_up(embedder, stack)
         logger.info(
             "ragoverlay ready: collection=%s provider=%s model=%s blobs=%s auth=%s",
-            info.collection_name,
-            settings.provider,
-            settings.model,
-            blobs.kind,
+            *(info.collection_name, settings.provider, settings.model, blobs.kind),
             "on" if settings.auth_enabled else "OFF",
         )
         yield
@@ -352,8 +363,12 @@ def install_error_handlers(app: FastAPI) -> None:
     # Unhandled exceptions are answered by RequestContextMiddleware (it knows the request id).
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """Build the application (resources open in the lifespan, not here)."""
+def create_app(settings: Settings | None = None, *, attach_database: bool = False) -> FastAPI:
+    """Build the application (resources open in the lifespan, not here).
+
+    `attach_database`: with the embedded PostgreSQL, connect to the one a running service owns
+    instead of starting it (the stdio MCP server; it then serves no HTTP).
+    """
     settings = settings or get_settings()
     configure_logging(debug=settings.debug, console_json=settings.console_json)
     app = FastAPI(
@@ -369,8 +384,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             "search": settings.search_rate_per_minute,
             "embed": settings.embed_rate_per_minute,
             "reindex": settings.reindex_rate_per_minute,
+            SESSION_LIMIT: settings.mcp_session_create_rate_per_minute,
         }
     )
+    app.state.attach_database = attach_database
+    app.state.mcp_sessions = None
+    app.state.mcp_http = settings.mcp_enabled and not attach_database
+    if app.state.mcp_http:
+        app.router.routes.append(mcp_route(settings, app.state.rate_limiter))
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(metrics_route.router)

@@ -117,6 +117,20 @@ RATE_LIMITED = Counter(
     registry=REGISTRY,
 )
 
+MCP_TOOL_CALLS = Counter(
+    "ragoverlay_mcp_tool_calls_total",
+    "MCP tool calls by tool and outcome: ok, invalid (bad arguments), refused (scope, auth, V2 off), "
+    "limited (rate limit), error",
+    ("tool", "outcome"),
+    registry=REGISTRY,
+)
+MCP_SESSIONS_REFUSED = Counter(
+    "ragoverlay_mcp_sessions_refused_total",
+    "New MCP sessions refused: unauthorised, rate (MCP_SESSION_CREATE_RATE_PER_MINUTE)",
+    ("reason",),
+    registry=REGISTRY,
+)
+
 V2_QUERIES = Counter(
     "ragoverlay_v2_queries_total",
     "POST /query_v2 answers: answered (evidence returned) or refused (safe refusal), and degraded",

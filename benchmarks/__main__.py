@@ -1,6 +1,7 @@
 """`python -m benchmarks`: the search benchmark (see `scripts/bench --help`); `python -m benchmarks
 quality ...` runs the retrieval quality benchmark instead (see `scripts/bench quality --help`), and
-`python -m benchmarks v2-query ...` the /query_v2 latency benchmark (`scripts/bench v2-query --help`)."""
+`python -m benchmarks v2-query ...` the /query_v2 latency benchmark (`scripts/bench v2-query --help`), and
+`python -m benchmarks mcp ...` `rag_search` over MCP beside the HTTP routes (`scripts/bench mcp --help`)."""
 
 from __future__ import annotations
 
@@ -119,4 +120,10 @@ if __name__ == "__main__":
         from benchmarks.v2_query import main as v2_query_main
 
         sys.exit(v2_query_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["mcp"]:
+        from benchmarks.mcp import main as mcp_main
+
+        sys.argv = [sys.argv[0], *sys.argv[2:]]
+        mcp_main()
+        sys.exit(0)
     sys.exit(run(parse(sys.argv[1:])))

@@ -13,7 +13,7 @@ from fastapi.responses import Response
 
 from app.auth import check_entity_id, read_namespaces
 from app.deps import AllowListDep, CurrentPrincipal, SearchDep, SettingsDep, V2SearchDep
-from app.errors import Forbidden, ServiceUnavailable
+from app.errors import Forbidden
 from app.schemas import AUTHED_ERRORS, error_responses
 from app.search.v2.schemas import (
     QueryV2Request,
@@ -45,11 +45,7 @@ async def query_v2(
     request = check_query_v2(body)
     entity = check_entity_id(request.entity_id, settings.entity_id_regex)
     namespace = entity or principal.namespace
-    enabled = v2.enabled_namespaces
-    if not enabled:
-        raise ServiceUnavailable("V2 search is not enabled on this service (RAG_V2_NAMESPACE_IDS is empty)")
-    if namespace not in enabled:
-        raise Forbidden(f"V2 search is not enabled for {namespace} (RAG_V2_NAMESPACE_IDS)")
+    v2.require_enabled(namespace)
     if request.debug and not principal.is_admin:
         raise Forbidden("debug output needs an admin token (RAG_ADMIN_USER_IDS or role ADMIN)")
     allowed = await allowlist.searchable(principal, entity, request.file_ids)

@@ -113,11 +113,18 @@ class JobService:
         kind: str | None = None,
         before_id: int | None = None,
         limit: int = 100,
+        created_by: str | None = None,
     ) -> list[JobRow]:
-        """Jobs, newest first."""
+        """Jobs, newest first; with `created_by`, only those that caller asked for."""
         async with self.pool.acquire() as conn:
             return await store.list_jobs(
-                conn, queue=self.queue, status=status, kind=kind, before_id=before_id, limit=limit
+                conn,
+                queue=self.queue,
+                status=status,
+                kind=kind,
+                before_id=before_id,
+                limit=limit,
+                created_by=created_by,
             )
 
     async def waiting(self, kind: str, matching: dict[str, Any]) -> int:

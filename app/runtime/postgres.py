@@ -44,7 +44,8 @@ from urllib.parse import quote_plus
 
 import asyncpg
 
-from app.runtime.lock import FolderLock
+from app.errors import ConfigError
+from app.runtime.lock import FolderLock, holder_pid
 
 logger = logging.getLogger(__name__)
 
@@ -510,3 +511,23 @@ def _tail(path: Path, lines: int = 30) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+def attach_running(pgdata: Path) -> EmbeddedInfo:
+    """Connection info of the embedded server a running service owns on `pgdata`, as a client only.
+
+    Used by `scripts/mcp` (stdio): it never starts a server, never takes the folder's lock and never
+    stops anything. Raises ConfigError with what to do when no live service holds the folder.
+    """
+    pgdata = pgdata.resolve()
+    server = EmbeddedPostgres(pgdata)
+    holder = holder_pid(pgdata.parent, LOCK_NAME)
+    port = server._running_port()
+    if holder is None or port is None or not server.secrets_file.exists():
+        raise ConfigError(
+            f"No running ragoverlay service owns the embedded PostgreSQL in {pgdata}: start `scripts/serve` "
+            "first (with the same DATA_DIR), or point DATABASE_URL at an external PostgreSQL. The stdio "
+            "MCP server connects to the service's database; it never starts a second server on its folder"
+        )
+    creds = server._credentials()
+    return EmbeddedInfo("127.0.0.1", port, DB_USER, creds["password"], DB_NAME, creds["superuser_password"])

@@ -153,6 +153,11 @@ class SearchService:
         async with self.pool.acquire() as conn:
             return await store.list_file_ids(conn, listing, limit=MAX_IDS)
 
+    async def files(self, scope: Scope, *, after: str | None, limit: int) -> list[store.ListedFile]:
+        """A page of the catalogued files the scope can see, by file id after `after`."""
+        async with self.pool.acquire() as conn:
+            return await store.list_files(conn, scope, after=after, limit=limit)
+
     async def context(self, scope: Scope) -> str | None:
         """The text of the scope's file for the model, or None when it is not in scope."""
         rows = await self.documents(scope)

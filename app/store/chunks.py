@@ -164,6 +164,40 @@ async def list_file_ids(conn: asyncpg.Connection, scope: Scope, *, limit: int) -
     return [r["file_id"] for r in rows]
 
 
+@dataclass(frozen=True)
+class ListedFile:
+    """A file as a listing shows it (the catalogue's row)."""
+
+    file_id: str
+    owner: str
+    filename: str
+    content_type: str | None
+    size_bytes: int | None
+    chunk_count: int
+    status: str
+    v2_indexed: bool
+
+
+async def list_files(
+    conn: asyncpg.Connection, scope: Scope, *, after: str | None, limit: int
+) -> list[ListedFile]:
+    """Catalogued files the scope can see, by file id, those after `after` (a page of `limit`)."""
+    rows = await conn.fetch(queries.FILE_LISTING, *scope.for_reading().sql_args(), after, limit)
+    return [
+        ListedFile(
+            r["file_id"],
+            r["owner"],
+            r["filename"],
+            r["content_type"],
+            r["size_bytes"],
+            int(r["chunk_count"]),
+            r["status"],
+            bool(r["v2_indexed"]),
+        )
+        for r in rows
+    ]
+
+
 async def existing_vectors(
     conn: asyncpg.Connection, info: StoreInfo, *, file_id: str, owner: str, model: str
 ) -> dict[str, np.ndarray]:

@@ -269,17 +269,20 @@ async def list_jobs(
     kind: str | None = None,
     before_id: int | None = None,
     limit: int = 100,
+    created_by: str | None = None,
 ) -> list[JobRow]:
-    """Jobs of `queue`, newest first, optionally of one status and kind, below id `before_id`."""
+    """Jobs of `queue`, newest first, optionally of one status, kind and caller, below id `before_id`."""
     rows = await conn.fetch(
         f"SELECT {_COLUMNS} FROM ragoverlay_jobs "
         "WHERE queue = $1 AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR kind = $3) "
-        "AND ($4::bigint IS NULL OR id < $4) ORDER BY id DESC LIMIT $5",
+        "AND ($4::bigint IS NULL OR id < $4) AND ($6::text IS NULL OR created_by = $6) "
+        "ORDER BY id DESC LIMIT $5",
         queue,
         status,
         kind,
         before_id,
         limit,
+        created_by,
     )
     return [JobRow.from_record(r) for r in rows]
 

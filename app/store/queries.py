@@ -31,6 +31,24 @@ DOCUMENTS = f"""
 FILE_IDS = f"""
     SELECT i.file_id FROM ragoverlay_file_ids(p_scope => {SCOPE_SQL}, p_limit => $7) AS i
 """
+# The catalogued files the scope can see, one row per file id (paged by file id), with whether an
+# active V2 run of the file's namespace has it staged. The scope check is the one of every read.
+FILE_LISTING = f"""
+    WITH s AS (SELECT {SCOPE_SQL} AS scope)
+    SELECT DISTINCT ON (f.file_id) f.file_id, f.owner, f.filename, f.content_type, f.size_bytes,
+           f.chunk_count, f.status,
+           EXISTS (SELECT 1 FROM ragoverlay_v2_run_files rf
+                   JOIN ragoverlay_v2_runs r ON r.run_id = rf.run_id
+                   WHERE r.collection_id = f.collection_id AND r.namespace = f.owner
+                     AND r.status = 'active' AND rf.file_id = f.file_id AND rf.state = 'staged')
+             AS v2_indexed
+    FROM s, ragoverlay_files f
+    WHERE f.collection_id = $1 AND f.owner = ANY ((s.scope).reach)
+      AND ragoverlay_in_scope(s.scope, f.collection_id, f.file_id, f.owner)
+      AND ($7::text IS NULL OR f.file_id > $7)
+    ORDER BY f.file_id, f.owner
+    LIMIT $8
+"""
 DELETE_FILES = f"""
     SELECT d.file_id, d.blob_key FROM ragoverlay_delete_files(p_scope => {SCOPE_SQL}) AS d
 """

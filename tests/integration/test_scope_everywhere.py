@@ -34,6 +34,7 @@ from app.store.scope import Scope, ScopeError
 from app.store.vector_index import IndexSpec, build_index
 from tests.contract.helpers import agent_id, query, upload
 from tests.fixtures.service import Database, auth, new_id, running_app
+from tests.integration.mcp_support import RawSession
 
 SECRET = "The launch code for project Nightingale is 7-4-1-9."
 MINE = [
@@ -303,7 +304,160 @@ async def probe_query_v2(w: World) -> None:
         assert r.status_code == 503 and "Nightingale" not in r.text
 
 
+# --- the MCP tools (/mcp): every tool is walked as every route is ---------------------------------
+
+MCP_TOOL_PROBES: dict[str, Callable[[World, RawSession], Awaitable[int]]] = {}
+
+
+def mcp_tool(
+    name: str,
+) -> Callable[[Callable[[World, RawSession], Awaitable[int]]], Callable[[World, RawSession], Awaitable[int]]]:
+    """Register the probe of one tool; it returns how many calls with foreign input it made."""
+
+    def register(
+        fn: Callable[[World, RawSession], Awaitable[int]],
+    ) -> Callable[[World, RawSession], Awaitable[int]]:
+        MCP_TOOL_PROBES[name] = fn
+        return fn
+
+    return register
+
+
+def readable(w: World) -> set[str]:
+    """File ids whose rows the caller may get back from a tool."""
+    return {*w.mine, w.shared} | ({w.unowned} if w.settings.legacy_unowned_readable else set())
+
+
+def tool_result(answer: dict[str, object]) -> dict[str, object]:
+    result = answer.get("result")
+    assert isinstance(result, dict), answer
+    return result
+
+
+def clean_hits(w: World, answer: dict[str, object]) -> None:
+    result = tool_result(answer)
+    assert result.get("isError") is not True, answer
+    data = result["structuredContent"]
+    assert isinstance(data, dict)
+    for hit in data["results"]:
+        assert hit["file_id"] in readable(w), hit
+        if hit["file_id"] != w.unowned:
+            assert "Nightingale" not in hit["snippet"]
+
+
+@mcp_tool("rag_search")
+async def probe_tool_search(w: World, s: RawSession) -> int:
+    calls = 0
+    for ids in ([*w.foreign, w.shared], [w.other], [w.agent_file], None):
+        for mode in ("v1", None):
+            arguments: dict[str, object] = {"query": SECRET, "k": 10}
+            if ids is not None:
+                arguments["file_ids"] = ids
+            if mode is not None:
+                arguments["mode"] = mode
+            clean_hits(w, await s.call("rag_search", arguments))
+            calls += 1
+    return calls
+
+
+@mcp_tool("rag_read")
+async def probe_tool_read(w: World, s: RawSession) -> int:
+    for target in w.foreign:
+        result = tool_result(await s.call("rag_read", {"file_id": target}))
+        assert result.get("isError") is True and "Nightingale" not in json.dumps(result)
+    shared = tool_result(await s.call("rag_read", {"file_id": w.shared}))
+    assert "Nightingale" not in json.dumps(shared) and MINE[0] in json.dumps(shared)
+    return len(w.foreign) + 1
+
+
+@mcp_tool("rag_list")
+async def probe_tool_list(w: World, s: RawSession) -> int:
+    result = tool_result(await s.call("rag_list", {"limit": 500}))
+    listed = {f["file_id"] for f in result["structuredContent"]["files"]}  # type: ignore[index]
+    assert listed <= readable(w) and {*w.mine, w.shared} <= listed
+    return 1
+
+
+@mcp_tool("rag_status")
+async def probe_tool_status(w: World, s: RawSession) -> int:
+    result = tool_result(await s.call("rag_status", {}))
+    assert result["structuredContent"]["namespaces"] == [w.caller]  # type: ignore[index]
+    assert w.victim not in json.dumps(result)
+    return 1
+
+
+@mcp_tool("rag_jobs")
+async def probe_tool_jobs(w: World, s: RawSession) -> int:
+    r = await w.client.post(
+        "/embed",
+        params={"async": "true"},
+        data={"file_id": new_id("later")},
+        files={"file": ("s.txt", SECRET.encode(), "text/plain")},
+        headers=w.h(w.victim),
+    )
+    assert r.status_code == 202
+    theirs = r.json()["job_id"]
+    result = tool_result(await s.call("rag_jobs", {"limit": 200}))
+    assert theirs not in {j["id"] for j in result["structuredContent"]["jobs"]}  # type: ignore[index]
+    assert "Nightingale" not in json.dumps(result)
+    return 1
+
+
+@mcp_tool("rag_reindex")
+async def probe_tool_reindex(w: World, s: RawSession) -> int:
+    result = tool_result(await s.call("rag_reindex", {"namespace": w.victim, "force": True}))
+    assert result.get("isError") is True and "admin" in json.dumps(result)
+    return 1
+
+
+MCP_PROBE_CALLS: list[int] = []
+
+
+async def probe_mcp(w: World) -> None:
+    session = RawSession(w.client, w.h())
+    assert (await session.open()).status_code == 200
+    listed = tool_result(await session.request("tools/list"))
+    names = {t["name"] for t in listed["tools"]}  # type: ignore[attr-defined]
+    assert names == set(MCP_TOOL_PROBES), "an MCP tool without a scope probe (or a stale probe)"
+    calls = 0
+    for name, tool_probe in MCP_TOOL_PROBES.items():
+        try:
+            calls += await tool_probe(w, session)
+        except AssertionError as exc:
+            raise AssertionError(f"tool {name}: {exc}") from exc
+    MCP_PROBE_CALLS.append(calls)
+    await session.close()
+    await victim_still_has(w, w.other, w.victim)
+
+
+async def probe_mcp_foreign_session(w: World) -> None:
+    # another caller's session id answers as if it did not exist, for every method
+    theirs = RawSession(w.client, w.h(w.victim))
+    assert (await theirs.open()).status_code == 200
+    for method in ("GET", "DELETE", "POST"):
+        r = await w.client.request(
+            method,
+            "/mcp",
+            content=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+            if method == "POST"
+            else None,
+            headers={
+                **w.h(),
+                "Accept": "application/json, text/event-stream",
+                "Content-Type": "application/json",
+                "mcp-session-id": theirs.session_id or "",
+                "mcp-protocol-version": "2025-11-25",
+            },
+        )
+        assert r.status_code == 404, (method, r.text)
+    assert "result" in await theirs.request("tools/list")  # the caller's DELETE ended nothing
+    await theirs.close()
+
+
 PROBES: dict[tuple[str, str], Probe] = {
+    ("POST", "/mcp"): probe_mcp,
+    ("GET", "/mcp"): probe_mcp_foreign_session,
+    ("DELETE", "/mcp"): probe_mcp_foreign_session,
     ("POST", "/query_v2"): probe_query_v2,
     ("GET", "/jobs/{job_id}"): probe_job,
     ("GET", "/admin/status"): admin_only("GET", "/admin/status"),
@@ -380,6 +534,9 @@ async def test_every_route_keeps_foreign_rows_out(scoped_app: tuple[httpx.AsyncC
             await probe(world)
         except AssertionError as exc:
             raise AssertionError(f"{key[0]} {key[1]}: {exc}") from exc
+    # every tool was walked, each with foreign input more than once in all
+    assert MCP_PROBE_CALLS and MCP_PROBE_CALLS[-1] >= 2 * len(MCP_TOOL_PROBES)
+    print(f"MCP isolation probes: {MCP_PROBE_CALLS[-1]} tool calls over {len(MCP_TOOL_PROBES)} tools")
 
 
 # --- the SQL search paths --------------------------------------------------------------------

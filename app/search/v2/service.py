@@ -33,7 +33,7 @@ import numpy as np
 
 from app.clients.embeddings import Embedder
 from app.config import Settings
-from app.errors import BadRequest, ConfigError, ServiceUnavailable
+from app.errors import BadRequest, ConfigError, Forbidden, ServiceUnavailable
 from app.ingest.v2.runs import model_identity
 from app.metrics import V2_CHANNEL_FAILURES, V2_QUERIES, V2_RERANK_FALLBACKS
 from app.search.v2.analysis import QueryAnalysis, QueryConfig, analyze_query
@@ -337,6 +337,16 @@ class V2SearchService:
     def enabled_namespaces(self) -> frozenset[str]:
         """RAG_V2_NAMESPACE_IDS."""
         return frozenset(self.settings.v2_namespace_ids)
+
+    def require_enabled(self, namespace: str) -> None:
+        """Refuse a namespace V2 does not serve: 503 when V2 is off entirely (fail closed), else 403."""
+        enabled = self.enabled_namespaces
+        if not enabled:
+            raise ServiceUnavailable(
+                "V2 search is not enabled on this service (RAG_V2_NAMESPACE_IDS is empty)"
+            )
+        if namespace not in enabled:
+            raise Forbidden(f"V2 search is not enabled for {namespace} (RAG_V2_NAMESPACE_IDS)")
 
     @property
     def timeout(self) -> float:
