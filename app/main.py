@@ -24,7 +24,7 @@ from app.api.guards import BodyGuardMiddleware
 from app.api.openapi import install_openapi
 from app.api.ratelimit import RateLimiter, document_rate_limits, enforce_rate_limit
 from app.clients.blobs import build_blob_store
-from app.clients.embeddings import build_embedder
+from app.clients.embeddings import build_embedder, model_identity
 from app.clients.http import build_http_client
 from app.config import Settings, get_settings
 from app.deps import Resources, get_principal
@@ -37,7 +37,7 @@ from app.errors import (
     Unauthorized,
     database_unavailable,
 )
-from app.ingest.pipeline import IngestService, model_identity
+from app.ingest.pipeline import IngestService
 from app.ingest.upload import sweep_stale_uploads
 from app.ingest.v2.runs import V2Context, tuning_from_settings
 from app.jobs.setup import build_jobs

@@ -23,7 +23,7 @@ import numpy as np
 
 from app import metrics
 from app.clients.blobs import BlobStore, blob_key
-from app.clients.embeddings import Embedder, vector_revision
+from app.clients.embeddings import Embedder, model_identity
 from app.config import Settings
 from app.errors import EmbeddingProviderError, NoExtractableText, PayloadTooLarge
 from app.ingest.chunking import clean_text, md5_digest, split_sections
@@ -62,13 +62,6 @@ class SourceFile:
     content_type: str | None
     size: int
     sha256: str
-
-
-def model_identity(settings: Settings) -> str:
-    """The identity under which vectors are reusable: provider, model and forced dimensions."""
-    dims = settings.embeddings_dimensions
-    identity = f"{settings.provider}:{settings.model}" + (f"@{dims}" if dims else "")
-    return identity + vector_revision(settings.provider)
 
 
 def chunk_metadata(chunk: Chunk, *, file_id: str, owner: str, source: str, text: str) -> dict[str, Any]:

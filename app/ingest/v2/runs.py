@@ -43,7 +43,7 @@ import asyncpg
 import numpy as np
 
 from app.clients.blobs import BlobNotFound, BlobStore
-from app.clients.embeddings import Embedder
+from app.clients.embeddings import Embedder, model_identity
 from app.config import Settings
 from app.errors import BadRequest, NoExtractableText, NotFound, RagError, UpstreamUnavailable
 from app.ingest.chunking import clean_text
@@ -148,12 +148,6 @@ def tuning_from_settings(settings: Settings) -> V2Tuning:
         refusal=RefusalPolicy(**settings.v2_refusal_policy),
         channel_limit=settings.v2_channel_limit,
     )
-
-
-def model_identity(settings: Settings) -> str:
-    """The identity under which vectors are reusable (the same as V1's: provider, model, dimensions)."""
-    dims = settings.embeddings_dimensions
-    return f"{settings.provider}:{settings.model}" + (f"@{dims}" if dims else "")
 
 
 def build_profile(
