@@ -78,14 +78,15 @@ async def _database_dsn(settings: Settings) -> tuple[str, EmbeddedPostgres | Non
 async def _trust_stored_dimensions(embedder: Any, pool: Any, info: StoreInfo, settings: Settings) -> None:
     """Before any reply is trusted: the dimension of the vectors already stored for this model."""
     use = getattr(embedder, "use_stored_dimensions", None)
-    if use is None:
-        return
+    if use is None or getattr(embedder, "trusted_dimensions", None):
+        return  # EMBEDDINGS_DIMENSIONS or the model itself decides: nothing to read
     model_id = model_identity(settings)
 
     async def lookup() -> int | None:
         return await stored_dimension(pool, info, model_id)
 
-    use(lookup, await lookup())
+    # read once here; ingests of this process keep it current (never read per request)
+    use(lookup, await lookup(), looked_up=True)
 
 
 def ensure_upload_dir(settings: Settings) -> None:

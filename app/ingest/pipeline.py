@@ -205,6 +205,11 @@ class IngestService:
                         key, source.path, content_type=source.content_type or doc.content_type
                     )
                 previous = await store.replace_file(conn, self.info, record, new_chunks)
+            if dim:
+                # committed: the dimension of this model's stored vectors, known without a read
+                note = getattr(self.embedder, "note_stored_dimension", None)
+                if note is not None:
+                    note(dim)
             if previous:
                 await self._remove_if_unreferenced(previous)
         metrics.observe_ingest(
