@@ -221,8 +221,20 @@ def render(rows: list[dict[str, Any]], sides: tuple[Checkout, Checkout]) -> str:
     return "\n".join(lines)
 
 
+def degraded(reply: Reply) -> bool:
+    """True for a `/query_v2` answer that says a channel failed (`degraded`)."""
+    try:
+        return bool(json.loads(reply.content).get("degraded"))
+    except (ValueError, AttributeError):
+        return False
+
+
 async def probe_v2(clients: tuple[Client, Client], scenario: Scenario, query: str) -> str | None:
-    """None when both sides answer `/query_v2` with 200; else why the V2 row is left out."""
+    """None when both sides answer `/query_v2` whole (200, not degraded); else why the row is left out.
+
+    A degraded answer did less work (e.g. no vector channel: the run was embedded under another
+    model identity than the side's), so its latency says nothing about the same request.
+    """
     why = []
     for client, label in zip(clients, "AB", strict=True):
         reply = await client.post("/query_v2", v2_body(scenario, query), scenario.user)
@@ -232,6 +244,8 @@ async def probe_v2(clients: tuple[Client, Client], scenario: Scenario, query: st
             except (ValueError, AttributeError):
                 detail = ""
             why.append(f"{label} answers {reply.status}" + (f" ({detail})" if detail else ""))
+        elif degraded(reply):
+            why.append(f"{label} answers degraded (a channel failed; see its log)")
     return "; ".join(why) or None
 
 
@@ -305,7 +319,10 @@ class ABRun:
             bodies = [v2_body(s, texts[q]) for q in picks]
             with self.progress.phase(f"ab: /query_v2 {s.name}"):
                 a, b = await alternate(clients, "/query_v2", bodies, s.user)
-            row = {"name": name, "files": len(s.file_ids), "A": a.summary(), "B": b.summary()}
+            summaries = {"A": a.summary(), "B": b.summary()}
+            for label, side in (("A", a), ("B", b)):
+                summaries[label]["degraded"] = sum(1 for r in side.replies if degraded(r))
+            row = {"name": name, "files": len(s.file_ids), **summaries}
             rows.append(row)
             self.progress.say(self.line(row))
         return rows

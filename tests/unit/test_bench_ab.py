@@ -114,3 +114,21 @@ def test_scenarios_are_nested_prefixes_of_namespace_a() -> None:
         rows[1].file_ids[:1] == rows[0].file_ids
         and rows[3].file_ids[: len(rows[2].file_ids)] == rows[2].file_ids
     )
+
+
+async def test_a_degraded_v2_answer_leaves_the_row_out() -> None:
+    class V2Client:
+        def __init__(self, body: bytes) -> None:
+            self.body = body
+
+        async def post(self, path: str, body: dict[str, Any], user: str) -> Reply:
+            return Reply(200, 1.0, {}, self.body)
+
+    whole = b'{"route": "v2", "results": [], "degraded": false}'
+    partial = b'{"route": "v2", "results": [], "degraded": true}'
+    scenario = Scenario("own-1", 1, ["f"], "u", None, ["u"])
+    both: Any = (V2Client(whole), V2Client(whole))
+    assert await ab.probe_v2(both, scenario, "q") is None
+    one: Any = (V2Client(partial), V2Client(whole))
+    why = await ab.probe_v2(one, scenario, "q")
+    assert why is not None and why.startswith("A answers degraded")
