@@ -24,7 +24,7 @@ from app.api.guards import BodyGuardMiddleware
 from app.api.openapi import install_openapi
 from app.api.ratelimit import RateLimiter, document_rate_limits, enforce_rate_limit
 from app.clients.blobs import build_blob_store
-from app.clients.embeddings import build_embedder
+from app.clients.embeddings import build_embedder, model_identity
 from app.clients.http import build_http_client
 from app.config import Settings, get_settings
 from app.deps import Resources, get_principal
@@ -37,7 +37,7 @@ from app.errors import (
     Unauthorized,
     database_unavailable,
 )
-from app.ingest.pipeline import IngestService, model_identity
+from app.ingest.pipeline import IngestService
 from app.ingest.upload import sweep_stale_uploads
 from app.ingest.v2.runs import V2Context
 from app.jobs.setup import build_jobs
@@ -84,14 +84,15 @@ async def _database_dsn(settings: Settings, *, attach: bool = False) -> tuple[st
 async def _trust_stored_dimensions(embedder: Any, pool: Any, info: StoreInfo, settings: Settings) -> None:
     """Before any reply is trusted: the dimension of the vectors already stored for this model."""
     use = getattr(embedder, "use_stored_dimensions", None)
-    if use is None:
-        return
+    if use is None or getattr(embedder, "trusted_dimensions", None):
+        return  # EMBEDDINGS_DIMENSIONS or the model itself decides: nothing to read
     model_id = model_identity(settings)
 
     async def lookup() -> int | None:
         return await stored_dimension(pool, info, model_id)
 
-    use(lookup, await lookup())
+    # read once here; ingests of this process keep it current (never read per request)
+    use(lookup, await lookup(), looked_up=True)
 
 
 def ensure_upload_dir(settings: Settings) -> None:

@@ -81,6 +81,18 @@ def parse(argv: list[str]) -> Options:
         default=d.client,
         help="HTTP client: lean (asyncio streams, default) or httpx (costs ms of client CPU per request)",
     )
+    p.add_argument(
+        "--ab",
+        metavar="REF",
+        default=None,
+        help="A/B: this checkout (B) against git ref REF (A) on one corpus and database, requests "
+        "alternating A, B per row (1/100/373/1000 files, /query_multiple and /query_v2); uses --timed",
+    )
+    p.add_argument(
+        "--ab-v2",
+        action="store_true",
+        help="with --ab: enable V2 for namespace A on both sides and build its index (through B) first",
+    )
     a = p.parse_args(argv)
     if a.files < 1 or a.chunks < a.files:
         p.error("--chunks must be at least --files")
@@ -108,6 +120,8 @@ def parse(argv: list[str]) -> Options:
         index_timeout=a.index_timeout,
         service_env=parse_env_pairs(a.service_env),
         client=a.client,
+        ab=a.ab,
+        ab_v2=a.ab_v2,
     )
 
 
@@ -126,4 +140,9 @@ if __name__ == "__main__":
         sys.argv = [sys.argv[0], *sys.argv[2:]]
         mcp_main()
         sys.exit(0)
-    sys.exit(run(parse(sys.argv[1:])))
+    options = parse(sys.argv[1:])
+    if options.ab is not None:
+        from benchmarks.ab import run_ab
+
+        sys.exit(run_ab(options))
+    sys.exit(run(options))

@@ -33,9 +33,9 @@ import uvicorn
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from app.clients.embeddings import model_identity
 from app.config import load_settings
 from app.ingest.chunking import md5_digest
-from app.ingest.pipeline import model_identity
 from app.main import create_app
 from app.runtime.postgres import EmbeddedPostgres
 from app.store.chunks import FileRecord, NewChunk, replace_file

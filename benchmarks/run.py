@@ -71,6 +71,8 @@ class Options:
     index_timeout: float = 900.0
     service_env: dict[str, str] = field(default_factory=dict)
     client: str = "lean"
+    ab: str | None = None  # `--ab REF`: this checkout against REF instead of the configurations
+    ab_v2: bool = False  # with --ab: enable V2 for namespace A and build its index (side B) first
 
     def spec(self) -> cp.CorpusSpec:
         """The corpus these options describe."""

@@ -72,12 +72,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def service_environment(settings: dict[str, str]) -> dict[str, str]:
+def service_environment(settings: dict[str, str], repo_root: Path = REPO_ROOT) -> dict[str, str]:
     """Our environment minus every variable the service reads, plus `settings`."""
     from app.config import without_service_variables  # the service's own list of variable names
 
     env = without_service_variables(os.environ)
-    env["PYTHONPATH"] = str(REPO_ROOT)  # this checkout's `app`, whatever is installed
+    env["PYTHONPATH"] = str(repo_root)  # that checkout's `app`, whatever is installed
     env["PYTHONUNBUFFERED"] = "1"
     env.update(settings)
     return env
@@ -121,6 +121,9 @@ class ServiceProcess:
     log_path: Path
     settings: dict[str, str]
     port: int = field(default_factory=free_port)
+    # the checkout whose `app` runs, and its interpreter (another git ref's, for `--ab`)
+    repo_root: Path = REPO_ROOT
+    python: str = sys.executable
     process: subprocess.Popen[bytes] | None = None
     sampler: MemorySampler | None = None
     started_at: float = 0.0
@@ -141,7 +144,8 @@ class ServiceProcess:
                 "DATA_DIR": str(self.data_dir),
                 "EMBEDDINGS_PROVIDER": "local",
                 **self.settings,
-            }
+            },
+            self.repo_root,
         )
 
     async def start(self, within_s: float) -> float:
@@ -152,7 +156,7 @@ class ServiceProcess:
             # Popen returns at once; a synchronous handle lets `terminate_all` clean up even after
             # the event loop is gone (Ctrl-C)
             self.process = subprocess.Popen(  # noqa: ASYNC220
-                [sys.executable, "-m", "app"],
+                [self.python, "-m", "app"],
                 cwd=str(self.data_dir),  # not the checkout: its .env must not configure the run
                 env=self.environment(),
                 stdin=subprocess.DEVNULL,

@@ -38,8 +38,8 @@ import asyncpg
 import numpy as np
 from pgvector.asyncpg import register_vector
 
+from app.clients.embeddings import model_identity
 from app.config import load_settings
-from app.ingest.v2.runs import model_identity
 from app.runtime.postgres import EmbeddedPostgres
 from app.store import v2_index as store
 from app.store.db import bootstrap

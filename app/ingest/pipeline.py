@@ -12,7 +12,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +23,7 @@ import numpy as np
 
 from app import metrics
 from app.clients.blobs import BlobStore, blob_key
-from app.clients.embeddings import Embedder, vector_revision
+from app.clients.embeddings import Embedder, model_identity
 from app.config import Settings
 from app.errors import EmbeddingProviderError, NoExtractableText, PayloadTooLarge
 from app.ingest.chunking import clean_text, md5_digest, split_sections
@@ -62,13 +62,6 @@ class SourceFile:
     content_type: str | None
     size: int
     sha256: str
-
-
-def model_identity(settings: Settings) -> str:
-    """The identity under which vectors are reusable: provider, model and forced dimensions."""
-    dims = settings.embeddings_dimensions
-    identity = f"{settings.provider}:{settings.model}" + (f"@{dims}" if dims else "")
-    return identity + vector_revision(settings.provider)
 
 
 def chunk_metadata(chunk: Chunk, *, file_id: str, owner: str, source: str, text: str) -> dict[str, Any]:
@@ -164,17 +157,7 @@ class IngestService:
                     f"({self.settings.max_chunks_per_file}); split the file or raise the limit"
                 )
             source_name = safe_basename(source.filename)
-            texts: list[str] = []
-            metas: list[dict[str, Any]] = []
-            for piece in pieces:
-                text = clean_text(piece.text)
-                if not text.strip():
-                    continue
-                texts.append(text)
-                metas.append(
-                    chunk_metadata(piece, file_id=file_id, owner=owner, source=source_name, text=text)
-                )
-
+            texts, metas = _chunk_texts(pieces, file_id=file_id, owner=owner, source=source_name)
             if not texts:
                 # nothing to search: refuse before embedding, storing the original or touching the
                 # file's previous version (which stays as it was)
@@ -212,6 +195,8 @@ class IngestService:
                         key, source.path, content_type=source.content_type or doc.content_type
                     )
                 previous = await store.replace_file(conn, self.info, record, new_chunks)
+            if dim:
+                self._note_dimension(dim)
             if previous:
                 await self._remove_if_unreferenced(previous)
         metrics.observe_ingest(
@@ -231,6 +216,12 @@ class IngestService:
             (time.perf_counter() - started) * 1000,
         )
         return EmbedOutcome(file_id, source.filename, len(new_chunks), embedded, reused, record)
+
+    def _note_dimension(self, dim: int) -> None:
+        """Committed: the dimension of this model's stored vectors, known from now on without a read."""
+        note = getattr(self.embedder, "note_stored_dimension", None)
+        if note is not None:
+            note(dim)
 
     async def _vectors_for(
         self, file_id: str, owner: str, texts: list[str], metas: list[dict[str, Any]]
@@ -289,3 +280,17 @@ class IngestService:
         for key in result.blob_keys:
             await self._remove_if_unreferenced(key)
         return result.found
+
+
+def _chunk_texts(
+    pieces: Sequence[Any], *, file_id: str, owner: str, source: str
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """The cleaned text and rag_api metadata of every piece that holds any text."""
+    texts: list[str] = []
+    metas: list[dict[str, Any]] = []
+    for piece in pieces:
+        text = clean_text(piece.text)
+        if text.strip():
+            texts.append(text)
+            metas.append(chunk_metadata(piece, file_id=file_id, owner=owner, source=source, text=text))
+    return texts, metas

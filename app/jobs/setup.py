@@ -18,9 +18,9 @@ import asyncpg
 
 from app import metrics
 from app.clients.blobs import BlobStore
-from app.clients.embeddings import Embedder
+from app.clients.embeddings import Embedder, model_identity
 from app.config import Settings
-from app.ingest.pipeline import IngestService, model_identity
+from app.ingest.pipeline import IngestService
 from app.ingest.v2.runs import V2Context
 from app.jobs.kinds import REEMBED_MISSING, ReembedMissing
 from app.jobs.maintenance import QueuedMaintenance

@@ -221,7 +221,7 @@ async def test_status_reports_the_active_run(world: World, backfilled: int) -> N
     assert body["enabled"] is True and body["schema_ready"] is True and body["namespaces"] == [world.agent]
     (active,) = [a for a in body["active_runs"] if a["namespace"] == world.agent]
     assert active["run_id"] == backfilled and active["index_version"] == world.settings.v2_index_version
-    assert body["embedding_model"] == "local:all-MiniLM-L6-v2" and body["window"] == 256
+    assert body["embedding_model"] == "local:all-MiniLM-L6-v2+windows" and body["window"] == 256
     assert body["extractor_version"].startswith("v2.") and body["token_counter"].startswith("tokenizer:")
     assert body["reranker_configured"] is False
     assert all(t["name"].startswith("v2-hnsw-index-") for t in body["tasks"])

@@ -21,6 +21,7 @@ from app.clients.embeddings import (
     OllamaEmbedder,
     OpenAIEmbedder,
     TEIEmbedder,
+    base,
     build_embedder,
 )
 from app.clients.http import build_http_client
@@ -264,8 +265,41 @@ async def test_wrong_dimension_against_the_stored_one_does_not_stick(provider: F
     assert "already stored" in caught.value.detail
 
 
-async def test_the_dimension_is_asked_for_until_something_is_stored(provider: FakeProvider) -> None:
-    """With nothing stored yet, replies are accepted; once a store commits, its dimension rules."""
+async def test_nothing_stored_is_remembered_and_a_stored_file_decides(
+    provider: FakeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer "nothing stored" is read once, not per call; a file stored here then decides."""
+    lookups = 0
+
+    async def source() -> int | None:
+        nonlocal lookups
+        lookups += 1
+        return None
+
+    clock = [1000.0]
+    monkeypatch.setattr(base, "_clock", lambda: clock[0])
+    embedder = openai(provider)
+    embedder.use_stored_dimensions(source)
+    try:
+        provider.script(Reply(dims=6))
+        assert (await embedder.embed_documents(["nothing stored yet"])).shape == (1, 6)
+        for i in range(5):
+            assert (await embedder.embed_query(f"query {i}")).shape == (DIMS,)
+        assert lookups == 1  # the answer "nothing stored" is kept
+        embedder.note_stored_dimension(DIMS)  # an upload of this process committed 8-d vectors
+        provider.script(Reply(dims=6))
+        with pytest.raises(EmbeddingProviderError) as caught:
+            await embedder.embed_documents(["now judged"])
+        assert "already stored" in caught.value.detail
+        assert lookups == 1
+    finally:
+        await embedder.aclose()
+
+
+async def test_nothing_stored_is_asked_again_only_after_the_recheck_interval(
+    provider: FakeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another replica may store the first file: "nothing stored" is asked again, rarely."""
     stored: list[int] = []
     lookups = 0
 
@@ -274,19 +308,23 @@ async def test_the_dimension_is_asked_for_until_something_is_stored(provider: Fa
         lookups += 1
         return stored[0] if stored else None
 
+    clock = [1000.0]
+    monkeypatch.setattr(base, "_clock", lambda: clock[0])
     embedder = openai(provider)
-    embedder.use_stored_dimensions(source)
+    embedder.use_stored_dimensions(source, None, looked_up=True)  # what start-up does
     try:
-        provider.script(Reply(dims=6))
-        assert (await embedder.embed_documents(["nothing stored yet"])).shape == (1, 6)
-        assert (await embedder.embed_documents(["still nothing"])).shape == (1, DIMS)
-        stored.append(DIMS)  # an upload committed 8-d vectors
-        provider.script(Reply(dims=6))
-        with pytest.raises(EmbeddingProviderError):
-            await embedder.embed_documents(["now judged"])
-        asked = lookups
-        await embedder.embed_documents(["known"])
-        assert lookups == asked  # once known, the store is not asked again
+        await embedder.embed_query("a")
+        assert lookups == 0  # start-up's answer holds
+        stored.append(DIMS)  # another replica stored a file
+        clock[0] += base.DIMENSION_UNKNOWN_RECHECK_S - 1
+        await embedder.embed_query("b")
+        assert lookups == 0
+        clock[0] += 2
+        await embedder.embed_query("c")
+        assert lookups == 1 and embedder.trusted_dimensions == DIMS
+        clock[0] += 10 * base.DIMENSION_UNKNOWN_RECHECK_S
+        await embedder.embed_query("d")
+        assert lookups == 1  # known: never asked again
     finally:
         await embedder.aclose()
 

@@ -223,3 +223,23 @@ async def test_a_closed_embedder_refuses_work() -> None:
     with pytest.raises(EmbeddingProviderError) as caught:
         await embedder.embed_documents(["x"])
     assert caught.value.retryable is True
+
+
+async def test_the_local_model_knows_its_dimension_without_reading_the_store() -> None:
+    """384 always: the stored vectors are never asked, by start-up or by a query."""
+    asked = 0
+
+    async def source() -> int | None:
+        nonlocal asked
+        asked += 1
+        return None
+
+    embedder = LocalEmbedder(threads=1)
+    try:
+        assert embedder.trusted_dimensions == LOCAL_DIMENSIONS
+        embedder.use_stored_dimensions(source)
+        for text in ("first", "second", "first"):
+            assert (await embedder.embed_query(text)).shape == (LOCAL_DIMENSIONS,)
+    finally:
+        await embedder.aclose()
+    assert asked == 0

@@ -25,6 +25,7 @@ from app.clients.embeddings.http import (
     OpenAIEmbedder,
     TEIEmbedder,
 )
+from app.clients.embeddings.identity import model_identity, vector_revision
 from app.clients.embeddings.local import LocalEmbedder, MiniLMRuntime
 from app.clients.http import build_http_client, parse_retry_after
 from app.config import LOCAL_DIMENSIONS, Settings
@@ -44,20 +45,11 @@ __all__ = [
     "TEIEmbedder",
     "build_embedder",
     "build_http_client",
+    "model_identity",
     "parse_retry_after",
     "plan_batches",
     "vector_revision",
 ]
-
-
-def vector_revision(provider: str) -> str:
-    """A mark for vectors whose computation changed under the same model name ("" for none).
-
-    Part of the identity under which stored vectors are reused on re-upload: the local model's texts
-    past its 256-token window were cut off before and are pooled windows now, so its old vectors of
-    such chunks must not be reused (those that fit are the same bit for bit, and are recomputed once).
-    """
-    return "+windows" if provider == "local" else ""
 
 
 def build_embedder(settings: Settings, *, http_client: httpx.AsyncClient | None = None) -> Embedder:

@@ -112,23 +112,36 @@ class QueryCache:
 DimensionSource = Callable[[], Awaitable[int | None]]
 # after a failed look-up (database down), ask again no sooner than this
 DIMENSION_LOOKUP_RETRY_S = 5.0
+# "nothing stored for this model" is remembered this long: files this process stores tell the
+# embedder at once (`note_stored_dimension`); only another replica's first file is learned this late
+DIMENSION_UNKNOWN_RECHECK_S = 300.0
+
+
+def _clock() -> float:
+    """The clock of the dimension look-ups (its own name, so tests can move it alone)."""
+    return time.monotonic()
 
 
 class BaseEmbedder:
     """Shared behaviour: the empty case, vector checks, dimension learning and the query cache.
 
     Which dimension is right is decided before any reply is trusted: EMBEDDINGS_DIMENSIONS when
-    set, else the dimension of the vectors already stored for this model (`use_stored_dimensions`,
-    asked again before each call for as long as nothing is stored). A reply of another dimension is
-    refused (502) and changes nothing, so one wrong reply cannot poison the replies after it. With
-    nothing configured and nothing stored there is nothing to protect: replies are accepted as they
-    come (the first upload that commits then fixes the dimension).
+    set, else the model's own (the local model's 384), else the dimension of the vectors already
+    stored for this model (`use_stored_dimensions`: read at start-up, then told by every ingest
+    that stores a file, `note_stored_dimension`). The answer is kept for the process: "nothing
+    stored" too, asked again at most every `DIMENSION_UNKNOWN_RECHECK_S` (another replica may store
+    the first file), never per request. A reply of another dimension is refused (502) and changes
+    nothing, so one wrong reply cannot poison the replies after it. With nothing configured and
+    nothing stored there is nothing to protect: replies are accepted as they come (the first upload
+    that commits then fixes the dimension).
     """
 
     provider: str
     model: str
     # Name used in error details ("The embedding provider ..." vs "The local embedding model ...").
     _who: str = "The embedding provider"
+    # The dimension the model always has, when the model is ours (None: the provider decides).
+    _model_dims: int | None = None
 
     def __init__(self, *, provider: str, model: str, dimensions: int | None, cache_size: int) -> None:
         self.provider = provider
@@ -143,20 +156,31 @@ class BaseEmbedder:
 
     @property
     def dimensions(self) -> int | None:
-        """EMBEDDINGS_DIMENSIONS, else the stored vectors' dimension, else the last reply's."""
-        return self._configured_dims or self._stored_dims or self._learned_dims
+        """EMBEDDINGS_DIMENSIONS, else the model's, else the stored vectors', else the last reply's."""
+        return self._configured_dims or self._model_dims or self._stored_dims or self._learned_dims
 
     @property
     def trusted_dimensions(self) -> int | None:
-        """The dimension every reply must have (configured or stored), or None when none is known yet."""
-        return self._configured_dims or self._stored_dims
+        """The dimension every reply must have (configured, the model's or stored), or None when unknown."""
+        return self._configured_dims or self._model_dims or self._stored_dims
 
-    def use_stored_dimensions(self, source: DimensionSource, known: int | None = None) -> None:
-        """Judge replies by the stored vectors' dimension: `known` now, else `source` before each call."""
+    def use_stored_dimensions(
+        self, source: DimensionSource, known: int | None = None, *, looked_up: bool = False
+    ) -> None:
+        """Judge replies by the stored vectors' dimension, read from `source` once.
+
+        `looked_up`: `known` is what `source` said just now (None: nothing stored), so it is not
+        asked again before `DIMENSION_UNKNOWN_RECHECK_S`; otherwise it is asked before the next call.
+        """
         self._dimension_source = source
-        self._next_lookup = 0.0
+        self._next_lookup = _clock() + DIMENSION_UNKNOWN_RECHECK_S if looked_up else 0.0
         if known:
             self._set_stored(known)
+
+    def note_stored_dimension(self, dims: int) -> None:
+        """This process just stored vectors of `dims` for this model: they decide from now on."""
+        if dims > 0:
+            self._set_stored(dims)
 
     def _set_stored(self, dims: int) -> None:
         if self._stored_dims == dims:
@@ -169,17 +193,19 @@ class BaseEmbedder:
         )
 
     async def _refresh_trusted(self) -> None:
-        """Ask the store for the dimension while none is known (nothing stored yet for this model)."""
-        if self._configured_dims or self._stored_dims or self._dimension_source is None:
+        """Ask the store for the dimension when none is known and the last answer is old enough."""
+        if self.trusted_dimensions or self._dimension_source is None:
             return
-        if time.monotonic() < self._next_lookup:
+        if _clock() < self._next_lookup:
             return
         try:
             dims = await self._dimension_source()
         except Exception as exc:  # the database may be down: judge by what we know, ask again later
             logger.debug("Stored embedding dimension unknown for now (%s)", type(exc).__name__)
-            self._next_lookup = time.monotonic() + DIMENSION_LOOKUP_RETRY_S
+            self._next_lookup = _clock() + DIMENSION_LOOKUP_RETRY_S
             return
+        # "nothing stored" is an answer too: kept, not asked again per request
+        self._next_lookup = _clock() + DIMENSION_UNKNOWN_RECHECK_S
         if dims:
             self._set_stored(dims)
 
@@ -269,6 +295,11 @@ class BaseEmbedder:
             raise EmbeddingProviderError(
                 f"{self._who} returned vectors of {dims} dimensions, but EMBEDDINGS_DIMENSIONS is "
                 f"{self._configured_dims}",
+                retryable=False,
+            )
+        if self._model_dims is not None and dims != self._model_dims:
+            raise EmbeddingProviderError(
+                f"{self._who} returned vectors of {dims} dimensions instead of its {self._model_dims}",
                 retryable=False,
             )
         if self._stored_dims is not None and dims != self._stored_dims:

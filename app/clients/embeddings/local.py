@@ -226,6 +226,8 @@ class LocalEmbedder(BaseEmbedder):
     """all-MiniLM-L6-v2 in-process; documents and queries in separate thread pools."""
 
     _who = "The local embedding model"
+    # always 384: no stored vectors need to be read to know what a reply must be
+    _model_dims = LOCAL_DIMENSIONS
 
     def __init__(
         self,

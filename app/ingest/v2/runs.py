@@ -43,7 +43,7 @@ import asyncpg
 import numpy as np
 
 from app.clients.blobs import BlobNotFound, BlobStore
-from app.clients.embeddings import Embedder
+from app.clients.embeddings import Embedder, model_identity
 from app.clients.embeddings.local import local_model_counter
 from app.config import Settings
 from app.errors import BadRequest, NoExtractableText, NotFound, RagError, UpstreamUnavailable
@@ -120,12 +120,6 @@ class IndexProfile:
             "boilerplate_min_documents": self.boilerplate.min_documents,
             "boilerplate_min_share": self.boilerplate.min_share,
         }
-
-
-def model_identity(settings: Settings) -> str:
-    """The identity under which vectors are reusable (the same as V1's: provider, model, dimensions)."""
-    dims = settings.embeddings_dimensions
-    return f"{settings.provider}:{settings.model}" + (f"@{dims}" if dims else "")
 
 
 def build_profile(

@@ -31,10 +31,9 @@ import asyncpg
 import httpx
 import numpy as np
 
-from app.clients.embeddings import Embedder
+from app.clients.embeddings import Embedder, model_identity
 from app.config import Settings
 from app.errors import BadRequest, ConfigError, Forbidden, ServiceUnavailable
-from app.ingest.v2.runs import model_identity
 from app.metrics import V2_CHANNEL_FAILURES, V2_QUERIES, V2_RERANK_FALLBACKS
 from app.search.v2.analysis import QueryAnalysis, QueryConfig, analyze_query
 from app.search.v2.evidence import build_evidence, display_page
