@@ -8,8 +8,10 @@ Hard reasons (any one refuses):
     missing_phrase       a quoted phrase occurs in no candidate
     missing_quantity     a number with a unit occurs in no candidate
     missing_name         a name the question writes as one (an acronym, a CamelCase word, in an
-                         English question a capitalised word inside the sentence) occurs in no chunk
-                         the caller may see at all (its document frequency over the visible set is 0)
+                         English question a capitalised word inside the sentence, a word introduced
+                         as a tool: "with borgbackup", "mit rclone") occurs in no chunk the caller
+                         may see at all (document frequency 0 over the visible set, and no candidate
+                         holds it in another inflection)
 Soft signals, weighed (`signals`):
     weak_rerank          the best reranker score is under `min_rerank_score`                 (lexical)
     rare_terms_missing   at least `rare_missing_share` of the query's rare words (in at most
@@ -55,6 +57,12 @@ LEXICAL_SIGNALS = frozenset({"weak_rerank", "rare_terms_missing", "low_coverage"
 _QUOTED = re.compile(r"""(?<![\w'"])(['"‚„“«])([^'"‚„“”»]{1,200})['"‘’”»](?![\w'"])""")
 _ACRONYM = re.compile(r"\b[A-Z][A-Z0-9]{1,}\b")
 _CAMEL = re.compile(r"\b[A-Za-z]+[a-z][A-Z][A-Za-z]*\b")
+# words that introduce a tool or program by its name: "with borgbackup", "mit rclone", "the nmcli command"
+_NAMED_BY = re.compile(
+    r"\b(?:with|using|via|use|called|named|mit|über|ueber|per|namens|tool|command|program|befehl|programm|"
+    r"werkzeug)\s+(?:the\s+|a\s+|an\s+|dem\s+|der\s+|das\s+|den\s+|die\s+)?([\w.+-]+)",
+    re.I,
+)
 _CAPITALISED = re.compile(r"(?<![.!?:;]\s)(?<!^)\b[A-Z][a-z]{2,}\b")
 
 SAFE_REFUSAL = "I could not find this in the documents available to you, so I cannot answer it from them."
@@ -125,6 +133,7 @@ def written_names(query: QueryAnalysis) -> list[str]:
     found = [m.group(0) for m in _ACRONYM.finditer(raw)] + [m.group(0) for m in _CAMEL.finditer(raw)]
     if query.language == "en":  # German capitalises every noun: a capital says nothing there
         found += [m.group(0) for m in _CAPITALISED.finditer(raw) if m.start() > 0]
+    found += [m.group(1) for m in _NAMED_BY.finditer(raw)]
     terms = set(query.terms)
     out: dict[str, None] = {}
     for name in found:
@@ -195,8 +204,10 @@ def decide_refusal(
             reasons.append(Reason("missing_quantity", quantity.raw))
 
     if document_frequency is not None and documents > 0:
+        # in no visible chunk, and no candidate holds it in another inflection either
+        offered_anywhere = form_set(t for item in pool for t in item.candidate.search_text.split())
         for token in written_names(query):
-            if document_frequency.get(token, 0) == 0:
+            if document_frequency.get(token, 0) == 0 and not matches(token, offered_anywhere):
                 reasons.append(Reason("missing_name", token))
 
     signals: list[Reason] = []

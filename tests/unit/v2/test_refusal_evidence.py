@@ -196,6 +196,13 @@ def test_a_written_name_the_visible_corpus_lacks_is_refused() -> None:
     # German capitalises every noun: a capital is no name there
     german = decide_refusal(analyze_query("Wie binde ich die Festplatte ein?"), [item], **stats)
     assert not german.reasons
+    # a word introduced as a tool ("with", "mit") that nothing visible holds, in any inflection
+    tool = decide_refusal(analyze_query("How do I mount the disk with udisksctl?"), [item], **stats)
+    assert [r.value for r in tool.reasons] == ["udisksctl"]
+    mit = decide_refusal(analyze_query("Wie hänge ich die Platte mit udisksctl ein?"), [item], **stats)
+    assert [r.value for r in mit.reasons] == ["udisksctl"]
+    # "mounting" has df 0 but a candidate holds "mount": an inflection, not a missing name
+    assert not decide_refusal(analyze_query("help with mounting a disk"), [item], **stats).reasons
 
 
 def test_soft_signals_need_company() -> None:
