@@ -36,6 +36,11 @@ def forms(token: str) -> frozenset[str]:
     return frozenset(out)
 
 
+def stem_de(token: str) -> str:
+    """The German Snowball stem of a normalised token."""
+    return str(_DE.stemWord(token))
+
+
 def form_set(tokens: Iterable[str]) -> frozenset[str]:
     """Every form of every token: what a text offers to match against."""
     out: set[str] = set()

@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from app.search.v2.analysis import QueryAnalysis, name_parts, name_variants
 from app.search.v2.records import Fused
 from app.text.entities import Entity
-from app.text.normalize import contains_phrase, normalize, tokenize
-from app.text.stems import form_set, matches
+from app.text.normalize import contains_phrase, fold, normalize, tokenize
+from app.text.stems import form_set, matches, stem_de
 from app.v2_settings import RefusalSettings
 
 # the signals that follow from a question's words not being the text's: a paraphrase fires them all
@@ -57,10 +57,10 @@ LEXICAL_SIGNALS = frozenset({"weak_rerank", "rare_terms_missing", "low_coverage"
 _QUOTED = re.compile(r"""(?<![\w'"])(['"‚„“«])([^'"‚„“”»]{1,200})['"‘’”»](?![\w'"])""")
 _ACRONYM = re.compile(r"\b[A-Z][A-Z0-9]{1,}\b")
 _CAMEL = re.compile(r"\b[A-Za-z]+[a-z][A-Z][A-Za-z]*\b")
-# words that introduce a tool or program by its name: "with borgbackup", "mit rclone", "the nmcli command"
+# words that introduce a tool by its name: "with borgbackup", "mit rclone" (the name follows as written)
 _NAMED_BY = re.compile(
-    r"\b(?:with|using|via|use|called|named|mit|über|ueber|per|namens|tool|command|program|befehl|programm|"
-    r"werkzeug)\s+(?:the\s+|a\s+|an\s+|dem\s+|der\s+|das\s+|den\s+|die\s+)?([\w.+-]+)",
+    r"\b(?:with|using|via|called|named|mit|über|namens)\s+(?:the\s+|a\s+|an\s+|dem\s+|der\s+|den\s+)?"
+    r"([\w.+-]+)",
     re.I,
 )
 _CAPITALISED = re.compile(r"(?<![.!?:;]\s)(?<!^)\b[A-Z][a-z]{2,}\b")
@@ -127,13 +127,22 @@ def _member_found(items: Sequence[Fused], entity: Entity) -> bool:
     return False
 
 
+def _looks_like_a_tool(word: str, language: str | None) -> bool:
+    """A program's name is written in lower case and uninflected: not a German noun ("mit
+    Tausendertrennzeichen") nor an inflected German word ("mit zufälligem")."""
+    if not word[:1].islower():
+        return False
+    folded = fold(word)
+    return language != "de" or not (folded.endswith(("em", "en", "er", "es")) and stem_de(folded) != folded)
+
+
 def written_names(query: QueryAnalysis) -> list[str]:
     """Normalised tokens the question writes as names: acronyms, CamelCase, English capitals inside."""
     raw = query.raw.strip()
     found = [m.group(0) for m in _ACRONYM.finditer(raw)] + [m.group(0) for m in _CAMEL.finditer(raw)]
     if query.language == "en":  # German capitalises every noun: a capital says nothing there
         found += [m.group(0) for m in _CAPITALISED.finditer(raw) if m.start() > 0]
-    found += [m.group(1) for m in _NAMED_BY.finditer(raw)]
+    found += [m.group(1) for m in _NAMED_BY.finditer(raw) if _looks_like_a_tool(m.group(1), query.language)]
     terms = set(query.terms)
     out: dict[str, None] = {}
     for name in found:

@@ -201,6 +201,9 @@ def test_a_written_name_the_visible_corpus_lacks_is_refused() -> None:
     assert [r.value for r in tool.reasons] == ["udisksctl"]
     mit = decide_refusal(analyze_query("Wie hänge ich die Platte mit udisksctl ein?"), [item], **stats)
     assert [r.value for r in mit.reasons] == ["udisksctl"]
+    # a German noun or an inflected word after "mit" is no tool name
+    assert not decide_refusal(analyze_query("die Platte mit Tausendertrennzeichen"), [item], **stats).reasons
+    assert not decide_refusal(analyze_query("ein Ordner mit zufälligem Namen"), [item], **stats).reasons
     # "mounting" has df 0 but a candidate holds "mount": an inflection, not a missing name
     assert not decide_refusal(analyze_query("help with mounting a disk"), [item], **stats).reasons
 
