@@ -52,6 +52,11 @@ class FusionSettings(Section):
     # 20, not the literature's 60: chosen with the weights by the same fusion grid
     rrf_k: float = Field(20.0, gt=0, le=1000)
     weights: ChannelWeights = Field(default_factory=ChannelWeights)
+    # a question of plain words (no identifier, quoted phrase, quantity or table intent) is mostly
+    # a paraphrase, where the vector channel holds the wins: it leans on that channel instead
+    prose_weights: ChannelWeights = Field(
+        default_factory=lambda: ChannelWeights(exact=1.0, lexical=1.0, vector=2.0)
+    )
     # extra weight of an exact hit (a row label or entity equal to the query's)
     exact_boost: float = Field(1.0, ge=0, le=100)
     min_score: float = Field(0.0, ge=0, le=1)
@@ -196,14 +201,15 @@ class V2Settings(Section):
     refusal: RefusalSettings = Field(default_factory=RefusalSettings)
 
 
-def leaf_defaults(model: type[BaseModel] = V2Settings, prefix: str = ENV_PREFIX) -> dict[str, object]:
-    """Every leaf's environment variable name and default, in declaration order."""
+def leaf_defaults(value: BaseModel | None = None, prefix: str = ENV_PREFIX) -> dict[str, object]:
+    """Every leaf's environment variable name and default (of `value`, else `V2Settings()`), in order."""
+    value = V2Settings() if value is None else value
     out: dict[str, object] = {}
-    for name, field in model.model_fields.items():
+    for name in type(value).model_fields:
         env = f"{prefix}{ENV_DELIMITER}{name.upper()}"
-        annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            out.update(leaf_defaults(annotation, env))
+        field_value = getattr(value, name)
+        if isinstance(field_value, BaseModel):
+            out.update(leaf_defaults(field_value, env))
         else:
-            out[env] = field.get_default(call_default_factory=True)
+            out[env] = field_value
     return out

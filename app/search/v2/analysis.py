@@ -78,6 +78,11 @@ class QueryAnalysis:
     language: str | None = None
 
     @property
+    def prose(self) -> bool:
+        """A question of plain words: no name, quoted phrase, quantity or table intent."""
+        return not (self.names or self.phrases or self.quantities or TABLE_LOOKUP in self.intents)
+
+    @property
     def names(self) -> tuple[Entity, ...]:
         """The identifiers, standards and document numbers of the query, in that order."""
         return (*self.identifiers, *self.standards, *self.document_numbers)

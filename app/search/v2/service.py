@@ -150,7 +150,13 @@ async def rank(
     `lists` holds the channels that ran without failing (an empty list: ran, found nothing).
     """
     t0 = time.perf_counter()
-    fused = fuse(lists, tuning.fusion)
+    # query-adaptive: plain-word questions lean on the vector channel (FusionSettings.prose_weights)
+    fusion = (
+        tuning.fusion.model_copy(update={"weights": tuning.fusion.prose_weights})
+        if analysis.prose
+        else tuning.fusion
+    )
+    fused = fuse(lists, fusion)
     t1 = time.perf_counter()
     outcome = await rerank_window(
         analysis,

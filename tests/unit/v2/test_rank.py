@@ -127,3 +127,16 @@ def test_candidate_lists_keep_the_channels_that_answered_in_their_order() -> Non
 
 def test_the_store_and_the_records_name_the_same_channels() -> None:
     assert v2_search.CHANNEL_NAMES == CHANNELS
+
+
+async def test_a_plain_word_question_leans_on_the_vector_channel() -> None:
+    # lexical ranks PROSE first, vector OTHER. A question of plain words is fused with the prose
+    # weights (lexical 1, vector 2): OTHER 2/21 beats PROSE 1/21. One that names a thing ("K 28")
+    # keeps the shipped weights (lexical 2, vector 1): PROSE 2/21 beats OTHER 1/21.
+    lists = {"lexical": [Scored(PROSE, 3.0)], "vector": [Scored(OTHER, 0.7)]}
+    plain = await rank(
+        analyze_query("how do the pumps stay quiet"), lists, Statistics(), TUNING, Fixed([0.5, 0.5])
+    )
+    assert [f.candidate.chunk_id for f in plain.fused] == ["other", "prose"]
+    named = await rank(analyze_query("is the K 28 quiet"), lists, Statistics(), TUNING, Fixed([0.5, 0.5]))
+    assert [f.candidate.chunk_id for f in named.fused] == ["prose", "other"]
