@@ -29,7 +29,7 @@ import httpx
 from app.clients.embeddings import Embedder
 from app.config import Settings
 from app.errors import BadRequest, ConfigError, ServiceUnavailable
-from app.ingest.v2.runs import model_identity
+from app.ingest.v2.profile import model_identity
 from app.metrics import V2_CHANNEL_FAILURES, V2_QUERIES, V2_RERANK_FALLBACKS
 from app.search.v2.analysis import QueryAnalysis, QueryConfig, analyze_query
 from app.search.v2.evidence import build_evidence, display_page
@@ -41,10 +41,10 @@ from app.search.v2.rerank import FeatureReranker, Reranker, rerank_window
 from app.search.v2.rerank_http import HttpReranker
 from app.search.v2.rerank_onnx import OnnxCrossEncoder
 from app.search.v2.schemas import QueryV2Request, QueryV2Response
-from app.store import v2_index
 from app.store import v2_search as channels_sql
 from app.store.db import StoreInfo
 from app.store.scope import Scope
+from app.store.v2 import runs as v2_index
 from app.v2_settings import V2Settings
 
 logger = logging.getLogger(__name__)
