@@ -20,7 +20,7 @@ from app.config import Settings
 from app.edge import safe_str
 from app.errors import InvalidInput, ServiceUnavailable
 from app.ingest.pipeline import IngestService
-from app.ingest.v2.runs import V2Context
+from app.ingest.v2.context import V2Context
 from app.jobs.setup import JobSystem
 from app.maintenance.tasks import Maintenance
 from app.maintenance.v2_tasks import V2Maintenance

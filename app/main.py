@@ -39,7 +39,7 @@ from app.errors import (
 )
 from app.ingest.pipeline import IngestService
 from app.ingest.upload import sweep_stale_uploads
-from app.ingest.v2.runs import V2Context
+from app.ingest.v2.context import V2Context
 from app.jobs.setup import build_jobs
 from app.logs import RequestContextMiddleware, configure_logging, request_id_var
 from app.maintenance.registry import MaintenanceRegistry

@@ -35,10 +35,13 @@ import numpy as np
 from pgvector.asyncpg import register_vector
 
 from app.runtime.postgres import EmbeddedPostgres
-from app.store import v2_index as store
 from app.store import v2_search as search
 from app.store.db import bootstrap
 from app.store.scope import Scope
+from app.store.v2 import documents as document_store
+from app.store.v2 import runs as run_store
+from app.store.v2 import vectors as vector_store
+from app.store.vector_index import build_index, index_spec
 from app.text.lexicon import STOPWORDS_DE, STOPWORDS_EN
 from app.text.normalize import normalize
 
@@ -63,19 +66,19 @@ def comment_words() -> list[str]:
 
 def document_chunks(
     rng: np.random.Generator, words: list[str], start: int, *, chunks: int, terms: int, dims: int
-) -> list[store.ChunkRow]:
+) -> list[document_store.ChunkRow]:
     rows = []
     for ordinal in range(chunks):
         at = (start + ordinal * terms) % max(len(words) - terms, 1)
         text = " ".join(words[at : at + terms])
         label = None
-        entities: tuple[store.EntityRow, ...] = ()
+        entities: tuple[document_store.EntityRow, ...] = ()
         if ordinal % 4 == 3:  # every fourth chunk a table row "K <n>"
             label = f"K {int(rng.integers(1, 500))}"
             text = f"{label} {text}"
-            entities = (store.EntityRow("identifier", label, normalize(label)),)
+            entities = (document_store.EntityRow("identifier", label, normalize(label)),)
         rows.append(
-            store.ChunkRow(
+            document_store.ChunkRow(
                 ordinal=ordinal,
                 chunk_id=str(uuid.uuid4()),
                 kind="table_row" if label else "prose",
@@ -106,7 +109,7 @@ async def load(
     start = int(rng.integers(0, len(words)))
     documents = options.chunks // options.per_document
     files = [f"{owner}-file-{i}" for i in range(documents)]
-    run = await store.create_run(
+    run = await run_store.create_run(
         conn, collection_id, namespace=owner, index_version="v2", extractor_version="bench",
         embedding_model="bench:model", embedding_dim=options.dims, file_ids=files,
     )  # fmt: skip
@@ -115,13 +118,13 @@ async def load(
             rng, words, start + i * options.per_document * options.terms, chunks=options.per_document,
             terms=options.terms, dims=options.dims,
         )  # fmt: skip
-        document = store.DocumentRow(
+        document = document_store.DocumentRow(
             file_id, owner, uuid.uuid4().hex * 2, "bench", "bench:model", "original", f"doc-{i}.pdf",
             f"Document {i}", document_number=f"AB-{i}",
         )  # fmt: skip
         async with conn.transaction():
-            document_id = await store.insert_document(conn, collection_id, document, rows)
-            await store.link_file(
+            document_id = await document_store.insert_document(conn, collection_id, document, rows)
+            await run_store.link_file(
                 conn, run.run_id, file_id, document_id=document_id, source="original", linked=False,
                 chunks=len(rows), fingerprints=(),
             )  # fmt: skip
@@ -186,10 +189,10 @@ async def measure(dsn: str, options: argparse.Namespace) -> dict[str, Any]:
         await conn.execute("VACUUM ANALYZE ragoverlay_v2_postings")
         await conn.execute("VACUUM ANALYZE ragoverlay_v2_chunks")
         await conn.execute("ANALYZE")
-        spec = store.v2_index_spec(options.dims)
+        spec = index_spec(options.dims, vector_store.V2_CHUNK_INDEX)
         assert spec is not None
         started = time.perf_counter()
-        await store.build_v2_index(conn, spec, m=16, ef_construction=64, memory="256MB")
+        await build_index(conn, spec, m=16, ef_construction=64, memory="256MB")
         index_s = time.perf_counter() - started
         scope = Scope.of(info.collection_id, ["owner-a"], file_ids=files)
         picks = await pick_terms(conn, scope, run_id)

@@ -38,15 +38,17 @@ from app.clients.embeddings.local import local_model_counter
 from app.config import Settings, load_settings
 from app.ingest.limits import ParseLimits
 from app.ingest.pipeline import IngestService, SourceFile
-from app.ingest.v2 import runs
+from app.ingest.v2.backfill import start_backfill_run
+from app.ingest.v2.context import V2Context
+from app.ingest.v2.lifecycle import RunStatus, describe_run
 from app.ingest.worker import parse_in_worker
 from app.jobs.setup import retry_policy
 from app.jobs.v2 import v2_worker
 from app.runtime.postgres import EmbeddedPostgres
 from app.store import chunks as v1_store
-from app.store import v2_index as store
 from app.store.db import bootstrap, create_pool
 from app.store.scope import Scope
+from app.store.v2 import reads as read_store
 from tests.fixtures import v2_corpus
 
 MIXED = {
@@ -108,7 +110,7 @@ async def _measure(settings: Settings, root: Path, pages: int) -> dict[str, Any]
     embedder = build_embedder(settings)
     blobs = build_blob_store(settings)
     ingest = IngestService(settings, pool, info, embedder, blobs)
-    ctx = runs.V2Context(settings, pool, info, embedder, blobs)
+    ctx = V2Context(settings, pool, info, embedder, blobs)
     folder = root / "files"
     folder.mkdir()
     stack = contextlib.AsyncExitStack()
@@ -122,8 +124,8 @@ async def _measure(settings: Settings, root: Path, pages: int) -> dict[str, Any]
     )
     work = await stack.enter_async_context(work_cm)
 
-    async def backfill(namespace: str) -> runs.RunStatus:
-        run = await runs.start_backfill_run(ctx, namespace=namespace)
+    async def backfill(namespace: str) -> RunStatus:
+        run = await start_backfill_run(ctx, namespace=namespace)
         await work.jobs.enqueue_backfill(namespace=namespace, run_id=run.run_id)
         return await work.jobs.wait_for_run(run.run_id, poll_s=0.05)
 
@@ -150,10 +152,10 @@ async def _measure(settings: Settings, root: Path, pages: int) -> dict[str, Any]
         mixed_progress = await backfill(mixed)
         mixed_seconds = time.perf_counter() - started
         for done in (long_progress, mixed_progress):
-            assert done.run.status == "active", runs.describe_run(done)
+            assert done.run.status == "active", describe_run(done)
         # the embedding share of the long file: its chunk texts embedded once more, alone
         async with pool.acquire() as conn:
-            long_chunks = await store.run_chunks(
+            long_chunks = await read_store.run_chunks(
                 conn, Scope.of(info.collection_id, [long_ns]), long_progress.run.run_id, limit=1_000_000
             )
         started = time.perf_counter()
@@ -162,7 +164,7 @@ async def _measure(settings: Settings, root: Path, pages: int) -> dict[str, Any]
 
         counter, window = local_model_counter()
         async with pool.acquire() as conn:
-            mixed_chunks = await store.run_chunks(
+            mixed_chunks = await read_store.run_chunks(
                 conn, Scope.of(info.collection_id, [mixed]), mixed_progress.run.run_id, limit=1_000_000
             )
             documents = await conn.fetch(

@@ -41,8 +41,11 @@ from pgvector.asyncpg import register_vector
 from app.clients.embeddings import model_identity
 from app.config import load_settings
 from app.runtime.postgres import EmbeddedPostgres
-from app.store import v2_index as store
 from app.store.db import bootstrap
+from app.store.v2 import documents as document_store
+from app.store.v2 import runs as run_store
+from app.store.v2 import vectors as vector_store
+from app.store.vector_index import build_index, index_spec
 from benchmarks.http import LeanHTTP
 from benchmarks.service import ServiceProcess, make_token
 from benchmarks.v2_channels import comment_words, document_chunks
@@ -82,7 +85,7 @@ async def load(
     words = comment_words()
     rng = np.random.default_rng(zlib.crc32(owner.encode()))
     file_ids = [f"{owner}-file-{i}" for i in range(files)]
-    run = await store.create_run(
+    run = await run_store.create_run(
         conn, info.collection_id, namespace=owner, index_version="v2", extractor_version="bench",
         embedding_model=model, embedding_dim=DIMS, file_ids=file_ids,
     )  # fmt: skip
@@ -92,17 +95,17 @@ async def load(
             rng, words, start + i * options.per_file * options.terms, chunks=options.per_file,
             terms=options.terms, dims=DIMS,
         )  # fmt: skip
-        document = store.DocumentRow(
+        document = document_store.DocumentRow(
             file_id, owner, uuid.uuid4().hex * 2, "bench", model, "original", f"doc-{i}.pdf",
             f"Document {i}", document_number=f"AB-{i}",
         )  # fmt: skip
         async with conn.transaction():
-            document_id = await store.insert_document(conn, info.collection_id, document, rows)
-            await store.link_file(
+            document_id = await document_store.insert_document(conn, info.collection_id, document, rows)
+            await run_store.link_file(
                 conn, run.run_id, file_id, document_id=document_id, source="original", linked=False,
                 chunks=len(rows), fingerprints=(),
             )  # fmt: skip
-    await store.activate_run(conn, info.collection_id, run.run_id)
+    await run_store.activate_run(conn, info.collection_id, run.run_id)
     return run.run_id, file_ids
 
 
@@ -218,9 +221,9 @@ async def prepare(
         run_id, files = await load(conn, info, AGENT, max(options.sizes), model, options)
         await load(conn, info, OTHER, options.foreign, model, options)
         await conn.execute("ANALYZE")
-        spec = store.v2_index_spec(DIMS)
+        spec = index_spec(DIMS, vector_store.V2_CHUNK_INDEX)
         assert spec is not None
-        await store.build_v2_index(conn, spec, m=16, ef_construction=64, memory="256MB")
+        await build_index(conn, spec, m=16, ef_construction=64, memory="256MB")
         asked = await questions(conn, run_id)
     finally:
         await conn.close()

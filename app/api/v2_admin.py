@@ -1,7 +1,7 @@
 """Admin routes of the V2 index: runs, staging, activation, backfill and status (`/v2/...`).
 
 Every route needs an admin (RAG_ADMIN_USER_IDS or a token with `role: "ADMIN"`); anyone else gets
-403. The work itself is in `app/ingest/v2/runs.py`; this module only maps HTTP to it.
+403. The work itself is in `app/ingest/v2/` (lifecycle, staging, backfill); this module only maps HTTP to it.
 """
 
 from __future__ import annotations
@@ -17,10 +17,16 @@ from app.deps import AdminPrincipal, JobsDep, ResourcesDep
 from app.edge import NON_BLANK_NUL_FREE_PATTERN, SafeStr, safe_str, safe_str_list
 from app.errors import BadRequest, Conflict, InvalidInput, NotFound, ServiceUnavailable, UnsupportedFileType
 from app.ingest.upload import check_content_length, receive_multipart
-from app.ingest.v2 import runs
+from app.ingest.v2 import lifecycle
+from app.ingest.v2.backfill import start_backfill_run
+from app.ingest.v2.context import V2Context
+from app.ingest.v2.lifecycle import RunStatus, activate, fail, run_status
+from app.ingest.v2.sources import Derivative
+from app.ingest.v2.staging import RunFileNotFound, index_file
 from app.maintenance.v2_tasks import HNSW_PREFIX, V2Maintenance
 from app.schemas import AUTHED_ERRORS, MAX_ENTITY_ID_CHARS, MAX_FILE_ID_CHARS, error_responses
-from app.store import v2_index as store
+from app.store.v2 import reads as read_store
+from app.store.v2 import runs as run_store
 
 router = APIRouter(prefix="/v2", tags=["v2 index (admin)"])
 
@@ -199,7 +205,7 @@ class V2StatusOut(BaseModel):
 # --- helpers -------------------------------------------------------------------------------------
 
 
-async def get_v2(resources: ResourcesDep) -> runs.V2Context:
+async def get_v2(resources: ResourcesDep) -> V2Context:
     """The V2 index context (503 when the service started without it)."""
     if resources.v2 is None:
         raise ServiceUnavailable("The V2 index is not available in this service")
@@ -213,11 +219,11 @@ async def get_v2_tasks(resources: ResourcesDep) -> V2Maintenance:
     return resources.v2_tasks
 
 
-V2Dep = Annotated[runs.V2Context, Depends(get_v2)]
+V2Dep = Annotated[V2Context, Depends(get_v2)]
 V2TasksDep = Annotated[V2Maintenance, Depends(get_v2_tasks)]
 
 
-def _run_out(run: store.RunRecord) -> RunOut:
+def _run_out(run: run_store.RunRecord) -> RunOut:
     return RunOut(
         run_id=run.run_id,
         namespace=run.namespace,
@@ -237,7 +243,7 @@ def _run_out(run: store.RunRecord) -> RunOut:
     )
 
 
-def _status_out(status: runs.RunStatus) -> RunStatusOut:
+def _status_out(status: RunStatus) -> RunStatusOut:
     return RunStatusOut(
         run=_run_out(status.run),
         counts=status.counts,
@@ -258,19 +264,19 @@ def _status_out(status: runs.RunStatus) -> RunStatusOut:
     )
 
 
-def _http(exc: store.RunError) -> Exception:
+def _http(exc: run_store.RunError) -> Exception:
     """A run error as the HTTP error the route documents."""
-    if isinstance(exc, (store.RunNotFound, runs.RunFileNotFound)):
+    if isinstance(exc, (run_store.RunNotFound, RunFileNotFound)):
         return NotFound(exc.detail)
     return Conflict(exc.detail)
 
 
-async def _stage(
-    ctx: runs.V2Context, run_id: int, file_id: str, derivative: runs.Derivative | None
+async def _stage_file_response(
+    ctx: V2Context, run_id: int, file_id: str, derivative: Derivative | None
 ) -> StagedFileOut:
     try:
-        outcome = await runs.index_file(ctx, run_id, file_id, derivative=derivative)
-    except store.RunError as exc:
+        outcome = await index_file(ctx, run_id, file_id, derivative=derivative)
+    except run_store.RunError as exc:
         raise _http(exc) from None
     return StagedFileOut(
         file_id=outcome.file_id,
@@ -299,10 +305,10 @@ async def v2_status(
 ) -> V2StatusOut:
     """Whether V2 is enabled and ready, the active run of each namespace, and how the index is built."""
     async with ctx.pool.acquire() as conn:
-        ready = await store.schema_ready(conn)
-        active = await store.active_runs(conn, ctx.info.collection_id) if ready else []
+        ready = await read_store.schema_ready(conn)
+        active = await run_store.active_runs(conn, ctx.info.collection_id) if ready else []
         running = (
-            await store.list_runs(conn, ctx.info.collection_id, statuses=["running"], limit=10_000)
+            await run_store.list_runs(conn, ctx.info.collection_id, statuses=["running"], limit=10_000)
             if ready
             else []
         )
@@ -345,14 +351,14 @@ async def v2_status(
 )
 async def start_run(body: StartRunRequest, principal: AdminPrincipal, ctx: V2Dep) -> RunStatusOut:
     """Start a run of a namespace that must contain exactly `file_ids`; stage them, then activate it."""
-    run = await runs.start_run(
+    run = await lifecycle.start_run(
         ctx,
         namespace=body.namespace,
         index_version=body.index_version,
         file_ids=body.file_ids,
         created_by=principal.namespace,
     )
-    return _status_out(await runs.run_status(ctx, run.run_id))
+    return _status_out(await run_status(ctx, run.run_id))
 
 
 @router.get("/runs", response_model=list[RunOut], responses=error_responses(*_ADMIN))
@@ -365,7 +371,7 @@ async def list_runs(
 ) -> list[RunOut]:
     """Runs, newest first (optionally of one namespace or status)."""
     async with ctx.pool.acquire() as conn:
-        found = await store.list_runs(
+        found = await run_store.list_runs(
             conn,
             ctx.info.collection_id,
             namespace=namespace,
@@ -379,8 +385,8 @@ async def list_runs(
 async def get_run(run_id: RunIdPath, principal: AdminPrincipal, ctx: V2Dep) -> RunStatusOut:
     """A run with the progress of each of its files."""
     try:
-        return _status_out(await runs.run_status(ctx, run_id))
-    except store.RunError as exc:
+        return _status_out(await run_status(ctx, run_id))
+    except run_store.RunError as exc:
         raise _http(exc) from None
 
 
@@ -397,7 +403,7 @@ async def stage_file(
     404 when the run or the file is unknown, 409 when the run is not running or active; a file that
     cannot be read answers as an upload would (413, 415, 422) and is recorded as failed on the run.
     """
-    return await _stage(ctx, run_id, body.file_id, None)
+    return await _stage_file_response(ctx, run_id, body.file_id, None)
 
 
 def _derivative_schema() -> dict[str, Any]:
@@ -480,8 +486,8 @@ async def stage_derivative(request: Request, principal: AdminPrincipal, ctx: V2D
             )
         if not upload.filename.lower().endswith(_DERIVATIVE_SUFFIXES):
             raise UnsupportedFileType("A derivative must be a text (.txt) or Markdown (.md) file")
-        derivative = runs.Derivative(upload.path, upload.filename, upload.content_type, upload.sha256)
-        return await _stage(ctx, int(raw_run), file_id, derivative)
+        derivative = Derivative(upload.path, upload.filename, upload.content_type, upload.sha256)
+        return await _stage_file_response(ctx, int(raw_run), file_id, derivative)
     finally:
         upload.cleanup()
 
@@ -492,9 +498,9 @@ async def stage_derivative(request: Request, principal: AdminPrincipal, ctx: V2D
 async def activate_run(run_id: RunIdPath, principal: AdminPrincipal, ctx: V2Dep) -> RunStatusOut:
     """Make a complete run the active one of its namespace and version (409 while a file is not staged)."""
     try:
-        await runs.activate(ctx, run_id)
-        return _status_out(await runs.run_status(ctx, run_id))
-    except store.RunError as exc:
+        await activate(ctx, run_id)
+        return _status_out(await run_status(ctx, run_id))
+    except run_store.RunError as exc:
         raise _http(exc) from None
 
 
@@ -506,9 +512,9 @@ async def fail_run(
 ) -> RunStatusOut:
     """Give a running run up: it never becomes active, and what queries read does not change."""
     try:
-        await runs.fail(ctx, run_id, (body or FailRequest()).reason)
-        return _status_out(await runs.run_status(ctx, run_id))
-    except store.RunError as exc:
+        await fail(ctx, run_id, (body or FailRequest()).reason)
+        return _status_out(await run_status(ctx, run_id))
+    except run_store.RunError as exc:
         raise _http(exc) from None
 
 
@@ -521,7 +527,7 @@ async def backfill(
     """Build a run of a namespace from the originals `/embed` stored (files without one: their V1 chunks),
     as jobs of the queue (one per file); it is activated when every file is staged. A backfill of the
     namespace and index version still running gives way to this one. Progress: `GET /v2/runs/{run_id}`."""
-    run = await runs.start_backfill_run(
+    run = await start_backfill_run(
         ctx,
         namespace=body.namespace,
         index_version=body.index_version,

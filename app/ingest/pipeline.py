@@ -32,10 +32,10 @@ from app.ingest.loaders import safe_basename
 from app.ingest.types import Chunk, LoadedDocument
 from app.ingest.worker import parse_in_worker, start_worker_server
 from app.store import chunks as store
-from app.store import v2_index as v2_store
 from app.store.db import StoreInfo
 from app.store.ids import uuid7_batch
 from app.store.scope import Scope
+from app.store.v2 import reads as read_store
 
 logger = logging.getLogger(__name__)
 
@@ -275,7 +275,7 @@ class IngestService:
         """Delete the scope's files (chunks, catalogue rows, unreferenced originals); return those found."""
         async with self.pool.acquire() as conn, conn.transaction():
             # V2 rows first: the scope's uploader rule reads the catalogue rows the V1 delete removes
-            await v2_store.delete_files(conn, scope)
+            await read_store.delete_files(conn, scope)
             result = await store.delete_files(conn, scope)
         for key in result.blob_keys:
             await self._remove_if_unreferenced(key)

@@ -35,12 +35,14 @@ from app.clients.embeddings import build_embedder
 from app.clients.http import build_http_client
 from app.config import Settings, load_settings
 from app.errors import ConfigError, RagError
-from app.ingest.v2.runs import RunStatus, V2Context, describe_run, run_status, start_backfill_run
+from app.ingest.v2.backfill import start_backfill_run
+from app.ingest.v2.context import V2Context
+from app.ingest.v2.lifecycle import RunStatus, describe_run, run_status
 from app.jobs.setup import retry_policy
 from app.jobs.v2 import v2_worker
 from app.runtime.postgres import EmbeddedPostgres
-from app.store import v2_index as store
 from app.store.db import bootstrap, create_pool
+from app.store.v2 import runs as run_store
 
 logger = logging.getLogger("ragoverlay.v2-backfill")
 
@@ -208,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return asyncio.run(run(args, settings))
-    except store.RunError as exc:
+    except run_store.RunError as exc:
         print(f"v2-backfill: {exc.detail}", file=sys.stderr)
         return 2
     except RagError as exc:

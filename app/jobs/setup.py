@@ -21,7 +21,7 @@ from app.clients.blobs import BlobStore
 from app.clients.embeddings import Embedder, model_identity
 from app.config import Settings
 from app.ingest.pipeline import IngestService
-from app.ingest.v2.runs import V2Context
+from app.ingest.v2.context import V2Context
 from app.jobs.kinds import REEMBED_MISSING, ReembedMissing
 from app.jobs.maintenance import QueuedMaintenance
 from app.jobs.policy import RetryPolicy, stale_timeout_warning

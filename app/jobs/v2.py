@@ -28,15 +28,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.errors import RagError
-from app.ingest.v2 import runs
+from app.ingest.v2.backfill import (
+    complete_run,
+    find_backfill_run,
+    stage_upload,
+    start_backfill_run,
+    start_first_run,
+)
+from app.ingest.v2.context import V2Context
+from app.ingest.v2.embedding import reembed_missing
+from app.ingest.v2.lifecycle import ProfileMismatch, RunStatus, describe_run, forced, run_status
+from app.ingest.v2.staging import index_file, survey_file
 from app.jobs.kinds import V2_BACKFILL, V2_INDEX_FILE, V2Backfill, V2IndexFile, register_v2
 from app.jobs.policy import RetryPolicy
 from app.jobs.registry import JobRegistry, PermanentJobError, Progress, ReleaseJob, current_job_id
 from app.jobs.service import JobService
 from app.jobs.worker import JobWorker
-from app.store import v2_index as store
 from app.store.jobs import Enqueued
 from app.store.missing_vectors import MissingCount, ReembedBatch
+from app.store.v2 import reads as read_store
+from app.store.v2 import runs as run_store
+from app.store.v2 import vectors as vector_store
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +89,7 @@ def upload_key(owner: str, file_id: str) -> str:
 class V2Jobs:
     """The handlers of `v2-backfill` and `v2-index-file`, and the calls that queue them."""
 
-    def __init__(self, ctx: runs.V2Context, jobs: JobService) -> None:
+    def __init__(self, ctx: V2Context, jobs: JobService) -> None:
         self.ctx = ctx
         self.jobs = jobs
 
@@ -143,20 +155,20 @@ class V2Jobs:
 
     async def wait_for_run(
         self, run_id: int, *, say: Callable[[str], None] | None = None, poll_s: float = 0.5
-    ) -> runs.RunStatus:
+    ) -> RunStatus:
         """Until the run is no longer running, or none of its jobs is queued or running any more.
 
         `say` is told each new line of progress (from the run's file table).
         """
         last = ""
         while True:
-            status = await runs.run_status(self.ctx, run_id)
-            line = runs.describe_run(status)
+            status = await run_status(self.ctx, run_id)
+            line = describe_run(status)
             if say is not None and line != last:
                 say(line)
                 last = line
             if status.run.status != "running" or not await self.waiting(run_id):
-                return await runs.run_status(self.ctx, run_id)
+                return await run_status(self.ctx, run_id)
             await asyncio.sleep(poll_s)
 
     # --- handlers ----------------------------------------------------------------------------------
@@ -166,23 +178,23 @@ class V2Jobs:
         ctx = self.ctx
         if job.run_id is not None:
             async with ctx.pool.acquire() as conn:
-                run = await store.get_run(conn, ctx.info.collection_id, job.run_id)
+                run = await run_store.get_run(conn, ctx.info.collection_id, job.run_id)
             if run is None or run.namespace != job.namespace:
                 raise PermanentJobError(f"there is no index run {job.run_id} of namespace {job.namespace}")
         else:
             job_id = current_job_id()
-            found = await runs.find_backfill_run(ctx, job.namespace, job_id) if job_id is not None else None
+            found = await find_backfill_run(ctx, job.namespace, job_id) if job_id is not None else None
             if found is None:
                 row = await self.jobs.get(job_id) if job_id is not None else None
                 created_by = row.created_by if row is not None else None
                 if job.first_run:
-                    found = await runs.start_first_run(
+                    found = await start_first_run(
                         ctx, namespace=job.namespace, created_by=created_by, job_id=job_id
                     )
                     if found is None:
                         return {"namespace": job.namespace, "skipped": "another run indexes the namespace"}
                 else:
-                    found = await runs.start_backfill_run(
+                    found = await start_backfill_run(
                         ctx,
                         namespace=job.namespace,
                         index_version=job.index_version,
@@ -193,11 +205,11 @@ class V2Jobs:
                         job_id=job_id,
                     )
             run = found
-        out: dict[str, Any] = {"run_id": run.run_id, "namespace": run.namespace, "force": runs.forced(run)}
+        out: dict[str, Any] = {"run_id": run.run_id, "namespace": run.namespace, "force": forced(run)}
         if run.status != "running":
             return {**out, "status": run.status, "surveys": 0, "stages": 0}
         async with ctx.pool.acquire() as conn:
-            files = await store.run_files(conn, run.run_id)
+            files = await run_store.run_files(conn, run.run_id)
         todo = [f for f in files if f.state != "staged"]
         survey = len(files) >= ctx.profile.boilerplate.min_documents
         surveys = [f for f in todo if survey and not f.surveyed]
@@ -220,7 +232,7 @@ class V2Jobs:
             )
             done += 1
             progress(done, total)
-        activated = None if todo else await runs.complete_run(ctx, run.run_id)
+        activated = None if todo else await complete_run(ctx, run.run_id)
         return {
             **out,
             "status": activated.status if activated else run.status,
@@ -236,17 +248,17 @@ class V2Jobs:
         ctx = self.ctx
         out: dict[str, Any] = {"run_id": job.run_id, "file_id": job.file_id}
         async with ctx.pool.acquire() as conn:
-            run = await store.get_run(conn, ctx.info.collection_id, job.run_id)
-            entry = await store.run_file(conn, job.run_id, job.file_id) if run is not None else None
+            run = await run_store.get_run(conn, ctx.info.collection_id, job.run_id)
+            entry = await run_store.run_file(conn, job.run_id, job.file_id) if run is not None else None
         if run is None or run.namespace != job.owner or run.status not in ("running", "active"):
             return {**out, "skipped": f"the run is {run.status if run is not None else 'gone'}"}
         if entry is None:
             # deleted meanwhile: it may have been the last file the run waited for
-            activated = await runs.complete_run(ctx, job.run_id)
+            activated = await complete_run(ctx, job.run_id)
             return {**out, "skipped": "the file is no longer one of the run's", "activated": bool(activated)}
         if job.survey:
             progress(0, 1, f"reading {job.file_id} for repeated blocks")
-            return {**out, "surveyed": await runs.survey_file(ctx, job.run_id, job.file_id)}
+            return {**out, "surveyed": await survey_file(ctx, job.run_id, job.file_id)}
         if entry.state != "staged":
             if job.after_survey:
                 surveys = await self.jobs.waiting(V2_INDEX_FILE, {"run_id": job.run_id, "survey": True})
@@ -255,13 +267,13 @@ class V2Jobs:
                     raise ReleaseJob(SURVEY_WAIT_SECONDS, note)
             progress(0, 1, f"staging {job.file_id}")
             try:
-                outcome = await runs.index_file(ctx, job.run_id, job.file_id)
-            except runs.ProfileMismatch as exc:
+                outcome = await index_file(ctx, job.run_id, job.file_id)
+            except ProfileMismatch as exc:
                 raise PermanentJobError(exc.detail) from exc
-            except store.RunStateError as exc:
+            except run_store.RunStateError as exc:
                 return {**out, "skipped": exc.detail}  # the run was failed or abandoned meanwhile
-            except store.RunFileGone as exc:
-                activated = await runs.complete_run(ctx, job.run_id)  # deleted meanwhile
+            except run_store.RunFileGone as exc:
+                activated = await complete_run(ctx, job.run_id)  # deleted meanwhile
                 return {**out, "skipped": exc.detail, "activated": bool(activated)}
             out.update(
                 chunks=outcome.chunks,
@@ -275,12 +287,12 @@ class V2Jobs:
         else:
             out["already_staged"] = True
         progress(1, 1, f"{job.file_id} staged")
-        activated = await runs.complete_run(ctx, job.run_id)
+        activated = await complete_run(ctx, job.run_id)
         return {**out, "activated": activated is not None}
 
     async def _upload(self, job: V2IndexFile, progress: Progress) -> dict[str, Any]:
         progress(0, 1, f"staging new upload {job.file_id}")
-        staging = await runs.stage_upload(self.ctx, job.file_id, job.owner)
+        staging = await stage_upload(self.ctx, job.file_id, job.owner)
         if staging.no_run:
             # the namespace's first upload since V2 was enabled for it: build its index, all files
             # (later uploads are staged into the run it starts; it never replaces a run)
@@ -310,21 +322,21 @@ class V2Jobs:
 class V2MissingVectors:
     """The V2 index's chunks without a vector, for the self-healing sweep (a `ReembeddingStore`).
 
-    It embeds them as a run does (`runs.reembed_missing`: the service's model identity, texts longer
+    It embeds them as a run does (`reembed_missing`: the service's model identity, texts longer
     than the window pooled) and the documents' `vectors_missing` and `embedding_error` follow.
     """
 
     name = "v2"
 
-    def __init__(self, ctx: runs.V2Context) -> None:
+    def __init__(self, ctx: V2Context) -> None:
         self.ctx = ctx
 
     async def count_missing(self) -> MissingCount:
         """Chunks of the collection's V2 documents without a vector, and those documents."""
         async with self.ctx.pool.acquire() as conn:
-            if not await store.schema_ready(conn):
+            if not await read_store.schema_ready(conn):
                 return MissingCount(0, 0)
-            documents, chunks = await store.count_missing_vectors(conn, self.ctx.info.collection_id)
+            documents, chunks = await vector_store.count_missing_vectors(conn, self.ctx.info.collection_id)
         return MissingCount(documents, chunks)
 
     async def reembed(self, *, after: str | None, limit: int) -> ReembedBatch:
@@ -333,7 +345,7 @@ class V2MissingVectors:
         if after is not None:
             document, _, ordinal = after.partition(":")
             key = (int(document), int(ordinal))
-        done = await runs.reembed_missing(self.ctx, limit=limit, after=key)
+        done = await reembed_missing(self.ctx, limit=limit, after=key)
         last = f"{done.last[0]}:{done.last[1]}" if done.last is not None else None
         return ReembedBatch(done.listed, done.stored, done.skipped, last)
 
@@ -352,7 +364,7 @@ class V2Worker:
 
 @contextlib.asynccontextmanager
 async def v2_worker(
-    ctx: runs.V2Context,
+    ctx: V2Context,
     *,
     dsn: str,
     concurrency: int,

@@ -11,10 +11,13 @@ from __future__ import annotations
 import logging
 
 from app.config import Settings
-from app.ingest.v2.runs import V2Context
+from app.ingest.v2.context import V2Context
 from app.maintenance.registry import MaintenanceRegistry, MaintenanceTask, Pass, Report
-from app.store import v2_index as store
 from app.store.db import dedicated_connection
+from app.store.v2 import reads as read_store
+from app.store.v2 import runs as run_store
+from app.store.v2 import vectors as vector_store
+from app.store.vector_index import IndexSpec, build_index, index_spec
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +29,7 @@ INDEX_RETRY_SECONDS = 300.0
 class V2IndexTask:
     """Build the V2 HNSW index of one dimension, then stop."""
 
-    def __init__(self, settings: Settings, dsn: str, spec: store.V2IndexSpec) -> None:
+    def __init__(self, settings: Settings, dsn: str, spec: IndexSpec) -> None:
         self.settings = settings
         self.dsn = dsn
         self.spec = spec
@@ -35,7 +38,7 @@ class V2IndexTask:
         """One pass: build (or wait for another session's build)."""
         report(f"building {self.spec.name}")
         async with dedicated_connection(self.dsn) as conn:
-            valid = await store.build_v2_index(
+            valid = await build_index(
                 conn,
                 self.spec,
                 m=self.settings.hnsw_m,
@@ -62,9 +65,11 @@ class V2Maintenance:
     async def start(self) -> None:
         """Want the index of every dimension an active run holds, and of the model's own."""
         async with self.ctx.pool.acquire() as conn:
-            if not await store.schema_ready(conn):
+            if not await read_store.schema_ready(conn):
                 return
-            dims = {run.embedding_dim for run in await store.active_runs(conn, self.ctx.info.collection_id)}
+            dims = {
+                run.embedding_dim for run in await run_store.active_runs(conn, self.ctx.info.collection_id)
+            }
         if self.ctx.enabled_namespaces and self.ctx.embedder.dimensions:
             dims.add(self.ctx.embedder.dimensions)
         for value in sorted(d for d in dims if d):
@@ -83,7 +88,7 @@ class V2Maintenance:
         name = f"{HNSW_PREFIX}{dims}"
         if self.ctx.settings.vector_index == "none" or name in self.registry:
             return
-        spec = store.v2_index_spec(dims)
+        spec = index_spec(dims, vector_store.V2_CHUNK_INDEX)
         if spec is None:
             return  # more dimensions than pgvector indexes: exact scans only
         self.registry.add(

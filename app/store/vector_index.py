@@ -1,5 +1,8 @@
 """The HNSW index of each embedding dimension, on the compact vector copy, and its walk function.
 
+The same build serves V2's chunk vectors: an `IndexFamily` names the table, the index and walk
+prefixes, the walk template and the build lock key (`app/store/v2/vectors.py: V2_CHUNK_INDEX`).
+
 The index lives on `ragoverlay_vectors` (migration 0006), not on rag_api's table: its rows are small
 and inline, so each candidate the filtered walk meets is checked against plain "C"-collated columns
 instead of a TOASTed row and its JSON metadata (measured: ~6x faster at a 10 % allow-list, same
@@ -29,41 +32,69 @@ WALK_TEMPLATE = "vec_walk.template.sql"
 
 
 @dataclass(frozen=True)
+class IndexFamily:
+    """The HNSW indexes of one vector table: where they live, how they and their walks are named.
+
+    Every dimension gets `<index_prefix><dims>` on `table` (partial on `dims`, on the embedding cast
+    to `halfvec(dims)`) and the walk function `<walk_prefix><dims>` from `walk_template`; builds of
+    the family take the advisory lock (`lock_key`, dims), so one session builds each index.
+    """
+
+    table: str
+    index_prefix: str
+    walk_prefix: str
+    walk_template: str
+    lock_key: int
+
+
+# V1: the compact vector copy (migration 0006)
+VECTOR_COPY_INDEX = IndexFamily(
+    table="ragoverlay_vectors",
+    index_prefix="ragoverlay_vec_hnsw_",
+    walk_prefix="ragoverlay_vec_walk_",
+    walk_template=WALK_TEMPLATE,
+    lock_key=_BUILD_LOCK_KEY,
+)
+
+
+@dataclass(frozen=True)
 class IndexSpec:
-    """Name and expression of the HNSW index for one dimension."""
+    """Name and expression of the HNSW index of one dimension of a family (default: V1's copy)."""
 
     dims: int
+    family: IndexFamily = VECTOR_COPY_INDEX
 
     @property
     def name(self) -> str:
-        """Index name (prefix `ragoverlay_vec_hnsw`)."""
-        return f"ragoverlay_vec_hnsw_{self.dims}"
+        """Index name (`ragoverlay_vec_hnsw_<dims>` for V1's copy)."""
+        return f"{self.family.index_prefix}{self.dims}"
 
     @property
     def function_name(self) -> str:
         """The per-dimension index-walk function the search function calls."""
-        return f"ragoverlay_vec_walk_{self.dims}"
+        return f"{self.family.walk_prefix}{self.dims}"
 
     @property
     def function_sql(self) -> str:
         """The walk function's SQL: the template with this dimension (an int of ours) filled in."""
-        return read_template(WALK_TEMPLATE).replace("__DIMS__", str(int(self.dims)))
+        return read_template(self.family.walk_template).replace("__DIMS__", str(int(self.dims)))
 
     @property
     def create_sql(self) -> str:
-        """CREATE INDEX CONCURRENTLY statement (dims are ours, never request data)."""
+        """CREATE INDEX CONCURRENTLY statement (dims are ours, never request data; $M and $EFC are
+        replaced by integers of ours)."""
         return (
-            f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {self.name} ON ragoverlay_vectors "
+            f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {self.name} ON {self.family.table} "
             f"USING hnsw ((embedding::halfvec({self.dims})) halfvec_cosine_ops) "
             f"WITH (m = $M, ef_construction = $EFC) "
             f"WHERE dims = {self.dims}"
         )
 
 
-def index_spec(dims: int) -> IndexSpec | None:
-    """The index to build for `dims`, or None when pgvector cannot index that many dimensions."""
+def index_spec(dims: int, family: IndexFamily = VECTOR_COPY_INDEX) -> IndexSpec | None:
+    """The index of `family` to build for `dims`, or None when pgvector cannot index that many dimensions."""
     if 0 < dims <= MAX_INDEX_DIMS:
-        return IndexSpec(dims)
+        return IndexSpec(dims, family)
     return None
 
 
@@ -89,7 +120,7 @@ async def build_index(
 
     `conn` must be a dedicated connection outside any transaction (CONCURRENTLY needs that).
     """
-    async with try_advisory_lock(conn, _BUILD_LOCK_KEY, spec.dims) as got:
+    async with try_advisory_lock(conn, spec.family.lock_key, spec.dims) as got:
         if not got:
             logger.info("Another session is building %s", spec.name)
             return False
@@ -124,6 +155,7 @@ async def ensure_walk(conn: asyncpg.Connection, spec: IndexSpec) -> bool:
     if exists and await code_checksum(conn, spec.function_name) == checksum:
         return False
     # serialised: concurrent CREATE of one function can fail with "tuple concurrently updated"
+    # (one lock per dimension for the walks of every family, whatever their build lock)
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", _BUILD_LOCK_KEY, -spec.dims)
         # pgvector's library defines the hnsw.* settings the function's SET clauses name; until it

@@ -40,7 +40,7 @@ _.disabled  # logging.Logger.disabled (app/logs.py silences uvicorn's access log
 # --- methods a protocol or library calls ----------------------------------------------------------
 _.readinto  # io: app/ingest/limits.py's bounded zip member is a file object
 _._get_size  # openpyxl's ReadOnlyWorksheet hook, overridden in app/ingest/limits.py
-_.find_class  # pickle.Unpickler hook (app/ingest/worker.py, app/ingest/v2/runs.py)
+_.find_class  # pickle.Unpickler hook (app/ingest/worker.py, app/ingest/v2/parse_cache.py)
 # markdown-it token handlers, called as getattr(self, "_" + token.type) in app/ingest/loaders/markdown.py
 _._heading_open
 _._heading_close
@@ -65,6 +65,6 @@ _.metadata_type  # app/store/db.py StoreInfo: the rag_api compatibility test che
 # --- dead, in files being restructured elsewhere: delete with them ---------------------------------
 _.trusted_dimensions  # TODO remove: app/clients/embeddings/base.py, never read
 _.is_open  # TODO remove: app/clients/embeddings/breaker.py, only tests read it
-_.RUN_STATUSES  # TODO remove: app/store/v2_index.py, never read
-_.has_vector  # TODO remove: app/store/v2_index.py StoredChunk, only tests read it (via run_chunks)
-_.term_stats  # TODO remove: app/store/v2_index.py (and TERM_STATS): its SQL function is retired
+_.RUN_STATUSES  # TODO remove: app/store/v2/runs.py, never read
+_.has_vector  # TODO remove: app/store/v2/reads.py StoredChunk, only tests read it (via run_chunks)
+_.term_stats  # TODO remove: app/store/v2/reads.py (and TERM_STATS): its SQL function is retired

@@ -22,13 +22,15 @@ import httpx
 import pytest
 
 from app.config import Settings
-from app.ingest.v2 import runs
+from app.ingest.v2.backfill import start_backfill_run
+from app.ingest.v2.lifecycle import fail
 from app.jobs.kinds import MAINTENANCE, REEMBED_MISSING
 from app.jobs.setup import JobSystem
 from app.jobs.worker import JobWorker
-from app.store import v2_index as store
 from app.store.jobs import JobRow
 from app.store.scope import Scope
+from app.store.v2 import reads as read_store
+from app.store.v2 import runs as run_store
 from tests.contract.helpers import agent_id, upload
 from tests.fixtures.fake_providers import FakeProvider, RecordedRequest, Reply
 from tests.fixtures.service import (
@@ -173,7 +175,7 @@ async def test_reindex_is_one_job_per_file_activated_once_and_force_rebuilds_eve
         assert sum(bool(j["result"]["activated"]) for j in stages) == 1  # activated exactly once
         res = resources(client)
         async with res.pool.acquire() as conn:
-            chunks = await store.run_chunks(
+            chunks = await read_store.run_chunks(
                 conn, Scope.of(res.info.collection_id, [agent]), run_id, limit=999
             )
             removed = await conn.fetch(
@@ -213,14 +215,14 @@ async def test_reindex_is_one_job_per_file_activated_once_and_force_rebuilds_eve
         # a new backfill of the namespace (and index version) replaces one still running
         ctx = res.v2
         assert ctx is not None
-        older = await runs.start_backfill_run(ctx, namespace=agent, activate_when_done=False)
-        newer = await runs.start_backfill_run(ctx, namespace=agent, activate_when_done=False)
+        older = await start_backfill_run(ctx, namespace=agent, activate_when_done=False)
+        newer = await start_backfill_run(ctx, namespace=agent, activate_when_done=False)
         superseded = (await run_of(client, older.run_id))["run"]
         assert (superseded["status"], superseded["error"]) == (
             "failed",
             f"superseded by backfill run {newer.run_id}",
         )
-        await runs.fail(ctx, newer.run_id, "test over")
+        await fail(ctx, newer.run_id, "test over")
 
         # the job gauges
         text = (await client.get("/metrics", headers=admin())).text
@@ -497,7 +499,7 @@ async def test_scripts_v2_backfill_queues_the_jobs_runs_them_and_reports_progres
         ctx = resources(client).v2
         assert ctx is not None
         async with ctx.pool.acquire() as conn:
-            active = await store.active_run(conn, ctx.info.collection_id, agent)
+            active = await run_store.active_run(conn, ctx.info.collection_id, agent)
         assert active is not None and active.run_id == run_id
         # the work went through the service's queue: one plan and one stage job per file
         kinds = [

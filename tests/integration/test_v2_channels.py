@@ -15,11 +15,15 @@ import pytest
 from pgvector.asyncpg import register_vector
 
 from app.search.v2 import bm25
-from app.store import v2_index as v2
 from app.store import v2_search as search
 from app.store.migrate import load_migrations, split_statements
 from app.store.scope import SCOPE_SQL, Scope, ScopeError
+from app.store.v2 import documents as document_store
+from app.store.v2 import reads as read_store
+from app.store.v2 import runs as run_store
+from app.store.v2 import vectors as vector_store
 from app.store.v2_search import ChannelHit
+from app.store.vector_index import build_index, index_spec
 from app.text.normalize import normalize
 from tests.fixtures.service import Database, new_id
 
@@ -45,9 +49,9 @@ class Text:
     vector: np.ndarray | None = None
 
 
-def chunk_rows(texts: Sequence[Text], rng: np.random.Generator) -> list[v2.ChunkRow]:
+def chunk_rows(texts: Sequence[Text], rng: np.random.Generator) -> list[document_store.ChunkRow]:
     return [
-        v2.ChunkRow(
+        document_store.ChunkRow(
             ordinal=i,
             chunk_id=str(uuid.uuid4()),
             kind="table_row" if t.row_label else "prose",
@@ -62,7 +66,7 @@ def chunk_rows(texts: Sequence[Text], rng: np.random.Generator) -> list[v2.Chunk
             headers=("Type", "Value") if t.row_label else (),
             row_values=(t.row_label, "1") if t.row_label else (),
             units=(None, "mm") if t.row_label else (),
-            entities=tuple(v2.EntityRow(kind, raw, normalize(raw)) for kind, raw in t.entities),
+            entities=tuple(document_store.EntityRow(kind, raw, normalize(raw)) for kind, raw in t.entities),
             embedding=t.vector if t.vector is not None else rng.normal(size=DIMS).astype(np.float32),
         )
         for i, t in enumerate(texts)
@@ -166,7 +170,7 @@ async def store_document(
     conn: asyncpg.Connection, collection_id: uuid.UUID, run_id: int, doc: Doc, rng: np.random.Generator
 ) -> int:
     rows = chunk_rows(doc.texts, rng)
-    document = v2.DocumentRow(
+    document = document_store.DocumentRow(
         file_id=doc.file_id,
         owner=doc.owner,
         checksum=uuid.uuid4().hex * 2,
@@ -181,11 +185,11 @@ async def store_document(
         metadata={"origin": doc.file_id},
     )
     async with conn.transaction():
-        document_id = await v2.insert_document(conn, collection_id, document, rows)
+        document_id = await document_store.insert_document(conn, collection_id, document, rows)
         await conn.execute(
             "INSERT INTO ragoverlay_v2_run_files (run_id, file_id) VALUES ($1, $2)", run_id, doc.file_id
         )
-        await v2.link_file(
+        await run_store.link_file(
             conn, run_id, doc.file_id, document_id=document_id, source="original", linked=False,
             chunks=len(rows), fingerprints=(),
         )  # fmt: skip
@@ -248,7 +252,7 @@ async def world(database: Database) -> AsyncIterator[World]:
     owner = new_id("owner")
     rng = np.random.default_rng(11)
     try:
-        run = await v2.create_run(
+        run = await run_store.create_run(
             conn,
             info.collection_id,
             namespace=owner,
@@ -486,7 +490,7 @@ async def test_vector_paths_return_as_many_rows_as_are_visible(world: World) -> 
     visible = sum(len(d.texts) for d in world.docs.values())
     query = np.random.default_rng(3).normal(size=DIMS).astype(np.float32)
     stored = {
-        (r["document_id"], r["ordinal"]): v2._vector(r["embedding"]).astype(np.float64)
+        (r["document_id"], r["ordinal"]): vector_store._vector(r["embedding"]).astype(np.float64)
         for r in await conn.fetch(
             "SELECT document_id, ordinal, embedding FROM ragoverlay_v2_chunks "
             "WHERE document_id = ANY ($1::bigint[])",
@@ -501,12 +505,12 @@ async def test_vector_paths_return_as_many_rows_as_are_visible(world: World) -> 
     for hit in hits:
         assert hit.score == pytest.approx(cosine[(hit.document_id, hit.ordinal)], abs=1e-6)
     # above the exact limit but no index of this dimension yet: still exact
-    spec = v2.v2_index_spec(DIMS)
+    spec = index_spec(DIMS, vector_store.V2_CHUNK_INDEX)
     assert spec is not None
     await conn.execute(f"DROP INDEX IF EXISTS {spec.name}")
     hits, path = await world.vector(query, limit=50, exact_max=0)
     assert path == "exact" and keys_of(hits) == best  # all of them, fewer than the limit
-    assert await v2.build_v2_index(conn, spec, m=8, ef_construction=32, memory="64MB")
+    assert await build_index(conn, spec, m=8, ef_construction=32, memory="64MB")
     hits, path = await world.vector(query, limit=5, exact_max=0)
     assert path == "hnsw" and keys_of(hits) == best[:5]
     hits, path = await world.vector(query, limit=100, exact_max=0)
@@ -517,23 +521,23 @@ async def test_a_filtered_walk_that_under_returns_is_refilled_exactly(world: Wor
     conn = world.conn
     rng = np.random.default_rng(7)
     # a crowd of another owner's vectors right at the query, the visible ones far from it
-    crowd_run = await v2.create_run(
+    crowd_run = await run_store.create_run(
         conn, world.collection_id, namespace="crowd", index_version="v2", extractor_version="test-1",
         embedding_model="test:channels", embedding_dim=DIMS, file_ids=[],
     )  # fmt: skip
     near = [Text(f"crowd {i}", vector=unit(1.0, *(rng.normal(size=3) * 0.01))) for i in range(400)]
     crowd = Doc("crowd-file", "crowd", "c.pdf", "C", tuple(near))
     await store_document(conn, world.collection_id, crowd_run.run_id, crowd, rng)
-    far_run = await v2.create_run(
+    far_run = await run_store.create_run(
         conn, world.collection_id, namespace=world.owner, index_version="v2-far", extractor_version="test-1",
         embedding_model="test:channels", embedding_dim=DIMS, file_ids=[],
     )  # fmt: skip
     far = [Text(f"far {i}", vector=unit(-1.0, *(rng.normal(size=3)))) for i in range(30)]
     far_doc = Doc(new_id("far"), world.owner, "far.pdf", "Far", tuple(far))
     await store_document(conn, world.collection_id, far_run.run_id, far_doc, rng)
-    spec = v2.v2_index_spec(DIMS)
+    spec = index_spec(DIMS, vector_store.V2_CHUNK_INDEX)
     assert spec is not None
-    assert await v2.build_v2_index(conn, spec, m=8, ef_construction=32, memory="64MB")
+    assert await build_index(conn, spec, m=8, ef_construction=32, memory="64MB")
     scope = Scope.of(world.collection_id, [world.owner], file_ids=[far_doc.file_id])
 
     async def far_walk(limit: int, exact_max: int) -> tuple[list[ChannelHit], str]:
@@ -571,7 +575,7 @@ async def test_postings_follow_inserts_and_deletes(world: World) -> None:
     assert any(r["tf"] > 1 for r in rows)  # "pump" twice in the first chunk
     mine = Scope.of(world.collection_id, [world.owner], file_ids=[fa])
     async with conn.transaction():
-        assert await v2.delete_files(conn, mine) == {fa}
+        assert await read_store.delete_files(conn, mine) == {fa}
     assert (
         await conn.fetchval("SELECT count(*) FROM ragoverlay_v2_postings WHERE document_id = $1", document_id)
         == 0
@@ -652,12 +656,12 @@ async def test_the_one_statement_returns_what_each_channel_returns(world: World)
     assert (narrow.visible.documents, narrow.visible.chunks) == (2, stats.documents)
     assert narrow.document_frequency == {t: stats.document_frequency.get(t, 0) for t in ("water", "pump")}
     # both vector paths through the statement: the exact scan, and the walk once the index exists
-    spec = v2.v2_index_spec(DIMS)
+    spec = index_spec(DIMS, vector_store.V2_CHUNK_INDEX)
     assert spec is not None
     await conn.execute(f"DROP INDEX IF EXISTS {spec.name}")
     scan = await world.retrieve(ask(query=query, exact_max=0))
     assert scan.channels["vector"].path == "exact" and len(scan.channels["vector"].hits) == 10
-    assert await v2.build_v2_index(conn, spec, m=8, ef_construction=32, memory="64MB")
+    assert await build_index(conn, spec, m=8, ef_construction=32, memory="64MB")
     walk = await world.retrieve(ask(query=query, exact_max=0, limit=5))
     assert walk.channels["vector"].path == "hnsw"
     assert walk.channels["vector"].hits == scan.channels["vector"].hits[:5]

@@ -23,8 +23,8 @@ import pytest
 
 from app.clients.embeddings.local import local_model_counter
 from app.config import Settings
-from app.store import v2_index as store
 from app.store.scope import SCOPE_SQL, Scope
+from app.store.v2 import reads as read_store
 from tests.contract.helpers import agent_id, upload
 from tests.fixtures import v2_corpus
 from tests.fixtures.service import auth, new_id, resources, running_app
@@ -117,12 +117,12 @@ async def wait_for_run(
 
 async def chunks_of(
     world: World, run_id: int, owner: str | None = None
-) -> dict[str, list[store.StoredChunk]]:
+) -> dict[str, list[read_store.StoredChunk]]:
     res = resources(world.client)
     scope = Scope.of(res.info.collection_id, [owner or world.agent])
     async with res.pool.acquire() as conn:
-        rows = await store.run_chunks(conn, scope, run_id, limit=10_000)
-    out: dict[str, list[store.StoredChunk]] = {}
+        rows = await read_store.run_chunks(conn, scope, run_id, limit=10_000)
+    out: dict[str, list[read_store.StoredChunk]] = {}
     for row in rows:
         out.setdefault(row.file_id, []).append(row)
     return out
@@ -255,7 +255,7 @@ async def test_staging_the_same_files_through_the_routes_equals_the_backfill(
     staged = await chunks_of(world, run_id, other)
     backfill = await chunks_of(world, backfilled)
 
-    def shape(rows: list[store.StoredChunk]) -> list[tuple[Any, ...]]:
+    def shape(rows: list[read_store.StoredChunk]) -> list[tuple[Any, ...]]:
         return [(c.chunk_id, c.kind, c.page, c.page_label, c.section, c.content, c.row_values) for c in rows]
 
     for file_id in uploaded.values():

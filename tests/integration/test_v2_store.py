@@ -16,9 +16,12 @@ from pgvector.asyncpg import register_vector
 from app.ingest.types import Block, LoadedDocument
 from app.ingest.v2.chunker import ChunkRecord, chunk_document
 from app.search.v2 import bm25
-from app.store import v2_index as v2
 from app.store.db import StoreInfo, bootstrap
 from app.store.scope import SCOPE_SQL, Scope
+from app.store.v2 import documents as document_store
+from app.store.v2 import reads as read_store
+from app.store.v2 import runs as run_store
+from app.store.v2 import vectors as vector_store
 from app.text.tokens import SimpleTokenCounter
 from tests.fixtures.service import Database, new_id
 
@@ -48,10 +51,10 @@ def manual() -> LoadedDocument:
     )
 
 
-def rows_of(chunks: list[ChunkRecord], *, vectors: bool = True) -> list[v2.ChunkRow]:
+def rows_of(chunks: list[ChunkRecord], *, vectors: bool = True) -> list[document_store.ChunkRow]:
     rng = np.random.default_rng(5)
     return [
-        v2.ChunkRow(
+        document_store.ChunkRow(
             ordinal=c.ordinal,
             chunk_id=c.id,
             kind=c.kind,
@@ -71,7 +74,9 @@ def rows_of(chunks: list[ChunkRecord], *, vectors: bool = True) -> list[v2.Chunk
             units=c.units,
             footnotes=c.footnotes,
             whole_table=c.whole_table,
-            entities=tuple(v2.EntityRow(e.kind, e.raw, e.normalized, e.value, e.unit) for e in c.entities),
+            entities=tuple(
+                document_store.EntityRow(e.kind, e.raw, e.normalized, e.value, e.unit) for e in c.entities
+            ),
             embedding=rng.normal(size=DIMS).astype(np.float32) if vectors else None,
         )
         for c in chunks
@@ -84,13 +89,15 @@ class Staged:
     info: StoreInfo
     owner: str
     file_id: str
-    run: v2.RunRecord
+    run: run_store.RunRecord
     chunks: list[ChunkRecord]
 
 
-async def stage(conn: asyncpg.Connection, info: StoreInfo, owner: str, file_ids: list[str]) -> v2.RunRecord:
+async def stage(
+    conn: asyncpg.Connection, info: StoreInfo, owner: str, file_ids: list[str]
+) -> run_store.RunRecord:
     """A run of `owner` with every file staged (the same manual under each id); not activated."""
-    run = await v2.create_run(
+    run = await run_store.create_run(
         conn,
         info.collection_id,
         namespace=owner,
@@ -102,7 +109,7 @@ async def stage(conn: asyncpg.Connection, info: StoreInfo, owner: str, file_ids:
     )
     chunked = chunk_document(manual(), title="Manual", document_key="k", counter=SimpleTokenCounter())
     for file_id in file_ids:
-        document = v2.DocumentRow(
+        document = document_store.DocumentRow(
             file_id=file_id,
             owner=owner,
             checksum="0" * 64,
@@ -113,10 +120,10 @@ async def stage(conn: asyncpg.Connection, info: StoreInfo, owner: str, file_ids:
             title="Manual",
         )
         async with conn.transaction():
-            document_id = await v2.insert_document(
+            document_id = await document_store.insert_document(
                 conn, info.collection_id, document, rows_of(chunked.chunks)
             )
-            await v2.link_file(
+            await run_store.link_file(
                 conn,
                 run.run_id,
                 file_id,
@@ -161,7 +168,7 @@ async def test_an_active_run_is_readable_by_plain_sql_through_the_scope_predicat
     mine = Scope.of(info.collection_id, [staged.owner], file_ids=[staged.file_id])
     # running: nothing is active yet, so a query for the active run finds nothing
     assert await conn.fetch(PLAIN_SQL, *mine.sql_args(), staged.owner) == []
-    await v2.activate_run(conn, info.collection_id, staged.run.run_id)
+    await run_store.activate_run(conn, info.collection_id, staged.run.run_id)
     rows = await conn.fetch(PLAIN_SQL, *mine.sql_args(), staged.owner)
     assert len(rows) == len(staged.chunks) > 0
     assert not any("Products" in r["content"] for r in rows)  # navigation reached no chunk
@@ -177,7 +184,7 @@ async def test_an_active_run_is_readable_by_plain_sql_through_the_scope_predicat
     other_file = Scope.of(info.collection_id, [staged.owner], file_ids=["another"])
     assert await conn.fetch(PLAIN_SQL, *other_file.sql_args(), staged.owner) == []
     # the store's own read gives the same rows
-    read = await v2.run_chunks(conn, mine, staged.run.run_id, limit=100)
+    read = await read_store.run_chunks(conn, mine, staged.run.run_id, limit=100)
     assert [c.content for c in read] == [r["content"] for r in rows]
     assert all(c.has_vector for c in read)
 
@@ -186,7 +193,7 @@ async def test_terms_and_statistics_match_the_bm25_reference(staged: Staged) -> 
     conn, run_id = staged.conn, staged.run.run_id
     documents = [c.search_text.split() for c in staged.chunks]
     reference = bm25.corpus_stats(documents)
-    chunks, average = await v2.run_stats(conn, run_id)
+    chunks, average = await read_store.run_stats(conn, run_id)
     assert chunks == reference.documents
     assert average == pytest.approx(reference.average_length)
     # one posting per chunk and distinct term: each term finds exactly the chunks holding it, kept as
@@ -209,7 +216,7 @@ async def test_terms_and_statistics_match_the_bm25_reference(staged: Staged) -> 
 
 async def test_activation_refuses_a_partial_run_and_one_run_is_active(staged: Staged) -> None:
     conn, info = staged.conn, staged.info
-    partial = await v2.create_run(
+    partial = await run_store.create_run(
         conn,
         info.collection_id,
         namespace=staged.owner,
@@ -219,42 +226,45 @@ async def test_activation_refuses_a_partial_run_and_one_run_is_active(staged: St
         embedding_dim=DIMS,
         file_ids=[staged.file_id, "not-yet"],
     )
-    (done,) = await v2.run_files(conn, staged.run.run_id)
+    (done,) = await run_store.run_files(conn, staged.run.run_id)
     assert done.document_id is not None
-    await v2.link_file(
+    await run_store.link_file(
         conn, partial.run_id, staged.file_id, document_id=done.document_id, source="original", linked=True,
         chunks=len(staged.chunks), fingerprints=(),
     )  # fmt: skip
-    with pytest.raises(v2.RunIncomplete, match="1 pending"):
-        await v2.activate_run(conn, info.collection_id, partial.run_id)
-    first = await v2.activate_run(conn, info.collection_id, staged.run.run_id)
+    with pytest.raises(run_store.RunIncomplete, match="1 pending"):
+        await run_store.activate_run(conn, info.collection_id, partial.run_id)
+    first = await run_store.activate_run(conn, info.collection_id, staged.run.run_id)
     assert first.status == "active"
     # a second complete run replaces it; the first is abandoned in the same transaction
     second = await stage(conn, info, staged.owner, [staged.file_id])
-    await v2.activate_run(conn, info.collection_id, second.run_id)
+    await run_store.activate_run(conn, info.collection_id, second.run_id)
     statuses = {
-        r.run_id: r.status for r in await v2.list_runs(conn, info.collection_id, namespace=staged.owner)
+        r.run_id: r.status
+        for r in await run_store.list_runs(conn, info.collection_id, namespace=staged.owner)
     }
     assert statuses == {staged.run.run_id: "abandoned", partial.run_id: "running", second.run_id: "active"}
     # the database itself refuses two active runs of one namespace and index version
     with pytest.raises(asyncpg.UniqueViolationError):
         await conn.execute("UPDATE ragoverlay_v2_runs SET status = 'active' WHERE run_id = $1", first.run_id)
-    with pytest.raises(v2.RunStateError):
-        await v2.activate_run(conn, info.collection_id, first.run_id)
+    with pytest.raises(run_store.RunStateError):
+        await run_store.activate_run(conn, info.collection_id, first.run_id)
     # documents no running or active run links are pruned (the partial run links the first one)
-    assert await v2.prune_documents(conn, info.collection_id) == 0
-    failed = await v2.fail_run(conn, info.collection_id, partial.run_id, "given up")
+    assert await document_store.prune_documents(conn, info.collection_id) == 0
+    failed = await run_store.fail_run(conn, info.collection_id, partial.run_id, "given up")
     assert failed.status == "failed" and failed.error == "given up"
-    assert await v2.prune_documents(conn, info.collection_id) == 1
+    assert await document_store.prune_documents(conn, info.collection_id) == 1
     assert len(
-        await v2.run_chunks(conn, Scope.of(info.collection_id, [staged.owner]), second.run_id, limit=99)
+        await read_store.run_chunks(
+            conn, Scope.of(info.collection_id, [staged.owner]), second.run_id, limit=99
+        )
     )
 
 
 async def test_missing_vectors_are_listed_and_filled(staged: Staged) -> None:
     conn, info = staged.conn, staged.info
     owner, file_id = staged.owner, new_id("novec")
-    run = await v2.create_run(
+    run = await run_store.create_run(
         conn,
         info.collection_id,
         namespace=owner,
@@ -265,20 +275,29 @@ async def test_missing_vectors_are_listed_and_filled(staged: Staged) -> None:
         file_ids=[file_id],
     )
     rows = rows_of(staged.chunks, vectors=False)
-    document = v2.DocumentRow(
+    document = document_store.DocumentRow(
         file_id, owner, "1" * 64, "test-1", "test:other-model", "original", "m.pdf", "M"
     )
-    document_id = await v2.insert_document(conn, info.collection_id, document, rows)
-    await v2.link_file(
+    document_id = await document_store.insert_document(conn, info.collection_id, document, rows)
+    await run_store.link_file(
         conn, run.run_id, file_id, document_id=document_id, source="original", linked=False, chunks=len(rows),
         fingerprints=(),
     )  # fmt: skip
-    missing = await v2.chunks_missing_vectors(conn, info.collection_id, embedding_model="test:other-model")
+    missing = await vector_store.chunks_missing_vectors(
+        conn, info.collection_id, embedding_model="test:other-model"
+    )
     assert [(m.document_id, m.ordinal) for m in missing] == [(document_id, r.ordinal) for r in rows]
     assert [m.embed_text for m in missing] == [r.embed_text for r in rows]
-    filled = await v2.set_chunk_vectors(conn, [(m.document_id, m.ordinal, np.ones(DIMS)) for m in missing])
+    filled = await vector_store.set_chunk_vectors(
+        conn, [(m.document_id, m.ordinal, np.ones(DIMS)) for m in missing]
+    )
     assert filled == len(rows)
-    assert await v2.chunks_missing_vectors(conn, info.collection_id, embedding_model="test:other-model") == []
+    assert (
+        await vector_store.chunks_missing_vectors(
+            conn, info.collection_id, embedding_model="test:other-model"
+        )
+        == []
+    )
     assert (
         await conn.fetchval(
             "SELECT vectors_missing FROM ragoverlay_v2_documents WHERE document_id = $1", document_id
@@ -289,16 +308,16 @@ async def test_missing_vectors_are_listed_and_filled(staged: Staged) -> None:
 
 async def test_delete_goes_through_the_scope(staged: Staged) -> None:
     conn, info = staged.conn, staged.info
-    await v2.activate_run(conn, info.collection_id, staged.run.run_id)
+    await run_store.activate_run(conn, info.collection_id, staged.run.run_id)
     stranger = Scope.of(info.collection_id, [new_id("stranger")], file_ids=[staged.file_id])
     async with conn.transaction():
-        assert await v2.delete_files(conn, stranger) == set()
+        assert await read_store.delete_files(conn, stranger) == set()
     mine = Scope.of(info.collection_id, [staged.owner], file_ids=[staged.file_id])
-    assert await v2.run_chunks(conn, mine, staged.run.run_id, limit=10)
+    assert await read_store.run_chunks(conn, mine, staged.run.run_id, limit=10)
     async with conn.transaction():
-        assert await v2.delete_files(conn, mine) == {staged.file_id}
-    assert await v2.run_chunks(conn, mine, staged.run.run_id, limit=10) == []
-    run = await v2.get_run(conn, info.collection_id, staged.run.run_id)
+        assert await read_store.delete_files(conn, mine) == {staged.file_id}
+    assert await read_store.run_chunks(conn, mine, staged.run.run_id, limit=10) == []
+    run = await run_store.get_run(conn, info.collection_id, staged.run.run_id)
     assert run is not None and run.expected_files == 0
     for table in ("ragoverlay_v2_chunks", "ragoverlay_v2_entities", "ragoverlay_v2_documents"):
         n = await conn.fetchval(

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from app.config import load_settings
-from app.ingest.v2.runs import V2Context
+from app.ingest.v2.context import V2Context
 from app.jobs.kinds import IndexUpload, V2Backfill, V2IndexFile, register_v2
 from app.jobs.policy import (
     RetryPolicy,

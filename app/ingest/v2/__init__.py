@@ -10,8 +10,11 @@ How an index run uses it, per document of a namespace:
     # chunked.chunks: embed `embed_text` (every one fits the model), store `search_text`, entities
     # chunked.stats: boilerplate removed, table rows, share of text reaching the model
 
-`runs.py` does exactly this against the database (index runs, staging, backfill; see its docstring),
-and stores the result through `app/store/v2_index.py`.
+The modules beside these do exactly this against the database and store the result through
+`app/store/v2/`: `profile.py` (counter, window, extractor version), `context.py` (what runs need),
+`lifecycle.py` (start, activate, fail, status), `staging.py` (survey and stage one file),
+`sources.py` (the original, a derivative or the V1 text, parsed), `embedding.py` (vectors, reuse, the
+re-embed sweep), `backfill.py` (backfill runs, new uploads) and `parse_cache.py`.
 
 The text helpers it shares with the query side, the store and the embedding clients live in
 `app/text` (normalisation, lexicons, entities, token windows).

@@ -45,10 +45,10 @@ from app.search.v2.rerank import FeatureReranker, Reranker, RerankOutcome, reran
 from app.search.v2.rerank_http import HttpReranker
 from app.search.v2.rerank_onnx import OnnxCrossEncoder
 from app.search.v2.schemas import EvidenceItem, QueryV2Request, QueryV2Response
-from app.store import v2_index
 from app.store import v2_search as channels_sql
 from app.store.db import StoreInfo
 from app.store.scope import Scope, ScopeError
+from app.store.v2 import runs as v2_index
 from app.v2_settings import V2Settings
 
 logger = logging.getLogger(__name__)

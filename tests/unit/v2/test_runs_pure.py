@@ -10,7 +10,9 @@ import pytest
 
 from app.config import load_settings
 from app.ingest.types import Block, LoadedDocument
-from app.ingest.v2.runs import CharCounter, build_profile, clean_document, embed_texts, rebuild_v1_text
+from app.ingest.v2.embedding import embed_texts
+from app.ingest.v2.profile import CharCounter, build_profile
+from app.ingest.v2.sources import clean_document, rebuild_v1_text
 from app.text.tokens import SimpleTokenCounter
 
 

@@ -1,0 +1,170 @@
+"""Embedding V2 chunks: texts longer than the window by their pooled windows, vectors of unchanged
+texts reused, chunks stored without a vector when the provider fails, and the sweep that fills those in.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from app.clients.embeddings import Embedder
+from app.errors import UpstreamUnavailable
+from app.ingest.v2.chunker import ChunkRecord
+from app.ingest.v2.context import V2Context
+from app.ingest.v2.profile import IndexProfile
+from app.store.v2 import documents as document_store
+from app.store.v2 import runs as run_store
+from app.store.v2 import vectors as vector_store
+from app.text.tokens import pool_windows, window_texts, window_weights
+
+logger = logging.getLogger(__name__)
+
+
+def _row(chunk: ChunkRecord, vector: np.ndarray | None) -> document_store.ChunkRow:
+    return document_store.ChunkRow(
+        ordinal=chunk.ordinal,
+        chunk_id=chunk.id,
+        kind=chunk.kind,
+        page=chunk.page,
+        page_label=chunk.page_label,
+        section=chunk.section,
+        content=chunk.content,
+        embed_text=chunk.embed_text,
+        search_text=chunk.search_text,
+        tokens=chunk.tokens,
+        table_caption=chunk.table_caption,
+        table_index=chunk.table_index,
+        row_index=chunk.row_index,
+        row_label=chunk.row_label,
+        headers=chunk.headers,
+        row_values=chunk.row_values,
+        units=chunk.units,
+        footnotes=chunk.footnotes,
+        whole_table=chunk.whole_table,
+        entities=tuple(
+            document_store.EntityRow(e.kind, e.raw, e.normalized, e.value, e.unit) for e in chunk.entities
+        ),
+        embedding=vector,
+    )
+
+
+async def embed_texts(embedder: Embedder, profile: IndexProfile, texts: Sequence[str]) -> list[np.ndarray]:
+    """One unit vector per text; a text longer than the window is embedded by its pooled windows.
+
+    The chunker keeps every V2 text inside the window, so pooling is the safety net that makes sure
+    no text is ever cut silently by the model.
+    """
+    pieces: list[str] = []
+    spans: list[tuple[int, int, list[float] | None]] = []
+    for text in texts:
+        if profile.counter.count(text) + profile.counter.special_tokens <= profile.window:
+            spans.append((len(pieces), len(pieces) + 1, None))
+            pieces.append(text)
+            continue
+        windows = window_texts(text, profile.counter, profile.window) or [text]
+        spans.append((len(pieces), len(pieces) + len(windows), window_weights(windows, profile.counter)))
+        pieces.extend(windows)
+    vectors = np.asarray(await embedder.embed_documents(pieces), dtype=np.float32) if pieces else None
+    out: list[np.ndarray] = []
+    for start, end, weights in spans:
+        assert vectors is not None
+        if weights is None:
+            vector = vectors[start]
+            out.append((vector / max(float(np.linalg.norm(vector)), 1e-12)).astype(np.float32))
+        else:
+            out.append(pool_windows(vectors[start:end], weights))
+    return out
+
+
+async def embed_rows(
+    ctx: V2Context,
+    run: run_store.RunRecord,
+    file_id: str,
+    checksum: str,
+    chunks: Sequence[ChunkRecord],
+    *,
+    reuse: bool = True,
+) -> tuple[list[document_store.ChunkRow], int, int, str | None]:
+    """Rows with vectors (reused by text digest, else embedded); without vectors if the provider fails."""
+    profile = ctx.profile
+    digests = [document_store.text_digest(c.embed_text) for c in chunks]
+    known: dict[str, np.ndarray] = {}
+    if reuse:
+        async with ctx.pool.acquire() as conn:
+            known = await vector_store.reusable_vectors(
+                conn,
+                ctx.info.collection_id,
+                embedding_model=profile.embedding_model,
+                checksum=checksum,
+                owner=run.namespace,
+                file_id=file_id,
+                digests=digests,
+            )
+    missing: dict[str, str] = {}
+    for digest, chunk in zip(digests, chunks, strict=True):
+        if digest not in known:
+            missing.setdefault(digest, chunk.embed_text)
+    fresh: dict[str, np.ndarray] = {}
+    error: str | None = None
+    if missing:
+        try:
+            vectors = await embed_texts(ctx.embedder, profile, list(missing.values()))
+            fresh = dict(zip(missing, vectors, strict=True))
+        except UpstreamUnavailable as exc:
+            # stored without vectors: the lexical channels find them, the sweep embeds them later
+            error = exc.detail
+            logger.warning(
+                "V2 run %d: embedding %s failed (%s); stored without vectors", run.run_id, file_id, exc.detail
+            )
+    dims = {v.shape[0] for v in fresh.values()}
+    if dims and any(v.shape[0] not in dims for v in known.values()):
+        known = {}  # a model that changed its dimension under the same name: never mix
+    rows = [_row(c, fresh.get(d, known.get(d))) for c, d in zip(chunks, digests, strict=True)]
+    reused = sum(1 for d in digests if d in known)
+    embedded = len(fresh)
+    return rows, embedded, reused, error
+
+
+# --- the re-embed sweep's work -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reembedded:
+    """What one `reembed_missing` call did: chunks listed, vectors stored, chunks skipped, the last key."""
+
+    listed: int
+    stored: int
+    skipped: int
+    last: tuple[int, int] | None  # (document_id, ordinal) of the last chunk listed: the next call's `after`
+
+
+async def reembed_missing(
+    ctx: V2Context, *, limit: int = 256, after: tuple[int, int] | None = None
+) -> Reembedded:
+    """Embed up to `limit` chunks stored without a vector by this service's model, in key order.
+
+    A chunk whose document already holds vectors of another dimension is skipped (a model that
+    changed its dimension under the same name: never mix them in one document).
+    """
+    profile = ctx.profile
+    async with ctx.pool.acquire() as conn:
+        todo = await vector_store.chunks_missing_vectors(
+            conn, ctx.info.collection_id, embedding_model=profile.embedding_model, limit=limit, after=after
+        )
+    if not todo:
+        return Reembedded(0, 0, 0, None)
+    vectors = await embed_texts(ctx.embedder, profile, [item.embed_text for item in todo])
+    fitting = [
+        (item.document_id, item.ordinal, vector)
+        for item, vector in zip(todo, vectors, strict=True)
+        if item.dims is None or item.dims == int(vector.shape[0])
+    ]
+    async with ctx.pool.acquire() as conn:
+        done = await vector_store.set_chunk_vectors(conn, fitting)
+    if fitting and ctx.on_dimension is not None:
+        ctx.on_dimension(int(fitting[0][2].shape[0]))
+    last = todo[-1]
+    return Reembedded(len(todo), done, len(todo) - len(fitting), (last.document_id, last.ordinal))
