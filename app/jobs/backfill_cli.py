@@ -4,8 +4,8 @@ Uses the service's configuration (environment, `.env`): the same database, blob 
 model. With the embedded database, a service running on the same DATA_DIR owns it: this command then
 connects to that service's server, at the address the service records in DATA_DIR
 (`embedded-postgres.address.json`), instead of starting a second one; when no service runs, it
-starts the server itself and stops it again at the end. Files without a stored original (uploaded to rag_api before ragoverlay) are
-rebuilt from their V1 chunks.
+starts the server itself and stops it again at the end. Files without a stored original (uploaded
+to rag_api before ragoverlay) are rebuilt from their V1 chunks.
 
 The work is the same jobs the service runs (`v2-backfill`, then one `v2-index-file` job per file,
 `app/jobs/v2.py`), on the service's own queue: this command queues them and runs a worker of its
@@ -93,7 +93,6 @@ class Opened:
 @contextlib.asynccontextmanager
 async def open_context(settings: Settings) -> AsyncIterator[Opened]:
     """The service's resources, opened as the service opens them (without its HTTP side)."""
-    server: EmbeddedPostgres | None = None
     stack = contextlib.AsyncExitStack()
     async with stack:
         if settings.use_embedded_postgres:

@@ -1,4 +1,4 @@
-"""The container's start: `DATA_DIR` exists and belongs to the runtime user, then the service runs as that user.
+"""The container's start: `DATA_DIR` exists and is the runtime user's, then the service runs as that user.
 
 The image declares no `VOLUME` (Railway's builder refuses one; its volumes are attached at deploy
 time, and a volume a platform mounts is owned by root). So the container starts as root, and this
@@ -29,7 +29,7 @@ DEFAULT_DATA_DIR = "/data"
 
 
 def prepare_data_dir(path: Path, uid: int, gid: int) -> int:
-    """Create `path` and, when it is not owned by `uid`, give it and its contents to uid:gid; entries changed."""
+    """Create `path`; when `uid` does not own it, give it and its contents to uid:gid. The entries changed."""
     path.mkdir(parents=True, exist_ok=True)
     if path.stat().st_uid == uid:
         return 0
@@ -102,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 2
     # the service takes this process's place (PID 1 in a container), so the stop signal reaches it
-    os.execvp(args.command[0], args.command)
+    os.execvp(args.command[0], args.command)  # noqa: S606 (argv as given: no shell to interpret it)
 
 
 if __name__ == "__main__":

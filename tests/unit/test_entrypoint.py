@@ -1,4 +1,4 @@
-"""The image needs no VOLUME line: its entrypoint creates DATA_DIR, gives it to the runtime user, drops to it."""
+"""No VOLUME line: the entrypoint creates DATA_DIR, gives it to the runtime user and drops to that user."""
 
 from __future__ import annotations
 
@@ -64,7 +64,8 @@ def test_prepare_gives_a_root_owned_volume_to_the_runtime_user(tmp_path: Path) -
     assert changed == 4
     for path in (volume, volume / "postgres", volume / "postgres" / "PG_VERSION", volume / "lost+found"):
         assert (path.stat().st_uid, path.stat().st_gid) == (nobody.pw_uid, nobody.pw_gid)
-    assert prepare_data_dir(volume, nobody.pw_uid, nobody.pw_gid) == 0  # owned: the next start changes nothing
+    # owned now: the next start changes nothing
+    assert prepare_data_dir(volume, nobody.pw_uid, nobody.pw_gid) == 0
 
 
 @needs_root
