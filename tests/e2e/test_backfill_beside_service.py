@@ -1,4 +1,4 @@
-"""`scripts/v2-backfill` beside a running `scripts/serve` on embedded defaults: it uses the service's server."""
+"""`scripts/v2-backfill` beside a running `scripts/serve` on embedded defaults: it uses that server."""
 
 from __future__ import annotations
 

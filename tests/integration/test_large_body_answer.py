@@ -1,4 +1,4 @@
-"""A body far over MAX_JSON_BODY_BYTES, sent whole by a client that does not wait, still gets its 413 and detail."""
+"""A body far over MAX_JSON_BODY_BYTES, sent whole by a client that does not wait, still gets its 413."""
 
 from __future__ import annotations
 
