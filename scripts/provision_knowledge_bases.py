@@ -351,7 +351,7 @@ class RetryPolicy:
 
     def wait(self, state: RetryCallState) -> float:
         """Capped exponential backoff; a longer `Retry-After` from the server wins (up to the cap)."""
-        delay = min(self.cap_s, self.base_s * (2 ** (state.attempt_number - 1)))
+        delay = float(min(self.cap_s, self.base_s * (2 ** (state.attempt_number - 1))))
         outcome = state.outcome
         exc = outcome.exception() if outcome is not None else None
         if isinstance(exc, LibreChatError) and exc.retry_after is not None:
