@@ -22,16 +22,18 @@ COPY pyproject.toml README.md ./
 COPY app ./app
 RUN pip install --no-compile --no-deps --no-build-isolation . && rm -rf /root/.cache
 
-USER ragoverlay
 # /data holds the embedded PostgreSQL (when DATABASE_URL is unset), originals and upload temp files.
+# No VOLUME line: Railway's builder refuses one, and a platform's volume is attached at deploy time.
+# The container starts as root only for app/runtime/entrypoint.py, which creates DATA_DIR, gives it
+# (a freshly mounted volume is root's) to ragoverlay, drops to that user and runs the service.
 # Without JWT_SECRET the service binds 127.0.0.1 only: set JWT_SECRET (LibreChat's) to serve others.
 # The port is RAG_PORT, else PORT (Railway and other platforms inject it), else 8000.
 ENV DATA_DIR=/data \
     RAG_HOST=0.0.0.0
-VOLUME ["/data"]
 EXPOSE 8000
 
 HEALTHCHECK --interval=30s --timeout=5s --start-period=90s --retries=3 \
     CMD ["python", "-c", "import os, sys, urllib.request; port = os.environ.get('RAG_PORT') or os.environ.get('PORT') or '8000'; sys.exit(0 if urllib.request.urlopen(f'http://127.0.0.1:{port}/health', timeout=4).status == 200 else 1)"]
 
+ENTRYPOINT ["python", "-m", "app.runtime.entrypoint", "--user", "ragoverlay", "--"]
 CMD ["python", "-m", "app"]

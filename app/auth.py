@@ -176,7 +176,15 @@ def write_owner(principal: Principal, entity_id: str | None) -> str:
     return entity_id if entity_id and entity_id.strip() else principal.namespace
 
 
+ADMIN_NEEDED = "This route needs an admin token (RAG_ADMIN_USER_IDS or role ADMIN)"
+# without JWT_SECRET every caller is anonymous, so no token can make anyone an admin: say what can
+ADMIN_NEEDS_AUTH = (
+    "This route needs an admin, and without JWT_SECRET every caller is anonymous, so nobody is one: "
+    "set JWT_SECRET (LibreChat's) and RAG_ADMIN_USER_IDS, then send an admin's token"
+)
+
+
 def require_admin(principal: Principal) -> None:
-    """Refuse non-admins (403)."""
+    """Refuse non-admins (403), saying what would make the caller one."""
     if not principal.is_admin:
-        raise Forbidden("This route needs an admin token (RAG_ADMIN_USER_IDS or role ADMIN)")
+        raise Forbidden(ADMIN_NEEDS_AUTH if principal.user_id is None else ADMIN_NEEDED)

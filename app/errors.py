@@ -111,6 +111,13 @@ class NoExtractableText(RagError):
     )
 
 
+# a text file with nothing in it: OCR is not the answer, its content is
+EMPTY_FILE_DETAIL = (
+    "The file is empty (it holds no characters, or only spaces and line breaks), so nothing was "
+    "indexed: check that it was saved with its content, and upload it again."
+)
+
+
 class UpstreamUnavailable(RagError):
     """A dependency we call (embedding provider, blob store) failed."""
 

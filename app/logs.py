@@ -92,11 +92,20 @@ class RequestContextMiddleware:
             if message["type"] == "http.response.start":
                 response_started = True
                 status = message["status"]
-                headers = list(message.get("headers", []))
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"server-timing"]
                 headers.append((b"x-request-id", rid.encode()))
-                # time to the first byte of the answer, as the server saw it
+                # time to the first byte of the answer, as the server saw it; one Server-Timing header
+                # with the route's own stages first (a `total` of theirs gives way to the request's)
                 total = (time.perf_counter() - started) * 1000
-                headers.append((b"server-timing", f"total;dur={total:.2f}".encode()))
+                stages = [
+                    part.strip()
+                    for k, v in message.get("headers", [])
+                    if k.lower() == b"server-timing"
+                    for part in v.decode("latin-1").split(",")
+                    if part.strip() and part.strip().split(";", 1)[0].strip() != "total"
+                ]
+                stages.append(f"total;dur={total:.2f}")
+                headers.append((b"server-timing", ", ".join(stages).encode("latin-1")))
                 message["headers"] = headers
             await send(message)
 

@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app import metrics
 from app.api import admin, documents, embed, health, jobs, v2_admin, v2_query
 from app.api import metrics as metrics_route
+from app.api.bounds import bounds_detail
 from app.api.guards import BodyGuardMiddleware
 from app.api.openapi import install_openapi
 from app.api.ratelimit import RateLimiter, document_rate_limits, enforce_rate_limit
@@ -298,6 +299,10 @@ def install_error_handlers(app: FastAPI) -> None:
         if isinstance(exc, RateLimited):
             headers = {"Retry-After": str(exc.retry_after_s)}
         if isinstance(exc, InvalidInput):
+            # the multipart routes check their fields themselves: the same rule as the handler below
+            out_of_bounds = bounds_detail(exc.errors)
+            if out_of_bounds is not None:
+                return JSONResponse(_error_body(out_of_bounds, 400), status_code=400)
             return JSONResponse(
                 {"detail": exc.errors, "message": "Request validation failed"}, status_code=422
             )
@@ -345,6 +350,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # a well-typed value out of its bounds is 400 with a sentence, a malformed request 422
+        if (out_of_bounds := bounds_detail(exc.errors())) is not None:
+            return JSONResponse(_error_body(out_of_bounds, 400), status_code=400)
         return JSONResponse(
             {"detail": _clean_validation_errors(exc.errors()), "message": "Request validation failed"},
             status_code=422,

@@ -51,7 +51,15 @@ def _use_project_venv() -> None:
     """Started by another Python that lacks our dependencies: re-run with the project's .venv."""
     venv = REPO_ROOT / ".venv"
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    if python.exists() and Path(sys.prefix).resolve() != venv.resolve():
+    if not python.exists():
+        # a fresh clone: say how to get the .venv, instead of ending in ModuleNotFoundError
+        name = Path(__file__).name
+        sys.exit(
+            f"{name} needs ragoverlay's dependencies, which this Python ({sys.executable}) lacks, and "
+            f"{venv} does not exist yet: run scripts/serve or scripts/test once (either creates it), "
+            f"then run {name} again"
+        )
+    if Path(sys.prefix).resolve() != venv.resolve():
         os.execv(str(python), [str(python), str(Path(__file__).resolve()), *sys.argv[1:]])  # noqa: S606
 
 
@@ -60,7 +68,7 @@ try:
     import yaml
 except ImportError:  # pragma: no cover - depends on how the script was started
     _use_project_venv()
-    raise
+    raise  # .venv exists and was used, yet lacks them: the import error is the honest answer
 
 from tenacity import (  # noqa: E402
     RetryCallState,
@@ -343,7 +351,7 @@ class RetryPolicy:
 
     def wait(self, state: RetryCallState) -> float:
         """Capped exponential backoff; a longer `Retry-After` from the server wins (up to the cap)."""
-        delay = min(self.cap_s, self.base_s * (2 ** (state.attempt_number - 1)))
+        delay = float(min(self.cap_s, self.base_s * (2 ** (state.attempt_number - 1))))
         outcome = state.outcome
         exc = outcome.exception() if outcome is not None else None
         if isinstance(exc, LibreChatError) and exc.retry_after is not None:

@@ -59,7 +59,15 @@ def _use_project_venv() -> None:
     """Started by another Python that lacks our dependencies: re-run with the project's .venv."""
     venv = REPO_ROOT / ".venv"
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    if python.exists() and Path(sys.prefix).resolve() != venv.resolve():
+    if not python.exists():
+        # a fresh clone: say how to get the .venv, instead of ending in ModuleNotFoundError
+        name = Path(__file__).name
+        sys.exit(
+            f"{name} needs ragoverlay's dependencies, which this Python ({sys.executable}) lacks, and "
+            f"{venv} does not exist yet: run scripts/serve or scripts/test once (either creates it), "
+            f"then run {name} again"
+        )
+    if Path(sys.prefix).resolve() != venv.resolve():
         os.execv(str(python), [str(python), str(Path(__file__).resolve()), *sys.argv[1:]])  # noqa: S606
 
 
@@ -68,7 +76,7 @@ try:
     import yaml
 except ImportError:  # pragma: no cover - depends on how the script was started
     _use_project_venv()
-    raise
+    raise  # .venv exists and was used, yet lacks them: the import error is the honest answer
 
 import jwt  # noqa: E402
 
@@ -975,6 +983,13 @@ def validate(
     args: argparse.Namespace, environ: Mapping[str, str], transport: httpx.BaseTransport | None
 ) -> dict[str, Any]:
     """Run everything the arguments ask for; the report."""
+    if args.seed and args.v2:
+        # the seeded Agents get fresh random ids, which the service's RAG_V2_NAMESPACE_IDS cannot list
+        raise UsageError(
+            "--seed and --v2 exclude each other: --v2 probes Agents the service has V2 enabled for "
+            "(RAG_V2_NAMESPACE_IDS), and --seed creates Agents with fresh random ids that cannot be in "
+            "that list; run --seed alone, and --v2 with --state, --inventory or --mongo-uri naming V2 Agents"
+        )
     ready = None
     if args.tokens:
         try:

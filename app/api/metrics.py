@@ -18,6 +18,7 @@ from fastapi.responses import Response
 from app import metrics
 from app.auth import Principal, single_authorization
 from app.deps import ResourcesDep, get_admin, get_principal
+from app.errors import Forbidden
 from app.schemas import AUTHED_ERRORS, error_responses
 
 router = APIRouter(tags=["operations"])
@@ -31,7 +32,16 @@ async def metrics_reader(request: Request, resources: ResourcesDep) -> None:
         scheme, _, credentials = header.partition(" ")
         if scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), token.encode()):
             return
-    await _admin(request, resources)
+    try:
+        await _admin(request, resources)
+    except Forbidden as exc:
+        # the scraper's way in is METRICS_TOKEN: name it, whether it is set or not
+        hint = (
+            "or send METRICS_TOKEN as `Authorization: Bearer <METRICS_TOKEN>`"
+            if token
+            else "or set METRICS_TOKEN and send it as `Authorization: Bearer <METRICS_TOKEN>`"
+        )
+        raise Forbidden(f"{exc.detail}; {hint}") from None
 
 
 async def _admin(request: Request, resources: ResourcesDep) -> Principal:

@@ -1,4 +1,4 @@
-"""The OpenAPI document as this app enforces it: the configured ENTITY_ID_PATTERN included.
+"""The OpenAPI document as this app enforces it: the configured ENTITY_ID_PATTERN, and 400 for bounds.
 
 Routes are declared once at import time, but the entity id pattern is a setting; so `/openapi.json`
 is built by FastAPI as usual and every `entity_id` in it (query parameter, JSON property, multipart
@@ -42,13 +42,34 @@ def patch_entity_ids(document: dict[str, Any], entity_id_pattern: str) -> None:
             stack.extend(node)
 
 
+OUT_OF_BOUNDS_DESCRIPTION = (
+    "A value out of its bounds (a number, a length, a count of items): `detail` names each"
+)
+
+
+def document_out_of_bounds(document: dict[str, Any]) -> None:
+    """Give every operation that validates its input (it lists 422) the 400 that app/api/bounds.py answers."""
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation.get("responses") if isinstance(operation, dict) else None
+            if isinstance(responses, dict) and "422" in responses and "400" not in responses:
+                responses["400"] = {
+                    "description": OUT_OF_BOUNDS_DESCRIPTION,
+                    "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}
+                    },
+                }
+
+
 def install_openapi(app: FastAPI, entity_id_pattern: str) -> None:
     """Make `app.openapi()` (and so `/openapi.json`) carry the app's entity id pattern."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            patch_entity_ids(build(), entity_id_pattern)
+            document = build()
+            patch_entity_ids(document, entity_id_pattern)
+            document_out_of_bounds(document)
         assert app.openapi_schema is not None
         return app.openapi_schema
 

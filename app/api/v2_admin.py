@@ -174,6 +174,16 @@ class ActiveRunOut(BaseModel):
     activated_at: datetime | None
 
 
+class AnsweringRunOut(BaseModel):
+    """The run that answers a namespace's `/query_v2` without `index_version`, and what it covers."""
+
+    namespace: str
+    run_id: int
+    index_version: str
+    files_held: int = Field(description="how many of the namespace's current files the run holds")
+    namespace_files: int = Field(description="how many files the namespace has now")
+
+
 class TaskOut(BaseModel):
     """A V2 maintenance task (the vector index of one dimension), as this replica saw it."""
 
@@ -198,6 +208,9 @@ class V2StatusOut(BaseModel):
     reranker_configured: bool
     reranker: str
     active_runs: list[ActiveRunOut]
+    answering: list[AnsweringRunOut] = Field(
+        description="per namespace with an active run: the one queries without index_version read"
+    )
     running_runs: int
     tasks: list[TaskOut]
 
@@ -312,6 +325,22 @@ async def v2_status(
             if ready
             else []
         )
+    answering = []
+    for namespace in sorted({r.namespace for r in active}):
+        async with ctx.pool.acquire() as conn:
+            newest = await run_store.active_run(conn, ctx.info.collection_id, namespace)
+        if newest is None:
+            continue  # superseded since the list above was read
+        files = set(await lifecycle.namespace_file_ids(ctx, namespace))
+        answering.append(
+            AnsweringRunOut(
+                namespace=namespace,
+                run_id=newest.run_id,
+                index_version=newest.index_version,
+                files_held=await lifecycle.files_held(ctx, newest.run_id, files),
+                namespace_files=len(files),
+            )
+        )
     profile = ctx.profile
     tuning = ctx.settings.v2
     statuses = [
@@ -341,6 +370,7 @@ async def v2_status(
             )
             for r in active
         ],
+        answering=answering,
         running_runs=len(running),
         tasks=statuses,
     )
@@ -495,10 +525,24 @@ async def stage_derivative(request: Request, principal: AdminPrincipal, ctx: V2D
 @router.post(
     "/runs/{run_id}/activate", response_model=RunStatusOut, responses=error_responses(404, 409, *_ADMIN)
 )
-async def activate_run(run_id: RunIdPath, principal: AdminPrincipal, ctx: V2Dep) -> RunStatusOut:
-    """Make a complete run the active one of its namespace and version (409 while a file is not staged)."""
+async def activate_run(
+    run_id: RunIdPath,
+    principal: AdminPrincipal,
+    ctx: V2Dep,
+    force: Annotated[
+        bool,
+        Query(
+            description="activate even when it holds fewer of the namespace's files than the answering run"
+        ),
+    ] = False,
+) -> RunStatusOut:
+    """Make a complete run the active one of its namespace and version.
+
+    409 while a file is not staged, or, without `force`, when the run holds fewer of the namespace's
+    files than the run that answers its queries now (it would become their default).
+    """
     try:
-        await activate(ctx, run_id)
+        await activate(ctx, run_id, force=force)
         return _status_out(await run_status(ctx, run_id))
     except run_store.RunError as exc:
         raise _http(exc) from None

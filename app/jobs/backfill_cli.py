@@ -1,18 +1,22 @@
 """`scripts/v2-backfill NAMESPACE`: build and activate a V2 index run of a namespace from stored originals.
 
-Uses the service's configuration (environment, `.env`): the same database (the embedded one under
-DATA_DIR is reused when the service runs, started and stopped again when it does not), blob store
-and embedding model. Files without a stored original (uploaded to rag_api before ragoverlay) are
-rebuilt from their V1 chunks.
+Uses the service's configuration (environment, `.env`): the same database, blob store and embedding
+model. With the embedded database, a service running on the same DATA_DIR owns it: this command then
+connects to that service's server, at the address the service records in DATA_DIR
+(`embedded-postgres.address.json`), instead of starting a second one; when no service runs, it
+starts the server itself and stops it again at the end. Files without a stored original (uploaded
+to rag_api before ragoverlay) are rebuilt from their V1 chunks.
 
 The work is the same jobs the service runs (`v2-backfill`, then one `v2-index-file` job per file,
 `app/jobs/v2.py`), on the service's own queue: this command queues them and runs a worker of its
 own until the run is done, so it works with or without the service, and any running replica takes
 files too. Interrupted? The queue keeps the jobs (the service, or `--resume RUN_ID`, finishes them).
 
-Exit codes: 0 the run is active (or staged, with --no-activate), 1 some files could not be staged
-(the run stays running: see --status and GET /admin/jobs?status=failed), 2 bad arguments or
-configuration, 3 the database or the blob store could not be reached.
+Exit codes (docs/v2.md lists them too): 0 the run is active (or staged, with --no-activate; for
+--status: the run was found), 1 some files could not be staged (the run stays running: see --status
+and GET /admin/jobs?status=failed), 2 bad arguments or configuration (an unknown run or namespace
+included), 3 the database or the blob store could not be reached (a service on DATA_DIR that is still
+starting its database included).
 """
 
 from __future__ import annotations
@@ -40,7 +44,12 @@ from app.ingest.v2.context import V2Context
 from app.ingest.v2.lifecycle import RunStatus, describe_run, run_status
 from app.jobs.setup import retry_policy
 from app.jobs.v2 import v2_worker
-from app.runtime.postgres import EmbeddedPostgres
+from app.runtime.lock import FolderInUse
+from app.runtime.postgres import (
+    EmbeddedPostgres,
+    ServiceDatabaseUnavailable,
+    running_service_database,
+)
 from app.store.db import bootstrap, create_pool
 from app.store.v2 import runs as run_store
 
@@ -86,13 +95,10 @@ class Opened:
 @contextlib.asynccontextmanager
 async def open_context(settings: Settings) -> AsyncIterator[Opened]:
     """The service's resources, opened as the service opens them (without its HTTP side)."""
-    server: EmbeddedPostgres | None = None
     stack = contextlib.AsyncExitStack()
     async with stack:
         if settings.use_embedded_postgres:
-            server = EmbeddedPostgres(settings.postgres_data_dir)
-            dsn = (await asyncio.to_thread(server.start)).dsn
-            stack.callback(server.stop)  # only when this command started it
+            dsn = await _embedded_dsn(settings, stack)
         else:
             dsn = settings.external_dsn()
         info = await bootstrap(dsn, settings.collection_name)
@@ -111,6 +117,27 @@ async def open_context(settings: Settings) -> AsyncIterator[Opened]:
         blobs = build_blob_store(settings)
         stack.push_async_callback(blobs.aclose)
         yield Opened(V2Context(settings, pool, info, embedder, blobs), dsn)
+
+
+async def _embedded_dsn(settings: Settings, stack: contextlib.AsyncExitStack) -> str:
+    """The running service's embedded server when one owns DATA_DIR, else one this command starts."""
+    for _ in range(2):
+        attached = await asyncio.to_thread(running_service_database, settings.data_dir)
+        if attached is not None:
+            logger.info(
+                "The service running on %s owns its database: connecting to it on port %s",
+                settings.data_dir,
+                attached.port,
+            )
+            return attached.dsn
+        server = EmbeddedPostgres(settings.postgres_data_dir)
+        try:
+            info = await asyncio.to_thread(server.start)
+        except FolderInUse:
+            continue  # a service took the folder between the look and the start: look again
+        stack.callback(server.stop)  # only when this command started it
+        return info.dsn
+    raise ServiceDatabaseUnavailable(f"{settings.data_dir} changed owner twice while starting; try again")
 
 
 def _summary(status: RunStatus) -> dict[str, Any]:
@@ -210,6 +237,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return asyncio.run(run(args, settings))
+    except ServiceDatabaseUnavailable as exc:
+        print(f"v2-backfill: {exc}", file=sys.stderr)
+        return 3
+    except ConfigError as exc:
+        print(f"v2-backfill: {exc}", file=sys.stderr)
+        return 2
     except run_store.RunError as exc:
         print(f"v2-backfill: {exc.detail}", file=sys.stderr)
         return 2

@@ -52,6 +52,9 @@ logger = logging.getLogger(__name__)
 PG_SYSTEM_USER = "ragoverlay_pg"
 LOCK_NAME = "embedded-postgres.lock"
 LOCK_PURPOSE = "a ragoverlay service that runs the embedded PostgreSQL in its postgres/ folder"
+# written by the owner once its server accepts connections, removed when it stops: other commands on
+# the same DATA_DIR (scripts/v2-backfill) connect there instead of starting a second server
+ADDRESS_NAME = "embedded-postgres.address.json"
 DB_USER = "ragoverlay"
 DB_NAME = "ragoverlay"
 EXTENSIONS = ("vector", "pg_trgm", "unaccent")
@@ -103,6 +106,7 @@ class EmbeddedPostgres:
     def __init__(self, pgdata: Path, *, port: int | None = None) -> None:
         self.pgdata = pgdata.resolve()
         self.secrets_file = self.pgdata.parent / "postgres-credentials.json"
+        self.address_file = self.pgdata.parent / ADDRESS_NAME
         self.log_file = self.pgdata.parent / "postgres.log"
         self.requested_port = port
         self.port: int | None = None
@@ -144,6 +148,7 @@ class EmbeddedPostgres:
         self.started_here = True
         self.port = running
         self._ensure_database(running, creds)
+        self._record_address(running)
         return EmbeddedInfo(
             "127.0.0.1", running, DB_USER, creds["password"], DB_NAME, creds["superuser_password"]
         )
@@ -176,6 +181,7 @@ class EmbeddedPostgres:
                     )
                 self.started_here = False
         finally:
+            self.address_file.unlink(missing_ok=True)
             self._release()
 
     def _release(self) -> None:
@@ -184,6 +190,16 @@ class EmbeddedPostgres:
             self._lock = None
 
     # --- internals ----------------------------------------------------------------------------
+    def _record_address(self, port: int) -> None:
+        # written whole under a temporary name, then renamed: a reader never sees half a file
+        data = {"host": "127.0.0.1", "port": port, "owner_pid": os.getpid()}
+        partial = self.address_file.with_suffix(".tmp")
+        partial.unlink(missing_ok=True)
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh)
+        partial.replace(self.address_file)
+
     def _prepare_system_user(self) -> None:
         assert self._run_as
         uid, gid = ensure_system_user(self._run_as)
@@ -333,6 +349,43 @@ class EmbeddedPostgres:
         if proc.returncode != 0:
             logger.error("%s failed: %s", Path(cmd[0]).name, (proc.stderr or proc.stdout).strip()[-2000:])
             raise subprocess.CalledProcessError(proc.returncode, cmd, proc.stdout, proc.stderr)
+
+
+class ServiceDatabaseUnavailable(ConfigError):
+    """A service owns the data folder, but its database's address cannot be used (yet)."""
+
+
+def running_service_database(data_dir: Path) -> EmbeddedInfo | None:
+    """How to reach the embedded PostgreSQL of the service that owns `data_dir`; None when nobody owns it.
+
+    The owner records its server's address once the server accepts connections (`ADDRESS_NAME`);
+    the credentials are the folder's own. Raises ServiceDatabaseUnavailable when the owner is alive but
+    its address is missing, names another process, or does not answer (a service still starting).
+    """
+    data_dir = data_dir.resolve()
+    owner = holder_pid(data_dir, LOCK_NAME)
+    if owner is None:
+        return None
+    still = (
+        f"{data_dir} is in use by process {owner}, but its embedded PostgreSQL is not reachable yet; "
+        "wait until the service answers /health and try again"
+    )
+    try:
+        address = json.loads((data_dir / ADDRESS_NAME).read_text())
+        creds = json.loads((data_dir / "postgres-credentials.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        raise ServiceDatabaseUnavailable(still) from None
+    port = int(address.get("port", 0))
+    if address.get("owner_pid") != owner or not port or not _port_open(port):
+        raise ServiceDatabaseUnavailable(still)
+    return EmbeddedInfo(
+        str(address.get("host", "127.0.0.1")),
+        port,
+        DB_USER,
+        creds["password"],
+        DB_NAME,
+        creds["superuser_password"],
+    )
 
 
 def ensure_system_user(name: str) -> tuple[int, int]:

@@ -291,7 +291,7 @@ const runLimited = async (tasks, limit) => {
  * @property {string} filename
  * @property {string} content
  * @property {number} distance - 1 - relevance
- * @property {number | null} page - LibreChat's convention: the V1 (0-based) page; 0 counts as none
+ * @property {number | null} page - the printed, 1-based page (V1's stored 0-based page + 1; V2's as is)
  * @property {number | null} printedPage - V2's 1-based page, shown to the model
  * @property {boolean} v2
  * @property {string} [citationId]
@@ -333,8 +333,9 @@ const readV1Reply = (batch, data) => {
       filename: batch.names.get(fileId) || baseName(doc.metadata?.source) || 'unknown',
       content: doc.page_content,
       distance,
-      // Upstream's `page || null`: the 0-based page as stored, page 0 shown as none.
-      page: Number.isInteger(doc.metadata?.page) && doc.metadata.page > 0 ? doc.metadata.page : null,
+      // V1 stores 0-based pages; LibreChat shows `pages` as they are, so give the printed one (the
+      // first page is 1, never lost as upstream's `page || null` loses page 0).
+      page: Number.isInteger(doc.metadata?.page) && doc.metadata.page >= 0 ? doc.metadata.page + 1 : null,
       printedPage: null,
       v2: false,
     });
@@ -384,8 +385,8 @@ const readV2Reply = (batch, data) => {
       filename: batch.names.get(fileId) || baseName(result.filename) || 'unknown',
       content: result.content,
       distance: 1 - result.score,
-      // V2 pages are 1-based; the artifact uses V1's 0-based numbering, with page 0 shown as none.
-      page: printed && printed > 1 ? printed - 1 : null,
+      // V2 pages are already the printed, 1-based ones: the artifact shows them as V1's are shown.
+      page: printed,
       printedPage: printed,
       v2: true,
       citationId: typeof result.citation_id === 'string' ? result.citation_id : `V2-${rank + 1}`,

@@ -10,7 +10,7 @@ import pytest
 
 from app.errors import EmbeddingProviderError
 from tests.contract.helpers import query, upload
-from tests.fixtures.service import TEST_JWT_SECRET, auth, make_token, new_id, running_app
+from tests.fixtures.service import TEST_JWT_SECRET, SettingsFactory, auth, make_token, new_id, running_app
 
 ROUTES = [
     ("POST", "/query", {"json": {"query": "q", "file_id": "f"}}),
@@ -127,3 +127,21 @@ async def test_embedding_provider_failure_is_503_and_stores_nothing(
 def test_secret_constant_is_long_enough() -> None:
     # PyJWT warns on HMAC keys under 32 bytes; LibreChat's generated secrets are 64 hex chars
     assert len(TEST_JWT_SECRET) >= 32
+
+
+async def test_without_jwt_secret_the_admin_403_says_what_is_possible(
+    settings_factory: SettingsFactory,
+) -> None:
+    """Nobody can hold an admin token without JWT_SECRET: the 403 names JWT_SECRET (and METRICS_TOKEN)."""
+    async with running_app(settings_factory(jwt_secret=None)) as c:
+        for path in ("/admin/status", "/v2/status"):
+            r = await c.get(path)
+            assert r.status_code == 403
+            assert "without JWT_SECRET" in r.json()["detail"] and "set JWT_SECRET" in r.json()["detail"]
+        r = await c.get("/metrics")
+        assert r.status_code == 403
+        assert "set JWT_SECRET" in r.json()["detail"] and "METRICS_TOKEN" in r.json()["detail"]
+    async with running_app(settings_factory()) as c:
+        r = await c.get("/metrics", headers=auth(new_id("user")))
+        assert r.status_code == 403
+        assert "RAG_ADMIN_USER_IDS" in r.json()["detail"] and "METRICS_TOKEN" in r.json()["detail"]

@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from app.clients.blobs import LocalBlobStore
+from app.errors import EMPTY_FILE_DETAIL
 from tests.contract.helpers import query, upload
 from tests.fixtures.documents import make_pdf
 from tests.fixtures.service import SettingsFactory, auth, new_id, resources, running_app
@@ -29,23 +30,21 @@ async def assert_nothing_stored(client: httpx.AsyncClient, file_id: str, user: s
     assert (await client.get(f"/documents/{file_id}/context", headers=auth(user))).status_code == 404
 
 
+@pytest.mark.parametrize("route", ["/embed", "/text"])
 @pytest.mark.parametrize(
     ("name", "content"),
     [("empty.txt", b""), ("blank.txt", b"  \n\n\t \r\n "), ("blank.md", b"\n\n")],
 )
-async def test_a_file_without_text_is_refused(
-    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture, name: str, content: bytes
+async def test_an_empty_text_file_is_refused_as_empty(
+    client: httpx.AsyncClient, name: str, content: bytes, route: str
 ) -> None:
+    """Not "a scanned PDF needs OCR": the file is empty, and /text says so as /embed does."""
     user, fid = new_id("user"), new_id()
-    with caplog.at_level(logging.WARNING):
-        r = await upload(client, fid, name, content, auth(user))
-    assert r.status_code == 422
-    detail = r.json()["detail"]
-    assert isinstance(detail, str)
-    assert detail.startswith("The file has no extractable text, so nothing was indexed.")
-    assert "OCR" in detail and "upload it again" in detail
+    r = await upload(client, fid, name, content, auth(user), route=route)
+    assert r.status_code == 422, r.text
+    assert r.json() == {"detail": EMPTY_FILE_DETAIL}
+    assert "OCR" not in r.json()["detail"]
     await assert_nothing_stored(client, fid, user)
-    assert warnings_about(caplog, fid) == [f"File {fid}: no extractable text; nothing stored"]
 
 
 async def test_a_scanned_pdf_is_refused_and_its_pages_logged(

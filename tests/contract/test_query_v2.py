@@ -184,6 +184,11 @@ async def test_a_namespace_without_an_active_run_is_503_naming_the_backfill(
 async def test_a_table_question_is_answered_by_its_row_with_a_citation(world: World) -> None:
     r = await world.ask("What is the weight of the K 28 in kg?")
     assert r.status_code == 200, r.text
+    # one Server-Timing header, each stage once: the search's stages, then the request's total
+    (timing,) = r.headers.get_list("server-timing")
+    names = [part.split(";", 1)[0].strip() for part in timing.split(",")]
+    # (pool: the wait for a connection, before the one retrieve statement)
+    assert names == ["analysis", "embed", "pool", "channels", "fuse", "rerank", "total"]
     body = r.json()
     assert body["route"] == "v2" and body["index_version"] == "v2"
     assert body["safe_refusal"] is None and body["degraded"] is False

@@ -2,7 +2,8 @@
 
 schemathesis reads `/openapi.json` and sends schema-valid and schema-violating requests to every
 operation with a valid token. The run must produce no 5xx, no status code, content type or body the
-document does not list for that operation, and every request the schema forbids must be refused
+document does not list for that operation, no 405 without the right `Allow` list (unsupported_method),
+and every request the schema forbids must be refused
 (JSON bodies and URLs; see CONFIG for the multipart routes).
 The HAR report is read back to count requests and statuses, so the figures are checked here too.
 A fixed seed keeps the run reproducible (set RAGOVERLAY_FUZZ_SEED to explore others); the longer
@@ -49,6 +50,7 @@ status_code_conformance.enabled = true
 content_type_conformance.enabled = true
 response_schema_conformance.enabled = true
 negative_data_rejection.enabled = true
+unsupported_method.enabled = true
 
 [[operations]]
 include-path-regex = "^/(embed|embed-upload|text)$"

@@ -100,3 +100,21 @@ async def test_a_request_that_keeps_sending_is_not_cut(served: int) -> None:
     writer.close()
     assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
     assert answer.endswith(b"[]")
+
+
+async def test_300_connections_with_half_a_header_are_all_closed(served: int) -> None:
+    """The issue's case: 300 clients that send half a request header each hold a socket until the deadline."""
+    connections = []
+    for _ in range(300):
+        reader, writer = await asyncio.open_connection("127.0.0.1", served)
+        writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Half: ")
+        await writer.drain()
+        connections.append((reader, writer))
+    started = time.monotonic()
+    answers = await asyncio.gather(*(_closed_within(r, 15.0) for r, _ in connections))
+    elapsed = time.monotonic() - started
+    for _, writer in connections:
+        writer.close()
+    assert all(a.startswith(b"HTTP/1.1 408 ") for a in answers)
+    print(f"300 half-sent headers closed in {elapsed:.2f} s (REQUEST_HEADER_TIMEOUT_S {HEADER_TIMEOUT_S})")
+    assert elapsed < 10.0

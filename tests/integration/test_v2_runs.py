@@ -450,3 +450,38 @@ async def test_the_vector_index_is_built_in_the_background_and_walked_inside_the
         assert await conn.fetch(walk, *stranger.sql_args(), query, backfilled) == []
         # a run that is not the one asked for contributes nothing
         assert await conn.fetch(walk, *mine.sql_args(), query, 0) == []
+
+
+async def test_a_run_of_fewer_files_needs_force_to_become_the_default(world: World, backfilled: int) -> None:
+    """An operator's one-file test run must not silently answer every /query_v2 without index_version."""
+    status = (await world.client.get("/v2/status", headers=world.admin())).json()
+    (before,) = [a for a in status["answering"] if a["namespace"] == world.agent]
+    assert before["files_held"] == before["namespace_files"] == len(world.files) >= 2
+    one = world.files["manual.pdf"]
+    r = await world.client.post(
+        "/v2/runs",
+        json={"namespace": world.agent, "index_version": "test1", "file_ids": [one]},
+        headers=world.admin(),
+    )
+    run_id = r.json()["run"]["run_id"]
+    r = await world.client.post(f"/v2/runs/{run_id}/stage", json={"file_id": one}, headers=world.admin())
+    assert r.status_code == 200, r.text
+    r = await world.client.post(f"/v2/runs/{run_id}/activate", headers=world.admin())
+    assert r.status_code == 409, r.text
+    detail = r.json()["detail"]
+    assert f"holds 1 of the {len(world.files)} files" in detail and "force=true" in detail
+    status = (await world.client.get("/v2/status", headers=world.admin())).json()
+    assert [a for a in status["answering"] if a["namespace"] == world.agent] == [before]  # nothing changed
+    r = await world.client.post(
+        f"/v2/runs/{run_id}/activate", params={"force": "true"}, headers=world.admin()
+    )
+    assert r.status_code == 200 and r.json()["run"]["status"] == "active"
+    status = (await world.client.get("/v2/status", headers=world.admin())).json()
+    (after,) = [a for a in status["answering"] if a["namespace"] == world.agent]
+    assert after == {
+        "namespace": world.agent,
+        "run_id": run_id,
+        "index_version": "test1",
+        "files_held": 1,
+        "namespace_files": len(world.files),
+    }

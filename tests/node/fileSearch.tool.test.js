@@ -472,7 +472,7 @@ test('a single-file request attributes rows without metadata.file_id to that fil
   const [, artifact] = await search({ files: [{ file_id: 'one', filename: 'one.pdf' }] });
   assert.deepEqual(
     artifact.file_search.sources.map((source) => [source.fileId, source.fileName, source.pages]),
-    [['one', 'one.pdf', [1]]],
+    [['one', 'one.pdf', [2]]],
   );
 
   api.setHandler(() => ({ json: [bare('whose?', 0.2, 1)] }));
@@ -539,8 +539,9 @@ test('text and artifact keep upstream shapes, anchors and file names included', 
           content: 'Refunds within 30 days.',
           fileName: 'conv-file-1.pdf',
           relevance: 0.75,
-          pages: [2],
-          pageRelevance: { 2: 0.75 },
+          // stored page 2 is the third page: the artifact shows the printed page
+          pages: [3],
+          pageRelevance: { 3: 0.75 },
         },
         {
           type: 'file',
@@ -548,9 +549,9 @@ test('text and artifact keep upstream shapes, anchors and file names included', 
           content: 'Shipping is free.',
           fileName: 'conv-file-0.pdf',
           relevance: 0.5,
-          // Page 0 (the first page) gives no page, exactly as upstream's `page || null`.
-          pages: [],
-          pageRelevance: {},
+          // Page 0 is the first page: shown as 1, not lost as upstream's `page || null` loses it.
+          pages: [1],
+          pageRelevance: { 1: 0.5 },
         },
       ],
       fileCitations: true,
@@ -682,7 +683,7 @@ test('an allow-listed Agent sends its knowledge base to /query_v2; all results r
   );
   const blocks = text.split('\n---\n');
   assert.match(blocks[0], /^File: conv-file-0\.pdf\nAnchor: \\ue202turn0file0 \(conv-file-0\.pdf\)\nRelevance: 0\.9500\n/);
-  // The model reads V2's printed (1-based) page; the artifact gets LibreChat's 0-based numbering.
+  // The model and the artifact both get V2's printed (1-based) page.
   assert.equal(
     blocks[1],
     'File: kb-file-1.pdf\nAnchor: \\ue202turn0file1 (kb-file-1.pdf)\nCitation: V2-1\nPage: 3\nSection: Policies > Refunds\nRelevance: 0.6200\nContent: Evidence one.\n',
@@ -694,13 +695,13 @@ test('an allow-listed Agent sends its knowledge base to /query_v2; all results r
     content: 'Evidence one.',
     fileName: 'kb-file-1.pdf',
     relevance: 0.62,
-    pages: [2],
-    pageRelevance: { 2: 0.62 },
+    pages: [3],
+    pageRelevance: { 3: 0.62 },
   });
-  // V2 page 1 is V1 page 0: no page, as for a V1 result on the first page.
-  assert.deepEqual(sources[2].pages, []);
-  // A V1 page passes through unchanged.
-  assert.deepEqual(sources[3].pages, [4]);
+  // V2's first page is page 1, as a V1 result's stored page 0 is.
+  assert.deepEqual(sources[2].pages, [1]);
+  // A V1 stored page 4 is the fifth page.
+  assert.deepEqual(sources[3].pages, [5]);
 });
 
 test('an Agent not on the V2 list keeps /query_multiple', async () => {

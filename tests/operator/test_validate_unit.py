@@ -211,3 +211,19 @@ def test_a_leaky_service_fails_the_run(tmp_path: Any) -> None:
     assert code == validate.EXIT_FAILED
     failed = {k for k, v in json.loads(report.read_text())["probes"]["by_kind"].items() if v["failed"]}
     assert {"foreign_query", "mixed_batch", "foreign_context", "bad_token", "limits", "reach"} <= failed
+
+
+def test_seed_and_v2_exclude_each_other_with_a_message(capsys: pytest.CaptureFixture[str]) -> None:
+    """The seeded Agents' random ids cannot be in RAG_V2_NAMESPACE_IDS: refused before any request."""
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise AssertionError(f"no request may be sent: {request.url}")
+
+    code = validate.main(
+        ["--rag-url", "http://rag.invalid", "--seed", "--v2"],
+        environ={"JWT_SECRET": "s" * 32},
+        transport=httpx.MockTransport(refuse),
+    )
+    assert code == validate.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "--seed and --v2 exclude each other" in err and "RAG_V2_NAMESPACE_IDS" in err

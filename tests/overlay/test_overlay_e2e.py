@@ -801,9 +801,9 @@ def test_pdf_pages_use_librechats_numbering_on_both_routes(proxy: Proxy, corpus:
         }
 
     v1_pages = pages_by_marker(v1)
-    # rag_api stores the 0-based page; LibreChat's `page || null` shows the first page as none.
-    assert v1_pages.get("ZXPDFTHREE") == [2], ranking(v1, corpus)
-    assert v1_pages.get("ZXPDFONE", []) == []
+    # rag_api stores the 0-based page; the overlay's artifact shows the printed one, the first page too
+    assert v1_pages.get("ZXPDFTHREE") == [3], ranking(v1, corpus)
+    assert v1_pages.get("ZXPDFONE", [1]) == [1]
     v2_pages = pages_by_marker(v2)
     if sources_of(v2):
         assert v2_pages == {marker: v1_pages[marker] for marker in v2_pages}, (v1_pages, v2_pages)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from app.errors import EMPTY_FILE_DETAIL, NoExtractableText
 from app.ingest.limits import ParseLimitExceeded
 from app.ingest.loaders import load_document
 from app.ingest.loaders.markdown import parse_markdown
@@ -62,10 +63,11 @@ def test_nul_bytes_are_removed(tmp_path: Path) -> None:
     assert "\x00" not in doc.text and "before after" in doc.text
 
 
-def test_empty_text_file_has_no_sections(tmp_path: Path) -> None:
-    doc = load_document(make_text(tmp_path / "e.txt", ""), "e.txt")
-    assert doc.sections == [] and doc.text == ""
-    assert load_document(make_text(tmp_path / "w.txt", "  \n\n "), "w.txt").sections == []
+def test_an_empty_text_file_is_refused_as_empty(tmp_path: Path) -> None:
+    for name, text in (("e.txt", ""), ("w.txt", "  \n\n ")):
+        with pytest.raises(NoExtractableText) as refused:
+            load_document(make_text(tmp_path / name, text), name)
+        assert refused.value.detail == EMPTY_FILE_DETAIL
 
 
 def test_source_code_blocks(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.errors import RagError, UnsupportedFileType
+from app.errors import EMPTY_FILE_DETAIL, NoExtractableText, RagError, UnsupportedFileType
 from app.ingest.loaders import extension, load_document, safe_basename
 from app.ingest.loaders.sniff import sniff_kind, sniff_markup
 from tests.fixtures.documents import (
@@ -291,8 +291,9 @@ def test_empty_binary_formats_are_415(tmp_path: Path, name: str, needle: str) ->
 
 
 @pytest.mark.parametrize("name", ["empty.txt", "empty.csv", "empty.md", "empty.html", "empty.json", "empty"])
-def test_empty_text_formats_have_no_sections(tmp_path: Path, name: str) -> None:
+def test_empty_text_formats_are_refused_as_empty(tmp_path: Path, name: str) -> None:
     path = tmp_path / name
     path.write_bytes(b"")
-    doc = load_document(path, name)
-    assert doc.sections == [] and doc.text == "" and doc.warnings == []
+    with pytest.raises(NoExtractableText) as refused:
+        load_document(path, name)
+    assert refused.value.detail == EMPTY_FILE_DETAIL

@@ -119,3 +119,10 @@ def test_the_install_stops_with_the_reason(checkout: Path) -> None:
     assert "pyproject.toml pins 0.0.1" in done.stderr
     assert "Run scripts/lock" in done.stderr
     assert "Installing" not in done.stderr  # refused before pip ran
+
+
+def test_the_lock_files_name_no_scratch_path_of_the_machine_that_wrote_them() -> None:
+    """uv writes `-c <constraint file>` comments: they must name the lock, not a temporary folder."""
+    for name in ("requirements.lock", "requirements-test.lock"):
+        text = (Path(__file__).resolve().parents[2] / name).read_text()
+        assert not re.search(r"(/tmp/|/var/folders/|\\\\Temp\\\\)", text), name

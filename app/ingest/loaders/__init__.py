@@ -22,7 +22,7 @@ import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 
-from app.errors import UnsupportedFileType
+from app.errors import EMPTY_FILE_DETAIL, NoExtractableText, UnsupportedFileType
 from app.ingest.chunking import clean_text
 from app.ingest.limits import ParseLimitExceeded, ParseLimits, guarded, install_parser_bounds
 from app.ingest.loaders.formats import (
@@ -220,6 +220,9 @@ def _load_text_file(path: Path, name: str, kind: str | None, ext: str) -> Loaded
         text, encoding = decode_text(path.read_bytes())
     except NotText:
         raise UnsupportedFileType(REFUSALS["binary"].format(name=name)) from None
+    if not text.strip():
+        # said here, for /embed and /text alike: the generic "no extractable text" points at OCR
+        raise NoExtractableText(EMPTY_FILE_DETAIL)
     if kind is None or (kind == "text" and ext not in KNOWN_SOURCE_EXT and ext not in PLAIN_EXT):
         # Unknown extension or a bare text/* type: an HTML page is worth reading as HTML.
         kind = sniff_markup(text) or "text"

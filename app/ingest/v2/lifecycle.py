@@ -77,8 +77,42 @@ async def start_run(
     return run
 
 
-async def activate(ctx: V2Context, run_id: int) -> run_store.RunRecord:
-    """Make a complete run the active one (the previous one is abandoned), then prune documents."""
+class RunNarrower(run_store.RunError):
+    """Activating the run would make the namespace's default answers read fewer of its files."""
+
+
+async def files_held(ctx: V2Context, run_id: int, namespace_files: set[str]) -> int:
+    """How many of the namespace's current files a run holds (files deleted since do not count)."""
+    async with ctx.pool.acquire() as conn:
+        return sum(1 for f in await run_store.run_files(conn, run_id) if f.file_id in namespace_files)
+
+
+async def _refuse_narrower(ctx: V2Context, run_id: int) -> None:
+    async with ctx.pool.acquire() as conn:
+        run = await run_store.require_run(conn, ctx.info.collection_id, run_id)
+        current = await run_store.active_run(conn, ctx.info.collection_id, run.namespace)
+        states = {f.state for f in await run_store.run_files(conn, run_id)}
+    if current is None or current.run_id == run_id or run.status != "running" or states - {"staged"}:
+        return  # nothing to compare with, or the activation is refused for what the run itself lacks
+    files = set(await namespace_file_ids(ctx, run.namespace))
+    held, current_held = await files_held(ctx, run_id, files), await files_held(ctx, current.run_id, files)
+    if held < current_held:
+        raise RunNarrower(
+            f"Index run {run_id} holds {held} of the {len(files)} files of {run.namespace}, fewer than the "
+            f"{current_held} of run {current.run_id} ({current.index_version}), which answers /query_v2 "
+            "without index_version now; activated, it would answer those queries instead and refuse what "
+            "the other files answer. Activate it with force=true if that is meant"
+        )
+
+
+async def activate(ctx: V2Context, run_id: int, *, force: bool = True) -> run_store.RunRecord:
+    """Make a complete run the active one (the previous one is abandoned), then prune documents.
+
+    Without `force`, a run that holds fewer of the namespace's files than the run answering its
+    queries now is refused (RunNarrower): an operator's test run must not become everyone's default.
+    """
+    if not force:
+        await _refuse_narrower(ctx, run_id)
     async with ctx.pool.acquire() as conn:
         run = await run_store.activate_run(conn, ctx.info.collection_id, run_id)
         pruned = await document_store.prune_documents(conn, ctx.info.collection_id)
