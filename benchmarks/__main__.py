@@ -1,5 +1,6 @@
 """`python -m benchmarks`: the search benchmark (see `scripts/bench --help`); `python -m benchmarks
-quality ...` runs the retrieval quality benchmark instead (see `scripts/bench quality --help`)."""
+quality ...` runs the retrieval quality benchmark instead (see `scripts/bench quality --help`), and
+`python -m benchmarks pdf-text ...` the PDF text extractors (see `scripts/bench pdf-text --help`)."""
 
 from __future__ import annotations
 
@@ -114,4 +115,8 @@ if __name__ == "__main__":
         from benchmarks.quality.cli import main as quality_main
 
         sys.exit(quality_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["pdf-text"]:
+        from benchmarks.pdf_text import main as pdf_text_main
+
+        sys.exit(pdf_text_main(sys.argv[2:]))
     sys.exit(run(parse(sys.argv[1:])))
