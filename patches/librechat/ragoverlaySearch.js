@@ -292,7 +292,7 @@ const runLimited = async (tasks, limit) => {
  * @property {string} content
  * @property {number} distance - 1 - relevance
  * @property {number | null} page - LibreChat's convention: the V1 (0-based) page; 0 counts as none
- * @property {number | null} printedPage - V2's 1-based page, shown to the model
+ * @property {number | null} viewerPage - V2's 1-based page in the file (what a viewer shows), shown to the model
  * @property {boolean} v2
  * @property {string} [citationId]
  * @property {string} [section]
@@ -335,7 +335,7 @@ const readV1Reply = (batch, data) => {
       distance,
       // Upstream's `page || null`: the 0-based page as stored, page 0 shown as none.
       page: Number.isInteger(doc.metadata?.page) && doc.metadata.page > 0 ? doc.metadata.page : null,
-      printedPage: null,
+      viewerPage: null,
       v2: false,
     });
   }
@@ -378,15 +378,15 @@ const readV2Reply = (batch, data) => {
       dropped += 1;
       return;
     }
-    const printed = Number.isInteger(result.page) && result.page >= 1 ? result.page : null;
+    const inFile = Number.isInteger(result.page) && result.page >= 1 ? result.page : null;
     items.push({
       fileId,
       filename: batch.names.get(fileId) || baseName(result.filename) || 'unknown',
       content: result.content,
       distance: 1 - result.score,
       // V2 pages are 1-based; the artifact uses V1's 0-based numbering, with page 0 shown as none.
-      page: printed && printed > 1 ? printed - 1 : null,
-      printedPage: printed,
+      page: inFile && inFile > 1 ? inFile - 1 : null,
+      viewerPage: inFile,
       v2: true,
       citationId: typeof result.citation_id === 'string' ? result.citation_id : `V2-${rank + 1}`,
       section: sectionText(result.section),
@@ -596,8 +596,8 @@ const formatResult = (item, index, fileCitations) => {
   }
   if (item.v2) {
     lines.push(`Citation: ${item.citationId}`);
-    if (item.printedPage != null) {
-      lines.push(`Page: ${item.printedPage}`);
+    if (item.viewerPage != null) {
+      lines.push(`Page: ${item.viewerPage}`);
     }
     if (item.section) {
       lines.push(`Section: ${item.section}`);

@@ -682,7 +682,7 @@ test('an allow-listed Agent sends its knowledge base to /query_v2; all results r
   );
   const blocks = text.split('\n---\n');
   assert.match(blocks[0], /^File: conv-file-0\.pdf\nAnchor: \\ue202turn0file0 \(conv-file-0\.pdf\)\nRelevance: 0\.9500\n/);
-  // The model reads V2's printed (1-based) page; the artifact gets LibreChat's 0-based numbering.
+  // The model reads V2's 1-based page in the file; the artifact gets LibreChat's 0-based numbering.
   assert.equal(
     blocks[1],
     'File: kb-file-1.pdf\nAnchor: \\ue202turn0file1 (kb-file-1.pdf)\nCitation: V2-1\nPage: 3\nSection: Policies > Refunds\nRelevance: 0.6200\nContent: Evidence one.\n',
