@@ -1,7 +1,8 @@
 """`python -m benchmarks`: the search benchmark (see `scripts/bench --help`); `python -m benchmarks
 quality ...` runs the retrieval quality benchmark instead (see `scripts/bench quality --help`), and
 `python -m benchmarks v2-query ...` the /query_v2 latency benchmark (`scripts/bench v2-query --help`), and
-`python -m benchmarks mcp ...` `rag_search` over MCP beside the HTTP routes (`scripts/bench mcp --help`)."""
+`python -m benchmarks mcp ...` `rag_search` over MCP beside the HTTP routes (`scripts/bench mcp --help`), and
+`python -m benchmarks pdf-text ...` the PDF text extractors (see `scripts/bench pdf-text --help`)."""
 
 from __future__ import annotations
 
@@ -130,6 +131,10 @@ if __name__ == "__main__":
         from benchmarks.quality.cli import main as quality_main
 
         sys.exit(quality_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["pdf-text"]:
+        from benchmarks.pdf_text import main as pdf_text_main
+
+        sys.exit(pdf_text_main(sys.argv[2:]))
     if sys.argv[1:2] == ["v2-query"]:
         from benchmarks.v2_query import main as v2_query_main
 

@@ -212,12 +212,13 @@ async def test_a_table_question_is_answered_by_its_row_with_a_citation(world: Wo
         assert item["file_id"] in world.ids
 
 
-async def test_the_page_is_the_printed_one(world: World) -> None:
+async def test_the_page_is_the_one_a_viewer_shows(world: World) -> None:
     r = await world.ask("Power (kW) of model K 25 in the ratings table", file_ids=[world.files["manual.pdf"]])
     assert r.status_code == 200, r.text
     row = next(item for item in r.json()["results"] if item["row_label"] == "K 25")
-    # the ratings page is the second physical page, printed "1" (the contents page is "i")
-    assert row["page"] == 1 and row["page_label"] == "1" and row["metadata"]["physical_page"] == 2
+    # the ratings page is the second page in the file, printed "1" (the contents page is "i"):
+    # `page` is where a viewer opens, the printed label rides beside it
+    assert row["page"] == 2 and row["page_label"] == "1" and row["metadata"]["physical_page"] == 2
     # what a result's metadata holds: no indexing statistics or warnings in every passage
     assert set(row["metadata"]) == {
         "kind",

@@ -809,4 +809,4 @@ def test_pdf_pages_use_librechats_numbering_on_both_routes(proxy: Proxy, corpus:
         assert v2_pages == {marker: v1_pages[marker] for marker in v2_pages}, (v1_pages, v2_pages)
         assert "ZXPDFTHREE" in v2_pages
         three = next(block for block in v2["text"].split("\n---\n") if "ZXPDFTHREE" in block)
-        assert "\nPage: 3\n" in three  # the model reads the printed, 1-based page
+        assert "\nPage: 3\n" in three  # the model reads the 1-based page in the file

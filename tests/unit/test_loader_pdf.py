@@ -1,4 +1,4 @@
-"""PDF loading: pages 0-based as rag_api, blank pages, encryption, damaged files."""
+"""PDF loading: pages 0-based as rag_api, words kept apart, blank pages, encryption, damaged files."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from app.errors import UnsupportedFileType
 from app.ingest.chunking import split_sections
 from app.ingest.loaders import load_document
-from app.ingest.loaders.pdf import is_heading_line, pdf_blocks
+from app.ingest.loaders.pdf import GLUED_RUN, is_heading_line, pdf_blocks, pdfium_text
 from tests.fixtures.documents import make_pdf
 
 FIVE_PAGES = [f"Page {n} talks about topic number {n}." for n in range(1, 6)]
@@ -169,3 +169,51 @@ def test_cipher_without_crypto_support_is_415(tmp_path: Path, monkeypatch: pytes
         "locked.pdf is encrypted with a cipher this server cannot open. "
         "Remove the encryption (for example, print it to a new PDF) and upload it again"
     )
+
+
+# Two pages of the Debian Reference (GPL-2+), typeset with TeX: page 9 of the English edition and
+# page 26 of the German one (printed "xxv"), cut with pypdf, page labels kept. TeX positions the
+# words of a justified line without space characters; pypdf returns such lines as one token.
+TEX_PAGES = Path(__file__).parent.parent / "fixtures" / "tex_pages.pdf"
+
+
+def test_tex_typeset_pdf_keeps_words_apart() -> None:
+    doc = load_document(TEX_PAGES, "debian-reference.pdf")
+    assert [s.page for s in doc.sections] == [0, 1]
+    assert [s.metadata["page_label"] for s in doc.sections] == ["8", "xxv"]
+    lines = [line for s in doc.sections for line in s.text.split("\n") if line.strip()]
+    assert len(lines) > 40
+    assert [line for line in lines if GLUED_RUN.search(line)] == []
+    english, german = (s.text for s in doc.sections)
+    assert "modern Linux kernels have developed this idea ever further" in english
+    assert "Alle Befehlsbeispiele in dieser Referenz wurden mit der englischen" in german
+    # words hyphenated at a line end come back whole; a hyphen of the word itself stays
+    assert "Umgebungsvariablen" in german and "ausgeführt" in german
+    assert "Gebietsschema-Einstellung" in german
+
+
+def test_tex_typeset_pdf_blocks_keep_words_apart() -> None:
+    doc = load_document(TEX_PAGES, "debian-reference.pdf")
+    assert {b.page for b in doc.blocks} == {0, 1}
+    glued = [b.text for b in doc.blocks if any(GLUED_RUN.search(line) for line in b.text.split("\n"))]
+    assert glued == []
+    assert {b.page_label for b in doc.blocks} == {"8", "xxv"}
+
+
+def test_pypdf_text_when_pdfium_cannot_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pypdfium2
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise pypdfium2.PdfiumError("unreadable")
+
+    monkeypatch.setattr(pypdfium2, "PdfDocument", refuse)
+    doc = load_document(make_pdf(tmp_path / "a.pdf", ["first page", "second page"]), "a.pdf")
+    assert [(s.page, s.text) for s in doc.sections] == [(0, "first page"), (1, "second page")]
+
+
+def test_pdfium_text_is_made_plain() -> None:
+    # U+FFFE: a hyphen PDFium removed at a line end, the two lines joined
+    assert pdfium_text("einge\ufffebunden und PDF\ufffeFormat\r\nnext\x10 line\r") == (
+        "eingebunden und PDF-Format\nnext line\n"
+    )
+    assert pdfium_text("plain\ttext") == "plain\ttext"

@@ -1,14 +1,18 @@
-"""PDF via pypdf: one section per page with text, `page` 0-based as rag_api's PyPDFLoader stores it.
+"""PDF: one section per page with text, `page` 0-based as rag_api's PyPDFLoader stores it.
 
-V1's sections are pypdf's text, exactly as rag_api's loader extracts it. The blocks (V2) add what
-the layout shows: on pages that draw lines or rectangles, pdfplumber finds ruled tables (header
-row, data rows) and the text around them is read region by region, so no table text is repeated
-in a paragraph. Blocks carry the printed page label when the PDF defines labels. A page with an
-image but no text layer (a scan) is listed in `unreadable_pages`; a page that is mostly
-dot-leader lines ending in page numbers is a table of contents (`boilerplate="toc"`).
+The text is PDFium's (pypdfium2's text page): TeX and other typesetters position words without
+space characters, and pypdf (rag_api's extractor) then returns whole justified lines as one token;
+PDFium inserts the spaces the layout shows (docs/decisions.md has the measurements). pypdf opens the
+file first (damage, encryption, page tree, labels, metadata) and is the fallback where PDFium cannot
+read the file or a page. The blocks (V2) add what the layout shows: on pages that draw lines or
+rectangles, pdfplumber finds ruled tables (header row, data rows) and the text around them is read
+region by region, so no table text is repeated in a paragraph. Blocks carry the printed page label
+when the PDF defines labels. A page with an image but no text layer (a scan) is listed in
+`unreadable_pages`; a page that is mostly dot-leader lines ending in page numbers is a table of
+contents (`boilerplate="toc"`).
 
-pypdf caps what a single stream may inflate to (its `LimitReachedError`); pdfplumber (pdfminer)
-has no such cap and runs only on pages pypdf could read, inside the worker's memory limit.
+pypdf caps what a single stream may inflate to (its `LimitReachedError`); PDFium and pdfplumber
+(pdfminer) have no such cap and run only on files pypdf could read, inside the worker's memory limit.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pypdfium2
 from pypdf import PageObject, PasswordType, PdfReader
 from pypdf.errors import DependencyError
 
@@ -47,6 +52,12 @@ _PAGE_NUMBER = re.compile(r"\d{1,4}|[ivxlcdm]{1,7}", re.IGNORECASE)
 _LEADERS = ("....", ". . . .", "\u2026\u2026", "\u2026 \u2026")
 _TOC_MIN_LINES = 4
 _TOC_MAX_LINE = 300
+# pdfplumber joins characters closer than this (its default, 3 pt, glues TeX's narrow spaces).
+_X_TOLERANCE = 1.5
+# C0 controls but tab and newline: PDFium returns them for glyphs without a Unicode mapping.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# 30+ letters without a break: words glued together (German compounds rarely reach 30).
+GLUED_RUN = re.compile(r"[^\W\d_]{30,}")
 
 
 def load_pdf(path: Path, filename: str, *, extract_images: bool = False) -> LoadedDocument:
@@ -75,17 +86,19 @@ def load_pdf(path: Path, filename: str, *, extract_images: bool = False) -> Load
     failed: list[int] = []
     unreadable: list[int] = []
     layout = _Layout(path)
+    text_layer = _TextLayer(path, len(pages))
     try:
         for number, page in enumerate(pages):
-            try:
-                text = page.extract_text()
-            except (RagError, MemoryError):
-                raise
-            except Exception as exc:
-                logger.debug("pdf page %s unreadable: %s", number, exc)
-                failed.append(number)
-                continue
-            text = normalise_newlines(clean_text(text or ""))
+            text = text_layer.page_text(number)
+            if text is None:
+                try:
+                    text = _pypdf_text(page)
+                except (RagError, MemoryError):
+                    raise
+                except Exception as exc:
+                    logger.debug("pdf page %s unreadable: %s", number, exc)
+                    failed.append(number)
+                    continue
             guard.add_chars(len(text))
             if not text.strip():
                 empty.append(number)
@@ -102,6 +115,7 @@ def load_pdf(path: Path, filename: str, *, extract_images: bool = False) -> Load
             blocks.extend(_with(block, label, mark) for block in page_blocks)
     finally:
         layout.close()
+        text_layer.close()
     if pages and len(failed) == len(pages):
         raise UnsupportedFileType(_damaged(filename))
     if failed:
@@ -130,6 +144,68 @@ def _with(block: Block, label: str | None, mark: BoilerplateKind | None) -> Bloc
     if label is None and mark is None:
         return block
     return dataclasses.replace(block, page_label=label, boilerplate=mark or block.boilerplate)
+
+
+class _TextLayer:
+    """PDFium's text of each page of a file pypdf could open; None where PDFium cannot read it."""
+
+    def __init__(self, path: Path, page_count: int) -> None:
+        self._pdf: pypdfium2.PdfDocument | None = None
+        try:
+            pdf = pypdfium2.PdfDocument(path, password="")
+        except Exception as exc:  # pypdf's reading of the page tree stands, and its text with it
+            logger.debug("pdfium cannot open the pdf: %s", exc)
+            return
+        if len(pdf) != page_count:  # the two disagree on a damaged page tree: keep pypdf's pages
+            pdf.close()
+            return
+        self._pdf = pdf
+
+    def page_text(self, number: int) -> str | None:
+        """The page's text (words apart, lines joined where PDFium removed a hyphen), or None."""
+        if self._pdf is None:
+            return None
+        try:
+            page = self._pdf[number]
+            try:
+                textpage = page.get_textpage()
+                try:
+                    raw = textpage.get_text_range()
+                finally:
+                    textpage.close()
+            finally:
+                page.close()
+        except MemoryError:
+            raise
+        except Exception as exc:
+            logger.debug("pdfium cannot read page %s: %s", number, exc)
+            return None
+        return pdfium_text(raw)
+
+    def close(self) -> None:
+        if self._pdf is not None:
+            self._pdf.close()
+
+
+def pdfium_text(raw: str) -> str:
+    """PDFium's page text made plain: LF line ends, no control characters, hyphenation undone.
+
+    PDFium writes U+FFFE where it removed a hyphen at a line end and joins the lines: before a
+    lower-case letter the word was split by hyphenation ("einge-bunden"), before anything else the
+    hyphen is the word's own ("PDF-Format"), so it comes back.
+    """
+    text = _CONTROLS.sub("", normalise_newlines(clean_text(raw)))
+    if "\ufffe" not in text:
+        return text
+    parts = text.split("\ufffe")
+    out = [parts[0]]
+    for part in parts[1:]:
+        out.append(part if part[:1].islower() else "-" + part)
+    return "".join(out)
+
+
+def _pypdf_text(page: PageObject) -> str:
+    return normalise_newlines(clean_text(page.extract_text() or ""))
 
 
 class _Layout:
@@ -175,7 +251,7 @@ def _layout_blocks(page: Any, number: int) -> list[Block] | None:
     x0, bottom, x1 = float(page.bbox[0]), float(page.bbox[3]), float(page.bbox[2])
     for table in tables:
         blocks.extend(_region_blocks(page, (x0, top, x1, table.bbox[1]), number))
-        block = _table_block(table.extract(), number)
+        block = _table_block(table.extract(x_tolerance=_X_TOLERANCE), number)
         if block is not None:
             blocks.append(block)
         top = max(top, float(table.bbox[3]))
@@ -186,7 +262,7 @@ def _layout_blocks(page: Any, number: int) -> list[Block] | None:
 def _region_blocks(page: Any, bbox: tuple[float, float, float, float], number: int) -> list[Block]:
     if bbox[3] - bbox[1] < 1:
         return []
-    text = page.within_bbox(bbox).extract_text() or ""
+    text = page.within_bbox(bbox).extract_text(x_tolerance=_X_TOLERANCE) or ""
     return pdf_blocks(normalise_newlines(clean_text(text)), number)
 
 

@@ -1,7 +1,8 @@
 """Evidence: ranked candidates shaped as the contract's `/query_v2` results, and the last allow-list check.
 
-`page` is 1-based: the printed page number when the document prints a plain number there, else
-the physical page; `page_label` always carries the printed label when there is one. `score` is the
+`page` is the 1-based page in the file, what a PDF viewer shows and where a citation must send the
+reader; `page_label` carries the printed label when the document defines one ("iv", "382"), and
+`metadata.physical_page` repeats `page` for clients that read it there. `score` is the
 reranker's score when the window was reranked, else the fused score, clipped to 0..1.
 """
 
@@ -21,11 +22,10 @@ def citation_id(rank: int) -> str:
     return f"V2-{rank}"
 
 
-def display_page(page: int | None, page_label: str | None) -> int | None:
-    """The page to show: the printed number when the label is a plain positive number, else `page`."""
-    if page_label is not None and page_label.strip().isdigit() and int(page_label) > 0:
-        return int(page_label)
-    return page if page is None or page >= 1 else None
+def display_page(page: int | None) -> int | None:
+    """The page to show: the 1-based page in the file, None when there is none."""
+    # Never the printed label: a manual's 438th page printed "382" sent readers 56 pages away.
+    return page if page is not None and page >= 1 else None
 
 
 def allowed_only(items: Sequence[Fused], allowed_file_ids: Collection[str]) -> tuple[list[Fused], int]:
@@ -56,7 +56,7 @@ def build_evidence(items: Sequence[Fused], allowed_file_ids: Collection[str], k:
                 filename=c.filename,
                 title=c.title,
                 content=c.content,
-                page=display_page(c.page, c.page_label),
+                page=display_page(c.page),
                 page_label=c.page_label,
                 section=list(c.section),
                 chunk_kind="table_row" if c.kind == "table_row" else "prose",

@@ -234,7 +234,7 @@ def _stage(items: Sequence[Fused] | Sequence[Scored], k: int) -> list[dict[str, 
             {
                 "chunk_id": c.chunk_id,
                 "file_id": c.file_id,
-                "page": display_page(c.page, c.page_label),
+                "page": display_page(c.page),
                 "score": round(float(score), 6),
                 "content": c.content,
             }
