@@ -98,7 +98,13 @@ async def test_killed_postgres_gives_fast_503s_then_recovers_without_a_restart(
                 assert r.headers["retry-after"]
                 assert took < 3.0  # fast: no waiting for a connection that cannot come
                 up = await upload(client, new_id(), "b.txt", b"Herons wait.", auth(user))
-                assert up.status_code == 503, up.text
+                # still down: 503 like the query; the server may also be back by now (the restart
+                # races this request), and then the upload is simply stored
+                assert up.status_code == 503 or (
+                    up.status_code == 200 and supervisor.status.restarts > restarts_before
+                ), up.text
+                if up.status_code == 503:
+                    assert "database" in up.json()["detail"].lower()
             else:
                 assert r.json()[0][0]["page_content"].startswith("Kingfishers")
                 recovered[id(client)] = time.monotonic() - killed_at
