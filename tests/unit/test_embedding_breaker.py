@@ -60,8 +60,9 @@ def test_a_failed_trial_opens_it_again_and_a_success_resets_the_count() -> None:
 def test_zero_turns_it_off() -> None:
     breaker = CircuitBreaker(0, 5.0)
     for _ in range(100):
-        breaker.failure()
-        breaker.before_attempt()
+        assert breaker.failure() is False  # never (re)opens ...
+        breaker.before_attempt()  # ... so every attempt goes ahead
+    assert breaker.opened == 0 and not breaker.is_open
 
 
 async def test_a_failing_provider_is_not_called_while_the_breaker_is_open(
