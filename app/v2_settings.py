@@ -33,17 +33,21 @@ class Section(BaseModel):
     )
 
 
-class ChannelWeights(Section):
+class Weights(Section):
+    """A section of named weights."""
+
+    def of(self, name: str) -> float:
+        """The weight called `name` (1 for a name the section does not know)."""
+        return float(getattr(self, name, 1.0))
+
+
+class ChannelWeights(Weights):
     """Weight of each channel's reciprocal rank in fusion."""
 
     exact: float = Field(1.0, ge=0, le=100)
     # 2, not 1: the fusion grid of the full quality run (2,871 questions) chose lexical weight 2
     lexical: float = Field(2.0, ge=0, le=100)
     vector: float = Field(1.0, ge=0, le=100)
-
-    def of(self, channel: str) -> float:
-        """The weight of `channel` (one of CHANNELS)."""
-        return float(getattr(self, channel, 1.0))
 
 
 class FusionSettings(Section):
@@ -125,7 +129,7 @@ class RerankSettings(Section):
         return self.timeout_ms / 1000
 
 
-class SignalWeights(Section):
+class SignalWeights(Weights):
     """Weight of each soft refusal signal; signals whose weights reach `refuse_at` refuse."""
 
     weak_rerank: float = Field(0.5, ge=0, le=100)
@@ -134,10 +138,6 @@ class SignalWeights(Section):
     # 0.5, not 1: term coverage never refuses alone (a paraphrase shares few words with its answer)
     low_coverage: float = Field(0.5, ge=0, le=100)
     low_dense: float = Field(0.5, ge=0, le=100)
-
-    def of(self, signal: str) -> float:
-        """The weight of `signal` (a soft signal of app/search/v2/refusal.py)."""
-        return float(getattr(self, signal, 1.0))
 
 
 class RefusalSettings(Section):

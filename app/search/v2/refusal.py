@@ -212,11 +212,13 @@ def decide_refusal(
         if not _found(pool, normalize(quantity.raw), quantity.normalized):
             reasons.append(Reason("missing_quantity", quantity.raw))
 
-    if document_frequency is not None and documents > 0:
+    stats = document_frequency is not None and documents > 0
+    # every stem form any candidate's text offers: read by the name check and the rare-term signal
+    everywhere = form_set(t for item in pool for t in item.candidate.search_text.split()) if stats else None
+    if document_frequency is not None and everywhere is not None:
         # in no visible chunk, and no candidate holds it in another inflection either
-        offered_anywhere = form_set(t for item in pool for t in item.candidate.search_text.split())
         for token in written_names(query):
-            if document_frequency.get(token, 0) == 0 and not matches(token, offered_anywhere):
+            if document_frequency.get(token, 0) == 0 and not matches(token, everywhere):
                 reasons.append(Reason("missing_name", token))
 
     signals: list[Reason] = []
@@ -233,9 +235,8 @@ def decide_refusal(
         if best_dense < policy.min_dense_similarity:
             signals.append(Reason("low_dense", round(best_dense, 4)))
     offered = [_offered(item) for item in pool[: max(policy.coverage_depth, 1)]]
-    if document_frequency is not None and documents > 0:
+    if document_frequency is not None and everywhere is not None:
         rare = [t for t in query.terms if document_frequency.get(t, 0) <= policy.rare_share * documents]
-        everywhere = form_set(t for item in pool for t in item.candidate.search_text.split())
         missing = [t for t in rare if not matches(t, everywhere)]
         checked["rare_terms"] = rare
         if rare and len(missing) / len(rare) >= policy.rare_missing_share:
