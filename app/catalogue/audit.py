@@ -71,63 +71,93 @@ def audit_catalogue(
     now: datetime | None = None,
 ) -> AuditResult:
     """Run every catalogue check; `only_agents` limits it to a plan's Agents (by `id`)."""
-    moment = now or datetime.now(UTC)
     agent_list = [a for a in agents if only_agents is None or id_text(a.get("id")) in only_agents]
     kbs = knowledge_bases(agent_list, only_agents)
-    records = {str(f.get("file_id")): f for f in files}
     result = AuditResult(knowledge_bases=len(kbs))
-
     if only_agents is not None:
-        for missing in sorted(only_agents - {id_text(a.get("id")) for a in agent_list}):
-            result.findings.append(
-                Finding("agent_missing", f"Agent {missing} is not in the catalogue", (missing,))
-            )
+        result.findings += _missing_agents(agent_list, only_agents)
+    result.findings += _shared_files(kbs)
+    result.findings += _files_attached_twice(agent_list)
+    result.files_checked, unembedded = _unembedded_files(kbs, {str(f.get("file_id")): f for f in files})
+    result.findings += unembedded
+    result.findings += _public_agents(agent_list, acl_entries, public_allowed, now or datetime.now(UTC))
+    return result
 
+
+def _missing_agents(agent_list: list[Document], only_agents: set[str]) -> list[Finding]:
+    """The plan's Agents that the catalogue does not hold."""
+    found = {id_text(a.get("id")) for a in agent_list}
+    return [
+        Finding("agent_missing", f"Agent {missing} is not in the catalogue", (missing,))
+        for missing in sorted(only_agents - found)
+    ]
+
+
+def _shared_files(kbs: Mapping[str, list[str]]) -> list[Finding]:
+    """Pairs of knowledge bases that hold a file in common."""
+    findings = []
     for (a, a_ids), (b, b_ids) in combinations(sorted(kbs.items()), 2):
         shared = sorted(set(a_ids) & set(b_ids))
         if shared:
-            result.findings.append(
+            findings.append(
                 Finding(
                     "kb_disjoint",
                     f"knowledge bases of {a} and {b} share {len(shared)} file(s)",
                     (a, b, *shared),
                 )
             )
+    return findings
 
+
+def _files_attached_twice(agent_list: list[Document]) -> list[Finding]:
+    """Files attached (in any tool) to more than one Agent."""
     holders: dict[str, list[str]] = {}
     for agent in agent_list:
         agent_id = id_text(agent.get("id")) or "?"
         for fid in attached_file_ids(agent):
             holders.setdefault(fid, []).append(agent_id)
-    for fid, owners in sorted(holders.items()):
-        if len(owners) > 1:
-            result.findings.append(
-                Finding(
-                    "file_attached_twice",
-                    f"file {fid} is attached to {', '.join(sorted(owners))}",
-                    (fid, *sorted(owners)),
-                )
-            )
+    return [
+        Finding(
+            "file_attached_twice",
+            f"file {fid} is attached to {', '.join(sorted(owners))}",
+            (fid, *sorted(owners)),
+        )
+        for fid, owners in sorted(holders.items())
+        if len(owners) > 1
+    ]
 
+
+def _unembedded_files(
+    kbs: Mapping[str, list[str]], records: Mapping[str, Document]
+) -> tuple[int, list[Finding]]:
+    """(files checked, findings): knowledge-base files without a record or not embedded."""
+    checked, findings = 0, []
     for agent_id, ids in sorted(kbs.items()):
         for fid in ids:
-            result.files_checked += 1
+            checked += 1
             record = records.get(fid)
             if record is None:
-                result.findings.append(
+                findings.append(
                     Finding(
                         "file_missing", f"{agent_id}: file {fid} has no record in `files`", (agent_id, fid)
                     )
                 )
             elif record.get("embedded") is not True:
                 name = record.get("filename") or "?"
-                result.findings.append(
+                findings.append(
                     Finding(
                         "not_embedded", f"{agent_id}: file {fid} ({name}) is not embedded", (agent_id, fid)
                     )
                 )
+    return checked, findings
 
+
+def _public_agents(
+    agent_list: list[Document], acl_entries: Iterable[Document], public_allowed: set[str], moment: datetime
+) -> list[Finding]:
+    """Agents an active ACL entry shares publicly for viewing, unless the plan allows it."""
     by_db_id = {id_text(a.get("_id")): id_text(a.get("id")) for a in agent_list}
+    findings = []
     for entry in acl_entries:
         if entry.get("resourceType") != AGENT_RESOURCE or entry.get("principalType") != PRINCIPAL_PUBLIC:
             continue
@@ -136,14 +166,14 @@ def audit_catalogue(
         public_agent = by_db_id.get(id_text(entry.get("resourceId")))
         if public_agent is None or public_agent in public_allowed:
             continue
-        result.findings.append(
+        findings.append(
             Finding(
                 "public_agent",
                 f"Agent {public_agent} is shared publicly and the plan does not allow it",
                 (public_agent,),
             )
         )
-    return result
+    return findings
 
 
 def _bits(entry: Mapping[str, Any]) -> int:
