@@ -87,6 +87,8 @@ class IngestService:
         info: StoreInfo,
         embedder: Embedder,
         blobs: BlobStore,
+        *,
+        on_stored: Callable[[str, str], Awaitable[None]] | None = None,
     ) -> None:
         self.settings = settings
         self.pool = pool
@@ -104,7 +106,7 @@ class IngestService:
         self._limits = ParseLimits.from_settings(settings)
         # told (file_id, owner) after every stored upload: the V2 index queues its staging (it must
         # never raise: the upload has succeeded)
-        self.on_stored: Callable[[str, str], Awaitable[None]] | None = None
+        self.on_stored = on_stored
         start_worker_server()
 
     def close(self) -> None:
@@ -140,35 +142,14 @@ class IngestService:
         started = time.perf_counter()
         async with self._slots:
             doc = await self.load(source)
-            for warning in doc.warnings:
-                # the loader's own sentences (pages without text, a misnamed file, OCR not done)
-                logger.warning("File %s: %s", file_id, warning)
-            loop = asyncio.get_running_loop()
-            pieces = await loop.run_in_executor(
-                self._executor,
-                functools.partial(
-                    split_sections, doc.sections, self.settings.chunk_size, self.settings.chunk_overlap
-                ),
-            )
-            loaded_at = time.perf_counter()
-            if len(pieces) > self.settings.max_chunks_per_file:
-                raise PayloadTooLarge(
-                    f"The file yields {len(pieces)} chunks, more than MAX_CHUNKS_PER_FILE "
-                    f"({self.settings.max_chunks_per_file}); split the file or raise the limit"
-                )
             source_name = safe_basename(source.filename)
-            texts, metas = _chunk_texts(pieces, file_id=file_id, owner=owner, source=source_name)
-            if not texts:
-                # nothing to search: refuse before embedding, storing the original or touching the
-                # file's previous version (which stays as it was)
-                logger.warning("File %s: no extractable text; nothing stored", file_id)
-                raise NoExtractableText()
+            texts, metas = await self._chunks(doc, file_id=file_id, owner=owner, source=source_name)
+            loaded_at = time.perf_counter()
             vectors, embedded, reused = await self._vectors_for(file_id, owner, texts, metas)
             embedded_at = time.perf_counter()
-
+            content_type = source.content_type or doc.content_type
             key = blob_key(source.sha256)
-            await self.blobs.put_file(key, source.path, content_type=source.content_type or doc.content_type)
-
+            await self.blobs.put_file(key, source.path, content_type=content_type)
             ids = uuid7_batch(len(texts))
             new_chunks = [store.NewChunk(ids[i], vectors[i], texts[i], metas[i]) for i in range(len(texts))]
             dim = int(vectors.shape[1]) if len(texts) else self.embedder.dimensions
@@ -177,7 +158,7 @@ class IngestService:
                 owner=owner,
                 uploader=uploader,
                 filename=source_name,
-                content_type=source.content_type or doc.content_type,
+                content_type=content_type,
                 size_bytes=source.size,
                 sha256=source.sha256,
                 blob_key=key,
@@ -186,15 +167,7 @@ class IngestService:
                 embedding_dim=dim,
                 storage_metadata=dict(storage_metadata) if storage_metadata else None,
             )
-            async with self.pool.acquire() as conn, conn.transaction():
-                # shared: other uploads of the same content go on; a removal of it waits for our commit
-                await store.lock_blob(conn, key, shared=True)
-                if not await self.blobs.exists(key):
-                    # a delete of another file with this content removed it after our put: store again
-                    await self.blobs.put_file(
-                        key, source.path, content_type=source.content_type or doc.content_type
-                    )
-                previous = await store.replace_file(conn, self.info, record, new_chunks)
+            previous = await self._commit(record, new_chunks, source.path, content_type)
             if dim:
                 self._note_dimension(dim)
             if previous:
@@ -216,6 +189,45 @@ class IngestService:
             (time.perf_counter() - started) * 1000,
         )
         return EmbedOutcome(file_id, source.filename, len(new_chunks), embedded, reused, record)
+
+    async def _chunks(
+        self, doc: LoadedDocument, *, file_id: str, owner: str, source: str
+    ) -> tuple[list[str], list[dict[str, Any]]]:
+        """The document's chunk texts and metadata, refused when too many or none hold text."""
+        for warning in doc.warnings:
+            # the loader's own sentences (pages without text, a misnamed file, OCR not done)
+            logger.warning("File %s: %s", file_id, warning)
+        loop = asyncio.get_running_loop()
+        pieces = await loop.run_in_executor(
+            self._executor,
+            functools.partial(
+                split_sections, doc.sections, self.settings.chunk_size, self.settings.chunk_overlap
+            ),
+        )
+        if len(pieces) > self.settings.max_chunks_per_file:
+            raise PayloadTooLarge(
+                f"The file yields {len(pieces)} chunks, more than MAX_CHUNKS_PER_FILE "
+                f"({self.settings.max_chunks_per_file}); split the file or raise the limit"
+            )
+        texts, metas = _chunk_texts(pieces, file_id=file_id, owner=owner, source=source)
+        if not texts:
+            # nothing to search: refuse before embedding, storing the original or touching the
+            # file's previous version (which stays as it was)
+            logger.warning("File %s: no extractable text; nothing stored", file_id)
+            raise NoExtractableText()
+        return texts, metas
+
+    async def _commit(
+        self, record: store.FileRecord, chunks: list[store.NewChunk], path: Path, content_type: str | None
+    ) -> str | None:
+        """Replace the file's rows in one transaction; returns the previous version's blob key."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            # shared: other uploads of the same content go on; a removal of it waits for our commit
+            await store.lock_blob(conn, record.blob_key, shared=True)
+            if not await self.blobs.exists(record.blob_key):
+                # a delete of another file with this content removed it after our put: store again
+                await self.blobs.put_file(record.blob_key, path, content_type=content_type)
+            return await store.replace_file(conn, self.info, record, chunks)
 
     def _note_dimension(self, dim: int) -> None:
         """Committed: the dimension of this model's stored vectors, known from now on without a read."""
