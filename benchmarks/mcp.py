@@ -94,7 +94,7 @@ async def store_until(app: Any, have: list[str], size: int, rng: random.Random) 
     On a busy machine the per-upload parse process dominates loading; the rows and catalogue entries
     written here are those an upload writes, so the searches measured are the same.
     """
-    res = app.state.resources
+    res = app.state.services
     start = len(have)
     texts = [document(rng, i).decode() for i in range(start, size)]
     vectors = []

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 
 from app.api.jobs import JobIdPath
-from app.deps import AdminPrincipal, JobsDep, ResourcesDep
+from app.deps import AdminPrincipal, JobsDep
 from app.edge import safe_str
 from app.errors import NotFound, RagError
 from app.jobs.schemas import (
@@ -53,9 +53,7 @@ _ADMIN = error_responses(403, *AUTHED_ERRORS)
 
 
 @router.get("/status", response_model=AdminStatus, responses=_ADMIN)
-async def admin_status(
-    request: Request, principal: AdminPrincipal, jobs: JobsDep, resources: ResourcesDep
-) -> AdminStatus:
+async def admin_status(request: Request, principal: AdminPrincipal, jobs: JobsDep) -> AdminStatus:
     """Queue depth, running jobs with progress, documents with unsearchable chunks, versions, tasks."""
     stats = await jobs.service.queue_stats()
     missing = await jobs.missing()
@@ -106,7 +104,7 @@ async def admin_status(
                 runs=t.runs,
                 failures=t.failures,
             )
-            for t in resources.maintenance.registry.statuses()
+            for t in jobs.maintenance.registry.statuses()
         ],
     )
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query
@@ -25,7 +24,7 @@ from app.schemas import (
     QueryRequest,
     error_responses,
 )
-from app.store.chunks import ChunkHit
+from app.search.service import SearchOutcome
 
 router = APIRouter(tags=["documents"])
 
@@ -35,16 +34,16 @@ else:
     FileIdPath = Annotated[safe_str(min_length=1, max_length=MAX_FILE_ID_CHARS), Path()]
 
 
-def _pairs(hits: Sequence[ChunkHit], timing: str | None = None) -> Response:
+def _pairs(outcome: SearchOutcome) -> Response:
     """rag_api's `[[document, distance], ...]`, serialised once without a response model pass."""
     payload: list[list[Any]] = [
         [
             {"id": str(h.id), "page_content": h.text, "metadata": h.metadata, "type": "Document"},
             h.distance,
         ]
-        for h in hits
+        for h in outcome.hits
     ]
-    headers = {"Server-Timing": timing} if timing else None
+    headers = {"Server-Timing": outcome.server_timing()}
     return Response(json.dumps(payload, ensure_ascii=False), media_type="application/json", headers=headers)
 
 
@@ -66,7 +65,7 @@ async def query(
     ids = await allowlist.searchable(principal, entity, [body.file_id])
     scope = search.scope(read_namespaces(principal, entity), principal.namespace, ids)
     outcome = await search.search(body.query, scope, body.k)
-    return _pairs(outcome.hits, outcome.server_timing())
+    return _pairs(outcome)
 
 
 @router.post(
@@ -93,7 +92,7 @@ async def query_multiple(
     outcome = await search.search(body.query, scope, body.k)
     if not outcome.hits:
         raise NotFound("No documents found for the given query")
-    return _pairs(outcome.hits, outcome.server_timing())
+    return _pairs(outcome)
 
 
 @router.get(

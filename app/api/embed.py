@@ -19,9 +19,8 @@ from app.deps import (
     CurrentPrincipal,
     EntityIdQuery,
     IngestDep,
-    Resources,
-    ResourcesDep,
     SearchDep,
+    ServicesDep,
     SettingsDep,
 )
 from app.edge import NON_BLANK_NUL_FREE_PATTERN, NUL_FREE_PATTERN, UNSAFE_ERROR_TYPE, unsafe_in_json
@@ -41,6 +40,7 @@ from app.schemas import (
     error_responses,
 )
 from app.search.service import SearchService
+from app.services import Services
 
 router = APIRouter(tags=["upload"])
 
@@ -174,7 +174,7 @@ async def _embed_multipart(
     settings: Settings,
     file_field: str,
     *,
-    resources: Resources,
+    services: Services,
     run_async: bool = False,
 ) -> EmbedResponse | JSONResponse:
     upload = await _receive(request, settings, file_field, _EMBED_FIELDS)
@@ -184,11 +184,11 @@ async def _embed_multipart(
         storage_metadata = _storage_metadata(upload.fields)
         owner = write_owner(principal, entity_id)
         source = SourceFile(upload.path, upload.filename, upload.content_type, upload.size, upload.sha256)
-        if resources.jobs is not None and wants_job(settings, asked=run_async, size=upload.size):
+        if wants_job(settings, asked=run_async, size=upload.size):
             # opt-in only: LibreChat's /embed stays synchronous unless the operator asks otherwise
             added = await accept_upload(
-                resources.jobs.service,
-                resources.blobs,
+                services.jobs.service,
+                services.blobs,
                 source,
                 file_id=file_id,
                 owner=owner,
@@ -240,12 +240,12 @@ async def embed(
     ingest: IngestDep,
     search: SearchDep,
     settings: SettingsDep,
-    resources: ResourcesDep,
+    services: ServicesDep,
     run_async: AsyncQuery = False,
 ) -> EmbedResponse | JSONResponse:
     """Upload a file (multipart `file_id`, `file`, `entity_id?`, `storage_metadata?`) and index it."""
     return await _embed_multipart(
-        request, principal, ingest, search, settings, "file", resources=resources, run_async=run_async
+        request, principal, ingest, search, settings, "file", services=services, run_async=run_async
     )
 
 
@@ -261,7 +261,7 @@ async def embed_upload(
     ingest: IngestDep,
     search: SearchDep,
     settings: SettingsDep,
-    resources: ResourcesDep,
+    services: ServicesDep,
     run_async: AsyncQuery = False,
 ) -> EmbedResponse | JSONResponse:
     """Same as `/embed`, with the file part named `uploaded_file`."""
@@ -272,7 +272,7 @@ async def embed_upload(
         search,
         settings,
         "uploaded_file",
-        resources=resources,
+        services=services,
         run_async=run_async,
     )
 

@@ -17,23 +17,23 @@ from fastapi.responses import Response
 
 from app import metrics
 from app.auth import Principal, single_authorization
-from app.deps import ResourcesDep, get_admin, get_principal
+from app.deps import ServicesDep, get_admin, get_principal
 from app.errors import Forbidden
 from app.schemas import AUTHED_ERRORS, error_responses
 
 router = APIRouter(tags=["operations"])
 
 
-async def metrics_reader(request: Request, resources: ResourcesDep) -> None:
+async def metrics_reader(request: Request, services: ServicesDep) -> None:
     """METRICS_TOKEN as a bearer token, else an admin's JWT (401/403 otherwise)."""
-    token = resources.settings.metrics_token
+    token = services.settings.metrics_token
     if token:
         header = single_authorization(request.headers.getlist("authorization")) or ""
         scheme, _, credentials = header.partition(" ")
         if scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), token.encode()):
             return
     try:
-        await _admin(request, resources)
+        await _admin(request, services)
     except Forbidden as exc:
         # the scraper's way in is METRICS_TOKEN: name it, whether it is set or not
         hint = (
@@ -44,9 +44,9 @@ async def metrics_reader(request: Request, resources: ResourcesDep) -> None:
         raise Forbidden(f"{exc.detail}; {hint}") from None
 
 
-async def _admin(request: Request, resources: ResourcesDep) -> Principal:
+async def _admin(request: Request, services: ServicesDep) -> Principal:
     # the same checks (and 401s) as every other route
-    return await get_admin(await get_principal(request, resources))
+    return await get_admin(await get_principal(request, services))
 
 
 @router.get(

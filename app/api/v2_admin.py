@@ -1,7 +1,7 @@
 """Admin routes of the V2 index: runs, staging, activation, backfill and status (`/v2/...`).
 
 Every route needs an admin (RAG_ADMIN_USER_IDS or a token with `role: "ADMIN"`); anyone else gets
-403. The work itself is in `app/ingest/v2/` (lifecycle, staging, backfill); this module only maps HTTP to it.
+403. The work itself is `V2Admin` (app/admin/v2.py); this module only maps HTTP to it.
 """
 
 from __future__ import annotations
@@ -9,24 +9,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import BaseModel, Field
 
-from app.config import Settings
-from app.deps import AdminPrincipal, JobsDep, ResourcesDep
+from app.deps import AdminPrincipal, SettingsDep, V2AdminDep
 from app.edge import NON_BLANK_NUL_FREE_PATTERN, SafeStr, safe_str, safe_str_list
-from app.errors import BadRequest, Conflict, InvalidInput, NotFound, ServiceUnavailable, UnsupportedFileType
+from app.errors import BadRequest, InvalidInput, UnsupportedFileType
 from app.ingest.upload import check_content_length, receive_multipart
-from app.ingest.v2 import lifecycle
-from app.ingest.v2.backfill import start_backfill_run
-from app.ingest.v2.context import V2Context
-from app.ingest.v2.lifecycle import RunStatus, activate, fail, run_status
+from app.ingest.v2.lifecycle import RunStatus
 from app.ingest.v2.sources import Derivative
-from app.ingest.v2.staging import RunFileNotFound, index_file
-from app.maintenance.v2_tasks import HNSW_PREFIX, V2Maintenance
+from app.ingest.v2.staging import FileOutcome
 from app.schemas import AUTHED_ERRORS, MAX_ENTITY_ID_CHARS, MAX_FILE_ID_CHARS, error_responses
-from app.store.v2 import reads as read_store
-from app.store.v2 import runs as run_store
 
 router = APIRouter(prefix="/v2", tags=["v2 index (admin)"])
 
@@ -215,45 +208,12 @@ class V2StatusOut(BaseModel):
     tasks: list[TaskOut]
 
 
-# --- helpers -------------------------------------------------------------------------------------
+# --- answers -------------------------------------------------------------------------------------
 
 
-async def get_v2(resources: ResourcesDep) -> V2Context:
-    """The V2 index context (503 when the service started without it)."""
-    if resources.v2 is None:
-        raise ServiceUnavailable("The V2 index is not available in this service")
-    return resources.v2
-
-
-async def get_v2_tasks(resources: ResourcesDep) -> V2Maintenance:
-    """The V2 maintenance tasks."""
-    if resources.v2_tasks is None:
-        raise ServiceUnavailable("The V2 index is not available in this service")
-    return resources.v2_tasks
-
-
-V2Dep = Annotated[V2Context, Depends(get_v2)]
-V2TasksDep = Annotated[V2Maintenance, Depends(get_v2_tasks)]
-
-
-def _run_out(run: run_store.RunRecord) -> RunOut:
-    return RunOut(
-        run_id=run.run_id,
-        namespace=run.namespace,
-        index_version=run.index_version,
-        status=run.status,
-        origin=run.origin,
-        extractor_version=run.extractor_version,
-        embedding_model=run.embedding_model,
-        embedding_dim=run.embedding_dim,
-        expected_files=run.expected_files,
-        error=run.error,
-        created_by=run.created_by,
-        created_at=run.created_at,
-        updated_at=run.updated_at,
-        activated_at=run.activated_at,
-        finished_at=run.finished_at,
-    )
+def _run_out(run: object) -> RunOut:
+    """A run record as the wire shows it (the record's fields by name)."""
+    return RunOut.model_validate(run, from_attributes=True)
 
 
 def _status_out(status: RunStatus) -> RunStatusOut:
@@ -261,36 +221,11 @@ def _status_out(status: RunStatus) -> RunStatusOut:
         run=_run_out(status.run),
         counts=status.counts,
         chunks=status.chunks,
-        files=[
-            RunFileOut(
-                file_id=f.file_id,
-                state=f.state,
-                source=f.source,
-                linked=f.linked,
-                chunks=f.chunks,
-                attempts=f.attempts,
-                error=f.error,
-                updated_at=f.updated_at,
-            )
-            for f in status.files
-        ],
+        files=[RunFileOut.model_validate(f, from_attributes=True) for f in status.files],
     )
 
 
-def _http(exc: run_store.RunError) -> Exception:
-    """A run error as the HTTP error the route documents."""
-    if isinstance(exc, (run_store.RunNotFound, RunFileNotFound)):
-        return NotFound(exc.detail)
-    return Conflict(exc.detail)
-
-
-async def _stage_file_response(
-    ctx: V2Context, run_id: int, file_id: str, derivative: Derivative | None
-) -> StagedFileOut:
-    try:
-        outcome = await index_file(ctx, run_id, file_id, derivative=derivative)
-    except run_store.RunError as exc:
-        raise _http(exc) from None
+def _staged_out(outcome: FileOutcome) -> StagedFileOut:
     return StagedFileOut(
         file_id=outcome.file_id,
         source=outcome.source,
@@ -313,49 +248,18 @@ _ADMIN = (403, *AUTHED_ERRORS)
 
 
 @router.get("/status", response_model=V2StatusOut, responses=error_responses(*_ADMIN))
-async def v2_status(
-    principal: AdminPrincipal, resources: ResourcesDep, ctx: V2Dep, tasks: V2TasksDep
-) -> V2StatusOut:
+async def v2_status(principal: AdminPrincipal, admin: V2AdminDep, settings: SettingsDep) -> V2StatusOut:
     """Whether V2 is enabled and ready, the active run of each namespace, and how the index is built."""
-    async with ctx.pool.acquire() as conn:
-        ready = await read_store.schema_ready(conn)
-        active = await run_store.active_runs(conn, ctx.info.collection_id) if ready else []
-        running = (
-            await run_store.list_runs(conn, ctx.info.collection_id, statuses=["running"], limit=10_000)
-            if ready
-            else []
-        )
-    answering = []
-    for namespace in sorted({r.namespace for r in active}):
-        async with ctx.pool.acquire() as conn:
-            newest = await run_store.active_run(conn, ctx.info.collection_id, namespace)
-        if newest is None:
-            continue  # superseded since the list above was read
-        files = set(await lifecycle.namespace_file_ids(ctx, namespace))
-        answering.append(
-            AnsweringRunOut(
-                namespace=namespace,
-                run_id=newest.run_id,
-                index_version=newest.index_version,
-                files_held=await lifecycle.files_held(ctx, newest.run_id, files),
-                namespace_files=len(files),
-            )
-        )
-    profile = ctx.profile
-    tuning = ctx.settings.v2
-    statuses = [
-        TaskOut(name=s.name, state=s.state, progress=s.progress, last_error=s.last_error)
-        for s in tasks.registry.statuses()
-        if s.name.startswith(HNSW_PREFIX)
-    ]
+    seen = await admin.overview()
+    profile, tuning = seen.profile, settings.v2
     return V2StatusOut(
-        enabled=bool(ctx.enabled_namespaces),
-        namespaces=sorted(ctx.enabled_namespaces),
-        schema_ready=ready,
-        index_version=ctx.settings.v2_index_version,
+        enabled=bool(settings.v2_namespace_ids),
+        namespaces=sorted(set(settings.v2_namespace_ids)),
+        schema_ready=seen.schema_ready,
+        index_version=settings.v2_index_version,
         extractor_version=profile.extractor_version,
         embedding_model=profile.embedding_model,
-        embedding_dimensions=ctx.embedder.dimensions,
+        embedding_dimensions=seen.embedding_dimensions,
         token_counter=profile.counter_name,
         window=profile.window,
         reranker_configured=tuning.rerank.backend != "features",
@@ -368,56 +272,47 @@ async def v2_status(
                 files=r.expected_files,
                 activated_at=r.activated_at,
             )
-            for r in active
+            for r in seen.active
         ],
-        answering=answering,
-        running_runs=len(running),
-        tasks=statuses,
+        answering=[AnsweringRunOut.model_validate(a, from_attributes=True) for a in seen.answering],
+        running_runs=seen.running_runs,
+        tasks=[
+            TaskOut(name=t.name, state=t.state, progress=t.progress, last_error=t.last_error)
+            for t in seen.tasks
+        ],
     )
 
 
 @router.post(
     "/runs", status_code=201, response_model=RunStatusOut, responses=error_responses(400, 413, *_ADMIN)
 )
-async def start_run(body: StartRunRequest, principal: AdminPrincipal, ctx: V2Dep) -> RunStatusOut:
+async def start_run(body: StartRunRequest, principal: AdminPrincipal, admin: V2AdminDep) -> RunStatusOut:
     """Start a run of a namespace that must contain exactly `file_ids`; stage them, then activate it."""
-    run = await lifecycle.start_run(
-        ctx,
+    status = await admin.start_run(
         namespace=body.namespace,
         index_version=body.index_version,
         file_ids=body.file_ids,
         created_by=principal.namespace,
     )
-    return _status_out(await run_status(ctx, run.run_id))
+    return _status_out(status)
 
 
 @router.get("/runs", response_model=list[RunOut], responses=error_responses(*_ADMIN))
 async def list_runs(
     principal: AdminPrincipal,
-    ctx: V2Dep,
+    admin: V2AdminDep,
     namespace: Annotated[NamespaceQuery | None, Query()] = None,
     status: Annotated[Literal["running", "active", "failed", "abandoned"] | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[RunOut]:
     """Runs, newest first (optionally of one namespace or status)."""
-    async with ctx.pool.acquire() as conn:
-        found = await run_store.list_runs(
-            conn,
-            ctx.info.collection_id,
-            namespace=namespace,
-            statuses=[status] if status else None,
-            limit=limit,
-        )
-    return [_run_out(r) for r in found]
+    return [_run_out(r) for r in await admin.list_runs(namespace=namespace, status=status, limit=limit)]
 
 
 @router.get("/runs/{run_id}", response_model=RunStatusOut, responses=error_responses(404, *_ADMIN))
-async def get_run(run_id: RunIdPath, principal: AdminPrincipal, ctx: V2Dep) -> RunStatusOut:
+async def get_run(run_id: RunIdPath, principal: AdminPrincipal, admin: V2AdminDep) -> RunStatusOut:
     """A run with the progress of each of its files."""
-    try:
-        return _status_out(await run_status(ctx, run_id))
-    except run_store.RunError as exc:
-        raise _http(exc) from None
+    return _status_out(await admin.run(run_id))
 
 
 @router.post(
@@ -426,14 +321,14 @@ async def get_run(run_id: RunIdPath, principal: AdminPrincipal, ctx: V2Dep) -> R
     responses=error_responses(404, 409, 413, 415, 502, *_ADMIN, file_errors=True),
 )
 async def stage_file(
-    run_id: RunIdPath, body: StageRequest, principal: AdminPrincipal, ctx: V2Dep
+    run_id: RunIdPath, body: StageRequest, principal: AdminPrincipal, admin: V2AdminDep
 ) -> StagedFileOut:
     """Stage one expected file from its stored original (a file rag_api stored without one: its V1 chunks).
 
     404 when the run or the file is unknown, 409 when the run is not running or active; a file that
     cannot be read answers as an upload would (413, 415, 422) and is recorded as failed on the run.
     """
-    return await _stage_file_response(ctx, run_id, body.file_id, None)
+    return _staged_out(await admin.stage(run_id, body.file_id))
 
 
 def _derivative_schema() -> dict[str, Any]:
@@ -486,10 +381,11 @@ def _field(fields: dict[str, str], name: str) -> str:
     openapi_extra=_derivative_schema(),
     responses=error_responses(400, 404, 409, 413, 415, *_ADMIN, file_errors=True),
 )
-async def stage_derivative(request: Request, principal: AdminPrincipal, ctx: V2Dep) -> StagedFileOut:
+async def stage_derivative(
+    request: Request, principal: AdminPrincipal, admin: V2AdminDep, settings: SettingsDep
+) -> StagedFileOut:
     """Stage an expected file from an uploaded text or Markdown version of it (multipart `run_id`,
     `file_id`, `sha256`, `file`): the bytes must have that SHA-256 (400 otherwise)."""
-    settings: Settings = ctx.settings
     check_content_length(request.headers.get("content-length"), settings.max_upload_bytes)
     upload = await receive_multipart(
         request.headers.get("content-type"),
@@ -517,7 +413,7 @@ async def stage_derivative(request: Request, principal: AdminPrincipal, ctx: V2D
         if not upload.filename.lower().endswith(_DERIVATIVE_SUFFIXES):
             raise UnsupportedFileType("A derivative must be a text (.txt) or Markdown (.md) file")
         derivative = Derivative(upload.path, upload.filename, upload.content_type, upload.sha256)
-        return await _stage_file_response(ctx, int(raw_run), file_id, derivative)
+        return _staged_out(await admin.stage(int(raw_run), file_id, derivative))
     finally:
         upload.cleanup()
 
@@ -528,7 +424,7 @@ async def stage_derivative(request: Request, principal: AdminPrincipal, ctx: V2D
 async def activate_run(
     run_id: RunIdPath,
     principal: AdminPrincipal,
-    ctx: V2Dep,
+    admin: V2AdminDep,
     force: Annotated[
         bool,
         Query(
@@ -541,47 +437,35 @@ async def activate_run(
     409 while a file is not staged, or, without `force`, when the run holds fewer of the namespace's
     files than the run that answers its queries now (it would become their default).
     """
-    try:
-        await activate(ctx, run_id, force=force)
-        return _status_out(await run_status(ctx, run_id))
-    except run_store.RunError as exc:
-        raise _http(exc) from None
+    return _status_out(await admin.activate(run_id, force=force))
 
 
 @router.post(
     "/runs/{run_id}/fail", response_model=RunStatusOut, responses=error_responses(404, 409, 413, *_ADMIN)
 )
 async def fail_run(
-    run_id: RunIdPath, principal: AdminPrincipal, ctx: V2Dep, body: FailRequest | None = None
+    run_id: RunIdPath, principal: AdminPrincipal, admin: V2AdminDep, body: FailRequest | None = None
 ) -> RunStatusOut:
     """Give a running run up: it never becomes active, and what queries read does not change."""
-    try:
-        await fail(ctx, run_id, (body or FailRequest()).reason)
-        return _status_out(await run_status(ctx, run_id))
-    except run_store.RunError as exc:
-        raise _http(exc) from None
+    return _status_out(await admin.fail(run_id, (body or FailRequest()).reason))
 
 
 @router.post(
     "/backfill", status_code=202, response_model=BackfillOut, responses=error_responses(400, 413, *_ADMIN)
 )
 async def backfill(
-    body: BackfillRequest, principal: AdminPrincipal, ctx: V2Dep, jobs: JobsDep, response: Response
+    body: BackfillRequest, principal: AdminPrincipal, admin: V2AdminDep, response: Response
 ) -> BackfillOut:
     """Build a run of a namespace from the originals `/embed` stored (files without one: their V1 chunks),
     as jobs of the queue (one per file); it is activated when every file is staged. A backfill of the
     namespace and index version still running gives way to this one. Progress: `GET /v2/runs/{run_id}`."""
-    run = await start_backfill_run(
-        ctx,
+    started = await admin.backfill(
         namespace=body.namespace,
         index_version=body.index_version,
         file_ids=body.file_ids,
-        activate_when_done=body.activate,
+        activate=body.activate,
         force=body.force,
         created_by=principal.namespace,
     )
-    added = await jobs.v2.enqueue_backfill(
-        namespace=run.namespace, run_id=run.run_id, created_by=principal.namespace
-    )
-    response.headers["Location"] = f"/v2/runs/{run.run_id}"
-    return BackfillOut(run=_run_out(run), job_id=added.id)
+    response.headers["Location"] = f"/v2/runs/{started.run.run_id}"
+    return BackfillOut(run=_run_out(started.run), job_id=started.job_id)

@@ -50,7 +50,7 @@ async def serve(principal: str, namespaces: Sequence[str]) -> None:
     caller = stdio_caller(settings, principal, namespaces)
     app = create_app(settings, attach_database=True)
     async with app.router.lifespan_context(app):
-        server = build_server(lambda: app.state.resources, stdio=caller)
+        server = build_server(app.state.services, stdio=caller)
         await server.run_stdio_async()
 
 

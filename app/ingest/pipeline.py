@@ -167,7 +167,7 @@ class IngestService:
                 embedding_dim=dim,
                 storage_metadata=dict(storage_metadata) if storage_metadata else None,
             )
-            previous = await self._commit(record, new_chunks, source.path, content_type)
+            previous = await self._commit(record, new_chunks, key, source.path, content_type)
             if dim:
                 self._note_dimension(dim)
             if previous:
@@ -218,15 +218,20 @@ class IngestService:
         return texts, metas
 
     async def _commit(
-        self, record: store.FileRecord, chunks: list[store.NewChunk], path: Path, content_type: str | None
+        self,
+        record: store.FileRecord,
+        chunks: list[store.NewChunk],
+        key: str,
+        path: Path,
+        content_type: str,
     ) -> str | None:
         """Replace the file's rows in one transaction; returns the previous version's blob key."""
         async with self.pool.acquire() as conn, conn.transaction():
             # shared: other uploads of the same content go on; a removal of it waits for our commit
-            await store.lock_blob(conn, record.blob_key, shared=True)
-            if not await self.blobs.exists(record.blob_key):
+            await store.lock_blob(conn, key, shared=True)
+            if not await self.blobs.exists(key):
                 # a delete of another file with this content removed it after our put: store again
-                await self.blobs.put_file(record.blob_key, path, content_type=content_type)
+                await self.blobs.put_file(key, path, content_type=content_type)
             return await store.replace_file(conn, self.info, record, chunks)
 
     def _note_dimension(self, dim: int) -> None:

@@ -21,8 +21,7 @@ from typing import Any
 from app.jobs.kinds import MAINTENANCE, MaintenancePass
 from app.jobs.registry import JobRegistry, JobResult, Progress, ReleaseJob
 from app.jobs.service import JobService
-from app.maintenance.registry import MaintenanceTask
-from app.maintenance.tasks import Maintenance
+from app.maintenance.registry import MaintenanceRegistry, MaintenanceTask
 
 logger = logging.getLogger(__name__)
 
@@ -30,18 +29,12 @@ logger = logging.getLogger(__name__)
 UNKNOWN_TASK_RELEASE_SECONDS = 60.0
 
 
-class QueuedMaintenance:
-    """Schedules the maintenance registry's tasks on the job queue and runs their passes."""
+class MaintenanceSchedule:
+    """Creates the periodic job of each task the maintenance registry gets (its `on_add`)."""
 
-    def __init__(self, maintenance: Maintenance, jobs: JobService) -> None:
-        self.maintenance = maintenance
+    def __init__(self, jobs: JobService) -> None:
         self.jobs = jobs
         self._pending: set[asyncio.Task[None]] = set()
-
-    def install(self, registry: JobRegistry) -> None:
-        """Register the `maintenance` kind, and schedule every task the registry gets from now on."""
-        registry.register(MAINTENANCE, self.run_pass, payload=MaintenancePass, deadline=False, priority=-10)
-        self.maintenance.registry.on_add = self.task_added
 
     def task_added(self, task: MaintenanceTask) -> None:
         """Create the task's periodic job (in the background: `want_index` is called from searches)."""
@@ -63,10 +56,30 @@ class QueuedMaintenance:
                 "Could not schedule maintenance task %s: %s: %s", task.name, type(exc).__name__, exc
             )
 
+    async def close(self) -> None:
+        """Wait for scheduling calls still in flight (briefly)."""
+        pending = list(self._pending)
+        for task in pending:
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*pending, return_exceptions=True)
+
+
+class QueuedMaintenance:
+    """Runs the passes of the maintenance registry's tasks as jobs of the queue."""
+
+    def __init__(self, registry: MaintenanceRegistry, schedule: MaintenanceSchedule) -> None:
+        self.registry = registry
+        self.schedule = schedule
+
+    def install(self, jobs: JobRegistry) -> None:
+        """Register the `maintenance` kind."""
+        jobs.register(MAINTENANCE, self.run_pass, payload=MaintenancePass, deadline=False, priority=-10)
+
     async def run_pass(self, payload: dict[str, Any], progress: Progress) -> JobResult:
         """One pass of the task the payload names."""
         name = str(payload["task"])
-        registry = self.maintenance.registry
+        registry = self.registry
         if not registry.resolve(name):
             # another replica's task that this one cannot build: not a failure of the task
             raise ReleaseJob(
@@ -79,8 +92,4 @@ class QueuedMaintenance:
 
     async def close(self) -> None:
         """Wait for scheduling calls still in flight (briefly)."""
-        pending = list(self._pending)
-        for task in pending:
-            task.cancel()
-        with contextlib.suppress(Exception):
-            await asyncio.gather(*pending, return_exceptions=True)
+        await self.schedule.close()

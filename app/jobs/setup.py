@@ -1,10 +1,12 @@
-"""The job system of one service: registry, worker, service, and the kinds wired to the resources.
+"""The job system of one service: registry, worker, service, and the kinds wired to the services.
 
-`build_jobs` is called by the lifespan once the pool and services are open; `JobSystem.start` and
-`close` bracket the worker. Every process registers every kind (`index-upload`, `maintenance`,
-`reembed-missing`, and the V2 index's `v2-backfill` and `v2-index-file`, `app/jobs/v2.py`), so any
-replica with a worker can run any job of the queue. The job gauges of `/metrics` are refreshed at
-each scrape from the queue itself (every replica sees the same counts).
+`build_queue` makes the queue (registry, worker, service) that other services are built on (the
+maintenance schedule, the V2 jobs an upload queues); `build_jobs` registers the kinds once those
+exist (app/services.py calls both); `JobSystem.start` and `close` bracket the worker. Every process
+registers every kind (`index-upload`, `maintenance`, `reembed-missing`, and the V2 index's
+`v2-backfill` and `v2-index-file`, `app/jobs/v2.py`), so any replica with a worker can run any job
+of the queue. The job gauges of `/metrics` are refreshed at each scrape from the queue itself
+(every replica sees the same counts).
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from app.clients.blobs import BlobStore
 from app.clients.embeddings import Embedder, model_identity
 from app.config import Settings
 from app.ingest.pipeline import IngestService
-from app.ingest.v2.context import V2Context
 from app.jobs.kinds import REEMBED_MISSING, ReembedMissing
 from app.jobs.maintenance import QueuedMaintenance
 from app.jobs.policy import RetryPolicy, stale_timeout_warning
@@ -31,7 +32,6 @@ from app.jobs.sweep import SWEEP_RETRY_SECONDS, SWEEP_SECONDS, missing_counts, s
 from app.jobs.uploads import UploadJobs
 from app.jobs.v2 import V2Jobs, V2MissingVectors
 from app.jobs.worker import JobWorker
-from app.maintenance.tasks import Maintenance
 from app.search.service import SearchService
 from app.store.db import StoreInfo
 from app.store.jobs import JOB_STATUSES
@@ -112,20 +112,17 @@ class JobSystem:
             await self.worker.stop()
 
 
-def build_jobs(
-    settings: Settings,
-    *,
-    dsn: str,
-    pool: asyncpg.Pool,
-    info: StoreInfo,
-    embedder: Embedder,
-    blobs: BlobStore,
-    ingest: IngestService,
-    search: SearchService,
-    maintenance: Maintenance,
-    v2: V2Context,
-) -> JobSystem:
-    """Build the registry with every kind this service runs, the worker and the service."""
+@dataclass(frozen=True)
+class JobQueue:
+    """The queue itself: its kinds, this process's worker (None: INDEXER_CONCURRENCY=0), the service."""
+
+    registry: JobRegistry
+    worker: JobWorker | None
+    service: JobService
+
+
+def build_queue(settings: Settings, *, dsn: str, pool: asyncpg.Pool, info: StoreInfo) -> JobQueue:
+    """The registry (empty until `build_jobs`), the worker and the service of the collection's queue."""
     warning = stale_timeout_warning(settings.indexer_stale_timeout_s, settings.indexer_job_timeout_ms)
     if warning:
         logger.warning(warning)
@@ -142,17 +139,31 @@ def build_jobs(
             job_timeout_s=settings.indexer_job_timeout_ms / 1000,
             stale_timeout_s=settings.indexer_stale_timeout_s,
         )
-    service = JobService(pool, info.collection_name, registry, policy, worker)
-    system = JobSystem(
-        service, registry, worker, QueuedMaintenance(maintenance, service), V2Jobs(v2, service)
-    )
+    return JobQueue(registry, worker, JobService(pool, info.collection_name, registry, policy, worker))
 
+
+def build_jobs(
+    settings: Settings,
+    queue: JobQueue,
+    *,
+    pool: asyncpg.Pool,
+    info: StoreInfo,
+    embedder: Embedder,
+    blobs: BlobStore,
+    ingest: IngestService,
+    search: SearchService,
+    maintenance: QueuedMaintenance,
+    v2: V2Jobs,
+) -> JobSystem:
+    """Register every kind this service runs on `queue`; the system the lifespan starts and closes."""
+    registry = queue.registry
+    system = JobSystem(queue.service, registry, queue.worker, maintenance, v2)
     UploadJobs(settings, ingest, blobs, search).install(registry)
-    system.maintenance.install(registry)
-    system.v2.install(registry)
+    maintenance.install(registry)
+    v2.install(registry)
     # Self-healing: rag_api's table, and the V2 index's chunks
     system.missing_stores.append(RagApiMissingVectors(pool, info))
-    system.missing_stores.append(V2MissingVectors(v2))
+    system.missing_stores.append(V2MissingVectors(v2.ctx))
     model = model_identity(settings)
 
     async def reembed(payload: dict[str, Any], progress: Progress) -> JobResult:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import logging
 
+import asyncpg
+
+from app.clients.embeddings import Embedder
 from app.config import Settings
-from app.ingest.v2.context import V2Context
-from app.maintenance.registry import MaintenanceRegistry, MaintenanceTask, Pass, Report
-from app.store.db import dedicated_connection
+from app.maintenance.registry import MaintenanceRegistry, MaintenanceTask, Pass, Report, TaskStatus
+from app.store.db import StoreInfo, dedicated_connection
 from app.store.v2 import reads as read_store
 from app.store.v2 import runs as run_store
 from app.store.v2 import vectors as vector_store
@@ -53,25 +55,33 @@ class V2IndexTask:
 
 
 class V2Maintenance:
-    """The V2 tasks in the service's maintenance registry."""
+    """The V2 tasks in the service's maintenance registry (`want_index`: the V2 context's `on_dimension`)."""
 
-    def __init__(self, ctx: V2Context, dsn: str, registry: MaintenanceRegistry) -> None:
-        self.ctx = ctx
+    def __init__(
+        self,
+        settings: Settings,
+        pool: asyncpg.Pool,
+        info: StoreInfo,
+        embedder: Embedder,
+        dsn: str,
+        registry: MaintenanceRegistry,
+    ) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.info = info
+        self.embedder = embedder
         self.dsn = dsn
         self.registry = registry
-        ctx.on_dimension = self.want_index
         registry.add_resolver(self._resolve)
 
     async def start(self) -> None:
         """Want the index of every dimension an active run holds, and of the model's own."""
-        async with self.ctx.pool.acquire() as conn:
+        async with self.pool.acquire() as conn:
             if not await read_store.schema_ready(conn):
                 return
-            dims = {
-                run.embedding_dim for run in await run_store.active_runs(conn, self.ctx.info.collection_id)
-            }
-        if self.ctx.enabled_namespaces and self.ctx.embedder.dimensions:
-            dims.add(self.ctx.embedder.dimensions)
+            dims = {run.embedding_dim for run in await run_store.active_runs(conn, self.info.collection_id)}
+        if self.settings.v2_namespace_ids and self.embedder.dimensions:
+            dims.add(self.embedder.dimensions)
         for value in sorted(d for d in dims if d):
             self.want_index(value)
 
@@ -83,10 +93,14 @@ class V2Maintenance:
         self.want_index(int(dims))
         return name in self.registry
 
+    def statuses(self) -> list[TaskStatus]:
+        """The V2 index tasks as this replica saw them."""
+        return [s for s in self.registry.statuses() if s.name.startswith(HNSW_PREFIX)]
+
     def want_index(self, dims: int) -> None:
         """Make sure the V2 index of `dims` exists (the first stored vector of a dimension starts it)."""
         name = f"{HNSW_PREFIX}{dims}"
-        if self.ctx.settings.vector_index == "none" or name in self.registry:
+        if self.settings.vector_index == "none" or name in self.registry:
             return
         spec = index_spec(dims, vector_store.V2_CHUNK_INDEX)
         if spec is None:
@@ -94,7 +108,7 @@ class V2Maintenance:
         self.registry.add(
             MaintenanceTask(
                 name,
-                V2IndexTask(self.ctx.settings, self.dsn, spec),
+                V2IndexTask(self.settings, self.dsn, spec),
                 INDEX_RECHECK_SECONDS,
                 retry_interval=INDEX_RETRY_SECONDS,
             )

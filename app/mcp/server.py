@@ -1,6 +1,6 @@
 """The MCP tools: thin adapters over the services the HTTP routes use (CONTRACT.md section 9).
 
-    server = build_server(lambda: app.state.resources, limiter=app.state.rate_limiter)
+    server = build_server(services, limiter=app.state.rate_limiter)
 
 Every tool resolves its caller (`app/mcp/auth.py`: put on the request by `app/mcp/http.py`, or the
 one stdio principal), checks its arguments the way the HTTP edge does (NUL, lone surrogates,
@@ -29,14 +29,12 @@ from mcp_types import INVALID_PARAMS, ToolAnnotations
 
 from app.api.ratelimit import RateLimiter
 from app.auth import require_admin
-from app.deps import Resources
 from app.edge import unsafe_reason
 from app.errors import (
     BadRequest,
     InvalidInput,
     RagError,
     RateLimited,
-    ServiceUnavailable,
     database_unavailable,
 )
 from app.jobs.schemas import AdminJobOut, JobOut
@@ -71,6 +69,7 @@ from app.metrics import MCP_TOOL_CALLS
 from app.schemas import MAX_ENTITY_ID_CHARS, MAX_FILE_ID_CHARS, MAX_FILE_IDS
 from app.schemas import MAX_QUERY_CHARS as V1_MAX_QUERY_CHARS
 from app.search.v2 import schemas as v2_schemas
+from app.services import Services
 from app.store.chunks import ChunkHit
 
 logger = logging.getLogger(__name__)
@@ -197,27 +196,20 @@ def v2_result(item: v2_schemas.EvidenceItem, limit: int) -> dict[str, Any]:
 
 
 class Tools:
-    """The tools of one server; `resources()` reaches the running service's services."""
+    """The tools of one server over the running service's services."""
 
     def __init__(
         self,
-        resources: Callable[[], Resources | None],
+        services: Services,
         *,
         limiter: RateLimiter | None = None,
         stdio: McpCaller | None = None,
     ) -> None:
-        self._resources = resources
+        self.services = services
         self.limiter = limiter
         self.stdio = stdio
 
     # --- plumbing ---------------------------------------------------------------------------------
-    def services(self) -> Resources:
-        """The open resources, or a refusal while the service starts or stops."""
-        found = self._resources()
-        if found is None:
-            raise ServiceUnavailable("The service is starting; try again shortly")
-        return found
-
     def caller(self, ctx: Context[Any, Any]) -> McpCaller:
         """Who calls: the request's authenticated caller, or the stdio principal; never anyone else."""
         request = ctx.request_context.request if ctx.request_context is not None else None
@@ -251,7 +243,7 @@ class Tools:
     ) -> dict[str, Any]:
         """Search the caller's files (V1 vectors or V2 cited evidence)."""
         caller = self.caller(ctx)
-        res = self.services()
+        res = self.services
         settings = res.settings
         ids = check_ids(file_ids)
         if entity_id is not None:
@@ -280,8 +272,6 @@ class Tools:
         scope = search.scope(owners, caller.uploader, allowed)
         limit = settings.search_snippet_max_chars
         if chosen == "v2":
-            if v2 is None:
-                raise ServiceUnavailable("V2 search is not running; try again shortly")
             v2.require_enabled(namespace)
             request = v2_schemas.QueryV2Request(query=query, file_ids=allowed, entity_id=entity, k=k_value)
             if allowed:
@@ -314,7 +304,7 @@ class Tools:
     ) -> dict[str, Any]:
         """A page of a file's full text, as the model reads it in LibreChat (page markers included)."""
         caller = self.caller(ctx)
-        res = self.services()
+        res = self.services
         check_text("file_id", file_id, max_chars=MAX_FILE_ID_CHARS)
         if entity_id is not None:
             check_text("entity_id", entity_id, max_chars=MAX_ENTITY_ID_CHARS, required=False)
@@ -344,7 +334,7 @@ class Tools:
     ) -> dict[str, Any]:
         """A page of the files the caller can search."""
         caller = self.caller(ctx)
-        res = self.services()
+        res = self.services
         if cursor is not None:
             check_text("cursor", cursor, max_chars=MAX_FILE_ID_CHARS)
         if entity_id is not None:
@@ -382,10 +372,10 @@ class Tools:
     async def rag_status(self, ctx: Context[Any, Any]) -> dict[str, Any]:
         """Who the service thinks the caller is, what it may read, and whether V2 serves it."""
         caller = self.caller(ctx)
-        res = self.services()
+        res = self.services
         owners = caller.owners(None)
         v2 = res.v2_search
-        enabled = v2.enabled_namespaces if v2 is not None else frozenset()
+        enabled = v2.enabled_namespaces
         out: dict[str, Any] = {
             "principal": caller.principal.namespace,
             "auth": caller.mode,
@@ -393,9 +383,9 @@ class Tools:
             "namespaces": owners,
             "v2_namespaces": [n for n in owners if n in enabled],
             "catalogue_check": caller.uses_catalogue and res.allowlist.enabled,
-            "database_up": res.database.up if res.database is not None else True,
+            "database_up": res.database.up,
         }
-        if caller.principal.is_admin and res.jobs is not None:
+        if caller.principal.is_admin:
             stats = await res.jobs.service.queue_stats()
             counts = stats.counts
             out["jobs"] = {
@@ -415,12 +405,10 @@ class Tools:
     ) -> dict[str, Any]:
         """The caller's own jobs (admins: every job), newest first."""
         caller = self.caller(ctx)
-        res = self.services()
+        res = self.services
         size = check_int("limit", limit, default=50, low=1, high=JOBS_MAX)
         if before is not None:
             check_int("before", before, default=0, low=1, high=2**63 - 1)
-        if res.jobs is None:
-            raise ServiceUnavailable("The job queue is not running; try again shortly")
         admin = caller.principal.is_admin
         rows = await res.jobs.service.list_jobs(
             status=status,
@@ -434,11 +422,9 @@ class Tools:
     async def rag_reindex(self, ctx: Context[Any, Any], namespace: str, force: bool) -> dict[str, Any]:
         """Admins: queue the V2 backfill (or a forced rebuild) of a namespace; the job id to follow."""
         caller = self.caller(ctx)
-        res = self.services()
+        res = self.services
         require_admin(caller.principal)
         check_text("namespace", namespace, max_chars=MAX_ENTITY_ID_CHARS)
-        if res.jobs is None:
-            raise ServiceUnavailable("The job queue is not running; try again shortly")
         added = await res.jobs.v2.enqueue_backfill(
             namespace=namespace, force=force, created_by=caller.principal.namespace
         )
@@ -496,13 +482,13 @@ def _detail(exc: RagError) -> str:
 
 
 def build_server(
-    resources: Callable[[], Resources | None],
+    services: Services,
     *,
     limiter: RateLimiter | None = None,
     stdio: McpCaller | None = None,
 ) -> MCPServer[Any]:
-    """The MCP server with its six tools, over `resources` (the running service's, or stdio's own)."""
-    tools = Tools(resources, limiter=limiter, stdio=stdio)
+    """The MCP server with its six tools, over `services` (the running service's, or stdio's own)."""
+    tools = Tools(services, limiter=limiter, stdio=stdio)
     server: MCPServer[Any] = MCPServer(
         "ragoverlay", instructions=INSTRUCTIONS, version="0.1.0", log_level="WARNING"
     )

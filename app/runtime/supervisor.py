@@ -3,13 +3,15 @@
 One background task per service. It checks the database every `interval_s` while it is up (a
 fresh connection and `SELECT 1`, never one from the request pool, which may simply be busy) and
 every `down_interval_s` while it is down; a request that meets a connection-class error wakes it at
-once (`report_failure`). With the embedded server it also looks at the server process itself, and
-starts it again (same data folder, same port) when it died. When the database answers again after
-an outage, the pool is reset: every connection from before is replaced, so none that is half-open
-(an external server that restarted, or moved behind the same name) is used again.
+once (`report_failure`, or the pool through the `FailureAlarm` both are built with). With the
+embedded server it also looks at the server process itself, and starts it again (same data folder,
+same port) when it died. When the database answers again after an outage, the pool is reset: every
+connection from before is replaced, so none that is half-open (an external server that restarted,
+or moved behind the same name) is used again.
 
 Requests never wait for it: while the database is down they fail fast with 503 from the error
-handler (app/main.py), and `/health` answers DOWN from `status.up` without a probe of its own.
+handler (app/main.py), and `/health` (`healthy`) answers DOWN from `status.up` at once; while it is
+up, `healthy` asks the database through the pool, and a failure wakes the supervisor.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import asyncpg
 
 from app.errors import database_unavailable
 from app.runtime.postgres import EmbeddedPostgres
+from app.store.db import ping
 
 logger = logging.getLogger(__name__)
 
@@ -40,19 +43,33 @@ class DatabaseStatus:
     last_error: str | None = None
 
 
+class FailureAlarm:
+    """How a failure reaches the supervisor: made first, so the pool it watches can report to it."""
+
+    def __init__(self) -> None:
+        self.rung = asyncio.Event()
+
+    def report(self, exc: BaseException | None = None) -> None:
+        """A connection-class error (or None: a failure already judged so): wake the supervisor."""
+        if exc is not None and not database_unavailable(exc):
+            return
+        self.rung.set()
+
+
 class DatabaseSupervisor:
     """Watch the database of one service; restart the embedded server; reset the pool after outages."""
 
     def __init__(
         self,
         dsn: str,
-        pool: object,
+        pool: asyncpg.Pool,
         *,
         embedded: EmbeddedPostgres | None = None,
         interval_s: float = 5.0,
         down_interval_s: float = 0.5,
         probe_timeout_s: float = 2.0,
         on_change: Callable[[DatabaseStatus], None] | None = None,
+        alarm: FailureAlarm | None = None,
     ) -> None:
         self.dsn = dsn
         self.pool = pool
@@ -62,7 +79,7 @@ class DatabaseSupervisor:
         self.probe_timeout_s = probe_timeout_s
         self.on_change = on_change
         self.status = DatabaseStatus()
-        self._wake = asyncio.Event()
+        self.alarm = alarm or FailureAlarm()
         self._task: asyncio.Task[None] | None = None
         self._down_since: float | None = None
         self._last_restart = 0.0
@@ -87,17 +104,15 @@ class DatabaseSupervisor:
 
     def report_failure(self, exc: BaseException | None = None) -> None:
         """A request met a connection-class error: check now rather than at the next tick."""
-        if exc is not None and not database_unavailable(exc):
-            return
-        self._wake.set()
+        self.alarm.report(exc)
 
     async def _run(self) -> None:
         while True:
             delay = self.interval_s if self.status.up else self.down_interval_s
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
-                    await self._wake.wait()
-            self._wake.clear()
+                    await self.alarm.rung.wait()
+            self.alarm.rung.clear()
             try:
                 await self.check()
             except Exception:  # the watcher must outlive any failure of its own
@@ -124,6 +139,19 @@ class DatabaseSupervisor:
             return False
         if not self.status.up:
             await self._recovered()
+        return True
+
+    async def healthy(self, timeout_s: float) -> bool:
+        """For /health: False while the database is known down, else whether a pool connection answers."""
+        if not self.status.up:
+            return False
+        try:
+            async with asyncio.timeout(timeout_s):
+                await ping(self.pool, timeout_s=timeout_s)
+        except Exception as exc:  # any failure to reach it means DOWN; the reason goes to the log only
+            logger.warning("Health check failed: database unreachable (%s)", type(exc).__name__)
+            self.report_failure()
+            return False
         return True
 
     async def _probe(self) -> str | None:
@@ -157,7 +185,7 @@ class DatabaseSupervisor:
             if reset is not None:
                 await reset()
             else:  # a plain asyncpg pool
-                await self.pool.expire_connections()  # type: ignore[attr-defined]
+                await self.pool.expire_connections()
         except Exception:
             logger.exception("Pool reset failed")
         now = time.monotonic()

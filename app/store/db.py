@@ -154,6 +154,12 @@ async def create_pool(
     return pool
 
 
+async def ping(pool: asyncpg.Pool, *, timeout_s: float) -> None:
+    """A pool connection answers `SELECT 1` (raises when none does within `timeout_s`)."""
+    async with pool.acquire(timeout=timeout_s) as conn:
+        await conn.fetchval(queries.HEALTH)
+
+
 # The dimension of the vectors this service stored for one model identity (provider:model[@dims]).
 # rag_api's own rows record no model, so they cannot say which model made them and are not asked.
 _STORED_DIMENSION = """

@@ -11,7 +11,9 @@ What fails:
 - a cycle between packages: each `app/<pkg>/` is one node (app/search/v2 and app/ingest/v2 are nodes
   of their own, see SPLIT_PACKAGES) and each top-level module (config, deps, main, ...) is one node;
 - a file over MAX_FILE_LINES lines, a function or method over MAX_FUNCTION_LINES lines
-  (`end_lineno - lineno + 1`: from `def` to its last line, decorators not counted).
+  (`end_lineno - lineno + 1`: from `def` to its last line, decorators not counted);
+- a router (a module of app/api/) that imports app/store/ or calls `.acquire(`: routers call
+  services, SQL and connections stay below them (no baseline: there is nothing to tolerate).
 
 What exists today is listed in a baseline file (scripts/lib/arch-baseline.txt), which can only
 shrink: a cycle or offender missing from it fails, an offender larger than its listed size fails, and
@@ -41,6 +43,7 @@ MAX_FILE_LINES = 600
 MAX_FUNCTION_LINES = 80
 # sub-packages that count as packages of their own in the package graph (dotted, below the root)
 SPLIT_PACKAGES = ("search.v2", "ingest.v2")
+ROUTERS, STORE = "api", "store"  # routers import nothing of the store and open no connection
 
 # baseline line kinds
 MODULE_CYCLE = "module-cycle"
@@ -191,6 +194,7 @@ class Tree:
     file_lines: dict[str, int]
     function_lines: dict[str, int]
     errors: list[str]
+    router_acquires: list[Site] = field(default_factory=list)
 
 
 def _functions(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, int]]:
@@ -215,6 +219,7 @@ def read_tree(root: Path, shown_base: Path | None = None) -> Tree:
     file_lines: dict[str, int] = {}
     function_lines: dict[str, int] = {}
     errors: list[str] = []
+    acquires: list[Site] = []
     for module in modules.values():
         text = module.path.read_text(encoding="utf-8")
         file_lines[module.shown] = len(text.splitlines())
@@ -228,6 +233,8 @@ def read_tree(root: Path, shown_base: Path | None = None) -> Tree:
             # a name defined twice (a conditional definition): the longer one counts
             function_lines[key] = max(length, function_lines.get(key, 0))
         source_package = package_of(module.name, root.name)
+        if source_package == ROUTERS:
+            acquires.extend(Site(module.shown, node.lineno) for node in _acquire_calls(tree))
         modules_graph.edges.setdefault(module.name, {})
         packages_graph.edges.setdefault(source_package, {})
         for node in import_nodes(tree):
@@ -235,7 +242,38 @@ def read_tree(root: Path, shown_base: Path | None = None) -> Tree:
             for target in imported_modules(module, node, modules):
                 modules_graph.add(module.name, target, site)
                 packages_graph.add(source_package, package_of(target, root.name), site)
-    return Tree(modules, modules_graph, packages_graph, file_lines, function_lines, errors)
+    return Tree(modules, modules_graph, packages_graph, file_lines, function_lines, errors, acquires)
+
+
+def _acquire_calls(tree: ast.AST) -> Iterator[ast.Call]:
+    """Every call of a method named `acquire` (a pool connection, whatever the pool is called)."""
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "acquire"
+        ):
+            yield node
+
+
+def router_problems(tree: Tree, root_name: str) -> list[str]:
+    """Routers that import the store (each import site) or acquire a connection (each call)."""
+    problems: list[str] = []
+    for source, targets in sorted(tree.module_graph.edges.items()):
+        if package_of(source, root_name) != ROUTERS:
+            continue
+        for target, sites in sorted(targets.items()):
+            if package_of(target, root_name) == STORE:
+                problems.extend(
+                    f"{site}: router {source} imports {target}: routers call a service; "
+                    f"SQL and its records stay in {root_name}/{STORE}/ and the services"
+                    for site in sites
+                )
+    problems.extend(
+        f"{site}: a router acquires a database connection: call a service that does"
+        for site in tree.router_acquires
+    )
+    return problems
 
 
 def _strongly_connected(graph: Graph) -> list[set[str]]:
@@ -485,7 +523,7 @@ def check(root: Path, baseline_path: Path, shown_base: Path | None = None) -> li
     """Every problem of `root` against the baseline, as messages (empty: all is well)."""
     tree = read_tree(root, shown_base)
     baseline = read_baseline(baseline_path)
-    problems = [*tree.errors, *baseline.errors]
+    problems = [*tree.errors, *baseline.errors, *router_problems(tree, root.name)]
     now = findings(tree)
     graphs = {MODULE_CYCLE: tree.module_graph, PACKAGE_CYCLE: tree.package_graph}
     for kind in sorted(now.tangled):

@@ -27,6 +27,7 @@ _.safe_refusal  # app/search/v2/schemas.py
 # --- dataclasses serialised with asdict() or read by name -----------------------------------------
 _.missing_before  # app/jobs/sweep.py StoreSweep (the job's result is asdict())
 _.outages  # app/runtime/supervisor.py DatabaseStatus (app/metrics.py reads getattr(status, "outages"))
+_.updated_at  # app/store/v2/runs.py RunRecord, RunFileRecord (app/api/v2_admin.py: pydantic from_attributes)
 
 # --- attributes a library reads -------------------------------------------------------------------
 _.writeable  # numpy: `array.flags.writeable = False`

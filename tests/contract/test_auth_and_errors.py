@@ -93,7 +93,7 @@ async def test_without_jwt_secret_everyone_is_public(settings_factory) -> None: 
 
 
 async def test_server_error_leaks_nothing(client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    search = client.app.state.resources.search  # type: ignore[attr-defined]
+    search = client.app.state.services.search  # type: ignore[attr-defined]
 
     async def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("secret-query-text and a connection string postgres://u:p@h/db")
@@ -110,7 +110,7 @@ async def test_server_error_leaks_nothing(client: httpx.AsyncClient, monkeypatch
 async def test_embedding_provider_failure_is_503_and_stores_nothing(
     client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    embedder = client.app.state.resources.embedder  # type: ignore[attr-defined]
+    embedder = client.app.state.services.embedder  # type: ignore[attr-defined]
 
     async def down(texts: object) -> None:
         raise EmbeddingProviderError("The embedding provider did not answer within 60 s")

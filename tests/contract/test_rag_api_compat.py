@@ -60,7 +60,7 @@ async def insert_rag_api_rows(
 
 
 async def test_rag_api_rows_are_found(client: httpx.AsyncClient, database: Database) -> None:
-    resources = client.app.state.resources  # type: ignore[attr-defined]
+    resources = client.app.state.services  # type: ignore[attr-defined]
     user, fid = new_id("user"), new_id()
     vectors = await resources.embedder.embed_documents(PASSAGES)
     conn = await asyncpg.connect(database.dsn)
@@ -91,7 +91,7 @@ async def test_unowned_legacy_rows_hidden_unless_enabled(
 ) -> None:
     settings = settings_factory(legacy_unowned_readable=True)
     async with running_app(settings) as legacy:
-        resources = legacy.app.state.resources  # type: ignore[attr-defined]
+        resources = legacy.app.state.services  # type: ignore[attr-defined]
         fid = new_id()
         vectors = await resources.embedder.embed_documents(PASSAGES)
         conn = await asyncpg.connect(database.dsn)
@@ -159,7 +159,7 @@ async def json_metadata_db(database: Database) -> str:
 
 async def test_json_metadata_deployment(settings_factory, json_metadata_db: str) -> None:  # type: ignore[no-untyped-def]
     async with running_app(settings_factory(database_url=json_metadata_db)) as c:
-        assert c.app.state.resources.info.metadata_type == "json"  # type: ignore[attr-defined]
+        assert c.app.state.services.info.metadata_type == "json"  # type: ignore[attr-defined]
         user, fid = new_id("user"), new_id()
         r = await upload(c, fid, "a.txt", "\n\n".join(PASSAGES).encode(), auth(user))
         assert r.status_code == 200, r.text
@@ -169,8 +169,8 @@ async def test_json_metadata_deployment(settings_factory, json_metadata_db: str)
         try:
             # a rag_api-format row added by rag_api itself next to ours is served too
             await register_vector(conn)
-            vectors = await c.app.state.resources.embedder.embed_documents(PASSAGES)  # type: ignore[attr-defined]
-            coll = c.app.state.resources.info.collection_name  # type: ignore[attr-defined]
+            vectors = await c.app.state.services.embedder.embed_documents(PASSAGES)  # type: ignore[attr-defined]
+            coll = c.app.state.services.info.collection_name  # type: ignore[attr-defined]
             other = new_id()
             await insert_rag_api_rows(conn, coll, other, user, vectors, json_type="json")
         finally:

@@ -48,7 +48,7 @@ async def test_reembed_replaces_and_reuses_unchanged_vectors(
     first = await chunk_texts(client, fid, h)
     assert len(first) >= 6
 
-    embedder = client.app.state.resources.embedder  # type: ignore[attr-defined]
+    embedder = client.app.state.services.embedder  # type: ignore[attr-defined]
     counter = CountingEmbedder(embedder)
     monkeypatch.setattr(embedder, "embed_documents", counter.embed_documents)
     changed = [*PARAS[:5], "Section 5 rewritten: eels spawn in the Sargasso Sea. " + ("detail " * 200)]
@@ -69,7 +69,7 @@ async def test_failure_midway_keeps_previous_version(
     assert (await upload(client, fid, "v1.txt", doc(PARAS[:2]), h)).status_code == 200
     before = await chunk_texts(client, fid, h)
 
-    blobs = client.app.state.resources.blobs  # type: ignore[attr-defined]
+    blobs = client.app.state.services.blobs  # type: ignore[attr-defined]
 
     async def storage_down(*args: object, **kwargs: object) -> None:
         raise BlobStoreError("The file storage is unavailable; try again later")
@@ -98,7 +98,7 @@ async def test_the_ingest_reports_what_it_stored_to_the_search_statistics(client
     assert (
         await upload(client, kb, "eels.txt", doc(PARAS[:2]), auth(user), entity_id=agent)
     ).status_code == 200
-    stats = client.app.state.resources.search.state.stats  # type: ignore[attr-defined]
+    stats = client.app.state.services.search.state.stats  # type: ignore[attr-defined]
     stored = len(await chunk_texts(client, fid, auth(user)))
     assert stored > 0 and stats.estimate([fid], [user]) == stored
     # the Agent's file: visible through the entity, or to its uploader; not to anyone else

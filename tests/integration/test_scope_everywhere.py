@@ -102,7 +102,7 @@ async def make_world(client: httpx.AsyncClient, settings: Settings) -> World:
 
 async def insert_unowned(client: httpx.AsyncClient, file_id: str, text: str) -> None:
     """A row as very old rag_api wrote it: no user_id in its metadata."""
-    resources = client.app.state.resources  # type: ignore[attr-defined]
+    resources = client.app.state.services  # type: ignore[attr-defined]
     vector = await resources.embedder.embed_query(text)
     meta = json.dumps({"file_id": file_id, "digest": "d", "source": "/app/uploads/old.txt"})
     async with resources.pool.acquire() as conn:
@@ -136,7 +136,7 @@ async def victim_still_has(w: World, file_id: str, user: str, entity_id: str | N
 
 
 async def unowned_still_there(w: World) -> None:
-    resources = w.client.app.state.resources  # type: ignore[attr-defined]
+    resources = w.client.app.state.services  # type: ignore[attr-defined]
     async with resources.pool.acquire() as conn:
         n = await conn.fetchval(
             "SELECT count(*) FROM langchain_pg_embedding "

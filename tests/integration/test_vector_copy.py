@@ -234,7 +234,7 @@ async def test_the_service_backfills_the_copy_then_searches_it_through_its_index
 
     settings = settings_factory(database_url=fresh_dsn, collection_name="switched")
     async with running_app(settings) as client:
-        resources = client.app.state.resources  # type: ignore[attr-defined]
+        resources = client.app.state.services  # type: ignore[attr-defined]
         state = resources.search.state
         await asyncio.wait_for(state.copy_ready.wait(), 60)
         for _ in range(600):  # the index build runs in the background

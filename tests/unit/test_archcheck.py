@@ -196,3 +196,23 @@ def test_too_many_cycles_to_list_name_the_import_they_share(
     assert lines[0].startswith("import cycles between modules: more than 3, too many to list")
     assert lines[1] == "    app.p.low -> app.p.top  at app/p/low.py:1  (4 cycles)"
     assert "  for example app.p.low -> app.p.top -> app.p.x1 -> app.p.low" in lines
+
+
+def test_a_router_that_imports_the_store_or_acquires_a_connection_fails(tmp_path: Path) -> None:
+    root = plant(
+        tmp_path,
+        {
+            "store/queries.py": "HEALTH = 'SELECT 1'\n",
+            "services.py": "from app.store import queries\n",
+            "api/fine.py": "from app import services\n",
+            "api/sql.py": "import json\n\nfrom app.store.queries import HEALTH\n",
+            "api/pool.py": (
+                "async def health(pool):\n    async with pool.acquire() as conn:\n        return conn\n"
+            ),
+        },
+    )
+    assert problems(root) == [
+        "app/api/sql.py:3: router app.api.sql imports app.store.queries: routers call a service; "
+        "SQL and its records stay in app/store/ and the services",
+        "app/api/pool.py:2: a router acquires a database connection: call a service that does",
+    ]

@@ -1,0 +1,267 @@
+"""The composition root: `build_services` opens every long-lived service and wires them together.
+
+    async with contextlib.AsyncExitStack() as stack:
+        services = await build_services(settings, stack)
+
+Read it top to bottom for the start-up order: the database (embedded or external), its schema, the
+pool and its supervisor; the HTTP client, the embedder and the blob store; the job queue, the
+maintenance tasks, the V2 index, ingestion and search built on them; then the background work
+starts. Every service gets what it reports to in its constructor (the pool its failure alarm, the
+maintenance registry its job schedule, the V2 context its index tasks, ingestion the V2 jobs), so
+nothing is attached after construction and no service is missing once this returns. Each close
+goes on `stack`, which unwinds in reverse: the job worker first, the embedded server last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+import asyncpg
+import httpx
+
+from app import metrics
+from app.admin.v2 import V2Admin
+from app.clients.blobs import BlobStore, build_blob_store
+from app.clients.embeddings import Embedder, build_embedder, model_identity
+from app.clients.http import build_http_client
+from app.config import Settings
+from app.errors import BlobStoreError
+from app.ingest.pipeline import IngestService
+from app.ingest.upload import sweep_stale_uploads
+from app.ingest.v2.context import V2Context
+from app.jobs.maintenance import MaintenanceSchedule, QueuedMaintenance
+from app.jobs.setup import JobSystem, build_jobs, build_queue
+from app.jobs.v2 import V2Jobs
+from app.maintenance.registry import MaintenanceRegistry
+from app.maintenance.tasks import Maintenance
+from app.maintenance.v2_tasks import V2Maintenance
+from app.runtime.postgres import EmbeddedPostgres, attach_running
+from app.runtime.supervisor import DatabaseSupervisor, FailureAlarm
+from app.search.allowlist import AllowList, build_allowlist, describe
+from app.search.service import SearchService
+from app.search.state import SearchState
+from app.search.v2.service import V2SearchService, build_reranker
+from app.store.db import StoreInfo, bootstrap, create_pool, stored_dimension
+from app.store.maintenance import MaintenanceStore
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Services:
+    """Every long-lived service of one running app (`app.state.services`), all of them open."""
+
+    settings: Settings
+    pool: asyncpg.Pool
+    info: StoreInfo
+    database: DatabaseSupervisor  # app/runtime/supervisor.py: up/down, restarts
+    http: httpx.AsyncClient
+    embedder: Embedder
+    blobs: BlobStore
+    search: SearchService
+    ingest: IngestService
+    maintenance: Maintenance
+    v2: V2Context
+    v2_tasks: V2Maintenance
+    v2_search: V2SearchService
+    v2_admin: V2Admin
+    jobs: JobSystem
+    # ALLOWLIST_VERIFY: LibreChat's catalogue narrows file ids before they enter a Scope
+    allowlist: AllowList
+    admin_ids: frozenset[str]
+
+
+@dataclass(frozen=True)
+class _Database:
+    dsn: str
+    info: StoreInfo
+    pool: asyncpg.Pool
+    supervisor: DatabaseSupervisor
+
+
+async def build_services(
+    settings: Settings, stack: contextlib.AsyncExitStack, *, attach_database: bool = False
+) -> Services:
+    """Open and wire every service; each close goes on `stack` (see the module's docstring)."""
+    await asyncio.to_thread(ensure_upload_dir, settings)
+    db = await _open_database(settings, stack, attach=attach_database)
+    pool, info = db.pool, db.info
+    http = build_http_client(
+        timeout_s=settings.embedding_timeout_s,
+        # rag_api sends only OpenAI traffic through RAG_OPENAI_PROXY
+        proxy=settings.openai_proxy if settings.provider == "openai" else None,
+    )
+    stack.push_async_callback(http.aclose)
+    embedder = build_embedder(settings, http_client=http)
+    stack.push_async_callback(embedder.aclose)
+    await _trust_stored_dimensions(embedder, pool, info, settings)
+    blobs = await _open_blobs(settings, stack)
+    queue = build_queue(settings, dsn=db.dsn, pool=pool, info=info)
+    schedule = MaintenanceSchedule(queue.service)
+    # the job queue runs the maintenance passes (app/jobs/maintenance.py), not loops
+    tasks = MaintenanceRegistry(run_loops=False, on_add=schedule.task_added)
+    maintenance = Maintenance(settings, MaintenanceStore(db.dsn, info), SearchState(), tasks)
+    v2_tasks = V2Maintenance(settings, pool, info, embedder, db.dsn, tasks)
+    v2 = V2Context(settings, pool, info, embedder, blobs, on_dimension=v2_tasks.want_index)
+    v2_jobs = V2Jobs(v2, queue.service)
+    # new uploads of RAG_V2_NAMESPACE_IDS: their V2 staging is a job of the queue
+    ingest = IngestService(settings, pool, info, embedder, blobs, on_stored=v2_jobs.note_upload)
+    stack.callback(ingest.close)
+    stack.push_async_callback(maintenance.close)
+    search = SearchService(settings, pool, info, embedder, maintenance.state, maintenance.want_index)
+    v2_search = _v2_search(settings, pool, info, embedder, stack)
+    jobs = build_jobs(
+        settings,
+        queue,
+        pool=pool,
+        info=info,
+        embedder=embedder,
+        blobs=blobs,
+        ingest=ingest,
+        search=search,
+        maintenance=QueuedMaintenance(tasks, schedule),
+        v2=v2_jobs,
+    )
+    stack.push_async_callback(jobs.close)  # first to close: running jobs go back to the queue
+    await _start_background_work(maintenance, v2_tasks, jobs, embedder.dimensions)
+    return Services(
+        settings=settings,
+        pool=pool,
+        info=info,
+        database=db.supervisor,
+        http=http,
+        embedder=embedder,
+        blobs=blobs,
+        search=search,
+        ingest=ingest,
+        maintenance=maintenance,
+        v2=v2,
+        v2_tasks=v2_tasks,
+        v2_search=v2_search,
+        v2_admin=V2Admin(v2, v2_tasks, v2_jobs),
+        jobs=jobs,
+        allowlist=_allowlist(settings, stack),
+        admin_ids=frozenset(settings.admin_user_ids),
+    )
+
+
+def ensure_upload_dir(settings: Settings) -> None:
+    """Create RAG_UPLOAD_DIR (the folder `/local/embed` reads from) if it is missing."""
+    folder = settings.upload_dir
+    if folder.is_dir():
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        # uploads over HTTP and searches do not need it: start anyway, /local/embed answers 404
+        logger.error("Could not create RAG_UPLOAD_DIR %s (%s)", folder, exc.strerror or type(exc).__name__)
+        return
+    logger.info("Created RAG_UPLOAD_DIR %s", folder)
+
+
+async def _database_dsn(settings: Settings, *, attach: bool) -> tuple[str, EmbeddedPostgres | None]:
+    if not settings.use_embedded_postgres:
+        return settings.external_dsn(), None
+    if attach:
+        # a client of the running service's embedded server (scripts/mcp): never a second server
+        attached = await asyncio.to_thread(attach_running, settings.postgres_data_dir)
+        return attached.dsn, None
+    server = EmbeddedPostgres(settings.postgres_data_dir)
+    info = await asyncio.to_thread(server.start)
+    return info.dsn, server
+
+
+async def _open_database(settings: Settings, stack: contextlib.AsyncExitStack, *, attach: bool) -> _Database:
+    """The server (started when embedded), the schema, the pool and the supervisor watching them."""
+    dsn, embedded = await _database_dsn(settings, attach=attach)
+    if embedded is not None:
+        stack.callback(embedded.stop)
+    info = await bootstrap(dsn, settings.collection_name)
+    await asyncio.to_thread(sweep_stale_uploads, settings.data_dir.resolve() / "tmp")
+    alarm = FailureAlarm()  # made before both: the pool rings it, the supervisor built after it listens
+    pool = await create_pool(
+        dsn,
+        min_size=settings.db_pool_min_size,
+        max_size=settings.db_pool_max_size,
+        statement_timeout_ms=settings.db_statement_timeout_ms,
+        command_timeout_s=settings.db_statement_timeout_ms / 1000 + 5,
+        on_failure=alarm.report,
+    )
+    stack.push_async_callback(pool.close)
+    supervisor = DatabaseSupervisor(
+        dsn, pool, embedded=embedded, interval_s=settings.db_check_interval_s, alarm=alarm
+    )
+    supervisor.start()
+    stack.callback(metrics.bind_runtime(supervisor, pool))
+    # closed before the pool and the embedded server (the stack unwinds in reverse)
+    stack.push_async_callback(supervisor.close)
+    return _Database(dsn, info, pool, supervisor)
+
+
+async def _trust_stored_dimensions(
+    embedder: Embedder, pool: asyncpg.Pool, info: StoreInfo, settings: Settings
+) -> None:
+    """Before any reply is trusted: the dimension of the vectors already stored for this model."""
+    use = getattr(embedder, "use_stored_dimensions", None)
+    if use is None or getattr(embedder, "trusted_dimensions", None):
+        return  # EMBEDDINGS_DIMENSIONS or the model itself decides: nothing to read
+    model_id = model_identity(settings)
+
+    async def lookup() -> int | None:
+        return await stored_dimension(pool, info, model_id)
+
+    # read once here; ingests of this process keep it current (never read per request)
+    use(lookup, await lookup(), looked_up=True)
+
+
+async def _open_blobs(settings: Settings, stack: contextlib.AsyncExitStack) -> BlobStore:
+    blobs = build_blob_store(settings)
+    stack.push_async_callback(blobs.aclose)
+    try:
+        await blobs.check()
+    except BlobStoreError as exc:
+        # searches do not need the blob store: start anyway, uploads answer 502/503 until fixed
+        logger.error("Blob store check failed at start-up: %s", exc.detail)
+    return blobs
+
+
+def _v2_search(
+    settings: Settings,
+    pool: asyncpg.Pool,
+    info: StoreInfo,
+    embedder: Embedder,
+    stack: contextlib.AsyncExitStack,
+) -> V2SearchService:
+    tuning = settings.v2
+    rerank_http: httpx.AsyncClient | None = None
+    if tuning.rerank.backend == "http":
+        # its own client: the embedding client may carry RAG_OPENAI_PROXY, which is for OpenAI only
+        rerank_http = build_http_client(timeout_s=tuning.rerank.timeout_seconds)
+        stack.push_async_callback(rerank_http.aclose)
+    reranker = build_reranker(tuning, rerank_http, api_key=tuning.rerank.api_key)
+    return V2SearchService(settings, pool, info, embedder, tuning, reranker)
+
+
+async def _start_background_work(
+    maintenance: Maintenance, v2_tasks: V2Maintenance, jobs: JobSystem, dims: int | None
+) -> None:
+    """The maintenance tasks (as periodic jobs), the V2 index tasks, the refresh and the worker."""
+    maintenance.start(dims)
+    try:
+        await v2_tasks.start()  # the vector index of the dimensions already stored
+    except (OSError, asyncpg.PostgresError) as exc:
+        logger.error("V2 index tasks could not start (%s); they start with the next stored vector", exc)
+    maintenance.start_refresh()
+    await jobs.start()
+
+
+def _allowlist(settings: Settings, stack: contextlib.AsyncExitStack) -> AllowList:
+    # lazy: start-up does not wait for LibreChat's MongoDB (a request that needs it may 503)
+    allowlist = build_allowlist(settings)
+    stack.push_async_callback(allowlist.aclose)
+    if allowlist.enabled:
+        logger.info("Allow-lists re-checked against LibreChat's catalogue: %s", describe(settings))
+    return allowlist
