@@ -95,6 +95,7 @@ class FeatureWeights(Section):
     # 5, not 2: with 2 the features overruled fusion's first place too often (man pages R@1 0.927
     # fused -> 0.903 reranked); with 5, 0.933 (scripts/bench quality --quick, both measured)
     prior: float = Field(5.0, ge=0, le=100)
+    dense: float = Field(0.0, ge=0, le=100)
 
 
 class RerankSettings(Section):

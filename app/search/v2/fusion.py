@@ -63,6 +63,7 @@ def fuse(channels: Mapping[str, Sequence[Scored]], config: FusionSettings | None
     totals: dict[str, float] = {}
     ranks: dict[str, dict[str, int]] = {}
     exact: dict[str, float] = {}
+    dense: dict[str, float] = {}
     candidates: dict[str, Candidate] = {}
     for channel, hits in channels.items():
         weight = config.weights.of(channel)
@@ -79,6 +80,8 @@ def fuse(channels: Mapping[str, Sequence[Scored]], config: FusionSettings | None
             ranks.setdefault(chunk, {})[channel] = rank
             if channel == "exact":
                 exact[chunk] = max(exact.get(chunk, 0.0), min(max(hit.score, 0.0), 1.0))
+            elif channel == "vector":
+                dense[chunk] = max(dense.get(chunk, -1.0), hit.score)
     # the best possible: every channel that found anything ranks it first (a channel with nothing
     # to say, such as exact for a question without names, does not deflate everyone's score)
     answered = [c for c, hits in channels.items() if hits]
@@ -96,6 +99,7 @@ def fuse(channels: Mapping[str, Sequence[Scored]], config: FusionSettings | None
             channels=_provenance(ranks[chunk]),
             ranks=dict(ranks[chunk]),
             exact=exact.get(chunk, 0.0),
+            dense=dense.get(chunk),
         )
         for chunk in order
     ]
@@ -127,9 +131,14 @@ def dedupe(items: Sequence[Fused], prefix_chars: int) -> list[Fused]:
             channels=_provenance(ranks),
             ranks=ranks,
             exact=max(first.exact, item.exact),
+            dense=_best(first.dense, item.dense),
             rerank=first.rerank,
         )
     return list(kept.values())
+
+
+def _best(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def apply_caps(items: Sequence[Fused], per_file: int, per_page: int) -> list[Fused]:

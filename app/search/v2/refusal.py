@@ -9,7 +9,8 @@ Hard reasons (any one refuses):
     missing_quantity     a number with a unit occurs in no candidate
     missing_name         a name the question writes as one (an acronym, a CamelCase word, in an
                          English question a capitalised word inside the sentence, a word introduced
-                         as a tool: "with borgbackup", "mit rclone") occurs in no chunk the caller
+                         as a tool: "with borgbackup", "mit rclone", a word no English or German
+                         dictionary knows: "an nftables ruleset") occurs in no chunk the caller
                          may see at all (document frequency 0 over the visible set, and no candidate
                          holds it in another inflection)
 Soft signals, weighed (`signals`):
@@ -44,6 +45,7 @@ from dataclasses import dataclass, field
 
 from app.search.v2.analysis import QueryAnalysis, name_parts, name_variants
 from app.search.v2.records import Fused
+from app.text import vocabulary
 from app.text.entities import Entity
 from app.text.normalize import contains_phrase, fold, normalize, tokenize
 from app.text.stems import form_set, matches, stem_de
@@ -64,6 +66,8 @@ _NAMED_BY = re.compile(
     re.I,
 )
 _CAPITALISED = re.compile(r"(?<![.!?:;]\s)(?<!^)\b[A-Z][a-z]{2,}\b")
+# a word of letters only (hyphenated compounds give their parts), for the dictionary check
+_LETTERS = re.compile(r"[^\W\d_]{4,}")
 
 SAFE_REFUSAL = "I could not find this in the documents available to you, so I cannot answer it from them."
 
@@ -143,6 +147,7 @@ def written_names(query: QueryAnalysis) -> list[str]:
     if query.language == "en":  # German capitalises every noun: a capital says nothing there
         found += [m.group(0) for m in _CAPITALISED.finditer(raw) if m.start() > 0]
     found += [m.group(1) for m in _NAMED_BY.finditer(raw) if _looks_like_a_tool(m.group(1), query.language)]
+    found += unknown_words(raw, query.language)
     terms = set(query.terms)
     out: dict[str, None] = {}
     for name in found:
@@ -150,6 +155,25 @@ def written_names(query: QueryAnalysis) -> list[str]:
             if token in terms:
                 out.setdefault(token, None)
     return list(out)
+
+
+def unknown_words(raw: str, language: str | None) -> list[str]:
+    """Words of the question that no English or German dictionary knows: names written as words.
+
+    German capitalises nouns, and its compounds ("Akkulaufzeit") are in no list: there only a word in
+    lower case counts. A word inside quotes is the question's own example ('appel'), not a name.
+    """
+    quoted = _quoted_spans(raw)
+    out: list[str] = []
+    for m in _LETTERS.finditer(raw):
+        word = m.group(0)
+        if any(start <= m.start() and m.end() <= end for start, end in quoted):
+            continue
+        if language == "de" and not word[:1].islower():
+            continue
+        if not vocabulary.known(word):
+            out.append(word)
+    return out
 
 
 def coverage_terms(query: QueryAnalysis) -> list[str]:
