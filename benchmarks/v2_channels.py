@@ -42,6 +42,8 @@ from app.store.v2 import documents as document_store
 from app.store.v2 import runs as run_store
 from app.store.v2 import vectors as vector_store
 from app.store.vector_index import build_index, index_spec
+from app.text.chunks import ChunkKind, ChunkPlace, ChunkRecord
+from app.text.entities import Entity
 from app.text.lexicon import STOPWORDS_DE, STOPWORDS_EN
 from app.text.normalize import normalize
 
@@ -72,28 +74,23 @@ def document_chunks(
         at = (start + ordinal * terms) % max(len(words) - terms, 1)
         text = " ".join(words[at : at + terms])
         label = None
-        entities: tuple[document_store.EntityRow, ...] = ()
+        entities: tuple[Entity, ...] = ()
         if ordinal % 4 == 3:  # every fourth chunk a table row "K <n>"
             label = f"K {int(rng.integers(1, 500))}"
             text = f"{label} {text}"
-            entities = (document_store.EntityRow("identifier", label, normalize(label)),)
-        rows.append(
-            document_store.ChunkRow(
-                ordinal=ordinal,
-                chunk_id=str(uuid.uuid4()),
-                kind="table_row" if label else "prose",
-                page=1 + ordinal // 3,
-                page_label=None,
-                section=("Section",),
-                content=text,
-                embed_text=text,
-                search_text=normalize(text),
-                tokens=terms,
-                row_label=label,
-                entities=entities,
-                embedding=rng.normal(size=dims).astype(np.float32),
-            )
+            entities = (Entity("identifier", label, normalize(label), 0, len(label)),)
+        kind: ChunkKind = "table_row" if label else "prose"
+        chunk = ChunkRecord(
+            ordinal=ordinal,
+            id=str(uuid.uuid4()),
+            place=ChunkPlace(kind=kind, page=1 + ordinal // 3, section=("Section",), row_label=label),
+            content=text,
+            embed_text=text,
+            search_text=normalize(text),
+            tokens=terms,
+            entities=entities,
         )
+        rows.append(document_store.ChunkRow(chunk, rng.normal(size=dims).astype(np.float32)))
     return rows
 
 

@@ -196,7 +196,7 @@ async def _measure(settings: Settings, root: Path, pages: int) -> dict[str, Any]
             "pages": pages,
             "long_pdf": {
                 "chunks": len(long_chunks),
-                "table_rows": sum(1 for c in long_chunks if c.kind == "table_row"),
+                "table_rows": sum(1 for c in long_chunks if c.place.kind == "table_row"),
                 "entities": int(long_entities),
                 "v2_backfill_seconds": round(long_seconds, 2),
                 "v2_seconds_per_100_pages": round(long_seconds * 100 / pages, 2),
@@ -208,8 +208,8 @@ async def _measure(settings: Settings, root: Path, pages: int) -> dict[str, Any]
             "mixed": {
                 "files": len(per_file),
                 "chunks": len(mixed_chunks),
-                "table_rows": sum(1 for c in mixed_chunks if c.kind == "table_row"),
-                "prose": sum(1 for c in mixed_chunks if c.kind == "prose"),
+                "table_rows": sum(1 for c in mixed_chunks if c.place.kind == "table_row"),
+                "prose": sum(1 for c in mixed_chunks if c.place.kind == "prose"),
                 "entities": sum(int(r["n"]) for r in entity_kinds),
                 "entities_by_kind": {r["kind"]: int(r["n"]) for r in entity_kinds},
                 "chunks_per_file": dict(sorted(per_file.items())),

@@ -35,6 +35,7 @@ import asyncpg
 import numpy as np
 
 from app.store.scope import SCOPE_SQL, Scope
+from app.text.chunks import ChunkPlace
 from app.text.normalize import normalize
 
 logger = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ class Visible:
     average_length: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ChunkDetail:
     """Everything `app.search.v2.records.Candidate` needs of one chunk, with its document's fields."""
 
@@ -82,18 +83,7 @@ class ChunkDetail:
     ordinal: int
     chunk_id: str
     file_id: str
-    kind: str
-    page: int | None
-    page_label: str | None
-    section: tuple[str, ...]
-    table_caption: str | None
-    table_index: int | None
-    row_index: int | None
-    row_label: str | None
-    headers: tuple[str, ...]
-    row_values: tuple[str, ...]
-    units: tuple[str | None, ...]
-    footnotes: tuple[str, ...]
+    place: ChunkPlace
     content: str
     search_text: str
     entity_keys: frozenset[str]  # the normalised forms of the chunk's entities
@@ -103,7 +93,7 @@ class ChunkDetail:
     publication_date: str | None
     document_number: str | None
     source: str
-    metadata: dict[str, Any] = field(default_factory=dict)  # the document's
+    metadata: dict[str, Any]  # the document's
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -520,18 +510,7 @@ def _detail(row: asyncpg.Record) -> ChunkDetail:
         ordinal=int(row["ordinal"]),
         chunk_id=str(row["chunk_id"]),
         file_id=row["file_id"],
-        kind=row["kind"],
-        page=row["page"],
-        page_label=row["page_label"],
-        section=tuple(row["section"]),
-        table_caption=row["table_caption"],
-        table_index=row["table_index"],
-        row_index=row["row_index"],
-        row_label=row["row_label"],
-        headers=tuple(row["headers"]),
-        row_values=tuple(row["row_values"]),
-        units=tuple(row["units"]),
-        footnotes=tuple(row["footnotes"]),
+        place=ChunkPlace.of_row(row),
         content=row["content"],
         search_text=row["search_text"],
         entity_keys=frozenset(row["entity_keys"]),

@@ -31,6 +31,7 @@ import numpy as np
 
 from app.search.v2.fusion import fuse
 from app.search.v2.records import Candidate, Scored
+from app.text.chunks import ChunkPlace
 from app.text.normalize import normalize
 from app.v2_settings import ChannelWeights, FusionSettings, RefusalSettings
 from benchmarks.quality.metrics import file_ranking, ndcg_at_k, recall_at_k
@@ -381,7 +382,7 @@ def fusion_case(
                     file_id=item.file_id,
                     content=token,
                     search_text="",
-                    page=item.page,
+                    place=ChunkPlace(page=item.page),
                 )
             scored.append(Scored(cand, item.score if item.score is not None else 0.0))
         channels[channel] = tuple(scored)

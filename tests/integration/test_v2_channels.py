@@ -24,6 +24,8 @@ from app.store.v2 import runs as run_store
 from app.store.v2 import vectors as vector_store
 from app.store.v2_search import ChannelHit
 from app.store.vector_index import build_index, index_spec
+from app.text.chunks import ChunkPlace, ChunkRecord
+from app.text.entities import Entity
 from app.text.normalize import normalize
 from tests.fixtures.service import Database, new_id
 
@@ -52,22 +54,25 @@ class Text:
 def chunk_rows(texts: Sequence[Text], rng: np.random.Generator) -> list[document_store.ChunkRow]:
     return [
         document_store.ChunkRow(
-            ordinal=i,
-            chunk_id=str(uuid.uuid4()),
-            kind="table_row" if t.row_label else "prose",
-            page=1 + i // 2,
-            page_label=None,
-            section=("Section",),
-            content=t.text,
-            embed_text=t.text,
-            search_text=normalize(t.text),
-            tokens=len(t.text.split()),
-            row_label=t.row_label,
-            headers=("Type", "Value") if t.row_label else (),
-            row_values=(t.row_label, "1") if t.row_label else (),
-            units=(None, "mm") if t.row_label else (),
-            entities=tuple(document_store.EntityRow(kind, raw, normalize(raw)) for kind, raw in t.entities),
-            embedding=t.vector if t.vector is not None else rng.normal(size=DIMS).astype(np.float32),
+            ChunkRecord(
+                ordinal=i,
+                id=str(uuid.uuid4()),
+                place=ChunkPlace(
+                    kind="table_row" if t.row_label else "prose",
+                    page=1 + i // 2,
+                    section=("Section",),
+                    row_label=t.row_label,
+                    headers=("Type", "Value") if t.row_label else (),
+                    row_values=(t.row_label, "1") if t.row_label else (),
+                    units=(None, "mm") if t.row_label else (),
+                ),
+                content=t.text,
+                embed_text=t.text,
+                search_text=normalize(t.text),
+                tokens=len(t.text.split()),
+                entities=tuple(Entity(kind, raw, normalize(raw), 0, len(raw)) for kind, raw in t.entities),
+            ),
+            t.vector if t.vector is not None else rng.normal(size=DIMS).astype(np.float32),
         )
         for i, t in enumerate(texts)
     ]
@@ -471,14 +476,16 @@ async def test_chunk_details_carry_what_a_candidate_needs(world: World) -> None:
     )
     assert [(d.document_id, d.ordinal) for d in details] == [(doc_b, 2), (doc_b, 0)]
     row = details[0]
-    assert (row.file_id, row.kind, row.row_label, row.headers, row.row_values, row.units) == (
-        fb, "table_row", "K 28", ("Type", "Value"), ("K 28", "1"), (None, "mm"),
+    assert row.file_id == fb
+    assert row.place == ChunkPlace(
+        kind="table_row", page=2, section=("Section",), row_label="K 28", headers=("Type", "Value"),
+        row_values=("K 28", "1"), units=(None, "mm"),
     )  # fmt: skip
     assert row.entity_keys == frozenset({"k 28"})
     document = (row.filename, row.title, row.document_number, row.language, row.publication_date, row.source)
     assert document == ("datasheet-x1.pdf", "Sizes", "AB-1234", "en", "2024-01-05", "original")
     assert row.metadata == {"origin": fb}
-    assert row.search_text == "k 28 length 14 mm weight 4 kg" and row.section == ("Section",)
+    assert row.search_text == "k 28 length 14 mm weight 4 kg"
     # the allow-list applies here too
     narrow = world.scope(next(iter(world.docs)))
     assert await search.chunk_details(conn, narrow, world.run_id, [(doc_b, 2)]) == []

@@ -148,14 +148,14 @@ async def test_backfill_puts_pages_sections_and_table_rows_on_the_right_chunks(
     everything = [c for rows in chunks.values() for c in rows]
 
     pdf = chunks[world.files["manual.pdf"]]
-    rows = [c for c in pdf if c.kind == "table_row"]
-    assert [c.row_values for c in rows] == [["K 25", "2.5", "10"], ["K 28", "2.8", "12"]]
-    assert all(c.headers == ["Model", "Power (kW)", "Weight (kg)"] for c in rows)
-    assert all(c.units == [None, "kW", "kg"] for c in rows)
-    assert all((c.page, c.page_label, c.section) == (2, "1", ["2 Ratings"]) for c in rows)
+    rows = [c for c in pdf if c.place.kind == "table_row"]
+    assert [c.place.row_values for c in rows] == [("K 25", "2.5", "10"), ("K 28", "2.8", "12")]
+    assert all(c.place.headers == ("Model", "Power (kW)", "Weight (kg)") for c in rows)
+    assert all(c.place.units == (None, "kW", "kg") for c in rows)
+    assert all((c.place.page, c.place.page_label, c.place.section) == (2, "1", ("2 Ratings",)) for c in rows)
     notes = [c for c in pdf if "Nothing else to add" in c.content]
-    assert [(c.page, c.page_label) for c in notes] == [(4, "3")]
-    assert not any(c.page in (1, 3) for c in pdf)  # the contents page is boilerplate; page 3 a scan
+    assert [(c.place.page, c.place.page_label) for c in notes] == [(4, "3")]
+    assert not any(c.place.page in (1, 3) for c in pdf)  # the contents page is boilerplate; page 3 a scan
     assert not any("Contents" in c.content or "....." in c.content for c in pdf)
 
     html = chunks[world.files["settings.html"]]
@@ -163,32 +163,41 @@ async def test_backfill_puts_pages_sections_and_table_rows_on_the_right_chunks(
         assert not any(furniture in c.content or furniture in c.embed_text for c in html), furniture
     assert not any("max _size" in c.content or "part _size" in c.content for c in html)
     assert not any("- Limits" in c.content or "- Units" in c.content for c in html)  # the page's contents
-    limits = [c for c in html if c.kind == "table_row"]
-    assert [c.row_values[0] for c in limits] == ["max_size", "part_size"]
-    assert all(c.table_caption == "Table 3.1. Upload limits" for c in limits)
-    assert all(c.units == [None, "MB", "s"] and c.section == ["Settings", "Limits"] for c in limits)
-    assert all("Sizes in MB (10^6 bytes)." in c.footnotes for c in limits)
-    assert any(c.content.startswith("kW: kilowatt") and c.section == ["Settings", "Units"] for c in html)
+    limits = [c for c in html if c.place.kind == "table_row"]
+    assert [c.place.row_values[0] for c in limits] == ["max_size", "part_size"]
+    assert all(c.place.table_caption == "Table 3.1. Upload limits" for c in limits)
+    assert all(
+        c.place.units == (None, "MB", "s") and c.place.section == ("Settings", "Limits") for c in limits
+    )
+    assert all("Sizes in MB (10^6 bytes)." in c.place.footnotes for c in limits)
+    assert any(
+        c.content.startswith("kW: kilowatt") and c.place.section == ("Settings", "Units") for c in html
+    )
     assert any("Set max_size to limit uploads" in c.content for c in html)
 
     docx = chunks[world.files["guide.docx"]]
-    assert any("300 mm above the floor" in c.content and c.section == ["Guide", "Installation"] for c in docx)
-    assert [c.row_values for c in docx if c.kind == "table_row"] == [["H 10", "1.0 kW"], ["H 20", "2.0 kW"]]
-    assert all(c.section == ["Guide", "Ratings"] for c in docx if c.kind == "table_row")
-
-    xlsx = [c for c in chunks[world.files["prices.xlsx"]] if c.kind == "table_row"]
-    assert [(c.table_caption, c.row_values) for c in xlsx] == [
-        ("Prices", ["K 25", "100"]),
-        ("Prices", ["K 28", "120"]),
-        ("Notes", ["ok"]),
+    assert any(
+        "300 mm above the floor" in c.content and c.place.section == ("Guide", "Installation") for c in docx
+    )
+    assert [c.place.row_values for c in docx if c.place.kind == "table_row"] == [
+        ("H 10", "1.0 kW"),
+        ("H 20", "2.0 kW"),
     ]
-    md = [c for c in chunks[world.files["ratings.md"]] if c.kind == "table_row"]
-    assert [(c.section, c.row_values, c.units) for c in md] == [
-        (["Ratings", "Fans"], ["F 1", "1200"], [None, "rpm"]),
-        (["Ratings", "Fans"], ["F 2", "2400"], [None, "rpm"]),
+    assert all(c.place.section == ("Guide", "Ratings") for c in docx if c.place.kind == "table_row")
+
+    xlsx = [c for c in chunks[world.files["prices.xlsx"]] if c.place.kind == "table_row"]
+    assert [(c.place.table_caption, c.place.row_values) for c in xlsx] == [
+        ("Prices", ("K 25", "100")),
+        ("Prices", ("K 28", "120")),
+        ("Notes", ("ok",)),
+    ]
+    md = [c for c in chunks[world.files["ratings.md"]] if c.place.kind == "table_row"]
+    assert [(c.place.section, c.place.row_values, c.place.units) for c in md] == [
+        (("Ratings", "Fans"), ("F 1", "1200"), (None, "rpm")),
+        (("Ratings", "Fans"), ("F 2", "2400"), (None, "rpm")),
     ]
     txt = chunks[world.files["notes.txt"]]
-    assert sorted({c.page for c in txt}) == [1, 2]
+    assert sorted({c.place.page for c in txt}) == [1, 2]
 
     # every embedded text starts with the document's title and fits the model's window
     counter, window = local_model_counter()
@@ -206,7 +215,7 @@ async def test_a_file_known_only_from_v1_rows_is_rebuilt_from_its_chunks(
     assert "The technician replaced the valve" in text and "due in September" in text
     overlap = V1_PAGES[0][100:120]
     assert sum(c.content.count(overlap) for c in chunks) == 1  # the V1 overlap was removed
-    assert sorted({c.page for c in chunks}) == [1, 2]
+    assert sorted({c.place.page for c in chunks}) == [1, 2]
     r = await world.client.get(f"/v2/runs/{backfilled}", headers=world.admin())
     (entry,) = [f for f in r.json()["files"] if f["file_id"] == world.files["v1-only"]]
     assert entry["source"] == "v1_chunks" and entry["state"] == "staged"
@@ -256,7 +265,7 @@ async def test_staging_the_same_files_through_the_routes_equals_the_backfill(
     backfill = await chunks_of(world, backfilled)
 
     def shape(rows: list[read_store.StoredChunk]) -> list[tuple[Any, ...]]:
-        return [(c.chunk_id, c.kind, c.page, c.page_label, c.section, c.content, c.row_values) for c in rows]
+        return [(c.chunk_id, c.place, c.content) for c in rows]
 
     for file_id in uploaded.values():
         # identical bytes give identical chunks, ids included

@@ -14,7 +14,7 @@ import pytest
 from pgvector.asyncpg import register_vector
 
 from app.ingest.types import Block, LoadedDocument
-from app.ingest.v2.chunker import ChunkRecord, chunk_document
+from app.ingest.v2.chunker import chunk_document
 from app.search.v2 import bm25
 from app.store.db import StoreInfo, bootstrap
 from app.store.scope import SCOPE_SQL, Scope
@@ -22,6 +22,7 @@ from app.store.v2 import documents as document_store
 from app.store.v2 import reads as read_store
 from app.store.v2 import runs as run_store
 from app.store.v2 import vectors as vector_store
+from app.text.chunks import ChunkRecord
 from app.text.tokens import SimpleTokenCounter
 from tests.fixtures.service import Database, new_id
 
@@ -54,31 +55,7 @@ def manual() -> LoadedDocument:
 def rows_of(chunks: list[ChunkRecord], *, vectors: bool = True) -> list[document_store.ChunkRow]:
     rng = np.random.default_rng(5)
     return [
-        document_store.ChunkRow(
-            ordinal=c.ordinal,
-            chunk_id=c.id,
-            kind=c.kind,
-            page=c.page,
-            page_label=c.page_label,
-            section=c.section,
-            content=c.content,
-            embed_text=c.embed_text,
-            search_text=c.search_text,
-            tokens=c.tokens,
-            table_caption=c.table_caption,
-            table_index=c.table_index,
-            row_index=c.row_index,
-            row_label=c.row_label,
-            headers=c.headers,
-            row_values=c.row_values,
-            units=c.units,
-            footnotes=c.footnotes,
-            whole_table=c.whole_table,
-            entities=tuple(
-                document_store.EntityRow(e.kind, e.raw, e.normalized, e.value, e.unit) for e in c.entities
-            ),
-            embedding=rng.normal(size=DIMS).astype(np.float32) if vectors else None,
-        )
+        document_store.ChunkRow(c, rng.normal(size=DIMS).astype(np.float32) if vectors else None)
         for c in chunks
     ]
 
@@ -186,6 +163,7 @@ async def test_an_active_run_is_readable_by_plain_sql_through_the_scope_predicat
     # the store's own read gives the same rows
     read = await read_store.run_chunks(conn, mine, staged.run.run_id, limit=100)
     assert [c.content for c in read] == [r["content"] for r in rows]
+    assert [c.place for c in read] == [c.place for c in staged.chunks]  # every place field round-trips
     assert all(c.has_vector for c in read)
 
 
@@ -286,8 +264,8 @@ async def test_missing_vectors_are_listed_and_filled(staged: Staged) -> None:
     missing = await vector_store.chunks_missing_vectors(
         conn, info.collection_id, embedding_model="test:other-model"
     )
-    assert [(m.document_id, m.ordinal) for m in missing] == [(document_id, r.ordinal) for r in rows]
-    assert [m.embed_text for m in missing] == [r.embed_text for r in rows]
+    assert [(m.document_id, m.ordinal) for m in missing] == [(document_id, r.chunk.ordinal) for r in rows]
+    assert [m.embed_text for m in missing] == [r.chunk.embed_text for r in rows]
     filled = await vector_store.set_chunk_vectors(
         conn, [(m.document_id, m.ordinal, np.ones(DIMS)) for m in missing]
     )

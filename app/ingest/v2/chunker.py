@@ -27,17 +27,16 @@ import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.ingest.types import Block, LoadedDocument
 from app.ingest.v2.boilerplate import block_fingerprint
+from app.text.chunks import ChunkKind, ChunkPlace, ChunkRecord
 from app.text.entities import Entity, EntityExtractor, default_extractor, format_number, parse_number
 from app.text.normalize import normalize
 from app.text.tokens import TokenCounter, window_texts
-
-ChunkKind = Literal["prose", "table_row"]
 
 # Namespace of V2 chunk ids (a fixed random uuid: ids are stable across releases).
 CHUNK_ID_NAMESPACE = uuid.UUID("0f5b7f0e-4a43-4c55-9a1e-2a7d1c3e9b61")
@@ -69,32 +68,6 @@ class ChunkerConfig(BaseModel):
     # the breadcrumb takes at most this share of a chunk; longer headings are shortened in it only
     breadcrumb_share: float = Field(0.4, gt=0.0, lt=1.0)
     caption_pattern: str = r"^(?:table|tab\.|tabelle)\s*[\w.\-]*\s*[:.\-–—]?\s"
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkRecord:
-    """One V2 chunk: display content, embedded text, normalised search text and its fields."""
-
-    ordinal: int
-    id: str
-    kind: ChunkKind
-    page: int | None
-    page_label: str | None
-    section: tuple[str, ...]
-    content: str
-    embed_text: str
-    search_text: str
-    tokens: int
-    table_caption: str | None = None
-    table_index: int | None = None
-    row_index: int | None = None
-    row_label: str | None = None
-    headers: tuple[str, ...] = ()
-    row_values: tuple[str, ...] = ()
-    units: tuple[str | None, ...] = ()
-    footnotes: tuple[str, ...] = ()
-    entities: tuple[Entity, ...] = ()
-    whole_table: bool = False
 
 
 @dataclass(slots=True)
@@ -237,7 +210,8 @@ class _Chunker:
         content: str,
         extra_entities: Sequence[Entity] = (),
         extra_search: str = "",
-        **fields: object,
+        whole_table: bool = False,
+        **place: Any,
     ) -> None:
         prefix = self.prefix()
         embed_text = f"{prefix}\n{content}" if prefix else content
@@ -247,23 +221,20 @@ class _Chunker:
             heading.used = True
         page = None if block.page is None else block.page + 1
         ordinal = len(self.chunks)
-        location = [page, list(section), fields.get("table_index"), fields.get("row_index")]
+        location = [page, list(section), place.get("table_index"), place.get("row_index")]
         entities = list(self.extractor.extract(content, self.language))
         entities.extend(extra_entities)
         entities.sort(key=lambda e: (e.start, e.end))
         record = ChunkRecord(
             ordinal=ordinal,
             id=chunk_id(self.key, ordinal, kind, location, embed_text),
-            kind=kind,
-            page=page,
-            page_label=block.page_label,
-            section=section,
+            place=ChunkPlace(kind=kind, page=page, page_label=block.page_label, section=section, **place),
             content=content,
             embed_text=embed_text,
             search_text=normalize(f"{embed_text}\n{extra_search}"),
             tokens=tokens,
             entities=tuple(entities),
-            **fields,  # type: ignore[arg-type]
+            whole_table=whole_table,
         )
         self.chunks.append(record)
         self.stats.chunks += 1
@@ -453,7 +424,7 @@ class _Chunker:
         units: list[str | None],
         caption: str | None,
         notes: str,
-        common: dict[str, object],
+        common: dict[str, Any],
     ) -> None:
         label = next((cell for cell in row if cell), None)
         head = [caption] if caption else []

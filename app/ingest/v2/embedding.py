@@ -12,43 +12,15 @@ import numpy as np
 
 from app.clients.embeddings import Embedder
 from app.errors import UpstreamUnavailable
-from app.ingest.v2.chunker import ChunkRecord
 from app.ingest.v2.context import V2Context
 from app.ingest.v2.profile import IndexProfile
 from app.store.v2 import documents as document_store
 from app.store.v2 import runs as run_store
 from app.store.v2 import vectors as vector_store
+from app.text.chunks import ChunkRecord
 from app.text.tokens import pool_windows, window_texts, window_weights
 
 logger = logging.getLogger(__name__)
-
-
-def _row(chunk: ChunkRecord, vector: np.ndarray | None) -> document_store.ChunkRow:
-    return document_store.ChunkRow(
-        ordinal=chunk.ordinal,
-        chunk_id=chunk.id,
-        kind=chunk.kind,
-        page=chunk.page,
-        page_label=chunk.page_label,
-        section=chunk.section,
-        content=chunk.content,
-        embed_text=chunk.embed_text,
-        search_text=chunk.search_text,
-        tokens=chunk.tokens,
-        table_caption=chunk.table_caption,
-        table_index=chunk.table_index,
-        row_index=chunk.row_index,
-        row_label=chunk.row_label,
-        headers=chunk.headers,
-        row_values=chunk.row_values,
-        units=chunk.units,
-        footnotes=chunk.footnotes,
-        whole_table=chunk.whole_table,
-        entities=tuple(
-            document_store.EntityRow(e.kind, e.raw, e.normalized, e.value, e.unit) for e in chunk.entities
-        ),
-        embedding=vector,
-    )
 
 
 async def embed_texts(embedder: Embedder, profile: IndexProfile, texts: Sequence[str]) -> list[np.ndarray]:
@@ -122,7 +94,9 @@ async def embed_rows(
     dims = {v.shape[0] for v in fresh.values()}
     if dims and any(v.shape[0] not in dims for v in known.values()):
         known = {}  # a model that changed its dimension under the same name: never mix
-    rows = [_row(c, fresh.get(d, known.get(d))) for c, d in zip(chunks, digests, strict=True)]
+    rows = [
+        document_store.ChunkRow(c, fresh.get(d, known.get(d))) for c, d in zip(chunks, digests, strict=True)
+    ]
     reused = sum(1 for d in digests if d in known)
     embedded = len(fresh)
     return rows, embedded, reused, error

@@ -152,7 +152,7 @@ async def _stage_file(
         document_id=document_id,
         chunks=len(rows),
         table_rows=stats.table_rows,
-        entities=sum(len(r.entities) for r in rows),
+        entities=sum(len(r.chunk.entities) for r in rows),
         embedded=embedded,
         reused=reused,
         vectors_missing=missing,

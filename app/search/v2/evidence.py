@@ -44,33 +44,33 @@ def build_evidence(items: Sequence[Fused], allowed_file_ids: Collection[str], k:
     kept, _ = allowed_only(items, allowed_file_ids)
     out: list[EvidenceItem] = []
     for rank, item in enumerate(kept[:k], start=1):
-        c = item.candidate
-        metadata = dict(c.metadata)
+        c, place, document = item.candidate, item.candidate.place, item.candidate.document
+        metadata = dict(document.metadata)
         metadata.setdefault("chunk_id", c.chunk_id)
-        if c.page is not None:
-            metadata.setdefault("physical_page", c.page)
+        if place.page is not None:
+            metadata.setdefault("physical_page", place.page)
         out.append(
             EvidenceItem(
                 citation_id=citation_id(rank),
                 file_id=c.file_id,
-                filename=c.filename,
-                title=c.title,
+                filename=document.filename,
+                title=document.title,
                 content=c.content,
-                page=display_page(c.page),
-                page_label=c.page_label,
-                section=list(c.section),
-                chunk_kind="table_row" if c.kind == "table_row" else "prose",
-                table_title=c.table_caption,
-                row_label=c.row_label,
-                headers=list(c.headers),
-                row_values=list(c.row_values),
-                units=list(c.units),
-                footnotes=list(c.footnotes),
-                source_type=c.source_type,
+                page=display_page(place.page),
+                page_label=place.page_label,
+                section=list(place.section),
+                chunk_kind=place.kind,
+                table_title=place.table_caption,
+                row_label=place.row_label,
+                headers=list(place.headers),
+                row_values=list(place.row_values),
+                units=list(place.units),
+                footnotes=list(place.footnotes),
+                source_type=document.source_type,
                 channels=list(item.channels),
                 score=min(max(float(item.final_score), 0.0), 1.0),
-                language=c.language,
-                publication_date=c.publication_date,
+                language=document.language,
+                publication_date=document.publication_date,
                 metadata=metadata,
             )
         )

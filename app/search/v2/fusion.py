@@ -28,10 +28,10 @@ def location_key(candidate: Candidate, prefix_chars: int) -> Hashable:
     """Where a candidate sits: two candidates with the same key are the same evidence."""
     return (
         candidate.file_id,
-        candidate.page,
-        candidate.table_index,
-        candidate.row_index,
-        candidate.section,
+        candidate.place.page,
+        candidate.place.table_index,
+        candidate.place.row_index,
+        candidate.place.section,
         normalized_prefix(candidate.content, prefix_chars),
     )
 
@@ -149,8 +149,8 @@ def apply_caps(items: Sequence[Fused], per_file: int, per_page: int) -> list[Fus
     beyond: list[Fused] = []
     for item in items:
         file_id = item.candidate.file_id
-        page = (file_id, item.candidate.page)
-        page_full = item.candidate.page is not None and pages.get(page, 0) >= per_page
+        page = (file_id, item.candidate.place.page)
+        page_full = item.candidate.place.page is not None and pages.get(page, 0) >= per_page
         if files.get(file_id, 0) >= per_file or page_full:
             beyond.append(item)
             continue

@@ -14,38 +14,36 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.text.chunks import ChunkPlace
+
 # Channel names in the order provenance is reported.
 CHANNELS = ("exact", "lexical", "vector")
 
 
 @dataclass(frozen=True, slots=True)
+class DocumentInfo:
+    """What a result shows of the document a chunk comes from; one object shared by its chunks."""
+
+    filename: str = ""
+    title: str | None = None
+    language: str | None = None
+    publication_date: str | None = None
+    source_type: str | None = None  # the file name's suffix ("pdf")
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Candidate:
-    """One chunk as a channel returns it: location, display fields and normalised search text."""
+    """One chunk as a channel returns it: its place, content, normalised search text and document."""
 
     chunk_id: str
     file_id: str
     content: str
     search_text: str
-    kind: str = "prose"
-    filename: str = ""
-    title: str | None = None
-    page: int | None = None
-    page_label: str | None = None
-    section: tuple[str, ...] = ()
-    table_caption: str | None = None
-    table_index: int | None = None
-    row_index: int | None = None
-    row_label: str | None = None
-    headers: tuple[str, ...] = ()
-    row_values: tuple[str, ...] = ()
-    units: tuple[str | None, ...] = ()
-    footnotes: tuple[str, ...] = ()
+    place: ChunkPlace = field(default_factory=ChunkPlace)
+    document: DocumentInfo = field(default_factory=DocumentInfo)
     # normalised entity keys of the chunk ("k 28", "12 mm", "iso 9001"), as the index stores them
     entity_keys: frozenset[str] = frozenset()
-    language: str | None = None
-    publication_date: str | None = None
-    source_type: str | None = None
-    metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,7 +125,10 @@ def _member_found(items: Sequence[Fused], entity: Entity) -> bool:
         c = item.candidate
         if not contains_phrase(c.search_text, member):
             continue
-        around = normalize(" ".join(filter(None, (c.title, *c.section, c.table_caption, c.row_label))))
+        p = c.place
+        around = normalize(
+            " ".join(filter(None, (c.document.title, *p.section, p.table_caption, p.row_label)))
+        )
         if contains_phrase(c.search_text, owner) or contains_phrase(around, owner):
             return True
     return False
@@ -186,8 +189,8 @@ def coverage_terms(query: QueryAnalysis) -> list[str]:
 
 def _offered(item: Fused) -> frozenset[str]:
     """Every stem form a candidate offers: its text, title, headings, caption, row label, headers."""
-    c = item.candidate
-    around = " ".join(filter(None, (c.title, *c.section, c.table_caption, c.row_label, *c.headers)))
+    c, p = item.candidate, item.candidate.place
+    around = " ".join(filter(None, (c.document.title, *p.section, p.table_caption, p.row_label, *p.headers)))
     return form_set([*c.search_text.split(), *tokenize(normalize(around))])
 
 

@@ -65,7 +65,7 @@ class Reranker(Protocol):
 
 def rerank_text(candidate: Candidate) -> str:
     """The text a model reranker reads: breadcrumb then content, as the chunk was embedded."""
-    crumbs = [part for part in (candidate.title, *candidate.section) if part]
+    crumbs = [part for part in (candidate.document.title, *candidate.place.section) if part]
     head = " › ".join(crumbs)
     return f"{head}\n{candidate.content}" if head else candidate.content
 
@@ -110,7 +110,7 @@ class FeatureReranker:
         high, low = (max(sims), min(sims)) if sims else (0.0, 0.0)
         out: list[dict[str, float]] = []
         for item, text, tokens in zip(items, texts, token_sets, strict=True):
-            c = item.candidate
+            c, place = item.candidate, item.candidate.place
             f: dict[str, float] = {"prior": item.score / top if top > 0 else 0.0}
             if sims:
                 f["dense"] = (
@@ -139,7 +139,9 @@ class FeatureReranker:
                     ]
                 )
             heading_text = normalize(
-                " ".join(filter(None, (c.title, *c.section, c.table_caption, c.row_label)))
+                " ".join(
+                    filter(None, (c.document.title, *place.section, place.table_caption, place.row_label))
+                )
             )
             heading_tokens = form_set(heading_text.split())
             if query.terms:
@@ -148,12 +150,12 @@ class FeatureReranker:
                 f["definition"] = 1.0 if _defines(query, c, heading_text) else 0.0
             intents: list[float] = []
             if TABLE_LOOKUP in query.intents:
-                intents.append(1.0 if c.kind == "table_row" or c.table_caption else 0.0)
+                intents.append(1.0 if place.kind == "table_row" or place.table_caption else 0.0)
             if DOCUMENT_LOOKUP in query.intents and query.terms:
-                names = set(normalize(f"{c.title or ''} {c.filename}").split())
+                names = set(normalize(f"{c.document.title or ''} {c.document.filename}").split())
                 intents.append(_fraction([t in names for t in query.terms]))
             if CITATION_REQUEST in query.intents:
-                intents.append(1.0 if c.page is not None else 0.0)
+                intents.append(1.0 if place.page is not None else 0.0)
             if intents:
                 f["intent"] = sum(intents) / len(intents)
             out.append(f)

@@ -40,7 +40,7 @@ from app.search.v2.analysis import QueryAnalysis, QueryConfig, analyze_query
 from app.search.v2.evidence import build_evidence, display_page
 from app.search.v2.fusion import fuse
 from app.search.v2.plan import ChannelPlan, plan_channels
-from app.search.v2.records import CHANNELS, Candidate, Fused, Scored
+from app.search.v2.records import CHANNELS, Candidate, DocumentInfo, Fused, Scored
 from app.search.v2.refusal import SAFE_REFUSAL, RefusalDecision, decide_refusal
 from app.search.v2.rerank import FeatureReranker, Reranker, RerankOutcome, rerank_window
 from app.search.v2.rerank_http import HttpReranker
@@ -210,7 +210,22 @@ def discount_common_labels(hits: Sequence[Scored], stats: Statistics, rare_share
 
 def candidate_lists(retrieval: channels_sql.Retrieval) -> dict[str, list[Scored]]:
     """Each channel that did not fail, its hits as scored candidates (hits without details left out)."""
-    candidates = {key: _candidate(detail) for key, detail in retrieval.details.items()}
+    documents: dict[int, DocumentInfo] = {}
+    candidates: dict[channels_sql.Key, Candidate] = {}
+    for key, d in retrieval.details.items():
+        # a document's fields are shaped once and shared by its chunks' candidates
+        document = documents.get(d.document_id)
+        if document is None:
+            document = documents[d.document_id] = _document(d)
+        candidates[key] = Candidate(
+            chunk_id=d.chunk_id,
+            file_id=d.file_id,
+            content=d.content,
+            search_text=d.search_text,
+            place=d.place,
+            document=document,
+            entity_keys=d.entity_keys,
+        )
     return {
         name: [
             Scored(candidates[(h.document_id, h.ordinal)], h.score)
@@ -261,7 +276,7 @@ def _stage(items: Sequence[Fused] | Sequence[Scored], k: int) -> list[dict[str, 
             {
                 "chunk_id": c.chunk_id,
                 "file_id": c.file_id,
-                "page": display_page(c.page),
+                "page": display_page(c.place.page),
                 "score": round(float(score), 6),
                 "content": c.content,
             }
@@ -312,32 +327,15 @@ def debug_body(answer: Answer) -> dict[str, Any]:
 RESULT_METADATA = ("kind", "content_type", "page_count", "unreadable_pages")
 
 
-def _candidate(detail: channels_sql.ChunkDetail) -> Candidate:
+def _document(detail: channels_sql.ChunkDetail) -> DocumentInfo:
     suffix = detail.filename.rsplit(".", 1)[-1].lower() if "." in detail.filename else None
     metadata: dict[str, Any] = {k: detail.metadata[k] for k in RESULT_METADATA if k in detail.metadata}
     metadata.setdefault("index_source", detail.source)
     if detail.document_number:
         metadata.setdefault("document_number", detail.document_number)
-    return Candidate(
-        chunk_id=detail.chunk_id,
-        file_id=detail.file_id,
-        content=detail.content,
-        search_text=detail.search_text,
-        kind=detail.kind,
+    return DocumentInfo(
         filename=detail.filename,
         title=detail.title or None,
-        page=detail.page,
-        page_label=detail.page_label,
-        section=tuple(detail.section),
-        table_caption=detail.table_caption,
-        table_index=detail.table_index,
-        row_index=detail.row_index,
-        row_label=detail.row_label,
-        headers=tuple(detail.headers),
-        row_values=tuple(detail.row_values),
-        units=tuple(detail.units),
-        footnotes=tuple(detail.footnotes),
-        entity_keys=detail.entity_keys,
         language=detail.language,
         publication_date=detail.publication_date,
         source_type=suffix,

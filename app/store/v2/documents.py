@@ -18,6 +18,7 @@ import numpy as np
 
 from app.store.db import rows_affected
 from app.store.v2_search import label_key
+from app.text.chunks import ChunkRecord
 
 DocumentSource = Literal["original", "derivative", "v1_chunks"]
 
@@ -25,52 +26,22 @@ DocumentSource = Literal["original", "derivative", "v1_chunks"]
 MAX_TERM_CHARS = 200
 
 
-@dataclass(frozen=True)
-class EntityRow:
-    """An entity found in a chunk."""
-
-    kind: str
-    raw: str
-    normalized: str
-    value: float | None = None
-    unit: str | None = None
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ChunkRow:
-    """A chunk ready to store (the chunker's `ChunkRecord` plus its vector, when it has one)."""
+    """A chunk ready to store: the chunker's record and its vector, when it has one."""
 
-    ordinal: int
-    chunk_id: str
-    kind: str
-    page: int | None
-    page_label: str | None
-    section: tuple[str, ...]
-    content: str
-    embed_text: str
-    search_text: str
-    tokens: int
-    table_caption: str | None = None
-    table_index: int | None = None
-    row_index: int | None = None
-    row_label: str | None = None
-    headers: tuple[str, ...] = ()
-    row_values: tuple[str, ...] = ()
-    units: tuple[str | None, ...] = ()
-    footnotes: tuple[str, ...] = ()
-    whole_table: bool = False
-    entities: tuple[EntityRow, ...] = ()
+    chunk: ChunkRecord
     embedding: np.ndarray | None = None
 
     @property
     def embed_digest(self) -> str:
         """sha256 of the embedded text: a vector is reusable for the same text and model."""
-        return text_digest(self.embed_text)
+        return text_digest(self.chunk.embed_text)
 
     @property
     def terms(self) -> list[str]:
         """The lexical terms: `search_text.split()`, each cut to MAX_TERM_CHARS."""
-        return [term[:MAX_TERM_CHARS] for term in self.search_text.split()]
+        return [term[:MAX_TERM_CHARS] for term in self.chunk.search_text.split()]
 
 
 @dataclass(frozen=True)
@@ -192,40 +163,40 @@ async def reusable_documents(
 
 
 def _chunk_record(
-    document_id: int, collection_id: uuid.UUID, document: DocumentRow, chunk: ChunkRow
+    document_id: int, collection_id: uuid.UUID, document: DocumentRow, row: ChunkRow
 ) -> tuple[Any, ...]:
-    terms = chunk.terms
-    vector = chunk.embedding
+    chunk, place, vector = row.chunk, row.chunk.place, row.embedding
+    terms = row.terms
     return (
         document_id,
         chunk.ordinal,
-        uuid.UUID(chunk.chunk_id),
+        uuid.UUID(chunk.id),
         collection_id,
         document.file_id,
         document.owner,
-        chunk.kind,
-        chunk.page,
-        chunk.page_label,
-        list(chunk.section),
-        chunk.table_caption,
-        chunk.table_index,
-        chunk.row_index,
-        chunk.row_label,
-        list(chunk.headers),
-        list(chunk.row_values),
-        list(chunk.units),
-        list(chunk.footnotes),
+        place.kind,
+        place.page,
+        place.page_label,
+        list(place.section),
+        place.table_caption,
+        place.table_index,
+        place.row_index,
+        place.row_label,
+        list(place.headers),
+        list(place.row_values),
+        list(place.units),
+        list(place.footnotes),
         chunk.whole_table,
         chunk.content,
         chunk.embed_text,
-        chunk.embed_digest,
+        row.embed_digest,
         chunk.tokens,
         chunk.search_text,
         terms,
         len(terms),
         int(vector.shape[0]) if vector is not None else None,
         np.asarray(vector, dtype=np.float32) if vector is not None else None,
-        _key(chunk.row_label),
+        _key(place.row_label),
     )
 
 
@@ -274,7 +245,7 @@ def _entity_records(
     return [
         (
             document_id,
-            chunk.ordinal,
+            row.chunk.ordinal,
             position,
             collection_id,
             document.file_id,
@@ -285,26 +256,26 @@ def _entity_records(
             entity.value,
             entity.unit,
         )
-        for chunk in chunks
-        for position, entity in enumerate(chunk.entities)
+        for row in chunks
+        for position, entity in enumerate(row.chunk.entities)
     ]
 
 
 def _term_records(document_id: int, chunks: Sequence[ChunkRow]) -> list[tuple[int, str, int]]:
     """How many of the document's chunks hold each term, in TERM_COPY_COLUMNS order."""
     frequency: Counter[str] = Counter()
-    for chunk in chunks:
-        frequency.update(set(chunk.terms))
+    for row in chunks:
+        frequency.update(set(row.terms))
     return [(document_id, term, n) for term, n in frequency.items()]
 
 
 def _posting_records(document_id: int, chunks: Sequence[ChunkRow]) -> list[tuple[int, int, str, int, int]]:
     """The lexical channel's postings (migration 0013): one per chunk and distinct term."""
     postings: list[tuple[int, int, str, int, int]] = []
-    for chunk in chunks:
-        terms = chunk.terms
+    for row in chunks:
+        terms = row.terms
         postings.extend(
-            (document_id, chunk.ordinal, term, tf, len(terms)) for term, tf in Counter(terms).items()
+            (document_id, row.chunk.ordinal, term, tf, len(terms)) for term, tf in Counter(terms).items()
         )
     return postings
 

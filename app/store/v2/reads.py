@@ -8,9 +8,10 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.store.scope import SCOPE_SQL, Scope
+from app.text.chunks import ChunkPlace
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StoredChunk:
     """A V2 chunk read back (what a channel or a test sees)."""
 
@@ -19,16 +20,7 @@ class StoredChunk:
     chunk_id: str
     file_id: str
     owner: str
-    kind: str
-    page: int | None
-    page_label: str | None
-    section: list[str]
-    table_caption: str | None
-    row_label: str | None
-    headers: list[str]
-    row_values: list[str]
-    units: list[str | None]
-    footnotes: list[str]
+    place: ChunkPlace
     content: str
     embed_text: str
     search_text: str
@@ -52,8 +44,9 @@ class CatalogueEntry:
 
 RUN_CHUNKS = f"""
     SELECT c.document_id, c.ordinal, c.chunk_id, c.file_id, c.owner, c.kind, c.page, c.page_label,
-           c.section, c.table_caption, c.row_label, c.headers, c.row_values, c.units, c.footnotes,
-           c.content, c.embed_text, c.search_text, c.tokens, c.embedding IS NOT NULL AS has_vector
+           c.section, c.table_caption, c.table_index, c.row_index, c.row_label, c.headers, c.row_values,
+           c.units, c.footnotes, c.content, c.embed_text, c.search_text, c.tokens,
+           c.embedding IS NOT NULL AS has_vector
     FROM ragoverlay_v2_run_chunks(p_scope => {SCOPE_SQL}, p_run => $7, p_limit => $8) AS c
 """
 
@@ -92,16 +85,7 @@ async def run_chunks(conn: asyncpg.Connection, scope: Scope, run_id: int, *, lim
             chunk_id=str(r["chunk_id"]),
             file_id=r["file_id"],
             owner=r["owner"],
-            kind=r["kind"],
-            page=r["page"],
-            page_label=r["page_label"],
-            section=list(r["section"]),
-            table_caption=r["table_caption"],
-            row_label=r["row_label"],
-            headers=list(r["headers"]),
-            row_values=list(r["row_values"]),
-            units=list(r["units"]),
-            footnotes=list(r["footnotes"]),
+            place=ChunkPlace.of_row(r),
             content=r["content"],
             embed_text=r["embed_text"],
             search_text=r["search_text"],

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from app.ingest.v2.chunker import ChunkRecord
-from app.search.v2.records import Candidate, Fused
+import dataclasses
+from typing import Any
+
+from app.search.v2.records import Candidate, DocumentInfo, Fused
+from app.text.chunks import ChunkPlace, ChunkRecord
 from app.text.normalize import normalize
+
+PLACE_FIELDS = frozenset(f.name for f in dataclasses.fields(ChunkPlace))
+DOCUMENT_FIELDS = frozenset(f.name for f in dataclasses.fields(DocumentInfo))
 
 
 def cand(
@@ -12,21 +18,23 @@ def cand(
     file_id: str = "f1",
     content: str | None = None,
     *,
-    page: int | None = None,
-    section: tuple[str, ...] = (),
-    **fields: object,
+    search_text: str | None = None,
+    entity_keys: frozenset[str] = frozenset(),
+    **fields: Any,
 ) -> Candidate:
-    """A candidate whose search text is its normalised content (unless given)."""
+    """A candidate whose search text is its normalised content (unless given); the other keywords
+    are its place's (`page`, `section`, `kind`, ...) or its document's (`title`, `filename`, ...)."""
+    unknown = set(fields) - PLACE_FIELDS - DOCUMENT_FIELDS
+    assert not unknown, f"not a place or document field: {sorted(unknown)}"
     text = content if content is not None else f"content of {chunk_id}"
-    search = fields.pop("search_text", None) or normalize(text)
     return Candidate(
         chunk_id=chunk_id,
         file_id=file_id,
         content=text,
-        search_text=search,  # type: ignore[arg-type]
-        page=page,
-        section=section,
-        **fields,  # type: ignore[arg-type]
+        search_text=search_text or normalize(text),
+        place=ChunkPlace(**{k: v for k, v in fields.items() if k in PLACE_FIELDS}),
+        document=DocumentInfo(**{k: v for k, v in fields.items() if k in DOCUMENT_FIELDS}),
+        entity_keys=entity_keys,
     )
 
 
@@ -47,19 +55,7 @@ def from_chunk(chunk: ChunkRecord, file_id: str, filename: str, title: str) -> C
         file_id=file_id,
         content=chunk.content,
         search_text=chunk.search_text,
-        kind=chunk.kind,
-        filename=filename,
-        title=title,
-        page=chunk.page,
-        page_label=chunk.page_label,
-        section=chunk.section,
-        table_caption=chunk.table_caption,
-        table_index=chunk.table_index,
-        row_index=chunk.row_index,
-        row_label=chunk.row_label,
-        headers=chunk.headers,
-        row_values=chunk.row_values,
-        units=chunk.units,
-        footnotes=chunk.footnotes,
+        place=chunk.place,
+        document=DocumentInfo(filename=filename, title=title),
         entity_keys=frozenset(e.normalized for e in chunk.entities),
     )

@@ -10,7 +10,8 @@ import pytest
 from app.clients.embeddings.local import local_model_counter
 from app.ingest.types import Block, LoadedDocument
 from app.ingest.v2.boilerplate import block_fingerprint
-from app.ingest.v2.chunker import ChunkerConfig, ChunkRecord, chunk_document, split_header_unit
+from app.ingest.v2.chunker import ChunkerConfig, chunk_document, split_header_unit
+from app.text.chunks import ChunkPlace, ChunkRecord
 from app.text.entities import EntityExtractor
 from app.text.normalize import normalize
 from app.text.tokens import SimpleTokenCounter
@@ -62,7 +63,7 @@ def test_sections_and_pages_are_never_crossed() -> None:
         Block("list_item", "first item", 2, page_label="1"),
     ]
     chunks = chunk(blocks, chunk_tokens=200, overlap_tokens=50)
-    got = [(c.section, c.page, c.page_label, c.content) for c in chunks]
+    got = [(c.place.section, c.place.page, c.place.page_label, c.content) for c in chunks]
     assert got == [
         (("Intro",), 1, None, sentence(0)),  # pages are 1-based in V2
         (("Intro",), 2, "ii", sentence(1)),  # no overlap across the page break
@@ -142,7 +143,7 @@ def test_table_rows_carry_caption_headers_units_and_footnotes() -> None:
         table,
     ]
     chunks = chunk(blocks, chunk_tokens=200, small_table_rows=0)
-    assert [c.kind for c in chunks] == ["table_row", "table_row"]  # the caption is not a prose chunk
+    assert [c.place.kind for c in chunks] == ["table_row", "table_row"]  # the caption is not a prose chunk
     first, second = chunks
     assert first.content == (
         "Table 3: Sizes of the types\nType: K 25\nLength (mm): 12\nWeight [kg]: 3,5\n"
@@ -153,14 +154,22 @@ def test_table_rows_carry_caption_headers_units_and_footnotes() -> None:
         == "Table 3: Sizes of the types\nType: K 28\nLength (mm): 14\nNotes: Measured at 20 °C."
     )
     assert first.embed_text.startswith("T › Dimensions\nTable 3")
-    assert (first.page, first.page_label, first.section) == (4, "4", ("Dimensions",))
-    assert first.table_caption == "Table 3: Sizes of the types"
-    assert first.row_label == "K 25" and second.row_label == "K 28"
-    assert first.headers == ("Type", "Length (mm)", "Weight [kg]")
-    assert first.units == (None, "mm", "kg")
-    assert first.row_values == ("K 25", "12", "3,5") and second.row_values == ("K 28", "14", "")
-    assert first.footnotes == ("Measured at 20 °C.",)
-    assert (first.table_index, first.row_index, second.row_index) == (0, 0, 1)
+    assert first.place == ChunkPlace(
+        kind="table_row",
+        page=4,
+        page_label="4",
+        section=("Dimensions",),
+        table_caption="Table 3: Sizes of the types",
+        table_index=0,
+        row_index=0,
+        row_label="K 25",
+        headers=("Type", "Length (mm)", "Weight [kg]"),
+        units=(None, "mm", "kg"),
+        row_values=("K 25", "12", "3,5"),
+        footnotes=("Measured at 20 °C.",),
+    )
+    assert (second.place.row_label, second.place.row_index) == ("K 28", 1)
+    assert second.place.row_values == ("K 28", "14", "")
     # header units turn bare cells into quantities, searchable as "12 mm"
     quantities = {e.normalized for e in first.entities if e.kind == "quantity"}
     assert quantities == {"12 mm", "3.5 kg", "20 °C"}
@@ -171,13 +180,13 @@ def test_table_rows_carry_caption_headers_units_and_footnotes() -> None:
 def test_small_tables_are_also_kept_whole() -> None:
     table = Block("table", "r", 0, rows=[["a", "1"], ["b", "2"]], headers=["Name", "Value"], title="Tiny")
     chunks = chunk([table], chunk_tokens=200, small_table_rows=2)
-    assert [(c.kind, c.whole_table) for c in chunks] == [
+    assert [(c.place.kind, c.whole_table) for c in chunks] == [
         ("prose", True),
         ("table_row", False),
         ("table_row", False),
     ]
     assert chunks[0].content == "Tiny\nName | Value\na | 1\nb | 2"
-    assert chunks[0].table_caption == "Tiny" and chunks[0].headers == ("Name", "Value")
+    assert chunks[0].place.table_caption == "Tiny" and chunks[0].place.headers == ("Name", "Value")
     assert len(chunk([table], chunk_tokens=200, small_table_rows=1)) == 2  # over the limit: rows only
 
 
@@ -188,7 +197,7 @@ def test_a_long_row_continues_with_its_label_and_caption() -> None:
     )
     chunks = chunk([table], chunk_tokens=30, window_tokens=30, small_table_rows=0)
     assert len(chunks) > 1
-    assert all(c.kind == "table_row" and c.row_label == "R1" and c.row_index == 0 for c in chunks)
+    assert all((c.place.kind, c.place.row_label, c.place.row_index) == ("table_row", "R1", 0) for c in chunks)
     assert all(c.content.startswith("Cap\nKey: R1") for c in chunks)
     assert all(c.tokens <= 30 for c in chunks)
     text = "\n".join(c.content for c in chunks)
@@ -199,14 +208,16 @@ def test_long_footnotes_become_one_chunk_instead_of_joining_every_row() -> None:
     notes = (" ".join(f"n{i}" for i in range(40)),)
     table = Block("table", "r", 0, rows=[["a", "1"], ["b", "2"]], headers=["K", "V"], footnotes=notes)
     chunks = chunk([table], chunk_tokens=100, small_table_rows=0, footnote_tokens=10)
-    assert [c.kind for c in chunks] == ["table_row", "table_row", "prose"]
-    assert "Notes" not in chunks[0].content and chunks[0].footnotes == notes
+    assert [c.place.kind for c in chunks] == ["table_row", "table_row", "prose"]
+    assert "Notes" not in chunks[0].content and chunks[0].place.footnotes == notes
     assert chunks[2].content.startswith("Notes: n0")
 
 
 def test_a_table_given_as_text_only_is_still_indexed() -> None:
     chunks = chunk([Block("table", "a | 1\nb | 2", 0, title="Cap")])
-    assert [(c.kind, c.content, c.table_caption) for c in chunks] == [("prose", "Cap\na | 1\nb | 2", "Cap")]
+    assert [(c.place.kind, c.content, c.place.table_caption) for c in chunks] == [
+        ("prose", "Cap\na | 1\nb | 2", "Cap")
+    ]
 
 
 def test_boilerplate_never_reaches_a_chunk() -> None:
@@ -230,13 +241,13 @@ def test_boilerplate_never_reaches_a_chunk() -> None:
 
 def test_a_heading_with_nothing_under_it_is_still_indexed() -> None:
     chunks = chunk([Block("heading", "Lonely heading", 0, level=1)])
-    assert [(c.content, c.section) for c in chunks] == [("Lonely heading", ("Lonely heading",))]
+    assert [(c.content, c.place.section) for c in chunks] == [("Lonely heading", ("Lonely heading",))]
 
 
 def test_an_overlong_heading_is_read_as_a_paragraph() -> None:
     long = "word " * 60
     chunks = chunk([Block("heading", long, 0, level=1)], max_heading_chars=100)
-    assert chunks[0].section == () and chunks[0].content == long.strip()
+    assert chunks[0].place.section == () and chunks[0].content == long.strip()
 
 
 def test_ids_are_deterministic_and_follow_content_and_position() -> None:

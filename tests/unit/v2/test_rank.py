@@ -7,11 +7,13 @@ from collections.abc import Sequence
 import pytest
 
 from app.search.v2.analysis import QueryAnalysis, analyze_query
+from app.search.v2.evidence import build_evidence
 from app.search.v2.records import CHANNELS, Fused, Scored
 from app.search.v2.rerank import FeatureReranker
 from app.search.v2.service import Statistics, candidate_lists, rank
 from app.store import v2_search
 from app.store.v2_search import ChannelHit, ChannelResult, ChunkDetail, Retrieval, Visible
+from app.text.chunks import ChunkPlace
 from app.v2_settings import FusionSettings, V2Settings
 from tests.unit.v2.helpers import cand
 
@@ -100,9 +102,7 @@ async def test_the_statistics_are_read_only_when_known() -> None:
 def detail(document_id: int, ordinal: int, content: str) -> ChunkDetail:
     return ChunkDetail(
         document_id=document_id, ordinal=ordinal, chunk_id=f"c{document_id}-{ordinal}",
-        file_id=f"f{document_id}", kind="prose", page=1, page_label=None, section=(),
-        table_caption=None, table_index=None, row_index=None, row_label=None, headers=(),
-        row_values=(), units=(), footnotes=(), content=content, search_text=content,
+        file_id=f"f{document_id}", place=ChunkPlace(page=1), content=content, search_text=content,
         entity_keys=frozenset(), filename="a.pdf", title="A", language="en", publication_date=None,
         document_number=None, source="original", metadata={"kind": "pdf", "indexing": "left out"},
     )  # fmt: skip
@@ -114,15 +114,75 @@ def test_candidate_lists_keep_the_channels_that_answered_in_their_order() -> Non
         "lexical": ChannelResult(
             [ChannelHit(1, 0, 2.5, "bm25"), ChannelHit(9, 9, 1.0, "bm25"), ChannelHit(2, 1, 1.5)]
         ),
-        "vector": ChannelResult([ChannelHit(2, 1, 0.9)], path="exact"),
+        "vector": ChannelResult([ChannelHit(2, 1, 0.9), ChannelHit(1, 3, 0.5)], path="exact"),
     }
-    details = {(1, 0): detail(1, 0, "first"), (2, 1): detail(2, 1, "second")}
-    lists = candidate_lists(Retrieval(channels, Visible(2, 2, 1.0), {}, details))
+    details = {(1, 0): detail(1, 0, "first"), (2, 1): detail(2, 1, "second"), (1, 3): detail(1, 3, "third")}
+    lists = candidate_lists(Retrieval(channels, Visible(2, 3, 1.0), {}, details))
     # the failed channel is left out; a hit without details (9, 9) is dropped
     assert list(lists) == ["lexical", "vector"]
     assert [(s.candidate.chunk_id, s.score) for s in lists["lexical"]] == [("c1-0", 2.5), ("c2-1", 1.5)]
     assert lists["vector"][0].candidate is lists["lexical"][1].candidate  # one candidate per chunk
-    assert dict(lists["lexical"][0].candidate.metadata) == {"kind": "pdf", "index_source": "original"}
+    first, third = lists["lexical"][0].candidate, lists["vector"][1].candidate
+    assert first.place is details[(1, 0)].place  # the store's place is carried, not copied
+    document = first.document
+    assert third.document is document  # a document's fields are shaped once for all its chunks
+    assert (document.filename, document.title, document.language, document.source_type) == (
+        "a.pdf",
+        "A",
+        "en",
+        "pdf",
+    )
+    assert dict(document.metadata) == {"kind": "pdf", "index_source": "original"}
+
+
+# The wire JSON of two results as the release before the shared chunk place produced it from the
+# same store rows: the records between the store and the wire may change, these bytes may not.
+GOLDEN_EVIDENCE = [
+    '{"citation_id":"V2-1","file_id":"f1","filename":"Sizes.PDF","title":"Sizes of the types",'
+    '"content":"Sizes\\nType: K 28\\nLength (mm): 14","page":3,"page_label":"12",'
+    '"section":["Dimensions","Types"],"chunk_kind":"table_row","table_title":"Sizes","row_label":"K 28",'
+    '"headers":["Type","Length (mm)"],"row_values":["K 28","14"],"units":[null,"mm"],'
+    '"footnotes":["At 20 °C."],"source_type":"pdf","channels":["exact","lexical"],"score":0.81,'
+    '"language":"de","publication_date":"2024-05-01","metadata":{"kind":"pdf","page_count":9,'
+    '"index_source":"original","document_number":"DN-7","chunk_id":"r1","physical_page":3}}',
+    '{"citation_id":"V2-2","file_id":"f2","filename":"notes","title":null,"content":"Prose text",'
+    '"page":null,"page_label":null,"section":[],"chunk_kind":"prose","table_title":null,'
+    '"row_label":null,"headers":[],"row_values":[],"units":[],"footnotes":[],"source_type":null,'
+    '"channels":["lexical","vector"],"score":0.42,"language":null,"publication_date":null,'
+    '"metadata":{"index_source":"v1_chunks","chunk_id":"p1"}}',
+]
+
+
+def test_store_rows_reach_the_wire_byte_for_byte() -> None:
+    row = ChunkDetail(
+        document_id=1, ordinal=4, chunk_id="r1", file_id="f1",
+        place=ChunkPlace(
+            kind="table_row", page=3, page_label="12", section=("Dimensions", "Types"), table_caption="Sizes",
+            table_index=2, row_index=1, row_label="K 28", headers=("Type", "Length (mm)"),
+            row_values=("K 28", "14"), units=(None, "mm"), footnotes=("At 20 °C.",),
+        ),
+        content="Sizes\nType: K 28\nLength (mm): 14", search_text="sizes type k 28 length mm 14",
+        entity_keys=frozenset({"k 28"}), filename="Sizes.PDF", title="Sizes of the types", language="de",
+        publication_date="2024-05-01", document_number="DN-7", source="original",
+        metadata={"kind": "pdf", "page_count": 9, "stats": {"chunks": 3}},
+    )  # fmt: skip
+    prose = ChunkDetail(
+        document_id=2, ordinal=0, chunk_id="p1", file_id="f2", place=ChunkPlace(), content="Prose text",
+        search_text="prose text", entity_keys=frozenset(), filename="notes", title="", language=None,
+        publication_date=None, document_number=None, source="v1_chunks", metadata={},
+    )  # fmt: skip
+    channels = {
+        "exact": ChannelResult([ChannelHit(1, 4, 1.0, "row_label")]),
+        "lexical": ChannelResult([ChannelHit(1, 4, 3.0), ChannelHit(2, 0, 1.0)]),
+        "vector": ChannelResult([ChannelHit(2, 0, 0.7)]),
+    }
+    lists = candidate_lists(Retrieval(channels, Visible(2, 2, 1.0), {}, {(1, 4): row, (2, 0): prose}))
+    first, second = lists["lexical"][0].candidate, lists["vector"][0].candidate
+    items = [
+        Fused(first, 0.5, ("exact", "lexical"), {"exact": 1, "lexical": 1}, exact=1.0, rerank=0.81),
+        Fused(second, 0.42, ("lexical", "vector"), {"lexical": 2, "vector": 1}),
+    ]
+    assert [e.model_dump_json() for e in build_evidence(items, ["f1", "f2"], k=8)] == GOLDEN_EVIDENCE
 
 
 def test_the_store_and_the_records_name_the_same_channels() -> None:

@@ -376,11 +376,8 @@ def test_a_qualified_name_is_found_in_its_shortened_form_and_a_mutated_option_is
 
 
 def test_a_member_written_alone_under_its_owner_is_found() -> None:
-    from app.search.v2.records import Candidate
-    from app.text.normalize import normalize
-
     def item(text: str, section: tuple[str, ...]) -> Fused:
-        c = Candidate(chunk_id=text, file_id="f", content=text, search_text=normalize(text), section=section)
+        c = cand(text, "f", text, section=section)
         return Fused(candidate=c, score=0.9, channels=("lexical", "vector"), ranks={"lexical": 1})
 
     doc = [item("popitem() Return an arbitrary (key, message) pair.", ("Mailbox objects",))]
