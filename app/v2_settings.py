@@ -61,11 +61,16 @@ class FusionSettings(Section):
     prose_weights: ChannelWeights = Field(
         default_factory=lambda: ChannelWeights(exact=1.0, lexical=1.0, vector=2.0)
     )
+    # the question languages the embedding model reads ("*": every language); a plain-word question
+    # in another one keeps `weights`. The offline model reads English only
+    dense_languages: tuple[str, ...] = ("en",)
     # extra weight of an exact hit (a row label or entity equal to the query's)
     exact_boost: float = Field(1.0, ge=0, le=100)
     min_score: float = Field(0.0, ge=0, le=1)
     per_file_cap: int = Field(3, ge=1, le=100)
     per_page_cap: int = Field(2, ge=1, le=100)
+    # the caps shape only this many first places (0: the whole list); behind them, fused order
+    diverse_head: int = Field(0, ge=0, le=1000)
     # two chunks whose normalised text starts with the same this-many characters are one passage
     dedupe_prefix_chars: int = Field(160, ge=1, le=10_000)
 

@@ -150,7 +150,7 @@ def written_names(query: QueryAnalysis) -> list[str]:
     if query.language == "en":  # German capitalises every noun: a capital says nothing there
         found += [m.group(0) for m in _CAPITALISED.finditer(raw) if m.start() > 0]
     found += [m.group(1) for m in _NAMED_BY.finditer(raw) if _looks_like_a_tool(m.group(1), query.language)]
-    found += unknown_words(raw, query.language)
+    found += unknown_words(raw)
     terms = set(query.terms)
     out: dict[str, None] = {}
     for name in found:
@@ -160,11 +160,12 @@ def written_names(query: QueryAnalysis) -> list[str]:
     return list(out)
 
 
-def unknown_words(raw: str, language: str | None) -> list[str]:
+def unknown_words(raw: str) -> list[str]:
     """Words of the question that no English or German dictionary knows: names written as words.
 
-    German capitalises nouns, and its compounds ("Akkulaufzeit") are in no list: there only a word in
-    lower case counts. A word inside quotes is the question's own example ('appel'), not a name.
+    Only words in lower case count: German capitalises nouns, and its compounds ("Akkulaufzeit",
+    "Tastaturlayout") are in no list (a capitalised English name is found by the rule for capitals).
+    A word inside quotes is the question's own example ('appel'), not a name.
     """
     quoted = _quoted_spans(raw)
     out: list[str] = []
@@ -172,7 +173,7 @@ def unknown_words(raw: str, language: str | None) -> list[str]:
         word = m.group(0)
         if any(start <= m.start() and m.end() <= end for start, end in quoted):
             continue
-        if language == "de" and not word[:1].islower():
+        if not word[:1].islower():
             continue
         if not vocabulary.known(word):
             out.append(word)

@@ -209,6 +209,7 @@ async def rerank_window(
     window: int = DEFAULT_WINDOW,
     per_file_cap: int = 3,
     per_page_cap: int = 2,
+    diverse_head: int = 0,
     fallback: FeatureReranker | None = None,
 ) -> RerankOutcome:
     """Rerank the first `window` items (at most MAX_WINDOW); caps are applied again afterwards."""
@@ -227,4 +228,4 @@ async def rerank_window(
         scores = check_scores(fallback.score_all(query, head), len(head))
     order = sorted(range(len(head)), key=lambda i: (-scores[i], i))
     ranked = [replace(head[i], rerank=scores[i]) for i in order]
-    return RerankOutcome(apply_caps(ranked, per_file_cap, per_page_cap), used, reason)
+    return RerankOutcome(apply_caps(ranked, per_file_cap, per_page_cap, diverse_head), used, reason)

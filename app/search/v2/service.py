@@ -160,7 +160,7 @@ async def rank(
     # query-adaptive: plain-word questions lean on the vector channel (FusionSettings.prose_weights)
     fusion = (
         tuning.fusion.model_copy(update={"weights": tuning.fusion.prose_weights})
-        if analysis.prose
+        if leans_on_meaning(analysis, tuning.fusion.dense_languages)
         else tuning.fusion
     )
     fused = fuse(lists, fusion)
@@ -172,6 +172,7 @@ async def rank(
         window=tuning.rerank.window,
         per_file_cap=tuning.fusion.per_file_cap,
         per_page_cap=tuning.fusion.per_page_cap,
+        diverse_head=tuning.fusion.diverse_head,
         fallback=FeatureReranker(tuning.rerank.features),
     )
     t2 = time.perf_counter()
@@ -188,6 +189,17 @@ async def rank(
     return Ranking(fused, outcome, decision, (t1 - t0) * 1000, (t2 - t1) * 1000)
 
 
+def leans_on_meaning(analysis: QueryAnalysis, languages: Sequence[str]) -> bool:
+    """A plain-word question in a language the embedding model reads: fuse with the prose weights.
+
+    A paraphrase shares few words with its answer, so the vector channel holds its wins, but only
+    where the model understands the language: the offline model reads English, and on German
+    questions the lexical channel finds the answer's passage far more often (German natural
+    questions, dev split).
+    """
+    return analysis.prose and (analysis.language in languages or "*" in languages)
+
+
 def discount_common_labels(hits: Sequence[Scored], stats: Statistics, rare_share: float) -> list[Scored]:
     """Exact hits on a one-word row label weighed by how rare that word is in the visible set.
 
@@ -199,7 +211,7 @@ def discount_common_labels(hits: Sequence[Scored], stats: Statistics, rare_share
     n = stats.chunks
     out: list[Scored] = []
     for hit in hits:
-        label = normalize(hit.candidate.row_label or "")
+        label = normalize(hit.candidate.place.row_label or "")
         df = stats.document_frequency.get(label, 0) if label and " " not in label else 0
         if df > 0 and n > 1 and df / n > rare_share:
             factor = max(0.0, math.log(n / df) / math.log(1 / rare_share)) if rare_share < 1 else 0.0

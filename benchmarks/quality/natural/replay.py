@@ -52,6 +52,8 @@ class Case:
     lists: dict[str, list[Any]]
     statistics: Any
     failed: list[str] = field(default_factory=list)
+    # V1 (/query_multiple's search, k 10) in the same capture: (file_id, text) nearest first
+    v1: list[tuple[str, str]] = field(default_factory=list)
 
 
 # the benchmark's data and results may live in another checkout (the one that ran it)
@@ -123,6 +125,7 @@ async def capture(
             analysis = analyze_query(q.text, QUERY_CONFIG)
             plan = plan_channels(analysis, QUERY_CONFIG.stopwords)
             retrieved = await v2.retrieve(request, scope, q.kb, plan)
+            v1 = await search.search(q.text, scope, 10)
             cases.append(
                 Case(
                     qid=q.qid,
@@ -138,6 +141,7 @@ async def capture(
                     lists=retrieved.lists,
                     statistics=retrieved.statistics,
                     failed=list(retrieved.failed),
+                    v1=[(h.file_id, h.text) for h in v1.hits],
                 )
             )
             if n % 50 == 0:
@@ -347,7 +351,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     ranked = asyncio.run(_rank_all(cases, tuning))
     scored = score_cases(ranked)
-    v1 = v1_scores(fingerprint)
+    v1 = v1_scores(fingerprint) or {
+        case.qid: _as_row(
+            scoring.score(
+                qid=case.qid,
+                corpus=case.corpus,
+                kind=case.kind,
+                gold=case.gold,
+                answer=case.answer,
+                refused=False,
+                passage_files=[f for f, _ in case.v1],
+                passage_texts=[t for _, t in case.v1],
+            )
+        )
+        for case in cases
+        if case.v1
+    }
     print(table(cases, [_as_row(s) for s in scored], v1, a.split))
     if a.diagnose:
         print(diagnose(ranked, a.split))
