@@ -67,7 +67,11 @@ _NAMED_BY = re.compile(
 )
 _CAPITALISED = re.compile(r"(?<![.!?:;]\s)(?<!^)\b[A-Z][a-z]{2,}\b")
 # a word of letters only (hyphenated compounds give their parts), for the dictionary check
-_LETTERS = re.compile(r"[^\W\d_]{4,}")
+_LETTERS = re.compile(r"[^\W\d_]+")
+# words after which a question names a thing: "use X", "configure X", "an X ruleset", "mit X"
+_INTRODUCERS = frozenset(
+    "with using use via called named configure install run an a mit über per namens einer einen ein".split()
+)
 
 SAFE_REFUSAL = "I could not find this in the documents available to you, so I cannot answer it from them."
 
@@ -161,21 +165,22 @@ def written_names(query: QueryAnalysis) -> list[str]:
 
 
 def unknown_words(raw: str) -> list[str]:
-    """Words of the question that no English or German dictionary knows: names written as words.
+    """Words no English or German dictionary knows, written where a question names a tool.
 
-    Only words in lower case count: German capitalises nouns, and its compounds ("Akkulaufzeit",
-    "Tastaturlayout") are in no list (a capitalised English name is found by the rule for capitals).
-    A word inside quotes is the question's own example ('appel'), not a name.
+    "write an nftables ruleset", "configure dnsmasq", "use needrestart": a lower-case word in no
+    word list right after a word that introduces a thing (`_INTRODUCERS`). Alone, an unknown word
+    says little: people write "repo", "codepage" or "misdetected" in answerable questions, and
+    German compounds are in no list. A word inside quotes is the question's own example ('appel').
     """
     quoted = _quoted_spans(raw)
     out: list[str] = []
+    previous = ""
     for m in _LETTERS.finditer(raw):
-        word = m.group(0)
+        word, before = m.group(0), previous
+        previous = word.lower()
         if any(start <= m.start() and m.end() <= end for start, end in quoted):
             continue
-        if not word[:1].islower():
-            continue
-        if not vocabulary.known(word):
+        if len(word) >= 4 and word[:1].islower() and before in _INTRODUCERS and not vocabulary.known(word):
             out.append(word)
     return out
 
