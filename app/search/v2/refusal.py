@@ -69,9 +69,8 @@ _CAPITALISED = re.compile(r"(?<![.!?:;]\s)(?<!^)\b[A-Z][a-z]{2,}\b")
 # a word of letters only (hyphenated compounds give their parts), for the dictionary check
 _LETTERS = re.compile(r"[^\W\d_]+")
 # words after which a question names a thing: "use X", "configure X", "an X ruleset", "mit X"
-_INTRODUCERS = frozenset(
-    "with using use via called named configure install run an a mit über per namens einer einen ein".split()
-)
+# (articles are no introducers: "inside a virtualenv" introduces a thing the documents call otherwise)
+_INTRODUCERS = frozenset("with using use via called named configure install run mit über per namens".split())
 
 SAFE_REFUSAL = "I could not find this in the documents available to you, so I cannot answer it from them."
 
@@ -167,7 +166,7 @@ def written_names(query: QueryAnalysis) -> list[str]:
 def unknown_words(raw: str) -> list[str]:
     """Words no English or German dictionary knows, written where a question names a tool.
 
-    "write an nftables ruleset", "configure dnsmasq", "use needrestart": a lower-case word in no
+    "configure dnsmasq", "use needrestart", "mit rclone": a lower-case word in no
     word list right after a word that introduces a thing (`_INTRODUCERS`). Alone, an unknown word
     says little: people write "repo", "codepage" or "misdetected" in answerable questions, and
     German compounds are in no list. A word inside quotes is the question's own example ('appel').

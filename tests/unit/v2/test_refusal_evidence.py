@@ -391,8 +391,8 @@ def test_a_member_written_alone_under_its_owner_is_found() -> None:
 def test_a_word_no_dictionary_knows_and_nothing_visible_holds_is_a_missing_name() -> None:
     item = strong(cand("w", "f1", "the firewall drops incoming traffic"), rerank=0.9)
     stats = {"document_frequency": {"firewall": 4, "traffic": 9, "incoming": 3}, "documents": 1000}
-    # "nftables" (after "an") is in no English or German word list and in no visible chunk
-    nft_q = "How do I write an nftables ruleset for incoming traffic?"
+    # "nftables" (after "use") is in no English or German word list and in no visible chunk
+    nft_q = "How do I use nftables rules for incoming traffic?"
     nft = decide_refusal(analyze_query(nft_q), [item], **stats)
     assert nft.refuse and [r.value for r in nft.reasons] == ["nftables"]
     # a German question: lower-case unknown words only (its nouns and compounds are capitalised)
@@ -408,7 +408,9 @@ def test_a_word_no_dictionary_knows_and_nothing_visible_holds_is_a_missing_name(
     assert not decide_refusal(
         analyze_query(nft_q), [item], document_frequency=held_df, documents=1000
     ).reasons
-    # an unknown word alone is no name: people write "repo" or "misdetected" in answerable questions
+    # an unknown word alone is no name: people write "repo" or "misdetected" in answerable questions,
+    # and an article introduces any noun ("inside a virtualenv")
     assert not decide_refusal(analyze_query("Which traffic does my repo drop?"), [item], **stats).reasons
+    assert not decide_refusal(analyze_query("Is traffic dropped inside a virtualenv?"), [item], **stats).reasons
     # every word known: nothing to refuse on
     assert not decide_refusal(analyze_query("Which traffic does the firewall drop?"), [item], **stats).reasons
