@@ -63,6 +63,7 @@ def fuse(channels: Mapping[str, Sequence[Scored]], config: FusionSettings | None
     totals: dict[str, float] = {}
     ranks: dict[str, dict[str, int]] = {}
     exact: dict[str, float] = {}
+    dense: dict[str, float] = {}
     candidates: dict[str, Candidate] = {}
     for channel, hits in channels.items():
         weight = config.weights.of(channel)
@@ -79,6 +80,8 @@ def fuse(channels: Mapping[str, Sequence[Scored]], config: FusionSettings | None
             ranks.setdefault(chunk, {})[channel] = rank
             if channel == "exact":
                 exact[chunk] = max(exact.get(chunk, 0.0), min(max(hit.score, 0.0), 1.0))
+            elif channel == "vector":
+                dense[chunk] = max(dense.get(chunk, -1.0), hit.score)
     # the best possible: every channel that found anything ranks it first (a channel with nothing
     # to say, such as exact for a question without names, does not deflate everyone's score)
     answered = [c for c, hits in channels.items() if hits]
@@ -96,12 +99,13 @@ def fuse(channels: Mapping[str, Sequence[Scored]], config: FusionSettings | None
             channels=_provenance(ranks[chunk]),
             ranks=dict(ranks[chunk]),
             exact=exact.get(chunk, 0.0),
+            dense=dense.get(chunk),
         )
         for chunk in order
     ]
     fused = dedupe(fused, config.dedupe_prefix_chars)
     fused = [item for item in fused if item.score >= config.min_score]
-    return apply_caps(fused, config.per_file_cap, config.per_page_cap)
+    return apply_caps(fused, config.per_file_cap, config.per_page_cap, config.diverse_head)
 
 
 def _provenance(ranks: Mapping[str, int]) -> tuple[str, ...]:
@@ -127,25 +131,38 @@ def dedupe(items: Sequence[Fused], prefix_chars: int) -> list[Fused]:
             channels=_provenance(ranks),
             ranks=ranks,
             exact=max(first.exact, item.exact),
+            dense=_best(first.dense, item.dense),
             rerank=first.rerank,
         )
     return list(kept.values())
 
 
-def apply_caps(items: Sequence[Fused], per_file: int, per_page: int) -> list[Fused]:
-    """The items in order, those beyond a file's or a page's cap moved behind all the others."""
+def _best(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def apply_caps(items: Sequence[Fused], per_file: int, per_page: int, head: int = 0) -> list[Fused]:
+    """The items in order, those beyond a file's or a page's cap moved behind the others.
+
+    `head` > 0: the caps only shape the first `head` places (the answer's first passages come
+    from several files); behind them everything follows in its own order, so a knowledge base of
+    one long manual still returns that manual's best passages instead of far weaker ones.
+    """
     files: dict[str, int] = {}
     pages: dict[tuple[str, int | None], int] = {}
     within: list[Fused] = []
-    beyond: list[Fused] = []
-    for item in items:
+    beyond: list[int] = []
+    for index, item in enumerate(items):
+        if head and len(within) >= head:
+            rest = sorted([*beyond, *range(index, len(items))])
+            return within + [items[i] for i in rest]
         file_id = item.candidate.file_id
         page = (file_id, item.candidate.place.page)
         page_full = item.candidate.place.page is not None and pages.get(page, 0) >= per_page
         if files.get(file_id, 0) >= per_file or page_full:
-            beyond.append(item)
+            beyond.append(index)
             continue
         files[file_id] = files.get(file_id, 0) + 1
         pages[page] = pages.get(page, 0) + 1
         within.append(item)
-    return within + beyond
+    return within + [items[i] for i in beyond]

@@ -63,6 +63,8 @@ class Fused:
     channels: tuple[str, ...]
     ranks: Mapping[str, int]
     exact: float = 0.0  # the exact channel's weight for it, 0 when that channel did not find it
+    # the vector channel's cosine similarity for it, None when that channel did not return it
+    dense: float | None = None
     rerank: float | None = None  # the reranker's score in 0..1, once reranked
 
     @property

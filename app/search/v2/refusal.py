@@ -9,7 +9,8 @@ Hard reasons (any one refuses):
     missing_quantity     a number with a unit occurs in no candidate
     missing_name         a name the question writes as one (an acronym, a CamelCase word, in an
                          English question a capitalised word inside the sentence, a word introduced
-                         as a tool: "with borgbackup", "mit rclone") occurs in no chunk the caller
+                         as a tool: "with borgbackup", "mit rclone", a word no English or German
+                         dictionary knows: "an nftables ruleset") occurs in no chunk the caller
                          may see at all (document frequency 0 over the visible set, and no candidate
                          holds it in another inflection)
 Soft signals, weighed (`signals`):
@@ -44,6 +45,7 @@ from dataclasses import dataclass, field
 
 from app.search.v2.analysis import QueryAnalysis, name_parts, name_variants
 from app.search.v2.records import Fused
+from app.text import vocabulary
 from app.text.entities import Entity
 from app.text.normalize import contains_phrase, fold, normalize, tokenize
 from app.text.stems import form_set, matches, stem_de
@@ -64,6 +66,11 @@ _NAMED_BY = re.compile(
     re.I,
 )
 _CAPITALISED = re.compile(r"(?<![.!?:;]\s)(?<!^)\b[A-Z][a-z]{2,}\b")
+# a word of letters only (hyphenated compounds give their parts), for the dictionary check
+_LETTERS = re.compile(r"[^\W\d_]+")
+# words after which a question names a thing: "use X", "configure X", "an X ruleset", "mit X"
+# (articles are no introducers: "inside a virtualenv" introduces a thing the documents call otherwise)
+_INTRODUCERS = frozenset("with using use via called named configure install run mit über per namens".split())
 
 SAFE_REFUSAL = "I could not find this in the documents available to you, so I cannot answer it from them."
 
@@ -146,6 +153,7 @@ def written_names(query: QueryAnalysis) -> list[str]:
     if query.language == "en":  # German capitalises every noun: a capital says nothing there
         found += [m.group(0) for m in _CAPITALISED.finditer(raw) if m.start() > 0]
     found += [m.group(1) for m in _NAMED_BY.finditer(raw) if _looks_like_a_tool(m.group(1), query.language)]
+    found += unknown_words(raw)
     terms = set(query.terms)
     out: dict[str, None] = {}
     for name in found:
@@ -153,6 +161,27 @@ def written_names(query: QueryAnalysis) -> list[str]:
             if token in terms:
                 out.setdefault(token, None)
     return list(out)
+
+
+def unknown_words(raw: str) -> list[str]:
+    """Words no English or German dictionary knows, written where a question names a tool.
+
+    "configure dnsmasq", "use needrestart", "mit rclone": a lower-case word in no
+    word list right after a word that introduces a thing (`_INTRODUCERS`). Alone, an unknown word
+    says little: people write "repo", "codepage" or "misdetected" in answerable questions, and
+    German compounds are in no list. A word inside quotes is the question's own example ('appel').
+    """
+    quoted = _quoted_spans(raw)
+    out: list[str] = []
+    previous = ""
+    for m in _LETTERS.finditer(raw):
+        word, before = m.group(0), previous
+        previous = word.lower()
+        if any(start <= m.start() and m.end() <= end for start, end in quoted):
+            continue
+        if len(word) >= 4 and word[:1].islower() and before in _INTRODUCERS and not vocabulary.known(word):
+            out.append(word)
+    return out
 
 
 def coverage_terms(query: QueryAnalysis) -> list[str]:

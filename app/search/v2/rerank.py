@@ -17,6 +17,9 @@ query makes it applicable (a query without identifiers is not judged on identifi
     intent       table lookup: a table row; document lookup: terms in title or file name;
                  citation request: a known page
     prior        the fused score relative to the window's best (what the channels agreed on)
+    dense        the vector channel's similarity, from the window's lowest (0) to its best (1): a
+                 paraphrase shares few words with its answer, and literal overlap alone must not
+                 outrank a much closer meaning
 
 Any failure of a remote or local model (an exception, a timeout, a wrong number of scores, a
 non-finite score) falls back to the feature reranker; the outcome says which one ranked and why.
@@ -101,10 +104,18 @@ class FeatureReranker:
         # the prior is the fused score relative to the window's best: what the channels agreed on,
         # on the same 0..1 footing as the other features (absolute fused scores are small numbers)
         top = max((item.score for item in items), default=0.0)
+        # how close in meaning, relative to the window: the best similarity 1, the lowest 0 (an item
+        # the vector channel did not return lies below everything it returned)
+        sims = [item.dense for item in items if item.dense is not None]
+        high, low = (max(sims), min(sims)) if sims else (0.0, 0.0)
         out: list[dict[str, float]] = []
         for item, text, tokens in zip(items, texts, token_sets, strict=True):
             c, place = item.candidate, item.candidate.place
             f: dict[str, float] = {"prior": item.score / top if top > 0 else 0.0}
+            if sims:
+                f["dense"] = (
+                    (item.dense - low) / (high - low) if item.dense is not None and high > low else 0.0
+                )
             total = sum(weights.values())
             if query.terms and total > 0:
                 f["coverage"] = sum(w for t, w in weights.items() if matches(t, tokens)) / total
@@ -198,6 +209,7 @@ async def rerank_window(
     window: int = DEFAULT_WINDOW,
     per_file_cap: int = 3,
     per_page_cap: int = 2,
+    diverse_head: int = 0,
     fallback: FeatureReranker | None = None,
 ) -> RerankOutcome:
     """Rerank the first `window` items (at most MAX_WINDOW); caps are applied again afterwards."""
@@ -216,4 +228,4 @@ async def rerank_window(
         scores = check_scores(fallback.score_all(query, head), len(head))
     order = sorted(range(len(head)), key=lambda i: (-scores[i], i))
     ranked = [replace(head[i], rerank=scores[i]) for i in order]
-    return RerankOutcome(apply_caps(ranked, per_file_cap, per_page_cap), used, reason)
+    return RerankOutcome(apply_caps(ranked, per_file_cap, per_page_cap, diverse_head), used, reason)

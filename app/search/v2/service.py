@@ -22,6 +22,7 @@ channel cannot run when the run's vectors come from another embedding model than
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ from app.store import v2_search as channels_sql
 from app.store.db import StoreInfo
 from app.store.scope import Scope, ScopeError
 from app.store.v2 import runs as v2_index
+from app.text.normalize import normalize
 from app.v2_settings import V2Settings
 
 logger = logging.getLogger(__name__)
@@ -150,10 +152,15 @@ async def rank(
     `lists` holds the channels that ran without failing (an empty list: ran, found nothing).
     """
     t0 = time.perf_counter()
+    if "exact" in lists and stats.chunks:
+        lists = {
+            **lists,
+            "exact": discount_common_labels(lists["exact"], stats, tuning.refusal.rare_share),
+        }
     # query-adaptive: plain-word questions lean on the vector channel (FusionSettings.prose_weights)
     fusion = (
         tuning.fusion.model_copy(update={"weights": tuning.fusion.prose_weights})
-        if analysis.prose
+        if leans_on_meaning(analysis, tuning.fusion.dense_languages)
         else tuning.fusion
     )
     fused = fuse(lists, fusion)
@@ -165,6 +172,7 @@ async def rank(
         window=tuning.rerank.window,
         per_file_cap=tuning.fusion.per_file_cap,
         per_page_cap=tuning.fusion.per_page_cap,
+        diverse_head=tuning.fusion.diverse_head,
         fallback=FeatureReranker(tuning.rerank.features),
     )
     t2 = time.perf_counter()
@@ -179,6 +187,37 @@ async def rank(
         best_dense=max((hit.score for hit in lists["vector"]), default=0.0) if "vector" in lists else None,
     )
     return Ranking(fused, outcome, decision, (t1 - t0) * 1000, (t2 - t1) * 1000)
+
+
+def leans_on_meaning(analysis: QueryAnalysis, languages: Sequence[str]) -> bool:
+    """A plain-word question in a language the embedding model reads: fuse with the prose weights.
+
+    A paraphrase shares few words with its answer, so the vector channel holds its wins, but only
+    where the model understands the language: the offline model reads English, and on German
+    questions the lexical channel finds the answer's passage far more often (German natural
+    questions, dev split).
+    """
+    return analysis.prose and (analysis.language in languages or "*" in languages)
+
+
+def discount_common_labels(hits: Sequence[Scored], stats: Statistics, rare_share: float) -> list[Scored]:
+    """Exact hits on a one-word row label weighed by how rare that word is in the visible set.
+
+    A glossary table's row labelled "open" is not an identifier: the word is in a tenth of the
+    chunks, and a question using it in passing must not get that row as a top exact match. Up to
+    `rare_share` of the chunks a word counts fully; above it the weight falls with the log of its
+    share, to 0 for a word every chunk holds. Re-sorted by the new weights (stable).
+    """
+    n = stats.chunks
+    out: list[Scored] = []
+    for hit in hits:
+        label = normalize(hit.candidate.place.row_label or "")
+        df = stats.document_frequency.get(label, 0) if label and " " not in label else 0
+        if df > 0 and n > 1 and df / n > rare_share:
+            factor = max(0.0, math.log(n / df) / math.log(1 / rare_share)) if rare_share < 1 else 0.0
+            hit = Scored(hit.candidate, hit.score * min(factor, 1.0))
+        out.append(hit)
+    return sorted(out, key=lambda hit: -hit.score)
 
 
 def candidate_lists(retrieval: channels_sql.Retrieval) -> dict[str, list[Scored]]:

@@ -200,3 +200,36 @@ async def test_a_plain_word_question_leans_on_the_vector_channel() -> None:
     assert [f.candidate.chunk_id for f in plain.fused] == ["other", "prose"]
     named = await rank(analyze_query("is the K 28 quiet"), lists, Statistics(), TUNING, Fixed([0.5, 0.5]))
     assert [f.candidate.chunk_id for f in named.fused] == ["prose", "other"]
+
+
+def test_an_exact_hit_on_an_everyday_one_word_row_label_weighs_less() -> None:
+    from app.search.v2.service import discount_common_labels
+
+    glossary = cand("open", "g", "open: to begin using a file", kind="table_row", row_label="Open")
+    code = cand("k28", "t", "K 28 weight 14 kg", kind="table_row", row_label="K28")
+    hits = [Scored(glossary, 1.0), Scored(code, 0.9)]
+    # "open" is in 200 of 1,000 chunks (20 %, above the 1 % counted fully): 1.0 x ln(5) / ln(100) = 0.349
+    stats = Statistics(1000, {"open": 200, "k28": 2})
+    out = discount_common_labels(hits, stats, rare_share=0.01)
+    assert [h.candidate.chunk_id for h in out] == ["k28", "open"]
+    assert out[1].score == pytest.approx(0.3495, abs=1e-3)
+    # a rare label keeps its weight; no statistics: nothing changes
+    rare = Statistics(1000, {"open": 5})
+    assert [h.score for h in discount_common_labels(hits, rare, rare_share=0.01)] == [1.0, 0.9]
+    assert [h.score for h in discount_common_labels(hits, Statistics(), rare_share=0.01)] == [1.0, 0.9]
+
+
+async def test_the_dense_feature_keeps_a_paraphrase_closer_in_meaning_above_literal_overlap() -> None:
+    analysis = analyze_query("how do I see how much room is left on my drive")
+    near = cand("near", "f1", "Return disk usage statistics about the given path: total, used and free")
+    literal = cand("literal", "f2", "how much room is left: the drive letter on my left")
+    items = [
+        Fused(literal, 1.0, ("lexical", "vector"), {"lexical": 1, "vector": 2}, dense=0.30),
+        Fused(near, 0.9, ("vector",), {"vector": 1}, dense=0.62),
+    ]
+    without = FeatureReranker(V2Settings().rerank.features.model_copy(update={"dense": 0.0}))
+    with_dense = FeatureReranker(V2Settings().rerank.features.model_copy(update={"dense": 8.0}))
+    assert without.score_all(analysis, items)[0] > without.score_all(analysis, items)[1]
+    # dense: literal 0 (the window's lowest), near 1 (its best)
+    assert with_dense.features(analysis, items)[1]["dense"] == 1.0
+    assert with_dense.score_all(analysis, items)[1] > with_dense.score_all(analysis, items)[0]

@@ -386,3 +386,31 @@ def test_a_member_written_alone_under_its_owner_is_found() -> None:
     for name in ("mailbox.Maildir.popitem", "mailbox.Mailbox.popitme"):
         decision = decide_refusal(analyze_query(name), doc)
         assert decision.refuse and decision.reasons[0].code == "missing_identifier", name
+
+
+def test_a_word_no_dictionary_knows_and_nothing_visible_holds_is_a_missing_name() -> None:
+    item = strong(cand("w", "f1", "the firewall drops incoming traffic"), rerank=0.9)
+    stats = {"document_frequency": {"firewall": 4, "traffic": 9, "incoming": 3}, "documents": 1000}
+    # "nftables" (after "use") is in no English or German word list and in no visible chunk
+    nft_q = "How do I use nftables rules for incoming traffic?"
+    nft = decide_refusal(analyze_query(nft_q), [item], **stats)
+    assert nft.refuse and [r.value for r in nft.reasons] == ["nftables"]
+    # a German question: lower-case unknown words only (its nouns and compounds are capitalised)
+    de_q = "Wie öffne ich für die Akkulaufzeit mit firewalld einen Port?"
+    de = decide_refusal(analyze_query(de_q), [item], **stats)
+    assert [r.value for r in de.reasons] == ["firewalld"]
+    # the question's own example in quotes is not a name of the documents
+    quoted_q = "User typed 'appel': which traffic word is nearest?"
+    quoted = decide_refusal(analyze_query(quoted_q), [item], **stats)
+    assert not quoted.reasons
+    # an unknown word a visible chunk holds is for the channels to find, not a refusal
+    held_df = {**stats["document_frequency"], "nftables": 1, "ruleset": 2}  # type: ignore[dict-item]
+    assert not decide_refusal(
+        analyze_query(nft_q), [item], document_frequency=held_df, documents=1000
+    ).reasons
+    # an unknown word alone is no name: people write "repo" or "misdetected" in answerable questions,
+    # and an article introduces any noun ("inside a virtualenv")
+    assert not decide_refusal(analyze_query("Which traffic does my repo drop?"), [item], **stats).reasons
+    assert not decide_refusal(analyze_query("Is traffic dropped inside a virtualenv?"), [item], **stats).reasons
+    # every word known: nothing to refuse on
+    assert not decide_refusal(analyze_query("Which traffic does the firewall drop?"), [item], **stats).reasons

@@ -1,0 +1,397 @@
+"""Replay the natural questions through /query_v2's rank stage offline, for choosing defaults on dev.
+
+    python -m benchmarks.quality.natural.replay capture [--others 60]     # once per index
+    python -m benchmarks.quality.natural.replay score [--set fusion.rrf_k=30 ...] [--split dev]
+
+`capture` opens the natural benchmark's service data (`data/bench-quality/natural-service-<fp>`,
+made by `scripts/bench quality --natural` with the same `--others`; that service must not be
+running) in process, with the service's own code: for every question the query analysis, the
+channel plan and `V2SearchService.retrieve` (the single retrieve statement, inside the same
+`Scope` the route builds) are run once and pickled with what they returned. `score` then runs the
+service's pure `rank` and `build_evidence` on those lists with the settings given (`--set
+section.field=value`, nested by dots, as `RAG_V2__SECTION__FIELD`), scores every answer as the
+benchmark does, and prints V2 per split and kind beside V1 (read from the benchmark's JSON of the
+same corpus). A rank-stage change is measured in seconds; a retrieval or index change needs a new
+capture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import pickle
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.progress import Progress
+from benchmarks.quality.natural import bench, scoring, sets
+from benchmarks.quality.natural.sets import UNANSWERABLE
+from benchmarks.service import REPO_ROOT
+
+
+@dataclass
+class Case:
+    """One question as captured: what rank() needs, and what scoring needs."""
+
+    qid: str
+    corpus: str
+    kind: str
+    split: str
+    text: str
+    kb: str
+    gold: tuple[str, ...]
+    answer: str | None
+    file_ids: list[str]
+    analysis: Any
+    lists: dict[str, list[Any]]
+    statistics: Any
+    failed: list[str] = field(default_factory=list)
+    # V1 (/query_multiple's search, k 10) in the same capture: (file_id, text) nearest first
+    v1: list[tuple[str, str]] = field(default_factory=list)
+
+
+# the benchmark's data and results may live in another checkout (the one that ran it)
+DATA_ROOT = Path(os.environ.get("NATURAL_REPLAY_ROOT", str(REPO_ROOT)))
+
+
+def _options(others: int | None) -> bench.Options:
+    return bench.Options(
+        split="all",
+        others=others,
+        write_results=False,
+        data_dir=DATA_ROOT / "data" / "bench-quality",
+        out_dir=DATA_ROOT / "bench-results",
+    )
+
+
+def _splits(folder: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name in sets.corpus_names(folder):
+        path = sets.questions_path(name, folder)
+        if path.is_file():
+            for line in path.read_text().splitlines():
+                if line.strip():
+                    item = json.loads(line)
+                    out[item["id"]] = item["split"]
+    return out
+
+
+async def capture(
+    others: int | None, out: Path, corpora: Sequence[str] = (), *, attach: bool = False
+) -> None:
+    """Run analysis, plan and retrieve for every question in process; pickle the cases.
+
+    `attach`: the benchmark's service is still running (uploading another corpus): use its database
+    through the address it records, as scripts/mcp does, and ask only `corpora`'s questions.
+    """
+    from app.config import Settings
+    from app.main import create_app
+    from app.search.v2.analysis import analyze_query
+    from app.search.v2.plan import plan_channels
+    from app.search.v2.schemas import QueryV2Request
+    from app.search.v2.service import QUERY_CONFIG
+
+    opts = _options(others)
+    progress = Progress()
+    corpus, _items, _facts = bench.build(opts, progress)
+    service_dir = opts.data_dir / f"natural-service-{corpus.fingerprint()}"
+    if not service_dir.is_dir():
+        raise SystemExit(f"no service data at {service_dir}: run scripts/bench quality --natural first")
+    kbs = corpus.kbs()
+    files: dict[str, list[str]] = {}
+    for doc in corpus.documents:
+        files.setdefault(doc.kb, []).append(doc.file_id)
+    splits = _splits(opts.folder)
+    settings = Settings(
+        DATA_DIR=str(service_dir), RAG_V2_NAMESPACE_IDS=",".join(sorted(kbs)), INDEXER_CONCURRENCY=0
+    )
+    app = create_app(settings, attach_database=attach)
+    cases: list[Case] = []
+    async with app.router.lifespan_context(app):
+        resources = app.state.resources
+        v2 = resources.v2_search
+        search = resources.search
+        queries = [q for q in corpus.queries if not corpora or q.set in corpora]
+        for n, q in enumerate(sorted(queries, key=lambda q: q.qid), start=1):
+            ids = sorted(files[q.kb])
+            request = QueryV2Request(query=q.text, file_ids=ids, entity_id=q.kb, k=10)
+            scope = search.scope(["public", q.kb], "public", ids)
+            analysis = analyze_query(q.text, QUERY_CONFIG)
+            plan = plan_channels(analysis, QUERY_CONFIG.stopwords)
+            retrieved = await v2.retrieve(request, scope, q.kb, plan)
+            v1 = await search.search(q.text, scope, 10)
+            cases.append(
+                Case(
+                    qid=q.qid,
+                    corpus=q.set,
+                    kind=q.kind,
+                    split=splits.get(q.qid, "?"),
+                    text=q.text,
+                    kb=q.kb,
+                    gold=tuple(q.relevant),
+                    answer=q.answer,
+                    file_ids=ids,
+                    analysis=analysis,
+                    lists=retrieved.lists,
+                    statistics=retrieved.statistics,
+                    failed=list(retrieved.failed),
+                    v1=[(h.file_id, h.text) for h in v1.hits],
+                )
+            )
+            if n % 50 == 0:
+                progress.say(f"captured {n}/{len(corpus.queries)}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("wb") as f:
+        pickle.dump({"fingerprint": corpus.fingerprint(), "cases": cases}, f)
+    progress.say(f"wrote {len(cases)} cases to {out}")
+
+
+def _coerce(text: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if text.startswith(("{", "[")):
+        return json.loads(text)
+    return text
+
+
+def settings_with(pairs: Sequence[str]) -> Any:
+    """V2Settings() with `a.b.c=value` overrides (validated as the service validates them)."""
+    from app.v2_settings import V2Settings
+
+    data: dict[str, Any] = {}
+    for pair in pairs:
+        path, _, value = pair.partition("=")
+        node = data
+        parts = path.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = _coerce(value)
+    return V2Settings.model_validate(data)
+
+
+async def _rank_all(cases: Sequence[Case], tuning: Any) -> list[tuple[Case, list[Any], Any]]:
+    from app.search.v2.evidence import build_evidence
+    from app.search.v2.rerank import FeatureReranker
+    from app.search.v2.service import rank
+
+    reranker = FeatureReranker(tuning.rerank.features)
+    out = []
+    for case in cases:
+        ranking = await rank(case.analysis, case.lists, case.statistics, tuning, reranker)
+        results = [] if ranking.decision.refuse else build_evidence(ranking.items, case.file_ids, 10)
+        out.append((case, results, ranking))
+    return out
+
+
+def score_cases(ranked: Sequence[tuple[Case, list[Any], Any]]) -> list[scoring.Scored]:
+    """Each case's answer scored as the benchmark scores it."""
+    return [
+        scoring.score(
+            qid=case.qid,
+            corpus=case.corpus,
+            kind=case.kind,
+            gold=case.gold,
+            answer=case.answer,
+            refused=not results,
+            passage_files=[r.file_id for r in results],
+            passage_texts=[r.content for r in results],
+        )
+        for case, results, _ in ranked
+    ]
+
+
+def v1_scores(fingerprint: str) -> dict[str, dict[str, Any]]:
+    """V1's per-item scores from the newest benchmark JSON of this corpus (qid -> scores)."""
+    best: dict[str, dict[str, Any]] = {}
+    for path in sorted((DATA_ROOT / "bench-results").glob("quality-natural*-2*.json")):
+        doc = json.loads(path.read_text())
+        if doc.get("corpus", {}).get("fingerprint") != fingerprint:
+            continue
+        for row in doc.get("per_item", []):
+            if "v1-dense" in row.get("systems", {}):
+                best[row["id"]] = row["systems"]["v1-dense"]
+    return best
+
+
+def _rates(rows: Sequence[Mapping[str, Any]]) -> tuple[float, float, float, float]:
+    if not rows:
+        return (float("nan"),) * 4
+    n = len(rows)
+    return (
+        sum(bool(r["first"]) for r in rows) / n,
+        sum(bool(r["top5"]) for r in rows) / n,
+        sum(bool(r["answer"]) for r in rows) / n,
+        sum(bool(r["refused"]) for r in rows) / n,
+    )
+
+
+def table(
+    cases: Sequence[Case], scored: Sequence[Mapping[str, Any]], v1: Mapping[str, Any], split: str
+) -> str:
+    """Per kind: V1 | V2 first, top 5, answer, refused (answerable) or refused (unanswerable)."""
+    lines = [f"split {split}: kind (n)        first V1/V2    top5 V1/V2     answer V1/V2   V2 refused"]
+    by_kind: dict[str, list[tuple[Case, Mapping[str, Any]]]] = {}
+    for case, s in zip(cases, scored, strict=True):
+        if split != "all" and case.split != split:
+            continue
+        by_kind.setdefault(case.kind, []).append((case, s))
+        by_kind.setdefault("answerable" if case.kind not in UNANSWERABLE else "unanswerable", []).append(
+            (case, s)
+        )
+    order = [
+        "paraphrase",
+        "table",
+        "identifier",
+        "keyword",
+        "section",
+        "answerable",
+        "unanswerable-named",
+        "unanswerable-topic",
+        "unanswerable",
+    ]
+    for kind in order:
+        group = by_kind.get(kind, [])
+        if not group:
+            continue
+        mine = _rates([s for _, s in group])
+        theirs = _rates([v1[c.qid] for c, _ in group if c.qid in v1])
+        if kind.startswith("unanswerable"):
+            lines.append(f"  {kind:22s}({len(group):3d})  {'':42s} {mine[3]:.3f}")
+        else:
+            lines.append(
+                f"  {kind:22s}({len(group):3d})  {theirs[0]:.3f}/{mine[0]:.3f}  {theirs[1]:.3f}/{mine[1]:.3f}"
+                f"  {theirs[2]:.3f}/{mine[2]:.3f}  {mine[3]:.3f}"
+            )
+    return "\n".join(lines)
+
+
+def _as_row(s: scoring.Scored) -> dict[str, Any]:
+    return {"first": s.first, "top5": s.top5, "answer": s.answer, "refused": s.refused}
+
+
+def file_rank(files: Sequence[str], gold: Sequence[str]) -> int | None:
+    """1-based rank of the first gold file in the de-duplicated file order of `files` (None: absent)."""
+    seen: list[str] = []
+    for f in files:
+        if f not in seen:
+            seen.append(f)
+            if f in gold:
+                return len(seen)
+    return None
+
+
+def diagnose(ranked: Sequence[tuple[Case, list[Any], Any]], split: str) -> str:
+    """Per answerable case: the gold file's rank in each channel, fused, reranked and served."""
+    lines = []
+    counts: dict[str, dict[str, int]] = {}
+    for case, results, ranking in ranked:
+        if case.kind in UNANSWERABLE or (split != "all" and case.split != split):
+            continue
+        row: dict[str, int | None] = {}
+        for name in ("exact", "lexical", "vector"):
+            row[name] = file_rank([s.candidate.file_id for s in case.lists.get(name, [])], case.gold)
+        row["fused"] = file_rank([f.candidate.file_id for f in ranking.fused], case.gold)
+        row["reranked"] = file_rank([f.candidate.file_id for f in ranking.items], case.gold)
+        row["served"] = file_rank([r.file_id for r in results], case.gold)
+        for stage, r in row.items():
+            c = counts.setdefault(stage, {"n": 0, "first": 0, "top5": 0})
+            c["n"] += 1
+            c["first"] += r == 1
+            c["top5"] += r is not None and r <= 5
+        cells = " ".join(f"{k[:3]}={'-' if v is None else v}" for k, v in row.items())
+        lines.append(f"{case.qid:22s} {case.kind[:5]:5s} {cells}  {case.text[:70]}")
+    lines.append("stage      first  top5")
+    for stage, c in counts.items():
+        lines.append(f"{stage:10s} {c['first'] / c['n']:.3f}  {c['top5'] / c['n']:.3f}")
+    return "\n".join(lines)
+
+
+def load(path: Path) -> tuple[str, list[Case]]:
+    """The fingerprint and cases of a capture."""
+    with path.open("rb") as f:
+        doc = pickle.load(f)  # noqa: S301 (our own capture, written by `capture` above)
+    return doc["fingerprint"], doc["cases"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks.quality.natural.replay", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("capture", help="run retrieve for every question once, in process")
+    c.add_argument("--others", type=int, default=60)
+    c.add_argument("--out", type=Path, default=None)
+    c.add_argument("--corpora", default="", help="a,b: only these corpora's questions")
+    c.add_argument("--attach", action="store_true", help="the benchmark's service is running: attach")
+    s = sub.add_parser("score", help="rank the captured lists with these settings and score them")
+    s.add_argument("--capture", type=Path, default=None)
+    s.add_argument("--others", type=int, default=60)
+    s.add_argument("--set", dest="pairs", action="append", default=[], help="section.field=value")
+    s.add_argument("--split", choices=("dev", "test", "all"), default="dev")
+    s.add_argument("--dump", type=Path, default=None, help="write per-question outcomes (JSON lines)")
+    s.add_argument("--diagnose", action="store_true", help="print the gold file's rank per stage")
+    a = p.parse_args(argv)
+    default = DATA_ROOT / "bench-results" / "replay" / f"capture-others{a.others}.pkl"
+    if a.command == "capture":
+        names = tuple(x for x in a.corpora.split(",") if x)
+        asyncio.run(capture(a.others, a.out or default, names, attach=a.attach))
+        return 0
+    fingerprint, cases = load(a.capture or default)
+    tuning = settings_with(a.pairs)
+    t0 = time.perf_counter()
+    ranked = asyncio.run(_rank_all(cases, tuning))
+    scored = score_cases(ranked)
+    v1 = v1_scores(fingerprint) or {
+        case.qid: _as_row(
+            scoring.score(
+                qid=case.qid,
+                corpus=case.corpus,
+                kind=case.kind,
+                gold=case.gold,
+                answer=case.answer,
+                refused=False,
+                passage_files=[f for f, _ in case.v1],
+                passage_texts=[t for _, t in case.v1],
+            )
+        )
+        for case in cases
+        if case.v1
+    }
+    print(table(cases, [_as_row(s) for s in scored], v1, a.split))
+    if a.diagnose:
+        print(diagnose(ranked, a.split))
+    print(f"({len(cases)} cases ranked in {time.perf_counter() - t0:.1f} s; V1 rows: {len(v1)})")
+    if a.dump:
+        with a.dump.open("w") as f:
+            for (case, results, ranking), sc in zip(ranked, scored, strict=True):
+                f.write(
+                    json.dumps(
+                        {
+                            "id": case.qid,
+                            "split": case.split,
+                            "kind": case.kind,
+                            "q": case.text,
+                            "gold": case.gold,
+                            "v2": _as_row(sc),
+                            "v1": v1.get(case.qid),
+                            "files": [r.file_id for r in results][:5],
+                            "refusal": ranking.decision.as_debug(),
+                        }
+                    )
+                    + "\n"
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
