@@ -114,9 +114,9 @@ async def capture(
     app = create_app(settings, attach_database=attach)
     cases: list[Case] = []
     async with app.router.lifespan_context(app):
-        resources = app.state.resources
-        v2 = resources.v2_search
-        search = resources.search
+        services = app.state.services
+        v2 = services.v2_search
+        search = services.search
         queries = [q for q in corpus.queries if not corpora or q.set in corpora]
         for n, q in enumerate(sorted(queries, key=lambda q: q.qid), start=1):
             ids = sorted(files[q.kb])
