@@ -4,6 +4,7 @@ ranking, both vector paths with the exact refill, and the postings table (insert
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
@@ -27,6 +28,7 @@ from app.store.vector_index import build_index, index_spec
 from app.text.chunks import ChunkPlace, ChunkRecord
 from app.text.entities import Entity
 from app.text.normalize import normalize
+from app.v2_settings import ChannelSettings, ExactWeights
 from tests.fixtures.service import Database, new_id
 
 # a dimension no other test module uses: this module builds its HNSW index
@@ -102,7 +104,13 @@ class World:
         return Scope.of(self.collection_id, [owner or self.owner], file_ids=file_ids or list(self.docs))
 
     async def lexical(
-        self, terms: Sequence[str], *, scope: Scope | None = None, limit: int = 50, trigram: str | None = None
+        self,
+        terms: Sequence[str],
+        *,
+        scope: Scope | None = None,
+        limit: int = 50,
+        trigram: str | None = None,
+        similarity: float = ChannelSettings().trigram_similarity,
     ) -> list[ChannelHit]:
         return await search.lexical(
             self.conn,
@@ -113,6 +121,7 @@ class World:
             b=B,
             limit=limit,
             trigram_text=trigram,
+            trigram_similarity=similarity,
         )
 
     async def exact(
@@ -122,7 +131,8 @@ class World:
         *,
         scope: Scope | None = None,
         limit: int = 20,
-        document_chunks: int = search.DOCUMENT_MATCH_CHUNKS,
+        document_chunks: int = ChannelSettings().document_match_chunks,
+        weights: ExactWeights | None = None,
     ) -> list[ChannelHit]:
         return await search.exact(
             self.conn,
@@ -132,6 +142,7 @@ class World:
             phrases=phrases,
             limit=limit,
             document_chunks=document_chunks,
+            weights=weights or ExactWeights(),
         )
 
     async def vector(
@@ -447,6 +458,32 @@ async def test_exact_matches_and_their_ranking(world: World) -> None:
     assert await world.exact([], []) == []
 
 
+async def test_the_exact_weights_are_the_settings(world: World) -> None:
+    _, fb, fc = world.docs
+    doc_b, doc_c = world.document_ids[fb], world.document_ids[fc]
+    keys, phrases = ["k 28"], ["k 28"]
+    # shipped: the row labelled K 28 (1.0), then the chunk naming it (0.9), then the document titled
+    # K 28 (0.7, its first three chunks)
+    shipped = await world.exact(keys, phrases)
+    assert [(h.document_id, h.ordinal, h.score) for h in shipped] == [
+        (doc_b, 2, 1.0), (doc_b, 3, pytest.approx(0.9)),
+        (doc_c, 0, pytest.approx(0.7)), (doc_c, 1, pytest.approx(0.7)), (doc_c, 2, pytest.approx(0.7)),
+    ]  # fmt: skip
+    # a title weighing more than a row label puts the titled document's chunks first
+    titles_first = ExactWeights(row_label=0.5, entity=0.4, title=0.95)
+    reordered = await world.exact(keys, phrases, weights=titles_first)
+    assert [(h.document_id, h.ordinal, h.detail) for h in reordered] == [
+        (doc_c, 0, "title"), (doc_c, 1, "title"), (doc_c, 2, "title"),
+        (doc_b, 2, "row_label"), (doc_b, 3, "identifier"),
+    ]  # fmt: skip
+    assert [h.score for h in reordered] == pytest.approx([0.95, 0.95, 0.95, 0.5, 0.4])
+    # the same through the one statement, with one chunk per document-level match
+    one = await world.retrieve(
+        dataclasses.replace(ask(keys=keys, phrases=phrases), exact_weights=titles_first, document_chunks=1)
+    )
+    assert keys_of(one.channels["exact"].hits) == [(doc_c, 0), (doc_b, 2), (doc_b, 3)]
+
+
 async def test_trigram_look_alikes_follow_the_bm25_hits(world: World) -> None:
     conn = world.conn
     doc_c = world.document_ids[list(world.docs)[2]]
@@ -461,6 +498,10 @@ async def test_trigram_look_alikes_follow_the_bm25_hits(world: World) -> None:
     assert len(keys_of(hits)) == len(set(keys_of(hits)))
     assert [h.detail for h in hits] == ["bm25"] * len(hits)
     assert await world.lexical([], trigram="k 29") == []
+    # the threshold is RAG_V2__CHANNELS__TRIGRAM_SIMILARITY's: at 0.4, "k 29" looks like "k 28" (0.43)
+    lenient = await world.lexical([], trigram="k 29", similarity=0.4)
+    assert lenient and {h.detail for h in lenient} == {"trigram"}
+    assert all(0.4 <= h.score < 0.6 for h in lenient)
     # pg_trgm's threshold, raised for the look-up, is back where it was for the rest of the transaction
     async with conn.transaction():
         await world.lexical([], trigram="k 28")
@@ -697,8 +738,8 @@ async def test_the_one_statement_keeps_foreign_rows_out(world: World) -> None:
         await world.retrieve(question, scope=deleting)
     with pytest.raises(asyncpg.RaiseError, match="any-owner"):
         await world.conn.fetch(
-            search.RETRIEVE, *deleting.sql_args(), world.run_id, 5, [], [], 3, ["pump"], K1, B, None, None,
-            0, 10, 10,
+            search.RETRIEVE, *deleting.sql_args(), world.run_id, 5, [], [], 3, 1.0, 0.9, 0.85, 0.7, 0.6,
+            ["pump"], K1, B, None, 0.6, None, 0, 10, 10,
         )  # fmt: skip
 
 
@@ -715,7 +756,9 @@ async def test_a_channel_failing_inside_the_statement_fails_alone(world: World) 
             """
             CREATE OR REPLACE FUNCTION ragoverlay_v2_exact_in(
                 p_scope ragoverlay_scope, p_docs bigint[], p_keys text[], p_phrases text[], p_limit integer,
-                p_document_chunks integer)
+                p_document_chunks integer, p_row_label_weight double precision,
+                p_entity_weight double precision, p_number_weight double precision,
+                p_title_weight double precision, p_filename_weight double precision)
             RETURNS TABLE (document_id bigint, ordinal integer, weight double precision, detail text)
             LANGUAGE plpgsql STABLE AS $$ BEGIN RAISE division_by_zero; END; $$
             """

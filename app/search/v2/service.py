@@ -451,6 +451,9 @@ class V2SearchService:
             exact_max_chunks=self.tuning.channels.exact_scan_max_chunks,
             ef_search=self.settings.hnsw_ef_search,
             max_scan_tuples=self.settings.hnsw_max_scan_tuples,
+            exact_weights=self.tuning.channels.exact,
+            document_chunks=self.tuning.channels.document_match_chunks,
+            trigram_similarity=self.tuning.channels.trigram_similarity,
         )
 
     async def _embed(self, text: str) -> tuple[np.ndarray | None, float, str | None]:

@@ -138,17 +138,19 @@ $$;
 -- English (benchmarks/v2_channels.py), `p_trigram <<% search_text` over the GIN index took 0.6-1.8 s,
 -- because the trigrams of a short word occur in thousands of long texts and each must be re-checked
 -- (~0.2 ms per chunk); entity strings are short and identifier-like queries name entities
--- (identifiers, standards, document numbers). The test is similarity >= 0.6: a code written together
--- or apart, or with one letter off, matches ("bdetection plus" / "b detection plus" 0.74, "widgt 3000"
--- / "widget 3000" 0.64), a code with another number does not ("k 29" / "k 28" 0.43, "iso 9010" /
--- "iso 9001" 0.5, "abc 1243" / "abc 1234" 0.5): different codes name different things. The index
--- answers `%` at pg_trgm.similarity_threshold, raised to 0.6 for that one statement (so the GIN
--- index drops most candidates itself) and put back after it.
+-- (identifiers, standards, document numbers). The test is similarity >= `p_trigram_similarity`
+-- (RAG_V2__CHANNELS__TRIGRAM_SIMILARITY, 0.6): a code written together or apart, or with one letter
+-- off, matches ("bdetection plus" / "b detection plus" 0.74, "widgt 3000" / "widget 3000" 0.64), a
+-- code with another number does not ("k 29" / "k 28" 0.43, "iso 9010" / "iso 9001" 0.5, "abc 1243" /
+-- "abc 1234" 0.5): different codes name different things. The index answers `%` at
+-- pg_trgm.similarity_threshold, set to that value for that one statement (so the GIN index drops most
+-- candidates itself) and put back after it.
 -- The core takes the visible documents `p_docs` with N (`p_n`, their chunks) and avgdl.
 DROP FUNCTION IF EXISTS ragoverlay_v2_lexical_in;
 CREATE FUNCTION ragoverlay_v2_lexical_in(
     p_scope ragoverlay_scope, p_docs bigint[], p_n double precision, p_avgdl double precision,
-    p_terms text[], p_k1 double precision, p_b double precision, p_limit integer, p_trigram text)
+    p_terms text[], p_k1 double precision, p_b double precision, p_limit integer, p_trigram text,
+    p_trigram_similarity double precision)
 RETURNS TABLE (rank integer, document_id bigint, ordinal integer, score double precision, detail text)
 LANGUAGE plpgsql
 STABLE
@@ -203,7 +205,7 @@ BEGIN
     -- loads pg_trgm in this session, so that its setting exists (a placeholder only a superuser sets)
     PERFORM similarity('', '');
     threshold := current_setting('pg_trgm.similarity_threshold');
-    PERFORM set_config('pg_trgm.similarity_threshold', '0.6', true);
+    PERFORM set_config('pg_trgm.similarity_threshold', p_trigram_similarity::real::text, true);
     RETURN QUERY
         SELECT (found + row_number() OVER (ORDER BY t.similarity DESC, t.document_id, t.ordinal))::integer,
                t.document_id, t.ordinal, t.similarity, 'trigram'::text
@@ -216,7 +218,8 @@ BEGIN
                 AND NOT EXISTS (SELECT 1 FROM unnest(hit_docs, hit_ordinals) AS h(d, o)
                                 WHERE h.d = e.document_id AND h.o = e.ordinal)
               GROUP BY e.document_id, e.ordinal
-              HAVING max(similarity(p_trigram, e.normalized)) >= 0.6
+              -- compared as pg_trgm computes it, in real
+              HAVING max(similarity(p_trigram, e.normalized)) >= p_trigram_similarity::real
               ORDER BY 3 DESC, 1, 2
               LIMIT p_limit - found) t;
     PERFORM set_config('pg_trgm.similarity_threshold', threshold, true);
@@ -226,7 +229,7 @@ $$;
 DROP FUNCTION IF EXISTS ragoverlay_v2_lexical;
 CREATE FUNCTION ragoverlay_v2_lexical(
     p_scope ragoverlay_scope, p_run bigint, p_terms text[], p_k1 double precision, p_b double precision,
-    p_limit integer, p_trigram text DEFAULT NULL)
+    p_limit integer, p_trigram text, p_trigram_similarity double precision)
 RETURNS TABLE (rank integer, document_id bigint, ordinal integer, score double precision, detail text)
 LANGUAGE plpgsql
 STABLE
@@ -246,18 +249,18 @@ BEGIN
     RETURN QUERY
         SELECT l.rank, l.document_id, l.ordinal, l.score, l.detail
         FROM ragoverlay_v2_lexical_in(p_scope, docs, n, CASE WHEN n > 0 THEN total / n ELSE 0 END,
-                                      p_terms, p_k1, p_b, p_limit, p_trigram) l;
+                                      p_terms, p_k1, p_b, p_limit, p_trigram, p_trigram_similarity) l;
 END;
 $$;
 
 -- Exact channel: chunks whose stored keys equal one of the query's keys (identifiers, standards,
 -- document numbers: `p_keys`) or of its normalised n-grams (`p_phrases`), one row per chunk with its
--- best weight:
---   1.0  the table row's label (row_label_key) equals a key or a phrase        detail 'row_label'
---   0.9  an entity of the chunk (its normalized form) equals a key             detail: the entity's kind
---   0.85 the document's number (number_key) equals a key or a phrase          'document_number'
---   0.7  the document's title (title_key) equals a key or a phrase             'title'
---   0.6  the file name without extension (filename_key) equals a key or phrase 'filename'
+-- best weight (RAG_V2__CHANNELS__EXACT__*, shipped defaults in brackets):
+--   p_row_label_weight (1.0)  the table row's label (row_label_key) equals a key or a phrase   'row_label'
+--   p_entity_weight (0.9)     an entity of the chunk (its normalized form) equals a key   the entity's kind
+--   p_number_weight (0.85)    the document's number (number_key) equals a key or a phrase  'document_number'
+--   p_title_weight (0.7)      the document's title (title_key) equals a key or a phrase    'title'
+--   p_filename_weight (0.6)   the file name without extension (filename_key) equals one    'filename'
 -- A document-level match (number, title, file name) stands for the document's first
 -- `p_document_chunks` chunks in reading order (its title page, where such names are printed). Order:
 -- weight, then ordinal, then document_id. Keys are NULL on rows stored before migration 0013 (see
@@ -265,7 +268,8 @@ $$;
 DROP FUNCTION IF EXISTS ragoverlay_v2_exact_in;
 CREATE FUNCTION ragoverlay_v2_exact_in(
     p_scope ragoverlay_scope, p_docs bigint[], p_keys text[], p_phrases text[], p_limit integer,
-    p_document_chunks integer)
+    p_document_chunks integer, p_row_label_weight double precision, p_entity_weight double precision,
+    p_number_weight double precision, p_title_weight double precision, p_filename_weight double precision)
 RETURNS TABLE (document_id bigint, ordinal integer, weight double precision, detail text)
 LANGUAGE plpgsql
 STABLE
@@ -285,12 +289,12 @@ BEGIN
     END IF;
     RETURN QUERY
         WITH matches AS (
-            SELECT c.document_id, c.ordinal, 1.0::double precision AS weight, 'row_label'::text AS detail
+            SELECT c.document_id, c.ordinal, p_row_label_weight AS weight, 'row_label'::text AS detail
             FROM ragoverlay_v2_chunks c
             WHERE c.row_label_key = ANY (names) AND c.document_id = ANY (docs)
               AND ragoverlay_in_scope(p_scope, c.collection_id, c.file_id, c.owner)
             UNION ALL
-            SELECT e.document_id, e.ordinal, 0.9::double precision, e.kind
+            SELECT e.document_id, e.ordinal, p_entity_weight, e.kind
             FROM ragoverlay_v2_entities e
             WHERE e.normalized = ANY (keys) AND e.document_id = ANY (docs)
               AND ragoverlay_in_scope(p_scope, e.collection_id, e.file_id, e.owner)
@@ -298,10 +302,11 @@ BEGIN
             SELECT c.document_id, c.ordinal, m.weight, m.detail
             FROM (SELECT DISTINCT ON (d.document_id) d.document_id, x.weight, x.detail
                   FROM ragoverlay_v2_documents d
-                  CROSS JOIN LATERAL (VALUES (0.85::double precision, 'document_number'::text,
+                  CROSS JOIN LATERAL (VALUES (p_number_weight, 'document_number'::text,
                                               d.number_key = ANY (names)),
-                                             (0.7, 'title', d.title_key = ANY (names)),
-                                             (0.6, 'filename', d.filename_key = ANY (names))) AS x(weight, detail, hit)
+                                             (p_title_weight, 'title', d.title_key = ANY (names)),
+                                             (p_filename_weight, 'filename', d.filename_key = ANY (names)))
+                                      AS x(weight, detail, hit)
                   WHERE d.document_id = ANY (docs) AND x.hit
                     AND ragoverlay_in_scope(p_scope, d.collection_id, d.file_id, d.owner)
                   ORDER BY d.document_id, x.weight DESC) m
@@ -326,7 +331,8 @@ $$;
 DROP FUNCTION IF EXISTS ragoverlay_v2_exact;
 CREATE FUNCTION ragoverlay_v2_exact(
     p_scope ragoverlay_scope, p_run bigint, p_keys text[], p_phrases text[], p_limit integer,
-    p_document_chunks integer DEFAULT 3)
+    p_document_chunks integer, p_row_label_weight double precision, p_entity_weight double precision,
+    p_number_weight double precision, p_title_weight double precision, p_filename_weight double precision)
 RETURNS TABLE (document_id bigint, ordinal integer, weight double precision, detail text)
 LANGUAGE plpgsql
 STABLE
@@ -346,7 +352,9 @@ BEGIN
     docs := ARRAY(SELECT v.document_id FROM ragoverlay_v2_visible_documents(p_scope, p_run) v);
     RETURN QUERY
         SELECT x.document_id, x.ordinal, x.weight, x.detail
-        FROM ragoverlay_v2_exact_in(p_scope, docs, p_keys, p_phrases, p_limit, p_document_chunks) x;
+        FROM ragoverlay_v2_exact_in(p_scope, docs, p_keys, p_phrases, p_limit, p_document_chunks,
+                                    p_row_label_weight, p_entity_weight, p_number_weight, p_title_weight,
+                                    p_filename_weight) x;
 END;
 $$;
 
@@ -532,7 +540,8 @@ $$;
 DROP FUNCTION IF EXISTS ragoverlay_v2_try_exact;
 CREATE FUNCTION ragoverlay_v2_try_exact(
     p_scope ragoverlay_scope, p_docs bigint[], p_keys text[], p_phrases text[], p_limit integer,
-    p_document_chunks integer,
+    p_document_chunks integer, p_row_label_weight double precision, p_entity_weight double precision,
+    p_number_weight double precision, p_title_weight double precision, p_filename_weight double precision,
     OUT hit_documents bigint[], OUT hit_ordinals integer[], OUT hit_scores double precision[],
     OUT hit_details text[], OUT path text, OUT error text, OUT ms double precision)
 LANGUAGE plpgsql
@@ -545,7 +554,9 @@ BEGIN
         SELECT array_agg(x.document_id ORDER BY x.n), array_agg(x.ordinal ORDER BY x.n),
                array_agg(x.weight ORDER BY x.n), array_agg(x.detail ORDER BY x.n)
         INTO hit_documents, hit_ordinals, hit_scores, hit_details
-        FROM ragoverlay_v2_exact_in(p_scope, p_docs, p_keys, p_phrases, p_limit, p_document_chunks)
+        FROM ragoverlay_v2_exact_in(p_scope, p_docs, p_keys, p_phrases, p_limit, p_document_chunks,
+                                    p_row_label_weight, p_entity_weight, p_number_weight, p_title_weight,
+                                    p_filename_weight)
              WITH ORDINALITY AS x(document_id, ordinal, weight, detail, n);
     EXCEPTION WHEN OTHERS THEN
         hit_documents := NULL; error := SQLSTATE;
@@ -558,6 +569,7 @@ DROP FUNCTION IF EXISTS ragoverlay_v2_try_lexical;
 CREATE FUNCTION ragoverlay_v2_try_lexical(
     p_scope ragoverlay_scope, p_docs bigint[], p_n double precision, p_avgdl double precision,
     p_terms text[], p_k1 double precision, p_b double precision, p_limit integer, p_trigram text,
+    p_trigram_similarity double precision,
     OUT hit_documents bigint[], OUT hit_ordinals integer[], OUT hit_scores double precision[],
     OUT hit_details text[], OUT path text, OUT error text, OUT ms double precision)
 LANGUAGE plpgsql
@@ -571,7 +583,7 @@ BEGIN
                array_agg(x.score ORDER BY x.rank), array_agg(x.detail ORDER BY x.rank)
         INTO hit_documents, hit_ordinals, hit_scores, hit_details
         FROM ragoverlay_v2_lexical_in(p_scope, p_docs, p_n, p_avgdl, p_terms, p_k1, p_b, p_limit,
-                                      p_trigram) x;
+                                      p_trigram, p_trigram_similarity) x;
     EXCEPTION WHEN OTHERS THEN
         hit_documents := NULL; error := SQLSTATE;
     END;
@@ -643,8 +655,11 @@ $$;
 DROP FUNCTION IF EXISTS ragoverlay_v2_retrieve;
 CREATE FUNCTION ragoverlay_v2_retrieve(
     p_scope ragoverlay_scope, p_run bigint, p_limit integer,
-    p_keys text[], p_phrases text[], p_document_chunks integer,
+    p_keys text[], p_phrases text[], p_document_chunks integer, p_row_label_weight double precision,
+    p_entity_weight double precision, p_number_weight double precision, p_title_weight double precision,
+    p_filename_weight double precision,
     p_terms text[], p_k1 double precision, p_b double precision, p_trigram text,
+    p_trigram_similarity double precision,
     p_query vector, p_exact_max integer, p_ef_search integer, p_max_scan_tuples integer)
 RETURNS TABLE (
     part text, channel text, rank integer, document_id bigint, ordinal integer, score double precision,
@@ -676,9 +691,12 @@ BEGIN
     ms := 1000 * extract(epoch FROM clock_timestamp() - started);
     average_length := CASE WHEN n_chunks > 0 THEN n_terms::double precision / n_chunks ELSE 0 END;
     SELECT * INTO r_exact
-    FROM ragoverlay_v2_try_exact(p_scope, docs, p_keys, p_phrases, p_limit, p_document_chunks);
+    FROM ragoverlay_v2_try_exact(p_scope, docs, p_keys, p_phrases, p_limit, p_document_chunks,
+                                 p_row_label_weight, p_entity_weight, p_number_weight, p_title_weight,
+                                 p_filename_weight);
     SELECT * INTO r_lexical FROM ragoverlay_v2_try_lexical(p_scope, docs, n_chunks, average_length, p_terms,
-                                                           p_k1, p_b, p_limit, p_trigram);
+                                                           p_k1, p_b, p_limit, p_trigram,
+                                                           p_trigram_similarity);
     SELECT * INTO r_vector FROM ragoverlay_v2_try_nearest(p_scope, p_run, docs, n_vectors, p_query, p_limit,
                                                           p_exact_max, p_ef_search, p_max_scan_tuples);
     SELECT * INTO r_stats FROM ragoverlay_v2_try_term_stats(docs, p_terms);
