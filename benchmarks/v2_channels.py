@@ -131,7 +131,7 @@ async def load(
 async def pick_terms(conn: asyncpg.Connection, scope: Scope, run_id: int) -> dict[str, Any]:
     """Query terms by document frequency in the run: common, mid (~1 %), rare (~0.05 %), a typo."""
     rows = await conn.fetch(
-        "SELECT t.term, sum(t.chunks) AS df FROM ragoverlay_v2_document_terms t "
+        "SELECT t.term, count(*) AS df FROM ragoverlay_v2_postings t "
         "JOIN ragoverlay_v2_run_files rf ON rf.document_id = t.document_id AND rf.run_id = $1 "
         "WHERE length(t.term) >= 4 AND t.term ~ '^[a-z]+$' GROUP BY t.term ORDER BY 2 DESC, 1",
         run_id,
@@ -240,8 +240,7 @@ async def measure(dsn: str, options: argparse.Namespace) -> dict[str, Any]:
             r["name"]: r["bytes"]
             for r in await conn.fetch(
                 "SELECT c.relname AS name, pg_total_relation_size(c.oid) AS bytes FROM pg_class c "
-                "WHERE c.relname IN ('ragoverlay_v2_postings', 'ragoverlay_v2_chunks', "
-                "'ragoverlay_v2_document_terms')"
+                "WHERE c.relname IN ('ragoverlay_v2_postings', 'ragoverlay_v2_chunks')"
             )
         }
         postings = await conn.fetchval("SELECT count(*) FROM ragoverlay_v2_postings")

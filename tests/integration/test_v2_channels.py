@@ -1,6 +1,7 @@
 """The /query_v2 channels' SQL (app/store/v2_search.py) on the real PostgreSQL: BM25 equal to the
 reference, the scope and allow-list around every channel and statistic, exact matches and their
-ranking, both vector paths with the exact refill, and the postings table (insert, delete, backfill)."""
+ranking, both vector paths with the exact refill, the postings table (insert, delete) and how a
+chunk is stored (its vector in the row, its terms once)."""
 
 from __future__ import annotations
 
@@ -636,31 +637,56 @@ async def test_postings_follow_inserts_and_deletes(world: World) -> None:
     assert tuple(keys) == ("sizes", "datasheet x 1", "ab 1234")
 
 
-async def test_the_migration_backfills_postings_of_earlier_chunks(world: World) -> None:
+async def test_vectors_stay_in_their_rows_and_no_dead_storage_is_left(world: World) -> None:
     conn = world.conn
-    (backfill,) = [
-        s
-        for m in load_migrations()
-        if m.name == "v2_postings"
-        for s in split_statements(m.sql)
-        if s.startswith("INSERT INTO ragoverlay_v2_postings")
-    ]
-    documents = list(world.document_ids.values())
-    query = (
-        "SELECT document_id, ordinal, term, tf, term_count FROM ragoverlay_v2_postings "
-        "WHERE document_id = ANY ($1::bigint[]) ORDER BY 1, 2, 3"
+    # migration 0015: what no statement read is gone
+    dropped = [
+        "ragoverlay_v2_chunks_search_vector_gin", "ragoverlay_v2_chunks_search_text_trgm",
+        "ragoverlay_v2_documents_filename_trgm", "ragoverlay_v2_documents_title_trgm",
+        "ragoverlay_v2_document_terms",
+    ]  # fmt: skip
+    assert await conn.fetchval("SELECT count(to_regclass(x)) FROM unnest($1::text[]) x", dropped) == 0
+    columns = {
+        r["attname"]
+        for r in await conn.fetch(
+            "SELECT attname FROM pg_attribute WHERE attrelid = 'ragoverlay_v2_chunks'::regclass "
+            "AND attnum > 0 AND NOT attisdropped"
+        )
+    }
+    assert {"search_text", "term_count", "embedding"} <= columns and not {"terms", "search_vector"} & columns
+    # a chunk whose texts are far too long for one row: they leave it, its 700-d vector (2.8 KB) stays
+    where = "SELECT {} FROM ragoverlay_v2_chunks WHERE document_id = $1"
+    out_of_line = where.format(
+        "pg_column_toast_chunk_id(embedding) IS NOT NULL AS vector, "
+        "pg_column_toast_chunk_id(embed_text) IS NOT NULL AS text, embedding"
     )
-    written = [tuple(r) for r in await conn.fetch(query, documents)]
-    assert written
-    # chunks as they were before migration 0013: no postings
-    await conn.execute("DELETE FROM ragoverlay_v2_postings WHERE document_id = ANY ($1::bigint[])", documents)
-    await conn.execute(backfill)
-    assert [tuple(r) for r in await conn.fetch(query, documents)] == written
-    # again: nothing twice
-    await conn.execute(backfill)
-    assert [tuple(r) for r in await conn.fetch(query, documents)] == written
-    hits = await world.lexical(["pump"])
-    assert {(h.document_id, h.ordinal) for h in hits} == set(reference(world, ["pump"], list(world.docs)))
+    rng = np.random.default_rng(5)
+    vector = rng.normal(size=700).astype(np.float32)
+    text = " ".join(f"word{i} pump" for i in range(2000))
+    doc = Doc(new_id("long"), world.owner, "long.pdf", "Long", (Text(text, vector=vector),))
+    document_id = await store_document(conn, world.collection_id, world.run_id, doc, rng)
+    row = await conn.fetchrow(out_of_line, document_id)
+    assert (row["vector"], row["text"]) == (False, True)
+    # a row stored under the old rule (vector out of line) is moved into the row by the migration's
+    # rewrite, unchanged
+    (rewrite,) = [
+        s for m in load_migrations() if m.name == "v2_chunk_storage" for s in split_statements(m.sql)
+        if s.startswith("UPDATE ragoverlay_v2_chunks")
+    ]  # fmt: skip
+    transaction = conn.transaction()
+    await transaction.start()
+    try:
+        await conn.execute("ALTER TABLE ragoverlay_v2_chunks ALTER COLUMN embedding SET STORAGE EXTERNAL")
+        await conn.execute("UPDATE ragoverlay_v2_chunks SET embedding = $2 WHERE document_id = $1",
+                           document_id, vector)  # fmt: skip
+        assert (await conn.fetchrow(out_of_line, document_id))["vector"] is True
+        await conn.execute("ALTER TABLE ragoverlay_v2_chunks ALTER COLUMN embedding SET STORAGE MAIN")
+        await conn.execute(rewrite)
+        row = await conn.fetchrow(out_of_line, document_id)
+        assert row["vector"] is False
+        assert np.array_equal(vector_store._vector(row["embedding"]), vector)
+    finally:
+        await transaction.rollback()
 
 
 def answered(retrieval: search.Retrieval) -> dict[str, tuple[list[ChannelHit], str | None, str | None]]:
