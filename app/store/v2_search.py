@@ -43,7 +43,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Key = tuple[int, int]  # (document_id, ordinal)
-VectorPath = Literal["exact", "hnsw", "hnsw+exact"]
+VectorPath = Literal["exact", "hnsw", "hnsw+exact"]  # the path taken, as a result reports it
 # the channels, in the order the statement runs them (app/search/v2/records.CHANNELS names the same)
 CHANNEL_NAMES = ("exact", "lexical", "vector")
 # the shipped channel settings, for callers that pass none
@@ -97,6 +97,22 @@ class ChunkDetail:
     metadata: dict[str, Any]  # the document's
 
 
+@dataclass(frozen=True)
+class VectorPlan:
+    """How the vector channel runs: the planner's decision (app/search/planner.py), carried out in SQL.
+
+    "exact" scans every visible vector; "index" walks `walk` (the query dimension's HNSW walk) for
+    `candidates` rows with `ef_search` and `max_scan_tuples`, re-ranks them exactly, and scans
+    exactly instead when the walk met fewer than the limit (path "hnsw+exact").
+    """
+
+    path: Literal["exact", "index"] = "exact"
+    walk: str | None = None
+    candidates: int = 0
+    ef_search: int | None = None
+    max_scan_tuples: int | None = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class ChannelQuery:
     """What one /query_v2 asks of the channels (see each channel's function for its part).
@@ -114,9 +130,7 @@ class ChannelQuery:
     limit: int
     k1: float
     b: float
-    exact_max_chunks: int
-    ef_search: int
-    max_scan_tuples: int
+    vector_plan: VectorPlan = VectorPlan()
     exact_weights: ExactWeights = _CHANNELS.exact
     document_chunks: int = _CHANNELS.document_match_chunks
     trigram_similarity: float = _CHANNELS.trigram_similarity
@@ -174,8 +188,9 @@ EXACT = f"""
 """
 NEAREST = f"""
     SELECT document_id, ordinal, distance, path
-    FROM ragoverlay_v2_nearest({SCOPE_SQL}, $7, $8::vector, $9, $10, $11, $12)
+    FROM ragoverlay_v2_nearest({SCOPE_SQL}, $7, $8::vector, $9, $10, $11, $12, $13, $14)
 """
+
 CHUNK_DETAILS = f"""
     SELECT document_id, ordinal, chunk_id, file_id, kind, page, page_label, section, table_caption,
            table_index, row_index, row_label, headers, row_values, units, footnotes, content, search_text,
@@ -188,13 +203,18 @@ CHUNK_DETAILS = f"""
 RETRIEVE = f"""
     SELECT *
     FROM ragoverlay_v2_retrieve({SCOPE_SQL}, $7, $8, $9::text[], $10::text[], $11, $12, $13, $14, $15, $16,
-                                $17::text[], $18, $19, $20, $21, $22::vector, $23, $24, $25)
+                                $17::text[], $18, $19, $20, $21, $22::vector, $23, $24, $25, $26, $27)
 """
 
 
 def _weights(weights: ExactWeights) -> tuple[float, ...]:
     """The exact channel's weights in the order the SQL functions take them."""
     return (weights.row_label, weights.entity, weights.document_number, weights.title, weights.filename)
+
+
+def _vector_args(plan: VectorPlan) -> tuple[Any, ...]:
+    """The vector plan in the order the SQL functions take it."""
+    return (plan.path, plan.walk, plan.candidates, plan.ef_search, plan.max_scan_tuples)
 
 
 # --- the channels --------------------------------------------------------------------------------
@@ -302,16 +322,14 @@ async def vector(
     query: np.ndarray,
     *,
     limit: int,
-    exact_max_chunks: int,
-    ef_search: int,
-    max_scan_tuples: int,
+    plan: VectorPlan,
     timeout: float | None = None,  # noqa: ASYNC109 - asyncpg's own per-statement timeout
 ) -> tuple[list[ChannelHit], VectorPath]:
     """The visible chunks nearest to `query` (cosine, among vectors of its dimension) and the path taken.
 
-    "exact" up to `exact_max_chunks` visible vectors or without a valid HNSW index of the dimension;
-    "hnsw" the index walk (re-ranked by exact distance); "hnsw+exact" when the walk met fewer than
-    min(limit, visible) rows and an exact scan answered. Score: 1 - cosine distance.
+    "exact" when `plan` says so; "hnsw" the index walk (re-ranked by exact distance); "hnsw+exact"
+    when the walk met fewer than min(limit, visible) rows and an exact scan answered. Score:
+    1 - cosine distance.
     """
     scope.for_reading()
     if limit <= 0:
@@ -322,9 +340,7 @@ async def vector(
         run_id,
         np.asarray(query, dtype=np.float32),
         limit,
-        exact_max_chunks,
-        ef_search,
-        max_scan_tuples,
+        *_vector_args(plan),
         timeout=timeout,
     )
     path: VectorPath = rows[0]["path"] if rows else "exact"
@@ -403,9 +419,7 @@ async def retrieve(
         ask.trigram_text or None,
         float(ask.trigram_similarity),
         None if ask.query is None else np.asarray(ask.query, dtype=np.float32),
-        ask.exact_max_chunks,
-        ask.ef_search,
-        ask.max_scan_tuples,
+        *_vector_args(ask.vector_plan),
         timeout=timeout,
     )
     return _retrieval(rows)
@@ -495,8 +509,7 @@ async def retrieve_separately(
         query = ask.query
         found, ms, error = await _timed(
             conn,
-            lambda: vector(conn, scope, run_id, query, limit=limit, exact_max_chunks=ask.exact_max_chunks,
-                           ef_search=ask.ef_search, max_scan_tuples=ask.max_scan_tuples, timeout=timeout)
+            lambda: vector(conn, scope, run_id, query, limit=limit, plan=ask.vector_plan, timeout=timeout)
         )  # fmt: skip
         hits, path = found if found is not None else ([], None)
         channels["vector"] = ChannelResult(hits, ms, error, path)

@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 from pgvector.asyncpg import register_vector
 
+from app.search.planner import SearchSettings
 from app.search.v2 import bm25
+from app.search.v2.vectors import plan_vectors, run_knowledge
 from app.store import v2_search as search
 from app.store.migrate import load_migrations, split_statements
 from app.store.scope import SCOPE_SQL, Scope, ScopeError
@@ -24,7 +26,7 @@ from app.store.v2 import documents as document_store
 from app.store.v2 import reads as read_store
 from app.store.v2 import runs as run_store
 from app.store.v2 import vectors as vector_store
-from app.store.v2_search import ChannelHit
+from app.store.v2_search import ChannelHit, VectorPlan
 from app.store.vector_index import build_index, index_spec
 from app.text.chunks import ChunkPlace, ChunkRecord
 from app.text.entities import Entity
@@ -35,6 +37,13 @@ from tests.fixtures.service import Database, new_id
 # a dimension no other test module uses: this module builds its HNSW index
 DIMS = 12
 K1, B = 1.2, 0.75
+WALK = f"ragoverlay_v2_vec_walk_{DIMS}"
+
+
+def walk_plan(limit: int, *, ef_search: int = 40, max_scan_tuples: int = 1000) -> VectorPlan:
+    """The planner's decision to walk this module's HNSW index for `limit` hits."""
+    candidates = 2 * limit + 10
+    return VectorPlan("index", WALK, candidates, max(ef_search, candidates), max_scan_tuples)
 
 
 def unit(*weights: float) -> np.ndarray:
@@ -151,21 +160,17 @@ class World:
         query: np.ndarray,
         *,
         limit: int,
-        exact_max: int,
+        walk: bool,
         scope: Scope | None = None,
         run_id: int | None = None,
         ef_search: int = 40,
         max_scan_tuples: int = 1000,
     ) -> tuple[list[ChannelHit], str]:
+        plan = (
+            walk_plan(limit, ef_search=ef_search, max_scan_tuples=max_scan_tuples) if walk else VectorPlan()
+        )
         return await search.vector(
-            self.conn,
-            scope or self.scope(),
-            run_id or self.run_id,
-            query,
-            limit=limit,
-            exact_max_chunks=exact_max,
-            ef_search=ef_search,
-            max_scan_tuples=max_scan_tuples,
+            self.conn, scope or self.scope(), run_id or self.run_id, query, limit=limit, plan=plan
         )
 
     async def retrieve(self, ask: search.ChannelQuery, *, scope: Scope | None = None) -> search.Retrieval:
@@ -309,12 +314,12 @@ def ask(
     trigram: str | None = None,
     query: np.ndarray | None = None,
     limit: int = 50,
-    exact_max: int = 10_000,
+    walk: bool = False,
 ) -> search.ChannelQuery:
     """What /query_v2 would ask of the channels, with this module's BM25 parameters."""
     return search.ChannelQuery(
         keys=keys, phrases=phrases, terms=terms, trigram_text=trigram, query=query, limit=limit, k1=K1, b=B,
-        exact_max_chunks=exact_max, ef_search=40, max_scan_tuples=1000,
+        vector_plan=walk_plan(limit) if walk else VectorPlan(),
     )  # fmt: skip
 
 
@@ -376,6 +381,9 @@ async def test_the_allow_list_narrows_every_statistic(world: World) -> None:
 
 async def test_foreign_files_and_other_owners_never_appear(world: World) -> None:
     conn, run = world.conn, world.run_id
+    # both vector paths: the walk needs this dimension's index
+    spec = index_spec(DIMS, vector_store.V2_CHUNK_INDEX)
+    assert spec is not None and await build_index(conn, spec, m=8, ef_construction=32, memory="64MB")
     foreign_doc = world.document_ids[world.foreign]
     # the foreign file in the allow-list changes nothing: it is another owner's
     listed = world.scope(*world.docs, world.foreign)
@@ -385,8 +393,8 @@ async def test_foreign_files_and_other_owners_never_appear(world: World) -> None
         hits += await world.lexical(["zebra", "pump", "secret"], scope=scope, trigram="zebra secret")
         hits += await world.lexical([], scope=scope, trigram="k 28")
         hits += await world.exact(["k 28"], ["k 28", "secret pump", "secret"], scope=scope)
-        hits += (await world.vector(unit(1.0), limit=50, exact_max=10_000, scope=scope))[0]
-        hits += (await world.vector(unit(1.0), limit=50, exact_max=0, scope=scope))[0]
+        hits += (await world.vector(unit(1.0), limit=50, walk=False, scope=scope))[0]
+        hits += (await world.vector(unit(1.0), limit=50, walk=True, scope=scope))[0]
         assert foreign_doc not in {h.document_id for h in hits}
         assert await search.document_frequencies(conn, scope, run, ["zebra", "secret"]) == {
             "zebra": 0,
@@ -407,14 +415,14 @@ async def test_foreign_files_and_other_owners_never_appear(world: World) -> None
     with pytest.raises(ScopeError):
         await world.lexical(["pump"], scope=deleting)
     with pytest.raises(ScopeError):
-        await world.vector(unit(1.0), limit=5, exact_max=0, scope=deleting)
+        await world.vector(unit(1.0), limit=5, walk=True, scope=deleting)
     with pytest.raises(asyncpg.RaiseError, match="any-owner"):
         await conn.fetch(
             f"SELECT * FROM ragoverlay_v2_visible_documents({SCOPE_SQL}, $7)", *deleting.sql_args(), run
         )
     with pytest.raises(asyncpg.RaiseError, match="any-owner"):
         await conn.fetch(
-            f"SELECT * FROM ragoverlay_v2_nearest({SCOPE_SQL}, $7, $8::vector, 5, 0, 10, 10)",
+            f"SELECT * FROM ragoverlay_v2_nearest({SCOPE_SQL}, $7, $8::vector, 5, 'exact', NULL, 20, 10, 10)",
             *deleting.sql_args(),
             run,
             unit(1.0),
@@ -549,21 +557,44 @@ async def test_vector_paths_return_as_many_rows_as_are_visible(world: World) -> 
     q = query.astype(np.float64)
     cosine = {k: float(v @ q / np.linalg.norm(v) / np.linalg.norm(q)) for k, v in stored.items()}
     best = sorted(cosine, key=lambda k: (-cosine[k], k))
-    hits, path = await world.vector(query, limit=5, exact_max=10_000)
+    hits, path = await world.vector(query, limit=5, walk=False)
     assert path == "exact" and keys_of(hits) == best[:5]
     for hit in hits:
         assert hit.score == pytest.approx(cosine[(hit.document_id, hit.ordinal)], abs=1e-6)
-    # above the exact limit but no index of this dimension yet: still exact
+    # the planner (any size walks: no exact limit, no cost factor) with what it reads of the run:
+    # no index of this dimension yet, so still exact
+    walk_anything = SearchSettings(exact_max_rows=0, cost_factor=0.0)
+
+    async def planned(limit: int) -> VectorPlan:
+        vectors = await vector_store.run_vectors(conn, world.run_id, DIMS)
+        # the owner's files and the foreign one, each staged file's vectors under its owner
+        assert {f: sum(o.values()) for f, o in vectors.files.items()} == {
+            f: len(d.texts) for f, d in world.docs.items()
+        } | {world.foreign: 2}
+        knowledge = run_knowledge(vectors, DIMS)
+        return plan_vectors(
+            knowledge, dims=DIMS, limit=limit, scope=world.scope(), settings=walk_anything
+        ).plan
+
     spec = index_spec(DIMS, vector_store.V2_CHUNK_INDEX)
     assert spec is not None
     await conn.execute(f"DROP INDEX IF EXISTS {spec.name}")
-    hits, path = await world.vector(query, limit=50, exact_max=0)
+    assert (await vector_store.run_vectors(conn, world.run_id, DIMS)).walk is None
+    plan = await planned(50)
+    assert plan == VectorPlan("exact", None, 110)
+    hits, path = await search.vector(conn, world.scope(), world.run_id, query, limit=50, plan=plan)
     assert path == "exact" and keys_of(hits) == best  # all of them, fewer than the limit
     assert await build_index(conn, spec, m=8, ef_construction=32, memory="64MB")
-    hits, path = await world.vector(query, limit=5, exact_max=0)
+    plan = await planned(5)
+    assert (plan.path, plan.walk, plan.candidates) == ("index", WALK, 20)
+    hits, path = await search.vector(conn, world.scope(), world.run_id, query, limit=5, plan=plan)
     assert path == "hnsw" and keys_of(hits) == best[:5]
-    hits, path = await world.vector(query, limit=100, exact_max=0)
+    hits, path = await world.vector(query, limit=100, walk=True)
     assert path == "hnsw" and len(hits) == visible
+    # a walk of another dimension is refused, not run
+    wrong = VectorPlan("index", "ragoverlay_v2_vec_walk_13", 20, 40, 1000)
+    with pytest.raises(asyncpg.RaiseError, match="walk of dimension 12"):
+        await search.vector(conn, world.scope(), world.run_id, query, limit=5, plan=wrong)
 
 
 async def test_a_filtered_walk_that_under_returns_is_refilled_exactly(world: World) -> None:
@@ -589,22 +620,22 @@ async def test_a_filtered_walk_that_under_returns_is_refilled_exactly(world: Wor
     assert await build_index(conn, spec, m=8, ef_construction=32, memory="64MB")
     scope = Scope.of(world.collection_id, [world.owner], file_ids=[far_doc.file_id])
 
-    async def far_walk(limit: int, exact_max: int) -> tuple[list[ChannelHit], str]:
+    async def far_walk(limit: int, walk: bool) -> tuple[list[ChannelHit], str]:
         return await world.vector(
             unit(1.0),
             limit=limit,
-            exact_max=exact_max,
+            walk=walk,
             scope=scope,
             run_id=far_run.run_id,
             ef_search=10,
             max_scan_tuples=1,
         )
 
-    exact, path = await far_walk(10, 10_000)
+    exact, path = await far_walk(10, False)
     assert path == "exact" and len(exact) == 10
-    hits, path = await far_walk(10, 0)
+    hits, path = await far_walk(10, True)
     assert path == "hnsw+exact" and hits == exact
-    hits, path = await far_walk(100, 0)
+    hits, path = await far_walk(100, True)
     assert len(hits) == 30 and path in ("hnsw", "hnsw+exact")
 
 
@@ -701,7 +732,7 @@ async def test_the_one_statement_returns_what_each_channel_returns(world: World)
         ask(terms=["pump", "valve", "water"], keys=["k 28"], phrases=["k 28", "pump", "sensor"], query=query),
         ask(terms=["bdetection"], trigram="bdetection plus", query=query, limit=5),
         ask(terms=["pump"], limit=2),  # the vector channel not asked
-        ask(keys=["ab 1234"], phrases=["datasheet x 1"], query=query, exact_max=0),  # the HNSW walk
+        ask(keys=["ab 1234"], phrases=["datasheet x 1"], query=query, walk=True),  # the HNSW walk
         ask(terms=["absent"]),
     ]
     for scope in (world.scope(), world.scope(*list(world.docs)[:2])):
@@ -733,10 +764,10 @@ async def test_the_one_statement_returns_what_each_channel_returns(world: World)
     spec = index_spec(DIMS, vector_store.V2_CHUNK_INDEX)
     assert spec is not None
     await conn.execute(f"DROP INDEX IF EXISTS {spec.name}")
-    scan = await world.retrieve(ask(query=query, exact_max=0))
+    scan = await world.retrieve(ask(query=query))
     assert scan.channels["vector"].path == "exact" and len(scan.channels["vector"].hits) == 10
     assert await build_index(conn, spec, m=8, ef_construction=32, memory="64MB")
-    walk = await world.retrieve(ask(query=query, exact_max=0, limit=5))
+    walk = await world.retrieve(ask(query=query, walk=True, limit=5))
     assert walk.channels["vector"].path == "hnsw"
     assert walk.channels["vector"].hits == scan.channels["vector"].hits[:5]
     assert walk.channels["exact"].hits == [] and walk.channels["lexical"].hits == []
@@ -765,7 +796,7 @@ async def test_the_one_statement_keeps_foreign_rows_out(world: World) -> None:
     with pytest.raises(asyncpg.RaiseError, match="any-owner"):
         await world.conn.fetch(
             search.RETRIEVE, *deleting.sql_args(), world.run_id, 5, [], [], 3, 1.0, 0.9, 0.85, 0.7, 0.6,
-            ["pump"], K1, B, None, 0.6, None, 0, 10, 10,
+            ["pump"], K1, B, None, 0.6, None, "exact", None, 20, None, None,
         )  # fmt: skip
 
 

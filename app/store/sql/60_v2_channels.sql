@@ -359,20 +359,23 @@ END;
 $$;
 
 -- Vector channel: the visible chunks nearest to `p_query` by cosine distance, among those with its
--- dimension. The path:
---   'exact'       at most `p_exact_max` visible vectors, or no valid HNSW index of this dimension
---                 (with its walk function) yet: every visible vector of the run, exact distance;
---   'hnsw'        the dimension's walk (v2_walk.template.sql) collects 2·limit + 10 candidates in
---                 relaxed order (halfvec distances), re-ranked here by exact distance;
---   'hnsw+exact'  the walk met fewer than min(limit, visible) within its tuple budget (a filtered
---                 walk over a small share of the index): only an exact scan can tell, so it answers.
+-- dimension. The service's planner (app/search/planner.py, the one V1 uses, with the run's vector
+-- counts: app/search/v2/vectors.py) chooses the path and sends its decision; this function only
+-- carries it out, plus the refill only the walk's result can ask for:
+--   'exact'       every visible vector of the run, exact distance;
+--   'index'       the dimension's walk `p_walk` (v2_walk.template.sql, ragoverlay_v2_vec_walk_<dims>)
+--                 collects `p_candidates` (2·limit + 10) in relaxed order (halfvec distances), re-ranked
+--                 here by exact distance: path 'hnsw';
+--                 when it met fewer than min(limit, visible) within its tuple budget (a filtered walk
+--                 over a small share of the index), only an exact scan can tell: path 'hnsw+exact'.
 -- Visible vectors are counted from the documents (chunks minus those still without a vector): a run
 -- has one embedding model, so they are of one dimension.
 -- The core takes the visible documents `p_docs` and how many vectors they hold (`p_visible`).
 DROP FUNCTION IF EXISTS ragoverlay_v2_nearest_in;
 CREATE FUNCTION ragoverlay_v2_nearest_in(
     p_scope ragoverlay_scope, p_run bigint, p_docs bigint[], p_visible bigint, p_query vector,
-    p_limit integer, p_exact_max integer, p_ef_search integer, p_max_scan_tuples integer)
+    p_limit integer, p_path text, p_walk text, p_candidates integer, p_ef_search integer,
+    p_max_scan_tuples integer)
 RETURNS TABLE (document_id bigint, ordinal integer, distance double precision, path text)
 LANGUAGE plpgsql
 STABLE
@@ -382,8 +385,6 @@ DECLARE
     query_dims integer := vector_dims(p_query);
     docs bigint[] := p_docs;
     visible bigint := p_visible;
-    walk text := 'ragoverlay_v2_vec_walk_' || vector_dims(p_query);
-    candidates integer := 2 * p_limit + 10;
     hit_docs bigint[];
     hit_ordinals integer[];
     taken text := 'exact';
@@ -391,20 +392,21 @@ BEGIN
     IF (p_scope).any_owner THEN
         RAISE EXCEPTION 'ragoverlay_v2_nearest: an any-owner scope is for deletes only';
     END IF;
+    IF p_path IS NULL OR p_path NOT IN ('exact', 'index') THEN
+        RAISE EXCEPTION 'ragoverlay_v2_nearest: unknown path %', p_path;
+    END IF;
     IF visible = 0 OR p_limit <= 0 THEN
         RETURN;
     END IF;
-    IF visible > p_exact_max
-       AND to_regproc(walk) IS NOT NULL
-       AND EXISTS (SELECT 1 FROM pg_class ic JOIN pg_index i ON i.indexrelid = ic.oid
-                   WHERE ic.relname = 'ragoverlay_v2_hnsw_' || query_dims
-                     AND ic.relnamespace = current_schema()::regnamespace AND i.indisvalid) THEN
-        -- the name is built from an integer; %I quotes it all the same
+    IF p_path = 'index' THEN
+        -- the walk of the query's own dimension, named by the planner from the service's index state
+        IF p_walk IS DISTINCT FROM 'ragoverlay_v2_vec_walk_' || query_dims THEN
+            RAISE EXCEPTION 'ragoverlay_v2_nearest: the index path needs the walk of dimension %', query_dims;
+        END IF;
         EXECUTE format('SELECT array_agg(h.document_id), array_agg(h.ordinal) FROM %I($1, $2, $3, $4, $5, $6) AS h',
-                       walk)
+                       p_walk)
         INTO hit_docs, hit_ordinals
-        USING p_query, p_scope, p_run, candidates, least(greatest(p_ef_search, candidates), 1000),
-              greatest(p_max_scan_tuples, 1);
+        USING p_query, p_scope, p_run, p_candidates, p_ef_search, p_max_scan_tuples;
         IF coalesce(cardinality(hit_docs), 0) >= least(p_limit, visible) THEN
             RETURN QUERY
                 SELECT c.document_id, c.ordinal, (c.embedding <=> p_query)::double precision, 'hnsw'::text
@@ -430,8 +432,8 @@ $$;
 
 DROP FUNCTION IF EXISTS ragoverlay_v2_nearest;
 CREATE FUNCTION ragoverlay_v2_nearest(
-    p_scope ragoverlay_scope, p_run bigint, p_query vector, p_limit integer, p_exact_max integer,
-    p_ef_search integer, p_max_scan_tuples integer)
+    p_scope ragoverlay_scope, p_run bigint, p_query vector, p_limit integer, p_path text, p_walk text,
+    p_candidates integer, p_ef_search integer, p_max_scan_tuples integer)
 RETURNS TABLE (document_id bigint, ordinal integer, distance double precision, path text)
 LANGUAGE plpgsql
 STABLE
@@ -449,8 +451,8 @@ BEGIN
     FROM ragoverlay_v2_visible_documents(p_scope, p_run) v;
     RETURN QUERY
         SELECT h.document_id, h.ordinal, h.distance, h.path
-        FROM ragoverlay_v2_nearest_in(p_scope, p_run, docs, visible, p_query, p_limit, p_exact_max,
-                                      p_ef_search, p_max_scan_tuples) h;
+        FROM ragoverlay_v2_nearest_in(p_scope, p_run, docs, visible, p_query, p_limit, p_path, p_walk,
+                                      p_candidates, p_ef_search, p_max_scan_tuples) h;
 END;
 $$;
 
@@ -595,7 +597,8 @@ $$;
 DROP FUNCTION IF EXISTS ragoverlay_v2_try_nearest;
 CREATE FUNCTION ragoverlay_v2_try_nearest(
     p_scope ragoverlay_scope, p_run bigint, p_docs bigint[], p_visible bigint, p_query vector,
-    p_limit integer, p_exact_max integer, p_ef_search integer, p_max_scan_tuples integer,
+    p_limit integer, p_path text, p_walk text, p_candidates integer, p_ef_search integer,
+    p_max_scan_tuples integer,
     OUT hit_documents bigint[], OUT hit_ordinals integer[], OUT hit_scores double precision[],
     OUT hit_details text[], OUT path text, OUT error text, OUT ms double precision)
 LANGUAGE plpgsql
@@ -612,8 +615,8 @@ BEGIN
         SELECT array_agg(x.document_id ORDER BY x.n), array_agg(x.ordinal ORDER BY x.n),
                array_agg(1.0 - x.distance ORDER BY x.n), coalesce((array_agg(x.path))[1], 'exact')
         INTO hit_documents, hit_ordinals, hit_scores, path
-        FROM ragoverlay_v2_nearest_in(p_scope, p_run, p_docs, p_visible, p_query, p_limit, p_exact_max,
-                                      p_ef_search, p_max_scan_tuples)
+        FROM ragoverlay_v2_nearest_in(p_scope, p_run, p_docs, p_visible, p_query, p_limit, p_path, p_walk,
+                                      p_candidates, p_ef_search, p_max_scan_tuples)
              WITH ORDINALITY AS x(document_id, ordinal, distance, path, n);
     EXCEPTION WHEN OTHERS THEN
         hit_documents := NULL; path := NULL; error := SQLSTATE;
@@ -660,7 +663,8 @@ CREATE FUNCTION ragoverlay_v2_retrieve(
     p_filename_weight double precision,
     p_terms text[], p_k1 double precision, p_b double precision, p_trigram text,
     p_trigram_similarity double precision,
-    p_query vector, p_exact_max integer, p_ef_search integer, p_max_scan_tuples integer)
+    p_query vector, p_path text, p_walk text, p_candidates integer, p_ef_search integer,
+    p_max_scan_tuples integer)
 RETURNS TABLE (
     part text, channel text, rank integer, document_id bigint, ordinal integer, score double precision,
     detail text, ms double precision, error text, term text, df bigint, documents bigint, chunks bigint,
@@ -698,7 +702,8 @@ BEGIN
                                                            p_k1, p_b, p_limit, p_trigram,
                                                            p_trigram_similarity);
     SELECT * INTO r_vector FROM ragoverlay_v2_try_nearest(p_scope, p_run, docs, n_vectors, p_query, p_limit,
-                                                          p_exact_max, p_ef_search, p_max_scan_tuples);
+                                                          p_path, p_walk, p_candidates, p_ef_search,
+                                                          p_max_scan_tuples);
     SELECT * INTO r_stats FROM ragoverlay_v2_try_term_stats(docs, p_terms);
     started := clock_timestamp();
     RETURN QUERY
