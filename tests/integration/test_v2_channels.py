@@ -18,7 +18,7 @@ from pgvector.asyncpg import register_vector
 
 from app.search.planner import SearchSettings
 from app.search.v2 import bm25
-from app.search.v2.vectors import plan_vectors, run_knowledge
+from app.search.v2.vectors import RunVectorCache, plan_vectors, run_knowledge
 from app.store import v2_search as search
 from app.store.migrate import load_migrations, split_statements
 from app.store.scope import SCOPE_SQL, Scope, ScopeError
@@ -835,3 +835,21 @@ async def test_a_channel_failing_inside_the_statement_fails_alone(world: World) 
     finally:
         await transaction.rollback()
     assert answered(await world.retrieve(question)) == answered(before)
+
+
+async def test_the_planner_inputs_of_a_run_are_read_again_after_their_time(world: World) -> None:
+    conn = world.conn
+    now = [0.0]
+    cache = RunVectorCache(ttl=30.0, clock=lambda: now[0])
+    first = await cache.knowledge(conn, world.run_id, DIMS)
+    staged = {f: sum(o.values()) for f, o in (first.stats.file_chunks or {}).items()}
+    assert staged == {f: len(d.texts) for f, d in world.docs.items()} | {world.foreign: 2}
+    # a file staged since: within the time the planner keeps what it read (the file counts the
+    # average), after it the file is known
+    later = Doc(new_id("late"), world.owner, "late.pdf", "Late", (Text("late one"), Text("late two")))
+    await store_document(conn, world.collection_id, world.run_id, later, np.random.default_rng(1))
+    now[0] = 29.0
+    assert await cache.knowledge(conn, world.run_id, DIMS) is first
+    now[0] = 31.0
+    again = await cache.knowledge(conn, world.run_id, DIMS)
+    assert again is not first and (again.stats.file_chunks or {})[later.file_id] == {world.owner: 2}
