@@ -462,7 +462,12 @@ class V2SearchService:
     ) -> PlannedVectors:
         """The vector channel's path over the run (its planner inputs read on `conn` when stale)."""
         dims = int(vector.shape[0])
-        knowledge = await self.run_vectors.knowledge(conn, run_id, dims)
+        try:
+            knowledge = await self.run_vectors.knowledge(conn, run_id, dims)
+        except (asyncpg.PostgresError, OSError) as exc:
+            # without its inputs the planner cannot weigh the walk: the exact scan is always right
+            logger.warning("V2 vector planner inputs unreadable (%s): exact scan", exc.__class__.__name__)
+            return PlannedVectors(channels_sql.VectorPlan(), 0)
         return plan_vectors(
             knowledge, dims=dims, limit=self.tuning.channels.limit, scope=scope, settings=self.search_settings
         )
