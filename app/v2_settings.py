@@ -77,15 +77,36 @@ class FusionSettings(Section):
     dedupe_prefix_chars: int = Field(160, ge=1, le=10_000)
 
 
+class ExactWeights(Weights):
+    """The exact channel's match weight (0..1) of each kind of match; a chunk keeps its best."""
+
+    # a table row whose label is the question's phrase is the answer's own row
+    row_label: float = Field(1.0, ge=0, le=1)
+    # an identifier, standard or number of the chunk equal to one of the question's
+    entity: float = Field(0.9, ge=0, le=1)
+    # a match of the document's number, title or file name stands for its first chunks
+    document_number: float = Field(0.85, ge=0, le=1)
+    title: float = Field(0.7, ge=0, le=1)
+    filename: float = Field(0.6, ge=0, le=1)
+
+
 class ChannelSettings(Section):
-    """How many candidates each channel returns, and how the lexical and vector channels score."""
+    """How many candidates each channel returns, and how each channel matches and scores."""
 
     limit: int = Field(50, ge=10, le=500)
     bm25_k1: float = Field(1.2, ge=0, le=10)
     bm25_b: float = Field(0.75, ge=0, le=1)
-    # a visible set up to this many chunks is scanned exactly; above it the HNSW walk (with an exact
-    # refill) runs. ~6 ms per 1,000 vectors exact, measured by benchmarks/v2_channels.py
+    # a visible set up to this many chunks is scanned exactly; above it the planner may choose the
+    # HNSW walk (with an exact refill), as V1's does with EXACT_SCAN_MAX_ROWS
     exact_scan_max_chunks: int = Field(4000, ge=0, le=10_000_000)
+    exact: ExactWeights = Field(default_factory=ExactWeights)
+    # a document-level exact match (number, title, file name) stands for this many of its first
+    # chunks in reading order: its title page, where such names are printed
+    document_match_chunks: int = Field(3, ge=1, le=100)
+    # pg_trgm similarity from which an entity looks like a short identifier-like question: a code
+    # written together or apart, or one letter off, reaches it ("widgt 3000" / "widget 3000" 0.64);
+    # a code with another number does not ("k 29" / "k 28" 0.43, "iso 9010" / "iso 9001" 0.5)
+    trigram_similarity: float = Field(0.6, ge=0, le=1)
 
 
 class FeatureWeights(Section):

@@ -131,7 +131,7 @@ async def load(
 async def pick_terms(conn: asyncpg.Connection, scope: Scope, run_id: int) -> dict[str, Any]:
     """Query terms by document frequency in the run: common, mid (~1 %), rare (~0.05 %), a typo."""
     rows = await conn.fetch(
-        "SELECT t.term, sum(t.chunks) AS df FROM ragoverlay_v2_document_terms t "
+        "SELECT t.term, count(*) AS df FROM ragoverlay_v2_postings t "
         "JOIN ragoverlay_v2_run_files rf ON rf.document_id = t.document_id AND rf.run_id = $1 "
         "WHERE length(t.term) >= 4 AND t.term ~ '^[a-z]+$' GROUP BY t.term ORDER BY 2 DESC, 1",
         run_id,
@@ -196,6 +196,8 @@ async def measure(dsn: str, options: argparse.Namespace) -> dict[str, Any]:
         query = np.random.default_rng(9).normal(size=options.dims).astype(np.float32)
         visible = await search.visible(conn, scope, run_id)
         k1, b, repeat = 1.2, 0.75, options.repeat
+        # the walk as the planner sends it for 50 hits (2 x 50 + 10 candidates)
+        walk = search.VectorPlan("index", spec.function_name, 110, 110, 20_000)
 
         def lexical(terms: list[str], trigram: str | None = None) -> Callable[[], Awaitable[Any]]:
             return lambda: search.lexical(
@@ -218,18 +220,12 @@ async def measure(dsn: str, options: argparse.Namespace) -> dict[str, Any]:
                 phrases=["k 123", "document 7", "ab 7", *picks["common"]],
             ),
             "vector exact": lambda: search.vector(
-                conn, scope, run_id, query, limit=50, exact_max_chunks=10**9, ef_search=100,
-                max_scan_tuples=20_000,
+                conn, scope, run_id, query, limit=50, plan=search.VectorPlan("exact"),
             ),
-            "vector hnsw": lambda: search.vector(
-                conn, scope, run_id, query, limit=50, exact_max_chunks=0, ef_search=100,
-                max_scan_tuples=20_000,
-            ),
+            "vector hnsw": lambda: search.vector(conn, scope, run_id, query, limit=50, plan=walk),
         }  # fmt: skip
         figures = {name: await timed(call, repeat) for name, call in calls.items()}
-        _, path = await search.vector(
-            conn, scope, run_id, query, limit=50, exact_max_chunks=0, ef_search=100, max_scan_tuples=20_000
-        )
+        _, path = await search.vector(conn, scope, run_id, query, limit=50, plan=walk)
         figures["vector hnsw"]["path"] = path
         hits = await search.lexical(conn, scope, run_id, picks["mid"], k1=k1, b=b, limit=50)
         keys = [(h.document_id, h.ordinal) for h in hits]
@@ -240,8 +236,7 @@ async def measure(dsn: str, options: argparse.Namespace) -> dict[str, Any]:
             r["name"]: r["bytes"]
             for r in await conn.fetch(
                 "SELECT c.relname AS name, pg_total_relation_size(c.oid) AS bytes FROM pg_class c "
-                "WHERE c.relname IN ('ragoverlay_v2_postings', 'ragoverlay_v2_chunks', "
-                "'ragoverlay_v2_document_terms')"
+                "WHERE c.relname IN ('ragoverlay_v2_postings', 'ragoverlay_v2_chunks')"
             )
         }
         postings = await conn.fetchval("SELECT count(*) FROM ragoverlay_v2_postings")

@@ -112,7 +112,7 @@ async def load(
 async def questions(conn: asyncpg.Connection, run_id: int) -> list[str]:
     """Questions of the corpus's own words: row labels, mid-frequency words, common words."""
     rows = await conn.fetch(
-        "SELECT t.term, sum(t.chunks) AS df FROM ragoverlay_v2_document_terms t "
+        "SELECT t.term, count(*) AS df FROM ragoverlay_v2_postings t "
         "JOIN ragoverlay_v2_run_files rf ON rf.document_id = t.document_id AND rf.run_id = $1 "
         "WHERE length(t.term) >= 5 AND t.term ~ '^[a-z]+$' GROUP BY t.term ORDER BY 2 DESC, 1 LIMIT 400",
         run_id,

@@ -8,7 +8,8 @@ every path runs inside the caller's scope in SQL.
 
 A retrieval channel is a SQL function in `app/store/sql/` that takes `p_scope` (and checks rows
 with `ragoverlay_in_scope`) and returns the chunk-hit columns, plus one planner function here that
-returns its `SearchCall`. `plan_vector_search` is V1's.
+returns its `SearchCall`. `plan_vector_search` is V1's, and V2's vector channel asks it too, with
+what an index run holds (app/search/v2/vectors.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from app.store.chunks import FileRecord, SearchCall
 
 # rag_api's typical file, until the catalogue says otherwise
 DEFAULT_CHUNKS_PER_FILE = 20.0
+# pgvector refuses a larger hnsw.ef_search
+MAX_EF_SEARCH = 1000
 VECTOR_SEARCH_FUNCTION = "ragoverlay_nearest_chunks"
 
 Path = Literal["exact", "index"]
@@ -232,7 +235,7 @@ def plan_vector_search(
             check_dims=check_dims,
             visible_estimate=estimate,
             walk=walk,
-            ef_search=max(settings.ef_search, candidates),
+            ef_search=min(max(settings.ef_search, candidates), MAX_EF_SEARCH),
             max_scan_tuples=settings.max_scan_tuples,
         )
     return VectorSearchDecision(

@@ -37,16 +37,17 @@ import numpy as np
 from app.store.scope import SCOPE_SQL, Scope
 from app.text.chunks import ChunkPlace
 from app.text.normalize import normalize
+from app.v2_settings import ChannelSettings, ExactWeights
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Key = tuple[int, int]  # (document_id, ordinal)
-VectorPath = Literal["exact", "hnsw", "hnsw+exact"]
+VectorPath = Literal["exact", "hnsw", "hnsw+exact"]  # the path taken, as a result reports it
 # the channels, in the order the statement runs them (app/search/v2/records.CHANNELS names the same)
 CHANNEL_NAMES = ("exact", "lexical", "vector")
-# a document-level exact match (number, title, file name) stands for this many of its first chunks
-DOCUMENT_MATCH_CHUNKS = 3
+# the shipped channel settings, for callers that pass none
+_CHANNELS = ChannelSettings()
 
 
 @dataclass(frozen=True)
@@ -96,12 +97,29 @@ class ChunkDetail:
     metadata: dict[str, Any]  # the document's
 
 
+@dataclass(frozen=True)
+class VectorPlan:
+    """How the vector channel runs: the planner's decision (app/search/planner.py), carried out in SQL.
+
+    "exact" scans every visible vector; "index" walks `walk` (the query dimension's HNSW walk) for
+    `candidates` rows with `ef_search` and `max_scan_tuples`, re-ranks them exactly, and scans
+    exactly instead when the walk met fewer than the limit (path "hnsw+exact").
+    """
+
+    path: Literal["exact", "index"] = "exact"
+    walk: str | None = None
+    candidates: int = 0
+    ef_search: int | None = None
+    max_scan_tuples: int | None = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class ChannelQuery:
     """What one /query_v2 asks of the channels (see each channel's function for its part).
 
     A channel with nothing to look up is not asked: exact without keys and phrases, lexical without
-    terms and trigram text, vector without a query vector (`query` None).
+    terms and trigram text, vector without a query vector (`query` None). The match weights, the
+    document-match chunk count and the trigram similarity are RAG_V2__CHANNELS__*'s.
     """
 
     keys: Sequence[str] = ()
@@ -112,10 +130,10 @@ class ChannelQuery:
     limit: int
     k1: float
     b: float
-    exact_max_chunks: int
-    ef_search: int
-    max_scan_tuples: int
-    document_chunks: int = DOCUMENT_MATCH_CHUNKS
+    vector_plan: VectorPlan = VectorPlan()
+    exact_weights: ExactWeights = _CHANNELS.exact
+    document_chunks: int = _CHANNELS.document_match_chunks
+    trigram_similarity: float = _CHANNELS.trigram_similarity
 
 
 @dataclass
@@ -161,17 +179,18 @@ VISIBLE = f"SELECT documents, chunks, average_length FROM ragoverlay_v2_visible_
 DOCUMENT_FREQUENCIES = f"SELECT term, df FROM ragoverlay_v2_visible_term_stats({SCOPE_SQL}, $7, $8::text[])"
 LEXICAL = f"""
     SELECT document_id, ordinal, score, detail
-    FROM ragoverlay_v2_lexical({SCOPE_SQL}, $7, $8::text[], $9, $10, $11, $12)
+    FROM ragoverlay_v2_lexical({SCOPE_SQL}, $7, $8::text[], $9, $10, $11, $12, $13)
     ORDER BY rank
 """
 EXACT = f"""
     SELECT document_id, ordinal, weight, detail
-    FROM ragoverlay_v2_exact({SCOPE_SQL}, $7, $8::text[], $9::text[], $10, $11)
+    FROM ragoverlay_v2_exact({SCOPE_SQL}, $7, $8::text[], $9::text[], $10, $11, $12, $13, $14, $15, $16)
 """
 NEAREST = f"""
     SELECT document_id, ordinal, distance, path
-    FROM ragoverlay_v2_nearest({SCOPE_SQL}, $7, $8::vector, $9, $10, $11, $12)
+    FROM ragoverlay_v2_nearest({SCOPE_SQL}, $7, $8::vector, $9, $10, $11, $12, $13, $14)
 """
+
 CHUNK_DETAILS = f"""
     SELECT document_id, ordinal, chunk_id, file_id, kind, page, page_label, section, table_caption,
            table_index, row_index, row_label, headers, row_values, units, footnotes, content, search_text,
@@ -183,9 +202,19 @@ CHUNK_DETAILS = f"""
 
 RETRIEVE = f"""
     SELECT *
-    FROM ragoverlay_v2_retrieve({SCOPE_SQL}, $7, $8, $9::text[], $10::text[], $11, $12::text[], $13, $14,
-                                $15, $16::vector, $17, $18, $19)
+    FROM ragoverlay_v2_retrieve({SCOPE_SQL}, $7, $8, $9::text[], $10::text[], $11, $12, $13, $14, $15, $16,
+                                $17::text[], $18, $19, $20, $21, $22::vector, $23, $24, $25, $26, $27)
 """
+
+
+def _weights(weights: ExactWeights) -> tuple[float, ...]:
+    """The exact channel's weights in the order the SQL functions take them."""
+    return (weights.row_label, weights.entity, weights.document_number, weights.title, weights.filename)
+
+
+def _vector_args(plan: VectorPlan) -> tuple[Any, ...]:
+    """The vector plan in the order the SQL functions take it."""
+    return (plan.path, plan.walk, plan.candidates, plan.ef_search, plan.max_scan_tuples)
 
 
 # --- the channels --------------------------------------------------------------------------------
@@ -218,13 +247,14 @@ async def lexical(
     b: float,
     limit: int,
     trigram_text: str | None = None,
+    trigram_similarity: float = _CHANNELS.trigram_similarity,
     timeout: float | None = None,  # noqa: ASYNC109 - asyncpg's own per-statement timeout
 ) -> list[ChannelHit]:
     """BM25 over the visible chunks for the distinct normalised `terms`, best first (ties by key).
 
     With `trigram_text` (a short identifier-like text, normalised), chunks with an entity that looks
-    like it (pg_trgm similarity >= 0.6, see the SQL for why entities) follow in the slots the BM25
-    hits leave, de-duplicated: at most `limit` rows in all.
+    like it (pg_trgm similarity >= `trigram_similarity`, see the SQL for why entities) follow in the
+    slots the BM25 hits leave, de-duplicated: at most `limit` rows in all.
     """
     wanted = list(dict.fromkeys(t for t in terms if t))
     if limit <= 0 or not (wanted or trigram_text):
@@ -238,6 +268,7 @@ async def lexical(
         float(b),
         limit,
         trigram_text or None,
+        float(trigram_similarity),
         timeout=timeout,
     )
     return [
@@ -253,14 +284,16 @@ async def exact(
     keys: Sequence[str],
     phrases: Sequence[str],
     limit: int,
-    document_chunks: int = DOCUMENT_MATCH_CHUNKS,
+    weights: ExactWeights = _CHANNELS.exact,
+    document_chunks: int = _CHANNELS.document_match_chunks,
     timeout: float | None = None,  # noqa: ASYNC109 - asyncpg's own per-statement timeout
 ) -> list[ChannelHit]:
     """Chunks whose stored keys equal a query key or phrase, one per chunk at its best weight.
 
-    Weights: row label 1.0, an entity equal to a key 0.9 (detail: its kind), document number 0.85,
-    title 0.7, file name without extension 0.6; a document-level match stands for the document's
-    first `document_chunks` chunks. Ordered by weight, then ordinal; at most `limit`.
+    `weights` of a row label, an entity equal to a key (detail: its kind), the document number, the
+    title and the file name without extension (shipped: 1.0, 0.9, 0.85, 0.7, 0.6); a document-level
+    match stands for the document's first `document_chunks` chunks. Ordered by weight, then
+    ordinal; at most `limit`.
     """
     key_list = list(dict.fromkeys(k for k in keys if k))
     phrase_list = list(dict.fromkeys(p for p in phrases if p))
@@ -274,6 +307,7 @@ async def exact(
         phrase_list,
         limit,
         document_chunks,
+        *_weights(weights),
         timeout=timeout,
     )
     return [
@@ -288,16 +322,14 @@ async def vector(
     query: np.ndarray,
     *,
     limit: int,
-    exact_max_chunks: int,
-    ef_search: int,
-    max_scan_tuples: int,
+    plan: VectorPlan,
     timeout: float | None = None,  # noqa: ASYNC109 - asyncpg's own per-statement timeout
 ) -> tuple[list[ChannelHit], VectorPath]:
     """The visible chunks nearest to `query` (cosine, among vectors of its dimension) and the path taken.
 
-    "exact" up to `exact_max_chunks` visible vectors or without a valid HNSW index of the dimension;
-    "hnsw" the index walk (re-ranked by exact distance); "hnsw+exact" when the walk met fewer than
-    min(limit, visible) rows and an exact scan answered. Score: 1 - cosine distance.
+    "exact" when `plan` says so; "hnsw" the index walk (re-ranked by exact distance); "hnsw+exact"
+    when the walk met fewer than min(limit, visible) rows and an exact scan answered. Score:
+    1 - cosine distance.
     """
     scope.for_reading()
     if limit <= 0:
@@ -308,9 +340,7 @@ async def vector(
         run_id,
         np.asarray(query, dtype=np.float32),
         limit,
-        exact_max_chunks,
-        ef_search,
-        max_scan_tuples,
+        *_vector_args(plan),
         timeout=timeout,
     )
     path: VectorPath = rows[0]["path"] if rows else "exact"
@@ -382,14 +412,14 @@ async def retrieve(
         _distinct(ask.keys),
         _distinct(ask.phrases),
         ask.document_chunks,
+        *_weights(ask.exact_weights),
         _distinct(ask.terms),
         float(ask.k1),
         float(ask.b),
         ask.trigram_text or None,
+        float(ask.trigram_similarity),
         None if ask.query is None else np.asarray(ask.query, dtype=np.float32),
-        ask.exact_max_chunks,
-        ask.ef_search,
-        ask.max_scan_tuples,
+        *_vector_args(ask.vector_plan),
         timeout=timeout,
     )
     return _retrieval(rows)
@@ -464,13 +494,14 @@ async def retrieve_separately(
     hits, ms, error = await _timed(
         conn,
         lambda: exact(conn, scope, run_id, keys=ask.keys, phrases=ask.phrases, limit=limit,
-                      document_chunks=ask.document_chunks, timeout=timeout)
+                      weights=ask.exact_weights, document_chunks=ask.document_chunks, timeout=timeout)
     )  # fmt: skip
     channels["exact"] = ChannelResult(hits or [], ms, error)
     hits, ms, error = await _timed(
         conn,
         lambda: lexical(conn, scope, run_id, ask.terms, k1=ask.k1, b=ask.b, limit=limit,
-                        trigram_text=ask.trigram_text, timeout=timeout)
+                        trigram_text=ask.trigram_text, trigram_similarity=ask.trigram_similarity,
+                        timeout=timeout)
     )  # fmt: skip
     channels["lexical"] = ChannelResult(hits or [], ms, error)
     channels["vector"] = ChannelResult()
@@ -478,8 +509,7 @@ async def retrieve_separately(
         query = ask.query
         found, ms, error = await _timed(
             conn,
-            lambda: vector(conn, scope, run_id, query, limit=limit, exact_max_chunks=ask.exact_max_chunks,
-                           ef_search=ask.ef_search, max_scan_tuples=ask.max_scan_tuples, timeout=timeout)
+            lambda: vector(conn, scope, run_id, query, limit=limit, plan=ask.vector_plan, timeout=timeout)
         )  # fmt: skip
         hits, path = found if found is not None else ([], None)
         channels["vector"] = ChannelResult(hits, ms, error, path)

@@ -45,11 +45,16 @@ def _marks() -> str:
     )
 
 
+# The first combining mark is U+0300: a folded text with no character from there on has none.
+_FIRST_MARK = "\u0300"
+
+
 @functools.cache
-def _token_pattern(keep_symbols: str) -> re.Pattern[str]:
-    marks = _marks()
+def _token_pattern(keep_symbols: str, marks: bool = True) -> re.Pattern[str]:
     number = r"\d+(?:[.,]\d+)*"
-    word = rf"(?:[^\W\d_]|[{marks}])+"
+    # with marks, a word is a run of letters and marks; the class of every mark is long (ranges up
+    # to plane 14) and costs ~4x per character, so a text without marks uses the plain letter run
+    word = rf"(?:[^\W\d_]|[{_marks()}])+" if marks else r"[^\W\d_]+"
     parts = [number, word]
     if keep_symbols:
         parts.append(f"[{re.escape(keep_symbols)}]")
@@ -70,7 +75,9 @@ def fold(text: str) -> str:
 def tokenize(text: str, keep_symbols: str = DEFAULT_KEEP_SYMBOLS) -> list[str]:
     """The search tokens of `text` (see the module docstring); decimal commas become points."""
     folded = fold(text)
-    return [token.replace(",", ".") for token in _token_pattern(keep_symbols).findall(folded)]
+    # max() of a str runs in C: most texts (English, German after folding) have no mark at all
+    marks = bool(folded) and max(folded) >= _FIRST_MARK
+    return [token.replace(",", ".") for token in _token_pattern(keep_symbols, marks).findall(folded)]
 
 
 def normalize(text: str, keep_symbols: str = DEFAULT_KEEP_SYMBOLS) -> str:

@@ -43,10 +43,8 @@ def stem_de(token: str) -> str:
 
 def form_set(tokens: Iterable[str]) -> frozenset[str]:
     """Every form of every token: what a text offers to match against."""
-    out: set[str] = set()
-    for token in tokens:
-        out |= forms(token)
-    return frozenset(out)
+    # one union in C over the cached sets (a Python loop of `|=` took ~3x as long per token)
+    return frozenset().union(*map(forms, tokens))
 
 
 def matches(token: str, offered: frozenset[str]) -> bool:

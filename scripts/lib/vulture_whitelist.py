@@ -68,4 +68,3 @@ _.trusted_dimensions  # TODO remove: app/clients/embeddings/base.py, never read
 _.is_open  # TODO remove: app/clients/embeddings/breaker.py, only tests read it
 _.RUN_STATUSES  # TODO remove: app/store/v2/runs.py, never read
 _.has_vector  # TODO remove: app/store/v2/reads.py StoredChunk, only tests read it (via run_chunks)
-_.term_stats  # TODO remove: app/store/v2/reads.py (and TERM_STATS): its SQL function is retired

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
@@ -21,7 +22,9 @@ from app.config import Settings
 from app.search.v2.records import CHANNELS
 from app.search.v2.refusal import SAFE_REFUSAL
 from app.search.v2.rerank_http import HttpReranker
+from app.search.v2.vectors import RunVectorCache
 from app.store import v2_search
+from app.store.v2 import vectors as vector_store
 from tests.contract.helpers import agent_id, upload
 from tests.fixtures import v2_corpus
 from tests.fixtures.service import auth, new_id, resources, running_app
@@ -348,6 +351,32 @@ async def test_one_failing_channel_degrades_the_answer(world: World, monkeypatch
     r = await world.ask("What is the weight of the K 28 in kg?")
     assert r.status_code == 200 and r.json()["degraded"] is False
     assert r.json()["results"][0]["row_label"] == "K 28"
+
+
+async def test_the_vector_plan_without_its_inputs_scans_exactly(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = resources(world.client).v2_search
+    assert service is not None
+    r = await world.ask("What is the weight of the K 28 in kg?", user=ADMIN, debug=True)
+    assert r.status_code == 200, r.text
+    assert r.json()["debug"]["vector_plan"]["path"] == "exact"  # a few chunks: under the exact limit
+    assert r.json()["debug"]["vector_plan"]["visible_estimate"] > 0
+
+    async def unreadable(*args: Any, **kwargs: Any) -> Any:
+        raise asyncpg.QueryCanceledError("canceling statement due to statement timeout")
+
+    # the planner's inputs cannot be read (a fresh cache, its read failing): the vector channel
+    # scans exactly and the answer is whole
+    monkeypatch.setattr(service, "run_vectors", RunVectorCache())
+    monkeypatch.setattr(vector_store, "run_vectors", unreadable)
+    r = await world.ask("What is the weight of the K 28 in kg?", user=ADMIN, debug=True)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["degraded"] is False and body["results"][0]["row_label"] == "K 28"
+    assert body["debug"]["vector_plan"] == {"path": "exact", "visible_estimate": 0}
+    assert body["debug"]["channels"]["vector"]["path"] == "exact"
+    assert body["debug"]["channels"]["vector"]["hits"] > 0
 
 
 async def test_all_channels_failing_is_503(world: World, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,9 +1,11 @@
 """The /query_v2 channels' SQL (app/store/v2_search.py) on the real PostgreSQL: BM25 equal to the
 reference, the scope and allow-list around every channel and statistic, exact matches and their
-ranking, both vector paths with the exact refill, and the postings table (insert, delete, backfill)."""
+ranking, both vector paths with the exact refill, the postings table (insert, delete) and how a
+chunk is stored (its vector in the row, its terms once)."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
@@ -14,7 +16,9 @@ import numpy as np
 import pytest
 from pgvector.asyncpg import register_vector
 
+from app.search.planner import SearchSettings
 from app.search.v2 import bm25
+from app.search.v2.vectors import RunVectorCache, plan_vectors, run_knowledge
 from app.store import v2_search as search
 from app.store.migrate import load_migrations, split_statements
 from app.store.scope import SCOPE_SQL, Scope, ScopeError
@@ -22,16 +26,24 @@ from app.store.v2 import documents as document_store
 from app.store.v2 import reads as read_store
 from app.store.v2 import runs as run_store
 from app.store.v2 import vectors as vector_store
-from app.store.v2_search import ChannelHit
+from app.store.v2_search import ChannelHit, VectorPlan
 from app.store.vector_index import build_index, index_spec
 from app.text.chunks import ChunkPlace, ChunkRecord
 from app.text.entities import Entity
 from app.text.normalize import normalize
+from app.v2_settings import ChannelSettings, ExactWeights
 from tests.fixtures.service import Database, new_id
 
 # a dimension no other test module uses: this module builds its HNSW index
 DIMS = 12
 K1, B = 1.2, 0.75
+WALK = f"ragoverlay_v2_vec_walk_{DIMS}"
+
+
+def walk_plan(limit: int, *, ef_search: int = 40, max_scan_tuples: int = 1000) -> VectorPlan:
+    """The planner's decision to walk this module's HNSW index for `limit` hits."""
+    candidates = 2 * limit + 10
+    return VectorPlan("index", WALK, candidates, max(ef_search, candidates), max_scan_tuples)
 
 
 def unit(*weights: float) -> np.ndarray:
@@ -102,7 +114,13 @@ class World:
         return Scope.of(self.collection_id, [owner or self.owner], file_ids=file_ids or list(self.docs))
 
     async def lexical(
-        self, terms: Sequence[str], *, scope: Scope | None = None, limit: int = 50, trigram: str | None = None
+        self,
+        terms: Sequence[str],
+        *,
+        scope: Scope | None = None,
+        limit: int = 50,
+        trigram: str | None = None,
+        similarity: float = ChannelSettings().trigram_similarity,
     ) -> list[ChannelHit]:
         return await search.lexical(
             self.conn,
@@ -113,6 +131,7 @@ class World:
             b=B,
             limit=limit,
             trigram_text=trigram,
+            trigram_similarity=similarity,
         )
 
     async def exact(
@@ -122,7 +141,8 @@ class World:
         *,
         scope: Scope | None = None,
         limit: int = 20,
-        document_chunks: int = search.DOCUMENT_MATCH_CHUNKS,
+        document_chunks: int = ChannelSettings().document_match_chunks,
+        weights: ExactWeights | None = None,
     ) -> list[ChannelHit]:
         return await search.exact(
             self.conn,
@@ -132,6 +152,7 @@ class World:
             phrases=phrases,
             limit=limit,
             document_chunks=document_chunks,
+            weights=weights or ExactWeights(),
         )
 
     async def vector(
@@ -139,21 +160,17 @@ class World:
         query: np.ndarray,
         *,
         limit: int,
-        exact_max: int,
+        walk: bool,
         scope: Scope | None = None,
         run_id: int | None = None,
         ef_search: int = 40,
         max_scan_tuples: int = 1000,
     ) -> tuple[list[ChannelHit], str]:
+        plan = (
+            walk_plan(limit, ef_search=ef_search, max_scan_tuples=max_scan_tuples) if walk else VectorPlan()
+        )
         return await search.vector(
-            self.conn,
-            scope or self.scope(),
-            run_id or self.run_id,
-            query,
-            limit=limit,
-            exact_max_chunks=exact_max,
-            ef_search=ef_search,
-            max_scan_tuples=max_scan_tuples,
+            self.conn, scope or self.scope(), run_id or self.run_id, query, limit=limit, plan=plan
         )
 
     async def retrieve(self, ask: search.ChannelQuery, *, scope: Scope | None = None) -> search.Retrieval:
@@ -297,12 +314,12 @@ def ask(
     trigram: str | None = None,
     query: np.ndarray | None = None,
     limit: int = 50,
-    exact_max: int = 10_000,
+    walk: bool = False,
 ) -> search.ChannelQuery:
     """What /query_v2 would ask of the channels, with this module's BM25 parameters."""
     return search.ChannelQuery(
         keys=keys, phrases=phrases, terms=terms, trigram_text=trigram, query=query, limit=limit, k1=K1, b=B,
-        exact_max_chunks=exact_max, ef_search=40, max_scan_tuples=1000,
+        vector_plan=walk_plan(limit) if walk else VectorPlan(),
     )  # fmt: skip
 
 
@@ -364,6 +381,9 @@ async def test_the_allow_list_narrows_every_statistic(world: World) -> None:
 
 async def test_foreign_files_and_other_owners_never_appear(world: World) -> None:
     conn, run = world.conn, world.run_id
+    # both vector paths: the walk needs this dimension's index
+    spec = index_spec(DIMS, vector_store.V2_CHUNK_INDEX)
+    assert spec is not None and await build_index(conn, spec, m=8, ef_construction=32, memory="64MB")
     foreign_doc = world.document_ids[world.foreign]
     # the foreign file in the allow-list changes nothing: it is another owner's
     listed = world.scope(*world.docs, world.foreign)
@@ -373,8 +393,8 @@ async def test_foreign_files_and_other_owners_never_appear(world: World) -> None
         hits += await world.lexical(["zebra", "pump", "secret"], scope=scope, trigram="zebra secret")
         hits += await world.lexical([], scope=scope, trigram="k 28")
         hits += await world.exact(["k 28"], ["k 28", "secret pump", "secret"], scope=scope)
-        hits += (await world.vector(unit(1.0), limit=50, exact_max=10_000, scope=scope))[0]
-        hits += (await world.vector(unit(1.0), limit=50, exact_max=0, scope=scope))[0]
+        hits += (await world.vector(unit(1.0), limit=50, walk=False, scope=scope))[0]
+        hits += (await world.vector(unit(1.0), limit=50, walk=True, scope=scope))[0]
         assert foreign_doc not in {h.document_id for h in hits}
         assert await search.document_frequencies(conn, scope, run, ["zebra", "secret"]) == {
             "zebra": 0,
@@ -395,14 +415,14 @@ async def test_foreign_files_and_other_owners_never_appear(world: World) -> None
     with pytest.raises(ScopeError):
         await world.lexical(["pump"], scope=deleting)
     with pytest.raises(ScopeError):
-        await world.vector(unit(1.0), limit=5, exact_max=0, scope=deleting)
+        await world.vector(unit(1.0), limit=5, walk=True, scope=deleting)
     with pytest.raises(asyncpg.RaiseError, match="any-owner"):
         await conn.fetch(
             f"SELECT * FROM ragoverlay_v2_visible_documents({SCOPE_SQL}, $7)", *deleting.sql_args(), run
         )
     with pytest.raises(asyncpg.RaiseError, match="any-owner"):
         await conn.fetch(
-            f"SELECT * FROM ragoverlay_v2_nearest({SCOPE_SQL}, $7, $8::vector, 5, 0, 10, 10)",
+            f"SELECT * FROM ragoverlay_v2_nearest({SCOPE_SQL}, $7, $8::vector, 5, 'exact', NULL, 20, 10, 10)",
             *deleting.sql_args(),
             run,
             unit(1.0),
@@ -447,6 +467,32 @@ async def test_exact_matches_and_their_ranking(world: World) -> None:
     assert await world.exact([], []) == []
 
 
+async def test_the_exact_weights_are_the_settings(world: World) -> None:
+    _, fb, fc = world.docs
+    doc_b, doc_c = world.document_ids[fb], world.document_ids[fc]
+    keys, phrases = ["k 28"], ["k 28"]
+    # shipped: the row labelled K 28 (1.0), then the chunk naming it (0.9), then the document titled
+    # K 28 (0.7, its first three chunks)
+    shipped = await world.exact(keys, phrases)
+    assert [(h.document_id, h.ordinal, h.score) for h in shipped] == [
+        (doc_b, 2, 1.0), (doc_b, 3, pytest.approx(0.9)),
+        (doc_c, 0, pytest.approx(0.7)), (doc_c, 1, pytest.approx(0.7)), (doc_c, 2, pytest.approx(0.7)),
+    ]  # fmt: skip
+    # a title weighing more than a row label puts the titled document's chunks first
+    titles_first = ExactWeights(row_label=0.5, entity=0.4, title=0.95)
+    reordered = await world.exact(keys, phrases, weights=titles_first)
+    assert [(h.document_id, h.ordinal, h.detail) for h in reordered] == [
+        (doc_c, 0, "title"), (doc_c, 1, "title"), (doc_c, 2, "title"),
+        (doc_b, 2, "row_label"), (doc_b, 3, "identifier"),
+    ]  # fmt: skip
+    assert [h.score for h in reordered] == pytest.approx([0.95, 0.95, 0.95, 0.5, 0.4])
+    # the same through the one statement, with one chunk per document-level match
+    one = await world.retrieve(
+        dataclasses.replace(ask(keys=keys, phrases=phrases), exact_weights=titles_first, document_chunks=1)
+    )
+    assert keys_of(one.channels["exact"].hits) == [(doc_c, 0), (doc_b, 2), (doc_b, 3)]
+
+
 async def test_trigram_look_alikes_follow_the_bm25_hits(world: World) -> None:
     conn = world.conn
     doc_c = world.document_ids[list(world.docs)[2]]
@@ -461,6 +507,10 @@ async def test_trigram_look_alikes_follow_the_bm25_hits(world: World) -> None:
     assert len(keys_of(hits)) == len(set(keys_of(hits)))
     assert [h.detail for h in hits] == ["bm25"] * len(hits)
     assert await world.lexical([], trigram="k 29") == []
+    # the threshold is RAG_V2__CHANNELS__TRIGRAM_SIMILARITY's: at 0.4, "k 29" looks like "k 28" (0.43)
+    lenient = await world.lexical([], trigram="k 29", similarity=0.4)
+    assert lenient and {h.detail for h in lenient} == {"trigram"}
+    assert all(0.4 <= h.score < 0.6 for h in lenient)
     # pg_trgm's threshold, raised for the look-up, is back where it was for the rest of the transaction
     async with conn.transaction():
         await world.lexical([], trigram="k 28")
@@ -507,21 +557,44 @@ async def test_vector_paths_return_as_many_rows_as_are_visible(world: World) -> 
     q = query.astype(np.float64)
     cosine = {k: float(v @ q / np.linalg.norm(v) / np.linalg.norm(q)) for k, v in stored.items()}
     best = sorted(cosine, key=lambda k: (-cosine[k], k))
-    hits, path = await world.vector(query, limit=5, exact_max=10_000)
+    hits, path = await world.vector(query, limit=5, walk=False)
     assert path == "exact" and keys_of(hits) == best[:5]
     for hit in hits:
         assert hit.score == pytest.approx(cosine[(hit.document_id, hit.ordinal)], abs=1e-6)
-    # above the exact limit but no index of this dimension yet: still exact
+    # the planner (any size walks: no exact limit, no cost factor) with what it reads of the run:
+    # no index of this dimension yet, so still exact
+    walk_anything = SearchSettings(exact_max_rows=0, cost_factor=0.0)
+
+    async def planned(limit: int) -> VectorPlan:
+        vectors = await vector_store.run_vectors(conn, world.run_id, DIMS)
+        # the owner's files and the foreign one, each staged file's vectors under its owner
+        assert {f: sum(o.values()) for f, o in vectors.files.items()} == {
+            f: len(d.texts) for f, d in world.docs.items()
+        } | {world.foreign: 2}
+        knowledge = run_knowledge(vectors, DIMS)
+        return plan_vectors(
+            knowledge, dims=DIMS, limit=limit, scope=world.scope(), settings=walk_anything
+        ).plan
+
     spec = index_spec(DIMS, vector_store.V2_CHUNK_INDEX)
     assert spec is not None
     await conn.execute(f"DROP INDEX IF EXISTS {spec.name}")
-    hits, path = await world.vector(query, limit=50, exact_max=0)
+    assert (await vector_store.run_vectors(conn, world.run_id, DIMS)).walk is None
+    plan = await planned(50)
+    assert plan == VectorPlan("exact", None, 110)
+    hits, path = await search.vector(conn, world.scope(), world.run_id, query, limit=50, plan=plan)
     assert path == "exact" and keys_of(hits) == best  # all of them, fewer than the limit
     assert await build_index(conn, spec, m=8, ef_construction=32, memory="64MB")
-    hits, path = await world.vector(query, limit=5, exact_max=0)
+    plan = await planned(5)
+    assert (plan.path, plan.walk, plan.candidates) == ("index", WALK, 20)
+    hits, path = await search.vector(conn, world.scope(), world.run_id, query, limit=5, plan=plan)
     assert path == "hnsw" and keys_of(hits) == best[:5]
-    hits, path = await world.vector(query, limit=100, exact_max=0)
+    hits, path = await world.vector(query, limit=100, walk=True)
     assert path == "hnsw" and len(hits) == visible
+    # a walk of another dimension is refused, not run
+    wrong = VectorPlan("index", "ragoverlay_v2_vec_walk_13", 20, 40, 1000)
+    with pytest.raises(asyncpg.RaiseError, match="walk of dimension 12"):
+        await search.vector(conn, world.scope(), world.run_id, query, limit=5, plan=wrong)
 
 
 async def test_a_filtered_walk_that_under_returns_is_refilled_exactly(world: World) -> None:
@@ -547,22 +620,22 @@ async def test_a_filtered_walk_that_under_returns_is_refilled_exactly(world: Wor
     assert await build_index(conn, spec, m=8, ef_construction=32, memory="64MB")
     scope = Scope.of(world.collection_id, [world.owner], file_ids=[far_doc.file_id])
 
-    async def far_walk(limit: int, exact_max: int) -> tuple[list[ChannelHit], str]:
+    async def far_walk(limit: int, walk: bool) -> tuple[list[ChannelHit], str]:
         return await world.vector(
             unit(1.0),
             limit=limit,
-            exact_max=exact_max,
+            walk=walk,
             scope=scope,
             run_id=far_run.run_id,
             ef_search=10,
             max_scan_tuples=1,
         )
 
-    exact, path = await far_walk(10, 10_000)
+    exact, path = await far_walk(10, False)
     assert path == "exact" and len(exact) == 10
-    hits, path = await far_walk(10, 0)
+    hits, path = await far_walk(10, True)
     assert path == "hnsw+exact" and hits == exact
-    hits, path = await far_walk(100, 0)
+    hits, path = await far_walk(100, True)
     assert len(hits) == 30 and path in ("hnsw", "hnsw+exact")
 
 
@@ -595,31 +668,56 @@ async def test_postings_follow_inserts_and_deletes(world: World) -> None:
     assert tuple(keys) == ("sizes", "datasheet x 1", "ab 1234")
 
 
-async def test_the_migration_backfills_postings_of_earlier_chunks(world: World) -> None:
+async def test_vectors_stay_in_their_rows_and_no_dead_storage_is_left(world: World) -> None:
     conn = world.conn
-    (backfill,) = [
-        s
-        for m in load_migrations()
-        if m.name == "v2_postings"
-        for s in split_statements(m.sql)
-        if s.startswith("INSERT INTO ragoverlay_v2_postings")
-    ]
-    documents = list(world.document_ids.values())
-    query = (
-        "SELECT document_id, ordinal, term, tf, term_count FROM ragoverlay_v2_postings "
-        "WHERE document_id = ANY ($1::bigint[]) ORDER BY 1, 2, 3"
+    # migration 0015: what no statement read is gone
+    dropped = [
+        "ragoverlay_v2_chunks_search_vector_gin", "ragoverlay_v2_chunks_search_text_trgm",
+        "ragoverlay_v2_documents_filename_trgm", "ragoverlay_v2_documents_title_trgm",
+        "ragoverlay_v2_document_terms",
+    ]  # fmt: skip
+    assert await conn.fetchval("SELECT count(to_regclass(x)) FROM unnest($1::text[]) x", dropped) == 0
+    columns = {
+        r["attname"]
+        for r in await conn.fetch(
+            "SELECT attname FROM pg_attribute WHERE attrelid = 'ragoverlay_v2_chunks'::regclass "
+            "AND attnum > 0 AND NOT attisdropped"
+        )
+    }
+    assert {"search_text", "term_count", "embedding"} <= columns and not {"terms", "search_vector"} & columns
+    # a chunk whose texts are far too long for one row: they leave it, its 700-d vector (2.8 KB) stays
+    where = "SELECT {} FROM ragoverlay_v2_chunks WHERE document_id = $1"
+    out_of_line = where.format(
+        "pg_column_toast_chunk_id(embedding) IS NOT NULL AS vector, "
+        "pg_column_toast_chunk_id(embed_text) IS NOT NULL AS text, embedding"
     )
-    written = [tuple(r) for r in await conn.fetch(query, documents)]
-    assert written
-    # chunks as they were before migration 0013: no postings
-    await conn.execute("DELETE FROM ragoverlay_v2_postings WHERE document_id = ANY ($1::bigint[])", documents)
-    await conn.execute(backfill)
-    assert [tuple(r) for r in await conn.fetch(query, documents)] == written
-    # again: nothing twice
-    await conn.execute(backfill)
-    assert [tuple(r) for r in await conn.fetch(query, documents)] == written
-    hits = await world.lexical(["pump"])
-    assert {(h.document_id, h.ordinal) for h in hits} == set(reference(world, ["pump"], list(world.docs)))
+    rng = np.random.default_rng(5)
+    vector = rng.normal(size=700).astype(np.float32)
+    text = " ".join(f"word{i} pump" for i in range(2000))
+    doc = Doc(new_id("long"), world.owner, "long.pdf", "Long", (Text(text, vector=vector),))
+    document_id = await store_document(conn, world.collection_id, world.run_id, doc, rng)
+    row = await conn.fetchrow(out_of_line, document_id)
+    assert (row["vector"], row["text"]) == (False, True)
+    # a row stored under the old rule (vector out of line) is moved into the row by the migration's
+    # rewrite, unchanged
+    (rewrite,) = [
+        s for m in load_migrations() if m.name == "v2_chunk_storage" for s in split_statements(m.sql)
+        if s.startswith("UPDATE ragoverlay_v2_chunks")
+    ]  # fmt: skip
+    transaction = conn.transaction()
+    await transaction.start()
+    try:
+        await conn.execute("ALTER TABLE ragoverlay_v2_chunks ALTER COLUMN embedding SET STORAGE EXTERNAL")
+        await conn.execute("UPDATE ragoverlay_v2_chunks SET embedding = $2 WHERE document_id = $1",
+                           document_id, vector)  # fmt: skip
+        assert (await conn.fetchrow(out_of_line, document_id))["vector"] is True
+        await conn.execute("ALTER TABLE ragoverlay_v2_chunks ALTER COLUMN embedding SET STORAGE MAIN")
+        await conn.execute(rewrite)
+        row = await conn.fetchrow(out_of_line, document_id)
+        assert row["vector"] is False
+        assert np.array_equal(vector_store._vector(row["embedding"]), vector)
+    finally:
+        await transaction.rollback()
 
 
 def answered(retrieval: search.Retrieval) -> dict[str, tuple[list[ChannelHit], str | None, str | None]]:
@@ -634,7 +732,7 @@ async def test_the_one_statement_returns_what_each_channel_returns(world: World)
         ask(terms=["pump", "valve", "water"], keys=["k 28"], phrases=["k 28", "pump", "sensor"], query=query),
         ask(terms=["bdetection"], trigram="bdetection plus", query=query, limit=5),
         ask(terms=["pump"], limit=2),  # the vector channel not asked
-        ask(keys=["ab 1234"], phrases=["datasheet x 1"], query=query, exact_max=0),  # the HNSW walk
+        ask(keys=["ab 1234"], phrases=["datasheet x 1"], query=query, walk=True),  # the HNSW walk
         ask(terms=["absent"]),
     ]
     for scope in (world.scope(), world.scope(*list(world.docs)[:2])):
@@ -666,10 +764,10 @@ async def test_the_one_statement_returns_what_each_channel_returns(world: World)
     spec = index_spec(DIMS, vector_store.V2_CHUNK_INDEX)
     assert spec is not None
     await conn.execute(f"DROP INDEX IF EXISTS {spec.name}")
-    scan = await world.retrieve(ask(query=query, exact_max=0))
+    scan = await world.retrieve(ask(query=query))
     assert scan.channels["vector"].path == "exact" and len(scan.channels["vector"].hits) == 10
     assert await build_index(conn, spec, m=8, ef_construction=32, memory="64MB")
-    walk = await world.retrieve(ask(query=query, exact_max=0, limit=5))
+    walk = await world.retrieve(ask(query=query, walk=True, limit=5))
     assert walk.channels["vector"].path == "hnsw"
     assert walk.channels["vector"].hits == scan.channels["vector"].hits[:5]
     assert walk.channels["exact"].hits == [] and walk.channels["lexical"].hits == []
@@ -697,8 +795,8 @@ async def test_the_one_statement_keeps_foreign_rows_out(world: World) -> None:
         await world.retrieve(question, scope=deleting)
     with pytest.raises(asyncpg.RaiseError, match="any-owner"):
         await world.conn.fetch(
-            search.RETRIEVE, *deleting.sql_args(), world.run_id, 5, [], [], 3, ["pump"], K1, B, None, None,
-            0, 10, 10,
+            search.RETRIEVE, *deleting.sql_args(), world.run_id, 5, [], [], 3, 1.0, 0.9, 0.85, 0.7, 0.6,
+            ["pump"], K1, B, None, 0.6, None, "exact", None, 20, None, None,
         )  # fmt: skip
 
 
@@ -715,7 +813,9 @@ async def test_a_channel_failing_inside_the_statement_fails_alone(world: World) 
             """
             CREATE OR REPLACE FUNCTION ragoverlay_v2_exact_in(
                 p_scope ragoverlay_scope, p_docs bigint[], p_keys text[], p_phrases text[], p_limit integer,
-                p_document_chunks integer)
+                p_document_chunks integer, p_row_label_weight double precision,
+                p_entity_weight double precision, p_number_weight double precision,
+                p_title_weight double precision, p_filename_weight double precision)
             RETURNS TABLE (document_id bigint, ordinal integer, weight double precision, detail text)
             LANGUAGE plpgsql STABLE AS $$ BEGIN RAISE division_by_zero; END; $$
             """
@@ -735,3 +835,21 @@ async def test_a_channel_failing_inside_the_statement_fails_alone(world: World) 
     finally:
         await transaction.rollback()
     assert answered(await world.retrieve(question)) == answered(before)
+
+
+async def test_the_planner_inputs_of_a_run_are_read_again_after_their_time(world: World) -> None:
+    conn = world.conn
+    now = [0.0]
+    cache = RunVectorCache(ttl=30.0, clock=lambda: now[0])
+    first = await cache.knowledge(conn, world.run_id, DIMS)
+    staged = {f: sum(o.values()) for f, o in (first.stats.file_chunks or {}).items()}
+    assert staged == {f: len(d.texts) for f, d in world.docs.items()} | {world.foreign: 2}
+    # a file staged since: within the time the planner keeps what it read (the file counts the
+    # average), after it the file is known
+    later = Doc(new_id("late"), world.owner, "late.pdf", "Late", (Text("late one"), Text("late two")))
+    await store_document(conn, world.collection_id, world.run_id, later, np.random.default_rng(1))
+    now[0] = 29.0
+    assert await cache.knowledge(conn, world.run_id, DIMS) is first
+    now[0] = 31.0
+    again = await cache.knowledge(conn, world.run_id, DIMS)
+    assert again is not first and (again.stats.file_chunks or {})[later.file_id] == {world.owner: 2}

@@ -1,11 +1,15 @@
-"""The search planner: visible-row estimate, cost rule, path and candidates (pure, no database)."""
+"""The search planner: visible-row estimate, cost rule, path and candidates (pure, no database), for V1
+and for V2's vector channel."""
 
 from __future__ import annotations
+
+import uuid
 
 import numpy as np
 import pytest
 
 from app.search.planner import (
+    MAX_EF_SEARCH,
     VECTOR_SEARCH_FUNCTION,
     CatalogueStats,
     SearchKnowledge,
@@ -15,8 +19,13 @@ from app.search.planner import (
     index_pays_off,
     plan_vector_search,
 )
+from app.search.v2.vectors import PlannedVectors, plan_vectors, run_knowledge
 from app.store.catalogue import CatalogueFile, CatalogueSnapshot
 from app.store.chunks import FileRecord
+from app.store.scope import Scope
+from app.store.v2.vectors import RunVectors
+from app.store.v2_search import VectorPlan
+from app.v2_settings import V2Settings
 
 WALK = "ragoverlay_vec_walk_384"
 
@@ -177,3 +186,60 @@ def test_the_decision_is_a_call_with_named_arguments() -> None:
         "p_ef_search": 100,
         "p_max_scan_tuples": 50_000,
     }
+
+
+# --- V2's vector channel: the same planner, fed with an index run ------------------------------
+
+V2_WALK = "ragoverlay_v2_vec_walk_384"
+
+
+def v2_run(files: int, per_file: int, table_rows: float, *, walk: str | None = V2_WALK) -> SearchKnowledge:
+    """A run of `files` staged files of the Agent, `per_file` vectors each, and one of a colleague."""
+    by_file = {f"f{i}": {"agent": per_file} for i in range(files)} | {"theirs": {"colleague": 500}}
+    return run_knowledge(RunVectors(by_file, table_rows, walk), 384)
+
+
+def v2_plan(
+    knowledge: SearchKnowledge, files: int | None, *, limit: int = 50, **settings: object
+) -> PlannedVectors:
+    scope = Scope.of(
+        uuid.uuid4(), ["agent", "user-1"], file_ids=None if files is None else [f"f{i}" for i in range(files)]
+    )
+    shipped = {"exact_max_rows": V2Settings().channels.exact_scan_max_chunks, **settings}
+    return plan_vectors(knowledge, dims=384, limit=limit, scope=scope, settings=SearchSettings(**shipped))  # type: ignore[arg-type]
+
+
+def test_v2_runs_plan_like_v1() -> None:
+    # the benchmark's shape: 1,000 files of 10 vectors, 12,000 rows in the chunk table
+    run = v2_run(1000, 10, 12_000)
+    # 100 files = 1,000 vectors, under the exact limit (4,000): exact
+    small = v2_plan(run, 100)
+    assert (small.plan.path, small.plan.walk, small.visible_estimate) == ("exact", None, 1000)
+    # 1,000 files = 10,000 vectors: 10,000^2 >= 20 x 12,000 x 110, so the walk for 2 x 50 + 10
+    large = v2_plan(run, 1000)
+    assert large.plan == VectorPlan("index", V2_WALK, 110, 110, 50_000)
+    assert large.visible_estimate == 10_000
+    # the same 10,000 vectors in a table of 10 million rows (other Agents): the walk would meet ~1,000
+    # rows per visible one, the exact scan wins
+    assert v2_plan(v2_run(1000, 10, 10_000_000), 1000).plan.path == "exact"
+    # no valid index of the dimension: exact, whatever the size
+    assert v2_plan(v2_run(1000, 10, 12_000, walk=None), 1000).plan.path == "exact"
+    # RAG_V2__CHANNELS__EXACT_SCAN_MAX_CHUNKS above the estimate: exact
+    assert v2_plan(run, 1000, exact_max_rows=20_000).plan.path == "exact"
+
+
+def test_v2_estimates_count_the_callers_files_and_unknown_ones_the_average() -> None:
+    run = v2_run(1000, 10, 12_000)
+    # the colleague's file is another owner's: it counts nothing for the Agent's caller
+    scope = Scope.of(uuid.uuid4(), ["agent"], file_ids=["f1", "theirs", "staged-since"])
+    planned = plan_vectors(run, dims=384, limit=50, scope=scope, settings=SearchSettings())
+    # f1: 10; theirs: 0; a file staged after the last read: the average (10,500 / 1,001 files)
+    assert planned.visible_estimate == 10 + 0 + round(10_500 / 1001)
+    # no allow-list: every file of the run, under the caller's owners
+    assert v2_plan(run, None).visible_estimate == 10_000
+
+
+def test_v2_ef_search_stays_within_pgvector_limit() -> None:
+    # the largest channel limit (500) asks for 1,010 candidates; pgvector takes ef_search <= 1,000
+    decision = v2_plan(v2_run(10_000, 100, 1_000_000), 10_000, limit=500)
+    assert decision.plan.candidates == 1010 and decision.plan.ef_search == MAX_EF_SEARCH == 1000

@@ -3,7 +3,8 @@
     answer, server_timing = await service.query(request, scope, namespace, debug=admin and request.debug)
 
 1. retrieve (the I/O): the query's embedding, then on one pool connection the namespace's active
-   index run (pinned by `index_version`, else the newest active one) and ONE statement
+   index run (pinned by `index_version`, else the newest active one), the vector channel's path
+   (V1's planner, app/search/v2/vectors.py) and ONE statement
    (app/store/v2_search.py `retrieve`): the run's documents the `Scope` allows, computed once, the
    exact, lexical and vector channels over them, the BM25 statistics of the query terms, and the
    details of every chunk found. When that statement fails as a whole, the per-channel functions
@@ -36,6 +37,7 @@ from app.clients.embeddings import Embedder, model_identity
 from app.config import Settings
 from app.errors import BadRequest, ConfigError, Forbidden, ServiceUnavailable
 from app.metrics import V2_CHANNEL_FAILURES, V2_QUERIES, V2_RERANK_FALLBACKS
+from app.search.planner import SearchSettings
 from app.search.v2.analysis import QueryAnalysis, QueryConfig, analyze_query
 from app.search.v2.evidence import build_evidence, display_page
 from app.search.v2.fusion import fuse
@@ -46,6 +48,7 @@ from app.search.v2.rerank import FeatureReranker, Reranker, RerankOutcome, reran
 from app.search.v2.rerank_http import HttpReranker
 from app.search.v2.rerank_onnx import OnnxCrossEncoder
 from app.search.v2.schemas import EvidenceItem, QueryV2Request, QueryV2Response
+from app.search.v2.vectors import PlannedVectors, RunVectorCache, plan_vectors
 from app.store import v2_search as channels_sql
 from app.store.db import StoreInfo
 from app.store.scope import Scope, ScopeError
@@ -99,6 +102,7 @@ class Retrieved:
     statistics: Statistics
     embed_ms: float = 0.0
     pool_wait_ms: float = 0.0  # time spent waiting for pool connections
+    vectors: PlannedVectors | None = None  # the vector channel's plan, when it was asked
 
     @property
     def failed(self) -> list[str]:
@@ -300,6 +304,12 @@ def _channel_debug(result: channels_sql.ChannelResult) -> dict[str, Any]:
     return {"hits": len(result.hits), "ms": round(result.ms, 2), "error": result.error, "path": result.path}
 
 
+def _plan_debug(planned: PlannedVectors | None) -> dict[str, Any] | None:
+    if planned is None:
+        return None
+    return {"path": planned.plan.path, "visible_estimate": planned.visible_estimate}
+
+
 def debug_body(answer: Answer) -> dict[str, Any]:
     """The admin's `debug` object: analysis, run, channels, every stage's list, refusal, timings."""
     analysis, plan, k = answer.analysis, answer.plan, answer.request.k
@@ -318,6 +328,7 @@ def debug_body(answer: Answer) -> dict[str, Any]:
         },
         "run": {"run_id": retrieved.run.run_id, "index_version": retrieved.run.index_version},
         "channels": {name: _channel_debug(r) for name, r in retrieved.retrieval.channels.items()},
+        "vector_plan": _plan_debug(retrieved.vectors),
         "retrieve": {
             "statement": "per-channel fallback" if retrieved.retrieval.separately else "one",
             "stages_ms": {name: round(ms, 2) for name, ms in retrieved.retrieval.stages_ms.items()},
@@ -374,6 +385,14 @@ class V2SearchService:
         self.tuning = tuning
         self.reranker = reranker
         self.model = model_identity(settings)
+        # V1's planner, with the V2 channel's own exact-scan limit
+        self.search_settings = SearchSettings(
+            exact_max_rows=tuning.channels.exact_scan_max_chunks,
+            cost_factor=settings.hnsw_cost_factor,
+            ef_search=settings.hnsw_ef_search,
+            max_scan_tuples=settings.hnsw_max_scan_tuples,
+        )
+        self.run_vectors = RunVectorCache()
 
     @property
     def enabled_namespaces(self) -> frozenset[str]:
@@ -450,7 +469,8 @@ class V2SearchService:
                 # vectors of another model are not comparable with this query's: say so, do not guess
                 vector = None
                 vector_error = f"VectorModelMismatch: {VectorModelMismatch(run.embedding_model, self.model)}"
-            ask = self._ask(plan, vector)
+            planned = None if vector is None else await self._plan_vectors(conn, run.run_id, scope, vector)
+            ask = self._ask(plan, vector, planned)
             try:
                 retrieval = await channels_sql.retrieve(conn, scope, run.run_id, ask, timeout=self.timeout)
             except ScopeError:
@@ -474,9 +494,26 @@ class V2SearchService:
         if plan.lexical_terms and retrieval.document_frequency is not None:
             stats = Statistics(retrieval.visible.chunks, retrieval.document_frequency)
         lists = candidate_lists(retrieval)
-        return Retrieved(run, retrieval, lists, stats, embed_ms, waited * 1000)
+        return Retrieved(run, retrieval, lists, stats, embed_ms, waited * 1000, planned)
 
-    def _ask(self, plan: ChannelPlan, vector: np.ndarray | None) -> channels_sql.ChannelQuery:
+    async def _plan_vectors(
+        self, conn: asyncpg.Connection, run_id: int, scope: Scope, vector: np.ndarray
+    ) -> PlannedVectors:
+        """The vector channel's path over the run (its planner inputs read on `conn` when stale)."""
+        dims = int(vector.shape[0])
+        try:
+            knowledge = await self.run_vectors.knowledge(conn, run_id, dims)
+        except (asyncpg.PostgresError, OSError) as exc:
+            # without its inputs the planner cannot weigh the walk: the exact scan is always right
+            logger.warning("V2 vector planner inputs unreadable (%s): exact scan", exc.__class__.__name__)
+            return PlannedVectors(channels_sql.VectorPlan(), 0)
+        return plan_vectors(
+            knowledge, dims=dims, limit=self.tuning.channels.limit, scope=scope, settings=self.search_settings
+        )
+
+    def _ask(
+        self, plan: ChannelPlan, vector: np.ndarray | None, planned: PlannedVectors | None
+    ) -> channels_sql.ChannelQuery:
         """What the plan asks of the channels, with the service's limits."""
         return channels_sql.ChannelQuery(
             keys=plan.exact_keys,
@@ -487,9 +524,10 @@ class V2SearchService:
             limit=self.tuning.channels.limit,
             k1=self.tuning.channels.bm25_k1,
             b=self.tuning.channels.bm25_b,
-            exact_max_chunks=self.tuning.channels.exact_scan_max_chunks,
-            ef_search=self.settings.hnsw_ef_search,
-            max_scan_tuples=self.settings.hnsw_max_scan_tuples,
+            vector_plan=planned.plan if planned is not None else channels_sql.VectorPlan(),
+            exact_weights=self.tuning.channels.exact,
+            document_chunks=self.tuning.channels.document_match_chunks,
+            trigram_similarity=self.tuning.channels.trigram_similarity,
         )
 
     async def _embed(self, text: str) -> tuple[np.ndarray | None, float, str | None]:

@@ -22,7 +22,13 @@
 -- otherwise switches a statement to a generic plan after five calls on a connection, and a generic
 -- plan cannot see how many documents `docs` holds or that the walk's LIMIT is small: measured on
 -- 10,000 visible chunks, BM25 went from 8 to 70-160 ms and the walk from 11 to 60-160 ms from the
--- sixth query of a pooled connection on. Planning each statement costs well under a millisecond.
+-- sixth query of a pooled connection on. Planning a statement costs about a millisecond per place
+-- that names the visible documents (the planner estimates each of up to 1,000 ids against the
+-- statistics), so the two cores whose plans do not depend on the values run generic plans instead
+-- (`SET plan_cache_mode = force_generic_plan`): the exact channel (every branch starts from an index
+-- on the match keys or the documents' primary key) and the chunk details (primary-key lookups driven
+-- by the hits). Measured with auto_explain at 1,000 visible documents: the exact channel took 12.7 ms
+-- of which 0.25 ms ran the plan, 2.8 ms generic; the details 5.7 ms, 1.1 ms generic.
 --
 -- Each channel is two functions: its core `ragoverlay_v2_<channel>_in(p_scope, p_docs, ...)` takes
 -- the visible documents (and their counts) from its caller, and `ragoverlay_v2_<channel>(p_scope,
@@ -138,17 +144,19 @@ $$;
 -- English (benchmarks/v2_channels.py), `p_trigram <<% search_text` over the GIN index took 0.6-1.8 s,
 -- because the trigrams of a short word occur in thousands of long texts and each must be re-checked
 -- (~0.2 ms per chunk); entity strings are short and identifier-like queries name entities
--- (identifiers, standards, document numbers). The test is similarity >= 0.6: a code written together
--- or apart, or with one letter off, matches ("bdetection plus" / "b detection plus" 0.74, "widgt 3000"
--- / "widget 3000" 0.64), a code with another number does not ("k 29" / "k 28" 0.43, "iso 9010" /
--- "iso 9001" 0.5, "abc 1243" / "abc 1234" 0.5): different codes name different things. The index
--- answers `%` at pg_trgm.similarity_threshold, raised to 0.6 for that one statement (so the GIN
--- index drops most candidates itself) and put back after it.
+-- (identifiers, standards, document numbers). The test is similarity >= `p_trigram_similarity`
+-- (RAG_V2__CHANNELS__TRIGRAM_SIMILARITY, 0.6): a code written together or apart, or with one letter
+-- off, matches ("bdetection plus" / "b detection plus" 0.74, "widgt 3000" / "widget 3000" 0.64), a
+-- code with another number does not ("k 29" / "k 28" 0.43, "iso 9010" / "iso 9001" 0.5, "abc 1243" /
+-- "abc 1234" 0.5): different codes name different things. The index answers `%` at
+-- pg_trgm.similarity_threshold, set to that value for that one statement (so the GIN index drops most
+-- candidates itself) and put back after it.
 -- The core takes the visible documents `p_docs` with N (`p_n`, their chunks) and avgdl.
 DROP FUNCTION IF EXISTS ragoverlay_v2_lexical_in;
 CREATE FUNCTION ragoverlay_v2_lexical_in(
     p_scope ragoverlay_scope, p_docs bigint[], p_n double precision, p_avgdl double precision,
-    p_terms text[], p_k1 double precision, p_b double precision, p_limit integer, p_trigram text)
+    p_terms text[], p_k1 double precision, p_b double precision, p_limit integer, p_trigram text,
+    p_trigram_similarity double precision)
 RETURNS TABLE (rank integer, document_id bigint, ordinal integer, score double precision, detail text)
 LANGUAGE plpgsql
 STABLE
@@ -203,7 +211,7 @@ BEGIN
     -- loads pg_trgm in this session, so that its setting exists (a placeholder only a superuser sets)
     PERFORM similarity('', '');
     threshold := current_setting('pg_trgm.similarity_threshold');
-    PERFORM set_config('pg_trgm.similarity_threshold', '0.6', true);
+    PERFORM set_config('pg_trgm.similarity_threshold', p_trigram_similarity::real::text, true);
     RETURN QUERY
         SELECT (found + row_number() OVER (ORDER BY t.similarity DESC, t.document_id, t.ordinal))::integer,
                t.document_id, t.ordinal, t.similarity, 'trigram'::text
@@ -216,7 +224,8 @@ BEGIN
                 AND NOT EXISTS (SELECT 1 FROM unnest(hit_docs, hit_ordinals) AS h(d, o)
                                 WHERE h.d = e.document_id AND h.o = e.ordinal)
               GROUP BY e.document_id, e.ordinal
-              HAVING max(similarity(p_trigram, e.normalized)) >= 0.6
+              -- compared as pg_trgm computes it, in real
+              HAVING max(similarity(p_trigram, e.normalized)) >= p_trigram_similarity::real
               ORDER BY 3 DESC, 1, 2
               LIMIT p_limit - found) t;
     PERFORM set_config('pg_trgm.similarity_threshold', threshold, true);
@@ -226,7 +235,7 @@ $$;
 DROP FUNCTION IF EXISTS ragoverlay_v2_lexical;
 CREATE FUNCTION ragoverlay_v2_lexical(
     p_scope ragoverlay_scope, p_run bigint, p_terms text[], p_k1 double precision, p_b double precision,
-    p_limit integer, p_trigram text DEFAULT NULL)
+    p_limit integer, p_trigram text, p_trigram_similarity double precision)
 RETURNS TABLE (rank integer, document_id bigint, ordinal integer, score double precision, detail text)
 LANGUAGE plpgsql
 STABLE
@@ -246,18 +255,18 @@ BEGIN
     RETURN QUERY
         SELECT l.rank, l.document_id, l.ordinal, l.score, l.detail
         FROM ragoverlay_v2_lexical_in(p_scope, docs, n, CASE WHEN n > 0 THEN total / n ELSE 0 END,
-                                      p_terms, p_k1, p_b, p_limit, p_trigram) l;
+                                      p_terms, p_k1, p_b, p_limit, p_trigram, p_trigram_similarity) l;
 END;
 $$;
 
 -- Exact channel: chunks whose stored keys equal one of the query's keys (identifiers, standards,
 -- document numbers: `p_keys`) or of its normalised n-grams (`p_phrases`), one row per chunk with its
--- best weight:
---   1.0  the table row's label (row_label_key) equals a key or a phrase        detail 'row_label'
---   0.9  an entity of the chunk (its normalized form) equals a key             detail: the entity's kind
---   0.85 the document's number (number_key) equals a key or a phrase          'document_number'
---   0.7  the document's title (title_key) equals a key or a phrase             'title'
---   0.6  the file name without extension (filename_key) equals a key or phrase 'filename'
+-- best weight (RAG_V2__CHANNELS__EXACT__*, shipped defaults in brackets):
+--   p_row_label_weight (1.0)  the table row's label (row_label_key) equals a key or a phrase   'row_label'
+--   p_entity_weight (0.9)     an entity of the chunk (its normalized form) equals a key   the entity's kind
+--   p_number_weight (0.85)    the document's number (number_key) equals a key or a phrase  'document_number'
+--   p_title_weight (0.7)      the document's title (title_key) equals a key or a phrase    'title'
+--   p_filename_weight (0.6)   the file name without extension (filename_key) equals one    'filename'
 -- A document-level match (number, title, file name) stands for the document's first
 -- `p_document_chunks` chunks in reading order (its title page, where such names are printed). Order:
 -- weight, then ordinal, then document_id. Keys are NULL on rows stored before migration 0013 (see
@@ -265,10 +274,12 @@ $$;
 DROP FUNCTION IF EXISTS ragoverlay_v2_exact_in;
 CREATE FUNCTION ragoverlay_v2_exact_in(
     p_scope ragoverlay_scope, p_docs bigint[], p_keys text[], p_phrases text[], p_limit integer,
-    p_document_chunks integer)
+    p_document_chunks integer, p_row_label_weight double precision, p_entity_weight double precision,
+    p_number_weight double precision, p_title_weight double precision, p_filename_weight double precision)
 RETURNS TABLE (document_id bigint, ordinal integer, weight double precision, detail text)
 LANGUAGE plpgsql
 STABLE
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -285,26 +296,32 @@ BEGIN
     END IF;
     RETURN QUERY
         WITH matches AS (
-            SELECT c.document_id, c.ordinal, 1.0::double precision AS weight, 'row_label'::text AS detail
+            SELECT c.document_id, c.ordinal, p_row_label_weight AS weight, 'row_label'::text AS detail
             FROM ragoverlay_v2_chunks c
             WHERE c.row_label_key = ANY (names) AND c.document_id = ANY (docs)
               AND ragoverlay_in_scope(p_scope, c.collection_id, c.file_id, c.owner)
             UNION ALL
-            SELECT e.document_id, e.ordinal, 0.9::double precision, e.kind
+            SELECT e.document_id, e.ordinal, p_entity_weight, e.kind
             FROM ragoverlay_v2_entities e
             WHERE e.normalized = ANY (keys) AND e.document_id = ANY (docs)
               AND ragoverlay_in_scope(p_scope, e.collection_id, e.file_id, e.owner)
             UNION ALL
             SELECT c.document_id, c.ordinal, m.weight, m.detail
-            FROM (SELECT DISTINCT ON (d.document_id) d.document_id, x.weight, x.detail
-                  FROM ragoverlay_v2_documents d
-                  CROSS JOIN LATERAL (VALUES (0.85::double precision, 'document_number'::text,
-                                              d.number_key = ANY (names)),
-                                             (0.7, 'title', d.title_key = ANY (names)),
-                                             (0.6, 'filename', d.filename_key = ANY (names))) AS x(weight, detail, hit)
-                  WHERE d.document_id = ANY (docs) AND x.hit
-                    AND ragoverlay_in_scope(p_scope, d.collection_id, d.file_id, d.owner)
-                  ORDER BY d.document_id, x.weight DESC) m
+            -- each key looked up through its own index (a few names), not every visible document
+            -- tested against every name
+            FROM (SELECT DISTINCT ON (x.document_id) x.document_id, x.weight, x.detail
+                  FROM (SELECT d.document_id, p_number_weight AS weight, 'document_number'::text AS detail,
+                               d.collection_id, d.file_id, d.owner
+                        FROM ragoverlay_v2_documents d WHERE d.number_key = ANY (names)
+                        UNION ALL
+                        SELECT d.document_id, p_title_weight, 'title', d.collection_id, d.file_id, d.owner
+                        FROM ragoverlay_v2_documents d WHERE d.title_key = ANY (names)
+                        UNION ALL
+                        SELECT d.document_id, p_filename_weight, 'filename', d.collection_id, d.file_id, d.owner
+                        FROM ragoverlay_v2_documents d WHERE d.filename_key = ANY (names)) x
+                  WHERE x.document_id = ANY (docs)
+                    AND ragoverlay_in_scope(p_scope, x.collection_id, x.file_id, x.owner)
+                  ORDER BY x.document_id, x.weight DESC, x.detail) m
             CROSS JOIN LATERAL (SELECT c.document_id, c.ordinal
                                 FROM ragoverlay_v2_chunks c
                                 WHERE c.document_id = m.document_id
@@ -326,7 +343,8 @@ $$;
 DROP FUNCTION IF EXISTS ragoverlay_v2_exact;
 CREATE FUNCTION ragoverlay_v2_exact(
     p_scope ragoverlay_scope, p_run bigint, p_keys text[], p_phrases text[], p_limit integer,
-    p_document_chunks integer DEFAULT 3)
+    p_document_chunks integer, p_row_label_weight double precision, p_entity_weight double precision,
+    p_number_weight double precision, p_title_weight double precision, p_filename_weight double precision)
 RETURNS TABLE (document_id bigint, ordinal integer, weight double precision, detail text)
 LANGUAGE plpgsql
 STABLE
@@ -346,25 +364,30 @@ BEGIN
     docs := ARRAY(SELECT v.document_id FROM ragoverlay_v2_visible_documents(p_scope, p_run) v);
     RETURN QUERY
         SELECT x.document_id, x.ordinal, x.weight, x.detail
-        FROM ragoverlay_v2_exact_in(p_scope, docs, p_keys, p_phrases, p_limit, p_document_chunks) x;
+        FROM ragoverlay_v2_exact_in(p_scope, docs, p_keys, p_phrases, p_limit, p_document_chunks,
+                                    p_row_label_weight, p_entity_weight, p_number_weight, p_title_weight,
+                                    p_filename_weight) x;
 END;
 $$;
 
 -- Vector channel: the visible chunks nearest to `p_query` by cosine distance, among those with its
--- dimension. The path:
---   'exact'       at most `p_exact_max` visible vectors, or no valid HNSW index of this dimension
---                 (with its walk function) yet: every visible vector of the run, exact distance;
---   'hnsw'        the dimension's walk (v2_walk.template.sql) collects 2·limit + 10 candidates in
---                 relaxed order (halfvec distances), re-ranked here by exact distance;
---   'hnsw+exact'  the walk met fewer than min(limit, visible) within its tuple budget (a filtered
---                 walk over a small share of the index): only an exact scan can tell, so it answers.
+-- dimension. The service's planner (app/search/planner.py, the one V1 uses, with the run's vector
+-- counts: app/search/v2/vectors.py) chooses the path and sends its decision; this function only
+-- carries it out, plus the refill only the walk's result can ask for:
+--   'exact'       every visible vector of the run, exact distance;
+--   'index'       the dimension's walk `p_walk` (v2_walk.template.sql, ragoverlay_v2_vec_walk_<dims>)
+--                 collects `p_candidates` (2·limit + 10) in relaxed order (halfvec distances), re-ranked
+--                 here by exact distance: path 'hnsw';
+--                 when it met fewer than min(limit, visible) within its tuple budget (a filtered walk
+--                 over a small share of the index), only an exact scan can tell: path 'hnsw+exact'.
 -- Visible vectors are counted from the documents (chunks minus those still without a vector): a run
 -- has one embedding model, so they are of one dimension.
 -- The core takes the visible documents `p_docs` and how many vectors they hold (`p_visible`).
 DROP FUNCTION IF EXISTS ragoverlay_v2_nearest_in;
 CREATE FUNCTION ragoverlay_v2_nearest_in(
     p_scope ragoverlay_scope, p_run bigint, p_docs bigint[], p_visible bigint, p_query vector,
-    p_limit integer, p_exact_max integer, p_ef_search integer, p_max_scan_tuples integer)
+    p_limit integer, p_path text, p_walk text, p_candidates integer, p_ef_search integer,
+    p_max_scan_tuples integer)
 RETURNS TABLE (document_id bigint, ordinal integer, distance double precision, path text)
 LANGUAGE plpgsql
 STABLE
@@ -374,8 +397,6 @@ DECLARE
     query_dims integer := vector_dims(p_query);
     docs bigint[] := p_docs;
     visible bigint := p_visible;
-    walk text := 'ragoverlay_v2_vec_walk_' || vector_dims(p_query);
-    candidates integer := 2 * p_limit + 10;
     hit_docs bigint[];
     hit_ordinals integer[];
     taken text := 'exact';
@@ -383,20 +404,21 @@ BEGIN
     IF (p_scope).any_owner THEN
         RAISE EXCEPTION 'ragoverlay_v2_nearest: an any-owner scope is for deletes only';
     END IF;
+    IF p_path IS NULL OR p_path NOT IN ('exact', 'index') THEN
+        RAISE EXCEPTION 'ragoverlay_v2_nearest: unknown path %', p_path;
+    END IF;
     IF visible = 0 OR p_limit <= 0 THEN
         RETURN;
     END IF;
-    IF visible > p_exact_max
-       AND to_regproc(walk) IS NOT NULL
-       AND EXISTS (SELECT 1 FROM pg_class ic JOIN pg_index i ON i.indexrelid = ic.oid
-                   WHERE ic.relname = 'ragoverlay_v2_hnsw_' || query_dims
-                     AND ic.relnamespace = current_schema()::regnamespace AND i.indisvalid) THEN
-        -- the name is built from an integer; %I quotes it all the same
+    IF p_path = 'index' THEN
+        -- the walk of the query's own dimension, named by the planner from the service's index state
+        IF p_walk IS DISTINCT FROM 'ragoverlay_v2_vec_walk_' || query_dims THEN
+            RAISE EXCEPTION 'ragoverlay_v2_nearest: the index path needs the walk of dimension %', query_dims;
+        END IF;
         EXECUTE format('SELECT array_agg(h.document_id), array_agg(h.ordinal) FROM %I($1, $2, $3, $4, $5, $6) AS h',
-                       walk)
+                       p_walk)
         INTO hit_docs, hit_ordinals
-        USING p_query, p_scope, p_run, candidates, least(greatest(p_ef_search, candidates), 1000),
-              greatest(p_max_scan_tuples, 1);
+        USING p_query, p_scope, p_run, p_candidates, p_ef_search, p_max_scan_tuples;
         IF coalesce(cardinality(hit_docs), 0) >= least(p_limit, visible) THEN
             RETURN QUERY
                 SELECT c.document_id, c.ordinal, (c.embedding <=> p_query)::double precision, 'hnsw'::text
@@ -422,8 +444,8 @@ $$;
 
 DROP FUNCTION IF EXISTS ragoverlay_v2_nearest;
 CREATE FUNCTION ragoverlay_v2_nearest(
-    p_scope ragoverlay_scope, p_run bigint, p_query vector, p_limit integer, p_exact_max integer,
-    p_ef_search integer, p_max_scan_tuples integer)
+    p_scope ragoverlay_scope, p_run bigint, p_query vector, p_limit integer, p_path text, p_walk text,
+    p_candidates integer, p_ef_search integer, p_max_scan_tuples integer)
 RETURNS TABLE (document_id bigint, ordinal integer, distance double precision, path text)
 LANGUAGE plpgsql
 STABLE
@@ -441,8 +463,8 @@ BEGIN
     FROM ragoverlay_v2_visible_documents(p_scope, p_run) v;
     RETURN QUERY
         SELECT h.document_id, h.ordinal, h.distance, h.path
-        FROM ragoverlay_v2_nearest_in(p_scope, p_run, docs, visible, p_query, p_limit, p_exact_max,
-                                      p_ef_search, p_max_scan_tuples) h;
+        FROM ragoverlay_v2_nearest_in(p_scope, p_run, docs, visible, p_query, p_limit, p_path, p_walk,
+                                      p_candidates, p_ef_search, p_max_scan_tuples) h;
 END;
 $$;
 
@@ -461,6 +483,7 @@ RETURNS TABLE (
     publication_date text, document_number text, source text, metadata jsonb)
 LANGUAGE plpgsql
 STABLE
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -532,7 +555,8 @@ $$;
 DROP FUNCTION IF EXISTS ragoverlay_v2_try_exact;
 CREATE FUNCTION ragoverlay_v2_try_exact(
     p_scope ragoverlay_scope, p_docs bigint[], p_keys text[], p_phrases text[], p_limit integer,
-    p_document_chunks integer,
+    p_document_chunks integer, p_row_label_weight double precision, p_entity_weight double precision,
+    p_number_weight double precision, p_title_weight double precision, p_filename_weight double precision,
     OUT hit_documents bigint[], OUT hit_ordinals integer[], OUT hit_scores double precision[],
     OUT hit_details text[], OUT path text, OUT error text, OUT ms double precision)
 LANGUAGE plpgsql
@@ -545,7 +569,9 @@ BEGIN
         SELECT array_agg(x.document_id ORDER BY x.n), array_agg(x.ordinal ORDER BY x.n),
                array_agg(x.weight ORDER BY x.n), array_agg(x.detail ORDER BY x.n)
         INTO hit_documents, hit_ordinals, hit_scores, hit_details
-        FROM ragoverlay_v2_exact_in(p_scope, p_docs, p_keys, p_phrases, p_limit, p_document_chunks)
+        FROM ragoverlay_v2_exact_in(p_scope, p_docs, p_keys, p_phrases, p_limit, p_document_chunks,
+                                    p_row_label_weight, p_entity_weight, p_number_weight, p_title_weight,
+                                    p_filename_weight)
              WITH ORDINALITY AS x(document_id, ordinal, weight, detail, n);
     EXCEPTION WHEN OTHERS THEN
         hit_documents := NULL; error := SQLSTATE;
@@ -558,6 +584,7 @@ DROP FUNCTION IF EXISTS ragoverlay_v2_try_lexical;
 CREATE FUNCTION ragoverlay_v2_try_lexical(
     p_scope ragoverlay_scope, p_docs bigint[], p_n double precision, p_avgdl double precision,
     p_terms text[], p_k1 double precision, p_b double precision, p_limit integer, p_trigram text,
+    p_trigram_similarity double precision,
     OUT hit_documents bigint[], OUT hit_ordinals integer[], OUT hit_scores double precision[],
     OUT hit_details text[], OUT path text, OUT error text, OUT ms double precision)
 LANGUAGE plpgsql
@@ -571,7 +598,7 @@ BEGIN
                array_agg(x.score ORDER BY x.rank), array_agg(x.detail ORDER BY x.rank)
         INTO hit_documents, hit_ordinals, hit_scores, hit_details
         FROM ragoverlay_v2_lexical_in(p_scope, p_docs, p_n, p_avgdl, p_terms, p_k1, p_b, p_limit,
-                                      p_trigram) x;
+                                      p_trigram, p_trigram_similarity) x;
     EXCEPTION WHEN OTHERS THEN
         hit_documents := NULL; error := SQLSTATE;
     END;
@@ -583,7 +610,8 @@ $$;
 DROP FUNCTION IF EXISTS ragoverlay_v2_try_nearest;
 CREATE FUNCTION ragoverlay_v2_try_nearest(
     p_scope ragoverlay_scope, p_run bigint, p_docs bigint[], p_visible bigint, p_query vector,
-    p_limit integer, p_exact_max integer, p_ef_search integer, p_max_scan_tuples integer,
+    p_limit integer, p_path text, p_walk text, p_candidates integer, p_ef_search integer,
+    p_max_scan_tuples integer,
     OUT hit_documents bigint[], OUT hit_ordinals integer[], OUT hit_scores double precision[],
     OUT hit_details text[], OUT path text, OUT error text, OUT ms double precision)
 LANGUAGE plpgsql
@@ -600,8 +628,8 @@ BEGIN
         SELECT array_agg(x.document_id ORDER BY x.n), array_agg(x.ordinal ORDER BY x.n),
                array_agg(1.0 - x.distance ORDER BY x.n), coalesce((array_agg(x.path))[1], 'exact')
         INTO hit_documents, hit_ordinals, hit_scores, path
-        FROM ragoverlay_v2_nearest_in(p_scope, p_run, p_docs, p_visible, p_query, p_limit, p_exact_max,
-                                      p_ef_search, p_max_scan_tuples)
+        FROM ragoverlay_v2_nearest_in(p_scope, p_run, p_docs, p_visible, p_query, p_limit, p_path, p_walk,
+                                      p_candidates, p_ef_search, p_max_scan_tuples)
              WITH ORDINALITY AS x(document_id, ordinal, distance, path, n);
     EXCEPTION WHEN OTHERS THEN
         hit_documents := NULL; path := NULL; error := SQLSTATE;
@@ -643,9 +671,13 @@ $$;
 DROP FUNCTION IF EXISTS ragoverlay_v2_retrieve;
 CREATE FUNCTION ragoverlay_v2_retrieve(
     p_scope ragoverlay_scope, p_run bigint, p_limit integer,
-    p_keys text[], p_phrases text[], p_document_chunks integer,
+    p_keys text[], p_phrases text[], p_document_chunks integer, p_row_label_weight double precision,
+    p_entity_weight double precision, p_number_weight double precision, p_title_weight double precision,
+    p_filename_weight double precision,
     p_terms text[], p_k1 double precision, p_b double precision, p_trigram text,
-    p_query vector, p_exact_max integer, p_ef_search integer, p_max_scan_tuples integer)
+    p_trigram_similarity double precision,
+    p_query vector, p_path text, p_walk text, p_candidates integer, p_ef_search integer,
+    p_max_scan_tuples integer)
 RETURNS TABLE (
     part text, channel text, rank integer, document_id bigint, ordinal integer, score double precision,
     detail text, ms double precision, error text, term text, df bigint, documents bigint, chunks bigint,
@@ -676,11 +708,15 @@ BEGIN
     ms := 1000 * extract(epoch FROM clock_timestamp() - started);
     average_length := CASE WHEN n_chunks > 0 THEN n_terms::double precision / n_chunks ELSE 0 END;
     SELECT * INTO r_exact
-    FROM ragoverlay_v2_try_exact(p_scope, docs, p_keys, p_phrases, p_limit, p_document_chunks);
+    FROM ragoverlay_v2_try_exact(p_scope, docs, p_keys, p_phrases, p_limit, p_document_chunks,
+                                 p_row_label_weight, p_entity_weight, p_number_weight, p_title_weight,
+                                 p_filename_weight);
     SELECT * INTO r_lexical FROM ragoverlay_v2_try_lexical(p_scope, docs, n_chunks, average_length, p_terms,
-                                                           p_k1, p_b, p_limit, p_trigram);
+                                                           p_k1, p_b, p_limit, p_trigram,
+                                                           p_trigram_similarity);
     SELECT * INTO r_vector FROM ragoverlay_v2_try_nearest(p_scope, p_run, docs, n_vectors, p_query, p_limit,
-                                                          p_exact_max, p_ef_search, p_max_scan_tuples);
+                                                          p_path, p_walk, p_candidates, p_ef_search,
+                                                          p_max_scan_tuples);
     SELECT * INTO r_stats FROM ragoverlay_v2_try_term_stats(docs, p_terms);
     started := clock_timestamp();
     RETURN QUERY

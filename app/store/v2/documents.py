@@ -1,5 +1,5 @@
-"""Stored V2 documents: one parsed version of one file of one owner, with its chunks, entities,
-term counts and postings, shared by every run that links it.
+"""Stored V2 documents: one parsed version of one file of one owner, with its chunks, entities and
+postings, shared by every run that links it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from app.text.chunks import ChunkRecord
 
 DocumentSource = Literal["original", "derivative", "v1_chunks"]
 
-# a stored term is at most this long (tsvector lexemes must stay under 2 KB; see the migration)
+# a stored term is at most this long (the lexical channel cuts query terms the same way, in SQL)
 MAX_TERM_CHARS = 200
 
 
@@ -108,7 +108,7 @@ INSERT_DOCUMENT = """
 CHUNK_COPY_COLUMNS = (
     "document_id", "ordinal", "chunk_id", "collection_id", "file_id", "owner", "kind", "page", "page_label",
     "section", "table_caption", "table_index", "row_index", "row_label", "headers", "row_values", "units",
-    "footnotes", "whole_table", "content", "embed_text", "embed_digest", "tokens", "search_text", "terms",
+    "footnotes", "whole_table", "content", "embed_text", "embed_digest", "tokens", "search_text",
     "term_count", "dims", "embedding", "row_label_key",
 )  # fmt: skip
 
@@ -116,8 +116,6 @@ ENTITY_COPY_COLUMNS = (
     "document_id", "ordinal", "position", "collection_id", "file_id", "owner", "kind", "raw", "normalized",
     "value", "unit",
 )  # fmt: skip
-
-TERM_COPY_COLUMNS = ("document_id", "term", "chunks")
 
 POSTING_COPY_COLUMNS = ("document_id", "ordinal", "term", "tf", "term_count")
 
@@ -166,7 +164,6 @@ def _chunk_record(
     document_id: int, collection_id: uuid.UUID, document: DocumentRow, row: ChunkRow
 ) -> tuple[Any, ...]:
     chunk, place, vector = row.chunk, row.chunk.place, row.embedding
-    terms = row.terms
     return (
         document_id,
         chunk.ordinal,
@@ -192,8 +189,7 @@ def _chunk_record(
         row.embed_digest,
         chunk.tokens,
         chunk.search_text,
-        terms,
-        len(terms),
+        len(row.terms),
         int(vector.shape[0]) if vector is not None else None,
         np.asarray(vector, dtype=np.float32) if vector is not None else None,
         _key(place.row_label),
@@ -261,14 +257,6 @@ def _entity_records(
     ]
 
 
-def _term_records(document_id: int, chunks: Sequence[ChunkRow]) -> list[tuple[int, str, int]]:
-    """How many of the document's chunks hold each term, in TERM_COPY_COLUMNS order."""
-    frequency: Counter[str] = Counter()
-    for row in chunks:
-        frequency.update(set(row.terms))
-    return [(document_id, term, n) for term, n in frequency.items()]
-
-
 def _posting_records(document_id: int, chunks: Sequence[ChunkRow]) -> list[tuple[int, int, str, int, int]]:
     """The lexical channel's postings (migration 0013): one per chunk and distinct term."""
     postings: list[tuple[int, int, str, int, int]] = []
@@ -283,7 +271,7 @@ def _posting_records(document_id: int, chunks: Sequence[ChunkRow]) -> list[tuple
 async def insert_document(
     conn: asyncpg.Connection, collection_id: uuid.UUID, document: DocumentRow, chunks: Sequence[ChunkRow]
 ) -> int:
-    """Store a document with its chunks, entities, term counts and postings; returns its id.
+    """Store a document with its chunks, entities and postings; returns its id.
 
     Run it in a transaction together with `link_file`, so a run never points at half a document.
     """
@@ -302,11 +290,6 @@ async def insert_document(
         await conn.copy_records_to_table(
             "ragoverlay_v2_entities", columns=list(ENTITY_COPY_COLUMNS), records=entities
         )
-    await conn.copy_records_to_table(
-        "ragoverlay_v2_document_terms",
-        columns=list(TERM_COPY_COLUMNS),
-        records=_term_records(document_id, chunks),
-    )
     await conn.copy_records_to_table(
         "ragoverlay_v2_postings",
         columns=list(POSTING_COPY_COLUMNS),

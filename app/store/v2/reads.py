@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import asyncpg
@@ -53,8 +52,6 @@ RUN_CHUNKS = f"""
 DELETE_FILES = f"SELECT d.file_id FROM ragoverlay_v2_delete_files(p_scope => {SCOPE_SQL}) AS d"
 
 RUN_STATS = "SELECT chunks, average_length FROM ragoverlay_v2_run_stats($1)"
-
-TERM_STATS = "SELECT term, df FROM ragoverlay_v2_term_stats($1, $2::text[])"
 
 # The stored original of one file, read in the namespace's scope (admin work on behalf of it).
 CATALOGUE_FILE = f"""
@@ -110,11 +107,6 @@ async def run_stats(conn: asyncpg.Connection, run_id: int) -> tuple[int, float]:
     """BM25's N (chunks of the run) and mean chunk length in terms."""
     row = await conn.fetchrow(RUN_STATS, run_id)
     return int(row["chunks"]), float(row["average_length"])
-
-
-async def term_stats(conn: asyncpg.Connection, run_id: int, terms: Sequence[str]) -> dict[str, int]:
-    """BM25's document frequency of each term in the run."""
-    return {r["term"]: int(r["df"]) for r in await conn.fetch(TERM_STATS, run_id, list(terms))}
 
 
 async def catalogue_file(conn: asyncpg.Connection, scope: Scope, file_id: str) -> CatalogueEntry | None:

@@ -1,4 +1,5 @@
-"""V2 chunk vectors: reuse by embedded text, the chunks stored without one, and their HNSW indexes."""
+"""V2 chunk vectors: reuse by embedded text, the chunks stored without one, their HNSW indexes, and
+what the vector planner reads of a run."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
-from app.store.vector_index import IndexFamily
+from app.store.vector_index import IndexFamily, IndexSpec
 
 # The HNSW index of each dimension on `ragoverlay_v2_chunks` (partial on `dims`, like V1's copy),
 # walked by `ragoverlay_v2_vec_walk_<dims>`. Its own build lock key ("rag2"): V1's builds use another,
@@ -34,6 +35,20 @@ class MissingVector:
     embed_text: str
     tokens: int
     dims: int | None = None  # the dimension of the document's other vectors (None: it has none)
+
+
+@dataclass(frozen=True)
+class RunVectors:
+    """What the vector planner reads of a run: each staged file's vectors, the table, the walk.
+
+    `files` maps file id -> owner -> vectors of the file's document in the run; `table_rows` is
+    PostgreSQL's estimate of the V2 chunk table's rows (what a filtered walk passes over); `walk`
+    the HNSW walk of the dimension when its index is valid, else None.
+    """
+
+    files: dict[str, dict[str, int]]
+    table_rows: float
+    walk: str | None
 
 
 def _vector(value: Any) -> np.ndarray:
@@ -91,6 +106,26 @@ RECOUNT_MISSING = """
                                             WHERE c.document_id = d.document_id AND c.embedding IS NULL)
                                THEN d.embedding_error END
     WHERE d.document_id = ANY ($1::bigint[])
+"""
+
+
+# Planner input, not a read of anyone's rows: each staged file's vector count in the run (nothing
+# of it reaches a response; the channels read rows in the caller's scope).
+RUN_VECTORS = """
+    SELECT rf.file_id::text AS file_id, d.owner::text AS owner, d.chunk_count - d.vectors_missing AS vectors
+    FROM ragoverlay_v2_run_files rf
+    JOIN ragoverlay_v2_documents d ON d.document_id = rf.document_id
+    WHERE rf.run_id = $1 AND rf.state = 'staged'
+"""
+
+# the chunk table's size, and whether the walk function and its valid index exist
+VECTOR_INDEX_STATE = """
+    SELECT (SELECT greatest(c.reltuples, 0) FROM pg_class c WHERE c.oid = 'ragoverlay_v2_chunks'::regclass)
+               AS table_rows,
+           to_regproc($1) IS NOT NULL
+           AND EXISTS (SELECT 1 FROM pg_class ic JOIN pg_index i ON i.indexrelid = ic.oid
+                       WHERE ic.relname = $2 AND ic.relnamespace = current_schema()::regnamespace
+                         AND i.indisvalid) AS walk_ready
 """
 
 
@@ -167,3 +202,18 @@ async def set_chunk_vectors(conn: asyncpg.Connection, vectors: Sequence[tuple[in
                 updated += 1
         await conn.execute(RECOUNT_MISSING, sorted({v[0] for v in vectors}))
     return updated
+
+
+# --- what the vector planner reads ---------------------------------------------------------------
+
+
+async def run_vectors(conn: asyncpg.Connection, run_id: int, dims: int) -> RunVectors:
+    """What the vector planner reads of run `run_id` for queries of `dims` dimensions (`RunVectors`)."""
+    files: dict[str, dict[str, int]] = {}
+    for r in await conn.fetch(RUN_VECTORS, run_id):
+        by_owner = files.setdefault(r["file_id"], {})
+        by_owner[r["owner"]] = by_owner.get(r["owner"], 0) + int(r["vectors"])
+    spec = IndexSpec(dims, V2_CHUNK_INDEX)
+    row = await conn.fetchrow(VECTOR_INDEX_STATE, spec.function_name, spec.name)
+    walk = spec.function_name if row["walk_ready"] else None
+    return RunVectors(files, float(row["table_rows"] or 0.0), walk)
