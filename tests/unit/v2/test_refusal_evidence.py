@@ -411,6 +411,8 @@ def test_a_word_no_dictionary_knows_and_nothing_visible_holds_is_a_missing_name(
     # an unknown word alone is no name: people write "repo" or "misdetected" in answerable questions,
     # and an article introduces any noun ("inside a virtualenv")
     assert not decide_refusal(analyze_query("Which traffic does my repo drop?"), [item], **stats).reasons
-    assert not decide_refusal(analyze_query("Is traffic dropped inside a virtualenv?"), [item], **stats).reasons
+    assert not decide_refusal(
+        analyze_query("Is traffic dropped inside a virtualenv?"), [item], **stats
+    ).reasons
     # every word known: nothing to refuse on
     assert not decide_refusal(analyze_query("Which traffic does the firewall drop?"), [item], **stats).reasons
