@@ -39,7 +39,7 @@ from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
-from app.errors import PayloadTooLarge, RagError, UnsupportedFileType
+from app.errors import NoExtractableText, PayloadTooLarge, RagError, UnsupportedFileType
 from app.ingest.limits import ParseLimitExceeded, ParseLimits
 from app.ingest.types import Block, LoadedDocument, Section
 
@@ -52,6 +52,8 @@ _EXIT_MEMORY = 75
 _ERRORS: dict[str, type[RagError]] = {
     "UnsupportedFileType": UnsupportedFileType,
     "PayloadTooLarge": PayloadTooLarge,
+    # a scan or picture OCR could not read (or OCR is off): the detail says what to do
+    "NoExtractableText": NoExtractableText,
 }
 _ALLOWED = {
     ("app.ingest.types", "LoadedDocument"): LoadedDocument,

@@ -354,6 +354,10 @@ def _document(detail: channels_sql.ChunkDetail) -> DocumentInfo:
     suffix = detail.filename.rsplit(".", 1)[-1].lower() if "." in detail.filename else None
     metadata: dict[str, Any] = {k: detail.metadata[k] for k in RESULT_METADATA if k in detail.metadata}
     metadata.setdefault("index_source", detail.source)
+    # a chunk never crosses a page: its page's OCR confidence is the chunk's (weaker evidence when low)
+    ocr = detail.metadata.get("ocr_pages")
+    if isinstance(ocr, dict) and detail.page is not None and str(detail.page) in ocr:
+        metadata.update(ocr=True, ocr_confidence=ocr[str(detail.page)])
     if detail.document_number:
         metadata.setdefault("document_number", detail.document_number)
     return DocumentInfo(
