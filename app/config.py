@@ -55,6 +55,8 @@ def _csv(value: object) -> list[str]:
 
 
 CsvList = Annotated[list[str], NoDecode]
+# A Tesseract language (traineddata) name: "deu", "eng", "chi_sim", "deu_latf"
+_OCR_LANGUAGE = re.compile(r"[a-z]{3}(?:_[a-z]{2,8})?")
 
 # The shape of a LibreChat Agent id, the only thing LibreChat sends as `entity_id` (CONTRACT.md section 3).
 DEFAULT_ENTITY_ID_PATTERN = r"^agent_[A-Za-z0-9_-]{1,100}$"
@@ -151,6 +153,19 @@ class Settings(BaseSettings):
     parse_max_elements: int = Field(2_000_000, ge=1, validation_alias=_env("PARSE_MAX_ELEMENTS"))
     parse_max_depth: int = Field(512, ge=16, le=100_000, validation_alias=_env("PARSE_MAX_DEPTH"))
     parse_max_chars: int = Field(50_000_000, ge=1000, validation_alias=_env("PARSE_MAX_CHARS"))
+    # --- OCR of scans and pictures (app/ingest/loaders/ocr.py), inside the parsing worker ------
+    ocr_engine: Literal["auto", "tesseract", "off"] = Field("auto", validation_alias=_env("OCR_ENGINE"))
+    ocr_languages: CsvList = Field(
+        default_factory=lambda: ["deu", "eng"], validation_alias=_env("OCR_LANGUAGES")
+    )
+    ocr_max_pixels: int = Field(
+        50_000_000, ge=1_000_000, le=1_000_000_000, validation_alias=_env("OCR_MAX_PIXELS")
+    )
+    ocr_max_pages: int = Field(100, ge=1, le=100_000, validation_alias=_env("OCR_MAX_PAGES"))
+    ocr_page_timeout_s: float = Field(30.0, gt=0, le=3600, validation_alias=_env("OCR_PAGE_TIMEOUT_S"))
+    ocr_file_timeout_s: float = Field(240.0, gt=0, le=86_400, validation_alias=_env("OCR_FILE_TIMEOUT_S"))
+    ocr_dpi: int = Field(200, ge=72, le=600, validation_alias=_env("OCR_DPI"))
+    ocr_min_chars: int = Field(30, ge=0, le=100_000, validation_alias=_env("OCR_MIN_CHARS"))
 
     # --- background jobs (app/jobs/) ----------------------------------------------------------
     indexer_concurrency: int = Field(4, ge=0, le=64, validation_alias=_env("INDEXER_CONCURRENCY"))
@@ -279,6 +294,26 @@ class Settings(BaseSettings):
     @classmethod
     def _split_csv(cls, value: object) -> list[str]:
         return _csv(value)
+
+    @field_validator("ocr_engine", mode="before")
+    @classmethod
+    def _ocr_engine_lower(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("ocr_languages", mode="before")
+    @classmethod
+    def _ocr_languages(cls, value: object) -> list[str]:
+        # Tesseract's own spelling "deu+eng" is accepted as well as a comma-separated list
+        names = _csv(value.replace("+", ",") if isinstance(value, str) else value)
+        for name in names:
+            if not _OCR_LANGUAGE.fullmatch(name):
+                raise ValueError(
+                    f"{name!r} is not a Tesseract language code (three letters such as deu, eng, fra; "
+                    "a few have a suffix, such as chi_sim)"
+                )
+        if not names:
+            raise ValueError("name at least one language, such as deu,eng (or set OCR_ENGINE=off)")
+        return names
 
     @field_validator("entity_id_pattern", mode="before")
     @classmethod

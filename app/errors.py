@@ -101,13 +101,14 @@ class InvalidInput(RagError):
 
 
 class NoExtractableText(RagError):
-    """The file was read, but holds no text to index (empty, blank, or scanned images only)."""
+    """The file was read, but holds no text to index (empty, blank, or pictures OCR could not read).
+
+    The loaders raise it with their own detail for scans and pictures (OCR off, or nothing read)."""
 
     status_code = 422
     default_detail = (
-        "The file has no extractable text, so nothing was indexed. A scanned PDF or an image needs "
-        "OCR, which this service does not do: run OCR on it (or export it as text or as a PDF with a "
-        "text layer) and upload it again."
+        "The file has no extractable text, so nothing was indexed: it holds no words, only blank "
+        "pages or empty parts. Check that it was saved with its content, and upload it again."
     )
 
 

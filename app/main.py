@@ -33,6 +33,8 @@ from app.errors import (
     Unauthorized,
     database_unavailable,
 )
+from app.ingest.limits import ParseLimits
+from app.ingest.loaders.ocr import startup_note as ocr_startup_note
 from app.logs import RequestContextMiddleware, configure_logging, request_id_var
 from app.mcp.http import SESSION_LIMIT, mcp_route, open_sessions
 from app.mcp.server import build_server as build_mcp_server
@@ -44,10 +46,6 @@ logger = logging.getLogger(__name__)
 UNAUTHENTICATED_WARNING = (
     "JWT_SECRET is not set: the service runs WITHOUT authentication (every caller is 'public'). "
     "Set JWT_SECRET to LibreChat's secret for any shared deployment."
-)
-PDF_EXTRACT_IMAGES_WARNING = (
-    "PDF_EXTRACT_IMAGES is set, but reading text from images (OCR) is not supported: only the text "
-    "layer of PDFs is indexed, and a PDF of scanned pages is refused (422)"
 )
 
 
@@ -62,8 +60,8 @@ def _warm_up(embedder: object, stack: contextlib.AsyncExitStack) -> None:
 def _startup_warnings(settings: Settings) -> None:
     if not settings.auth_enabled:
         logger.warning(UNAUTHENTICATED_WARNING)
-    if settings.pdf_extract_images:
-        logger.warning(PDF_EXTRACT_IMAGES_WARNING)
+    level, note = ocr_startup_note(ParseLimits.from_settings(settings).ocr, settings.pdf_extract_images)
+    logger.log(level, note)
 
 
 @contextlib.asynccontextmanager

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -64,14 +64,50 @@ class LocalEmbedRequest(_Body):
     file_id: SafeStr = Field(min_length=1, max_length=MAX_FILE_ID_CHARS)
 
 
+class _Stored(Protocol):
+    """What an ingest reports (`app.ingest.pipeline.EmbedOutcome`), as the answer reads it."""
+
+    @property
+    def file_id(self) -> str: ...
+    @property
+    def known_type(self) -> bool: ...
+    @property
+    def ocr_pages(self) -> tuple[int, ...]: ...
+    @property
+    def empty_pages(self) -> tuple[int, ...]: ...
+
+
 class EmbedResponse(BaseModel):
-    """Success answer of the embed routes (LibreChat needs truthy `status` and `known_type`)."""
+    """Success answer of the embed routes (LibreChat needs truthy `status` and `known_type`).
+
+    `ocr_pages` and `empty_pages` appear only when they say something (the routes leave out None):
+    LibreChat ignores them, a person or script uploading a scan reads what OCR did.
+    """
 
     status: bool = True
     message: str = "File processed successfully."
     file_id: str
     filename: str
     known_type: bool = True
+    ocr_pages: list[int] | None = Field(
+        None, description="pages (1-based; a picture's frames) whose text OCR read"
+    )
+    empty_pages: list[int] | None = Field(
+        None,
+        description="pages (1-based) that show a picture but gave no text: OCR off, nothing found, or "
+        "a limit reached (the service log says which)",
+    )
+
+    @classmethod
+    def of(cls, outcome: _Stored, filename: str) -> EmbedResponse:
+        """The answer for a stored upload."""
+        return cls(
+            file_id=outcome.file_id,
+            filename=filename,
+            known_type=outcome.known_type,
+            ocr_pages=list(outcome.ocr_pages) or None,
+            empty_pages=list(outcome.empty_pages) or None,
+        )
 
 
 class TextResponse(BaseModel):
@@ -153,7 +189,7 @@ _ERROR_TEXT: dict[int, str] = {
 
 
 _FILE_422_TEXT = (
-    "; or, for an uploaded file, a file that yields no text (a scanned PDF: OCR is not supported) or "
+    "; or, for an uploaded file, a file that yields no text (blank, or a scan OCR could not read) or "
     "breaks a parsing limit (PARSE_*), answered with a `detail` sentence"
 )
 

@@ -2,7 +2,8 @@
 quality ...` runs the retrieval quality benchmark instead (see `scripts/bench quality --help`), and
 `python -m benchmarks v2-query ...` the /query_v2 latency benchmark (`scripts/bench v2-query --help`), and
 `python -m benchmarks mcp ...` `rag_search` over MCP beside the HTTP routes (`scripts/bench mcp --help`), and
-`python -m benchmarks pdf-text ...` the PDF text extractors (see `scripts/bench pdf-text --help`)."""
+`python -m benchmarks pdf-text ...` the PDF text extractors (see `scripts/bench pdf-text --help`), and
+`python -m benchmarks ocr ...` OCR of scanned pages (see `scripts/bench ocr --help`)."""
 
 from __future__ import annotations
 
@@ -135,6 +136,10 @@ if __name__ == "__main__":
         from benchmarks.pdf_text import main as pdf_text_main
 
         sys.exit(pdf_text_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["ocr"]:
+        from benchmarks.ocr import main as ocr_main
+
+        sys.exit(ocr_main(sys.argv[2:]))
     if sys.argv[1:2] == ["v2-query"]:
         from benchmarks.v2_query import main as v2_query_main
 

@@ -210,7 +210,7 @@ async def _embed_multipart(
     finally:
         upload.cleanup()
     search.note_stored(outcome.record)
-    return EmbedResponse(file_id=outcome.file_id, filename=upload.filename, known_type=outcome.known_type)
+    return EmbedResponse.of(outcome, upload.filename)
 
 
 _UPLOAD_ERRORS: dict[int | str, dict[str, Any]] = {
@@ -232,7 +232,11 @@ AsyncQuery = Annotated[
 
 
 @router.post(
-    "/embed", response_model=EmbedResponse, openapi_extra=_multipart_schema("file"), responses=_UPLOAD_ERRORS
+    "/embed",
+    response_model=EmbedResponse,
+    response_model_exclude_none=True,
+    openapi_extra=_multipart_schema("file"),
+    responses=_UPLOAD_ERRORS,
 )
 async def embed(
     request: Request,
@@ -252,6 +256,7 @@ async def embed(
 @router.post(
     "/embed-upload",
     response_model=EmbedResponse,
+    response_model_exclude_none=True,
     openapi_extra=_multipart_schema("uploaded_file"),
     responses=_UPLOAD_ERRORS,
 )
@@ -348,6 +353,7 @@ def _hash_file(path: Path, limit: int) -> tuple[int, str]:
 @router.post(
     "/local/embed",
     response_model=EmbedResponse,
+    response_model_exclude_none=True,
     responses=error_responses(400, 404, 413, 415, 502, *AUTHED_ERRORS, file_errors=True),
 )
 async def embed_local(
@@ -368,4 +374,4 @@ async def embed_local(
         uploader=principal.namespace,
     )
     search.note_stored(outcome.record)
-    return EmbedResponse(file_id=outcome.file_id, filename=body.filename, known_type=outcome.known_type)
+    return EmbedResponse.of(outcome, body.filename)

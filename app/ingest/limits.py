@@ -31,6 +31,27 @@ _MIB = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
+class OcrOptions:
+    """What OCR may do in one parse: the engine, its languages, and what it may cost (OCR_* settings).
+
+    `engine` is "auto" (Tesseract when it is installed with the languages' data), "tesseract" or
+    "off". A page or picture is scaled to at most `max_pixels` before it is read, and a picture
+    larger than that is refused unread (413); a file has at most `max_pages` pages or pictures read,
+    each for at most `page_timeout_s`, all of them within `file_timeout_s`. A PDF page is read when
+    its text layer has fewer than `min_chars` non-space characters and it draws something.
+    """
+
+    engine: str = "auto"
+    languages: tuple[str, ...] = ("deu", "eng")
+    max_pixels: int = 50_000_000
+    max_pages: int = 100
+    page_timeout_s: float = 30.0
+    file_timeout_s: float = 240.0
+    dpi: int = 200
+    min_chars: int = 30
+
+
+@dataclass(frozen=True, slots=True)
 class ParseLimits:
     """What one parse may consume; every field has its own setting (see `from_settings`)."""
 
@@ -42,10 +63,11 @@ class ParseLimits:
     max_chars: int = 50_000_000
     timeout_s: float = 300.0
     memory_mb: int = 1024
+    ocr: OcrOptions = OcrOptions()
 
     @classmethod
     def from_settings(cls, settings: Any) -> ParseLimits:
-        """The limits configured in `Settings` (PARSE_* variables)."""
+        """The limits configured in `Settings` (PARSE_* and OCR_* variables)."""
         return cls(
             max_unzipped_bytes=settings.parse_max_unzipped_bytes,
             max_cells=settings.parse_max_cells,
@@ -55,6 +77,18 @@ class ParseLimits:
             max_chars=settings.parse_max_chars,
             timeout_s=settings.parse_timeout_s,
             memory_mb=settings.parse_memory_mb,
+            ocr=OcrOptions(
+                engine=settings.ocr_engine,
+                languages=tuple(settings.ocr_languages),
+                max_pixels=settings.ocr_max_pixels,
+                max_pages=settings.ocr_max_pages,
+                page_timeout_s=settings.ocr_page_timeout_s,
+                # OCR stops in time for the rest of the file to be read and answered: the pages it
+                # read are kept, where the worker's kill at PARSE_TIMEOUT_S would lose everything
+                file_timeout_s=min(settings.ocr_file_timeout_s, 0.8 * settings.parse_timeout_s),
+                dpi=settings.ocr_dpi,
+                min_chars=settings.ocr_min_chars,
+            ),
         )
 
 

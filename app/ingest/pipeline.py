@@ -50,6 +50,9 @@ class EmbedOutcome:
     embedded: int
     reused: int
     record: store.FileRecord
+    # 1-based pages whose text OCR read, and pages that show a picture but gave no text
+    ocr_pages: tuple[int, ...] = ()
+    empty_pages: tuple[int, ...] = ()
     known_type: bool = True
 
 
@@ -188,14 +191,14 @@ class IngestService:
             (embedded_at - loaded_at) * 1000,
             (time.perf_counter() - started) * 1000,
         )
-        return EmbedOutcome(file_id, source.filename, len(new_chunks), embedded, reused, record)
+        return EmbedOutcome(file_id, source.filename, len(new_chunks), embedded, reused, record, *_pages(doc))
 
     async def _chunks(
         self, doc: LoadedDocument, *, file_id: str, owner: str, source: str
     ) -> tuple[list[str], list[dict[str, Any]]]:
         """The document's chunk texts and metadata, refused when too many or none hold text."""
         for warning in doc.warnings:
-            # the loader's own sentences (pages without text, a misnamed file, OCR not done)
+            # the loader's own sentences (pages read by OCR or left without text, a misnamed file)
             logger.warning("File %s: %s", file_id, warning)
         loop = asyncio.get_running_loop()
         pieces = await loop.run_in_executor(
@@ -297,6 +300,11 @@ class IngestService:
         for key in result.blob_keys:
             await self._remove_if_unreferenced(key)
         return result.found
+
+
+def _pages(doc: LoadedDocument) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The 1-based pages OCR read, and those that show a picture but gave no text."""
+    return tuple(sorted(p + 1 for p in doc.ocr_pages)), tuple(p + 1 for p in doc.unreadable_pages)
 
 
 def _chunk_texts(

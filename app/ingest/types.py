@@ -84,8 +84,12 @@ class LoadedDocument:
     page_count: int | None = None
     title: str | None = None
     warnings: list[str] = field(default_factory=list)
-    # 0-based indexes of pages that hold no text layer (a scanned page): reported, never indexed
+    # 0-based indexes of pages that show something but yielded no text, neither from a text layer nor
+    # from OCR (a scan while OCR is off, a page OCR found nothing on or had no time left for)
     unreadable_pages: list[int] = field(default_factory=list)
+    # 0-based indexes of pages (or a picture's frames) whose text OCR read, with its mean confidence
+    # (0..1); the sections and blocks of those pages carry OCR's text
+    ocr_pages: Mapping[int, float] = field(default_factory=dict)
     # document properties a format carries (author, created, subject, language, ...), as strings
     properties: Mapping[str, str] = field(default_factory=dict)
 

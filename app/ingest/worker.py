@@ -39,19 +39,22 @@ from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
-from app.errors import PayloadTooLarge, RagError, UnsupportedFileType
+from app.errors import NoExtractableText, PayloadTooLarge, RagError, UnsupportedFileType
 from app.ingest.limits import ParseLimitExceeded, ParseLimits
 from app.ingest.types import Block, LoadedDocument, Section
 
 logger = logging.getLogger(__name__)
 
 _CONTEXT = multiprocessing.get_context("forkserver")
-# The fork server imports the loaders once; every child starts with them loaded.
-_CONTEXT.set_forkserver_preload(["app.ingest.worker", "app.ingest.loaders"])
+# The fork server imports the loaders once; every child starts with them loaded (and Tesseract's
+# library, ~0.3 s to import, where it is installed: a missing module is skipped by the preload).
+_CONTEXT.set_forkserver_preload(["app.ingest.worker", "app.ingest.loaders", "tesserocr"])
 _EXIT_MEMORY = 75
 _ERRORS: dict[str, type[RagError]] = {
     "UnsupportedFileType": UnsupportedFileType,
     "PayloadTooLarge": PayloadTooLarge,
+    # a scan or picture OCR could not read (or OCR is off): the detail says what to do
+    "NoExtractableText": NoExtractableText,
 }
 _ALLOWED = {
     ("app.ingest.types", "LoadedDocument"): LoadedDocument,

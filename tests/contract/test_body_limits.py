@@ -171,13 +171,13 @@ async def test_the_largest_legitimate_search_fits(client: httpx.AsyncClient) -> 
 async def test_uploads_keep_their_own_cap(client: httpx.AsyncClient) -> None:
     """Multipart routes stream to disk under MAX_UPLOAD_BYTES: a file above the JSON cap is read whole.
 
-    An image is refused only after it arrived (415, not the guard's 413), and nothing is indexed, so
-    the session's shared vector index is not flooded with hundreds of near-identical chunks.
+    A damaged picture is refused only after it arrived (415, not the guard's 413), and nothing is
+    indexed, so the session's shared vector index is not flooded with hundreds of near-identical chunks.
     """
     content = b"\x89PNG\r\n\x1a\n" + bytes(2 * limit_of(client))
     r = await upload(client, new_id(), "big.png", content, auth(new_id("user")), content_type="image/png")
     assert r.status_code == 415, r.text
-    assert "image" in r.json()["detail"]
+    assert "could not be read as a picture" in r.json()["detail"]
 
 
 async def test_cap_is_a_setting(settings_factory) -> None:  # type: ignore[no-untyped-def]

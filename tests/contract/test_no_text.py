@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from app.clients.blobs import LocalBlobStore
-from app.errors import EMPTY_FILE_DETAIL
+from app.errors import EMPTY_FILE_DETAIL, NoExtractableText
 from tests.contract.helpers import query, upload
 from tests.fixtures.documents import make_pdf
 from tests.fixtures.service import SettingsFactory, auth, new_id, resources, running_app
@@ -47,25 +47,26 @@ async def test_an_empty_text_file_is_refused_as_empty(
     await assert_nothing_stored(client, fid, user)
 
 
-async def test_a_scanned_pdf_is_refused_and_its_pages_logged(
+async def test_a_blank_pdf_is_refused_and_its_pages_logged(
     settings_factory: SettingsFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # blank pages: a PDF without a text layer, which is what a scan without OCR looks like
-    pdf = make_pdf(tmp_path / "scan.pdf", ["", ""]).read_bytes()
+    # blank pages: no text layer and nothing drawn (a scan would show a picture, and be read by OCR)
+    pdf = make_pdf(tmp_path / "blank.pdf", ["", ""]).read_bytes()
     async with running_app(settings_factory()) as c:
         store = resources(c).blobs
         assert isinstance(store, LocalBlobStore)
         user, fid = new_id("user"), new_id()
         with caplog.at_level(logging.WARNING):
-            r = await upload(c, fid, "scan.pdf", pdf, auth(user), content_type="application/pdf")
+            r = await upload(c, fid, "blank.pdf", pdf, auth(user), content_type="application/pdf")
         assert r.status_code == 422
-        assert "scanned PDF" in r.json()["detail"]
+        assert r.json() == {"detail": NoExtractableText.default_detail}
         await assert_nothing_stored(c, fid, user)
         assert not [p for p in store.root.rglob("*") if p.is_file()]  # no original kept either
     logged = warnings_about(caplog, fid)
-    assert len(logged) == 2
-    assert logged[0].startswith(f"File {fid}: pages 1") and "no extractable text" in logged[0]
-    assert logged[1] == f"File {fid}: no extractable text; nothing stored"
+    assert logged == [
+        f"File {fid}: pages 1, 2 have no extractable text and no picture (blank)",
+        f"File {fid}: no extractable text; nothing stored",
+    ]
 
 
 async def test_a_refused_upload_keeps_the_previous_version(client: httpx.AsyncClient) -> None:
@@ -78,18 +79,17 @@ async def test_a_refused_upload_keeps_the_previous_version(client: httpx.AsyncCl
     assert [h[0]["page_content"] for h in hits] == ["Lighthouses guide ships."]
 
 
-async def test_pdf_extract_images_warns_at_start_and_per_pdf(
-    settings_factory: SettingsFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+async def test_the_ocr_engine_is_named_at_start(
+    settings_factory: SettingsFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
-    pdf = make_pdf(tmp_path / "text.pdf", ["A page with a text layer about tides."]).read_bytes()
-    with caplog.at_level(logging.WARNING):
-        async with running_app(settings_factory(pdf_extract_images=True)) as c:
-            user, fid = new_id("user"), new_id()
-            r = await upload(c, fid, "text.pdf", pdf, auth(user), content_type="application/pdf")
-            assert r.status_code == 200
+    with caplog.at_level(logging.INFO):
+        async with running_app(settings_factory(pdf_extract_images=True)):
+            pass
     at_start = [r.getMessage() for r in caplog.records if r.name == "app.main"]
     assert any(
-        m.startswith("PDF_EXTRACT_IMAGES is set, but reading text from images (OCR)") for m in at_start
-    )
-    [per_file] = warnings_about(caplog, fid)
-    assert per_file.startswith(f"File {fid}: PDF_EXTRACT_IMAGES is set")
+        m.startswith("OCR: Tesseract reads deu+eng (models in ")
+        and m.endswith(
+            "scanned pages and pictures are read, and the pictures inside PDFs (PDF_EXTRACT_IMAGES)"
+        )
+        for m in at_start
+    ), at_start

@@ -48,14 +48,16 @@ def test_blank_pages_are_skipped_with_a_warning(tmp_path: Path) -> None:
 def test_pdf_without_any_text_is_empty_not_an_error(tmp_path: Path) -> None:
     doc = load_document(make_pdf(tmp_path / "blank.pdf", [""]), "blank.pdf")
     assert doc.sections == [] and doc.text == ""
-    assert doc.warnings == ["page 1 has no extractable text (scanned images? OCR is not supported)"]
+    assert doc.warnings == ["page 1 has no extractable text and no picture (blank)"]
 
 
-def test_extract_images_flag_only_warns(tmp_path: Path) -> None:
+def test_a_short_page_of_text_is_not_read_by_ocr(tmp_path: Path) -> None:
+    """Fewer characters than OCR_MIN_CHARS, but only text objects: its text layer is all there is."""
     path = make_pdf(tmp_path / "a.pdf", ["hello"])
     doc = load_document(path, "a.pdf", pdf_extract_images=True)
     assert [s.text for s in doc.sections] == ["hello"]
-    assert any("OCR" in w for w in doc.warnings)
+    assert doc.ocr_pages == {} and doc.warnings == []
+    assert "ocr" not in doc.sections[0].metadata
 
 
 def test_title_from_metadata(tmp_path: Path) -> None:

@@ -147,8 +147,9 @@ def test_pdf_document_model(tmp_path: Path) -> None:
     assert [s.page for s in doc.sections] == [0, 1, 3]
     assert [s.metadata["page_label"] for s in doc.sections] == ["i", "1", "3"]
     assert "K 25 2.5 10" in doc.sections[1].text
-    assert doc.unreadable_pages == [2]  # the scan; it is also named in a warning
-    assert any("page 3 has no extractable text" in w for w in doc.warnings)
+    # the "scan" is a blank picture: OCR reads it and finds nothing, and a warning says so
+    assert doc.unreadable_pages == [2] and doc.ocr_pages == {}
+    assert "page 3 shows a picture but gave no text: OCR found no text on them" in doc.warnings
 
     toc = [b for b in doc.blocks if b.page == 0]
     assert toc and all(b.boilerplate == "toc" and b.page_label == "i" for b in toc)

@@ -24,7 +24,7 @@ from tests.fixtures.documents import (
 
 BINARY_DETAIL = (
     "{name} looks like binary data (not text, PDF, or an Office document); upload a supported "
-    "type: PDF, DOCX, PPTX, XLSX, CSV, HTML, Markdown, text, JSON or source code"
+    "type: PDF, DOCX, PPTX, XLSX, CSV, HTML, Markdown, text, JSON, source code or a picture (PNG, JPEG, TIFF)"
 )
 OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 
@@ -136,12 +136,14 @@ def test_password_protected_office_file(tmp_path: Path) -> None:
         ("pic.webp", b"RIFF\x24\x00\x00\x00WEBPVP8 "),
     ],
 )
-def test_images_are_415_no_ocr(tmp_path: Path, name: str, head: bytes) -> None:
+def test_damaged_pictures_are_415(tmp_path: Path, name: str, head: bytes) -> None:
+    """A picture's magic and nothing after it: read as a picture (OCR), refused as a damaged one."""
     path = tmp_path / name
     path.write_bytes(head + b"\x00" * 200)
     assert refusal(path, name) == (
-        f"{name} is an image; text in images cannot be read (OCR is not supported). "
-        "Upload a PDF with selectable text, or the text itself"
+        f"{name} could not be read as a picture: the file is damaged or a kind of picture this service "
+        "does not read (it reads PNG, JPEG, TIFF, GIF, BMP and WebP). Save it as PNG or JPEG and upload "
+        "it again"
     )
 
 

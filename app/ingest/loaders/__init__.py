@@ -1,7 +1,8 @@
 """Turn an uploaded file into a `LoadedDocument`: choose the format, run its loader, refuse helpfully.
 
 The format is chosen from the file name's extension, then the declared content type, then the
-bytes (the tables are in `formats.py`; each kind maps to one loader function below). The bytes
+bytes (the tables are in `formats.py`; each kind maps to one loader function below; a picture is
+read by OCR, `picture.py`). The bytes
 also overrule a name that lies about a binary format (a DOCX renamed `.pdf`, a PDF uploaded as
 `.txt`), and an "Excel" file that is really HTML or CSV text is read as text.
 
@@ -41,6 +42,7 @@ from app.ingest.loaders.html import load_epub, load_html
 from app.ingest.loaders.markdown import load_markdown
 from app.ingest.loaders.office import load_docx, load_odt, load_pptx
 from app.ingest.loaders.pdf import load_pdf
+from app.ingest.loaders.picture import load_picture
 from app.ingest.loaders.sniff import sniff_kind, sniff_markup
 from app.ingest.loaders.tabular import XLS_SUPPORTED, load_csv, load_xls, load_xlsx
 from app.ingest.loaders.text import NotText, decode_text, load_text, load_xml
@@ -63,6 +65,7 @@ _CONTAINER_LOADERS: dict[str, ContainerLoader] = {
     "xls": lambda path, name, _: load_xls(path, name),
     "epub": lambda path, name, _: load_epub(path, name),
     "odt": lambda path, name, _: load_odt(path, name),
+    "image": lambda path, name, _: load_picture(path, name),
 }
 _TEXT_LOADERS: dict[str, TextLoader] = {
     "csv": lambda text, encoding, name, _: load_csv(text, encoding, name),

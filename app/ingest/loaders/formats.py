@@ -227,12 +227,15 @@ CONTENT_TYPE_KINDS: dict[str, str] = {
     "application/x-tar": "archive",
 }
 TEXT_KINDS = frozenset({"csv", "tsv", "html", "markdown", "json", "xml", "text"})
-CONTAINER_KINDS = frozenset({"pdf", "docx", "pptx", "xlsx", "epub", "odt"})
+# Binary kinds with a loader ("image": a picture, read by OCR)
+CONTAINER_KINDS = frozenset({"pdf", "docx", "pptx", "xlsx", "epub", "odt", "image"})
 # Zip- or OLE2-based kinds whose own loader explains a damaged file better than "an archive".
 ZIP_KINDS = frozenset({"docx", "pptx", "xlsx", "epub", "odt"})
 OLE_KINDS = frozenset({"doc", "xls", "ppt", "msg"})
 
-SUPPORTED = "PDF, DOCX, PPTX, XLSX, CSV, HTML, Markdown, text, JSON or source code"
+SUPPORTED = (
+    "PDF, DOCX, PPTX, XLSX, CSV, HTML, Markdown, text, JSON, source code or a picture (PNG, JPEG, TIFF)"
+)
 REFUSALS: dict[str, str] = {
     "doc": "{name} is a legacy Word document (.doc), which is not supported. "
     "Open it in Word, save it as .docx or PDF, and upload that",
@@ -250,8 +253,6 @@ REFUSALS: dict[str, str] = {
     "Save it as .xlsx or CSV and upload that",
     "odp": "{name} is an OpenDocument presentation, which is not supported. "
     "Save it as .pptx or PDF and upload that",
-    "image": "{name} is an image; text in images cannot be read (OCR is not supported). "
-    "Upload a PDF with selectable text, or the text itself",
     "archive": "{name} is an archive (zip, gzip, tar...); upload the documents inside it one by one",
     "executable": f"{{name}} is a program, not a document; upload a supported type: {SUPPORTED}",
     "media": f"{{name}} is audio or video, which is not supported; upload a supported type: {SUPPORTED}",

@@ -7,7 +7,9 @@ file first (damage, encryption, page tree, labels, metadata) and is the fallback
 read the file or a page. The blocks (V2) add what the layout shows: on pages that draw lines or
 rectangles, pdfplumber finds ruled tables (header row, data rows) and the text around them is read
 region by region, so no table text is repeated in a paragraph. Blocks carry the printed page label
-when the PDF defines labels. A page with an image but no text layer (a scan) is listed in
+when the PDF defines labels. A page with (almost) no text layer that draws something, a scan, is
+read by OCR (`pdf_ocr.py`; its sections say `ocr` and `ocr_confidence`); with PDF_EXTRACT_IMAGES the
+text of pictures on text pages is added. A page with a picture that gave no text is listed in
 `unreadable_pages`; a page that is mostly dot-leader lines ending in page numbers is a table of
 contents (`boilerplate="toc"`).
 
@@ -27,9 +29,12 @@ import pypdfium2
 from pypdf import PageObject, PasswordType, PdfReader
 from pypdf.errors import DependencyError
 
-from app.errors import RagError, UnsupportedFileType
+from app.errors import NoExtractableText, RagError, UnsupportedFileType
 from app.ingest.chunking import clean_text
 from app.ingest.limits import current_guard
+from app.ingest.loaders.ocr import OcrReader
+from app.ingest.loaders.pdf_ocr import PdfOcr
+from app.ingest.loaders.pdf_ocr import pages_phrase as _pages
 from app.ingest.loaders.render import render_table
 from app.ingest.loaders.text import normalise_newlines
 from app.ingest.types import Block, BoilerplateKind, LoadedDocument, Section
@@ -44,7 +49,6 @@ logging.getLogger("pdfminer").setLevel(logging.ERROR)
 # ("2.1 Scope"), ALL CAPS, or a Title Case phrase.
 _NUMBERED = re.compile(r"^(\d+(?:\.\d+){0,5})\.?\s+\S")
 _MAX_HEADING_CHARS = 80
-_MAX_LISTED_PAGES = 10
 # Path-painting operators (rectangles, lines): the page may draw a ruled table.
 _DRAWS = re.compile(rb"(?:^|\s)(?:re|l)(?:\s|$)")
 # A table-of-contents line: an entry, dot leaders, a page number (arabic or roman).
@@ -61,13 +65,7 @@ GLUED_RUN = re.compile(r"[^\W\d_]{30,}")
 
 
 def load_pdf(path: Path, filename: str, *, extract_images: bool = False) -> LoadedDocument:
-    """Load a PDF's text layer: one section per page that has text, metadata as PyPDFLoader's."""
-    warnings: list[str] = []
-    if extract_images:
-        warnings.append(
-            "PDF_EXTRACT_IMAGES is set, but reading text from images (OCR) is not supported; "
-            "only the PDF's text layer was indexed"
-        )
+    """Load a PDF's text layer, OCR where it has none: one section per page that has text."""
     reader = _open(path, filename)
     try:
         pages = list(reader.pages)
@@ -77,67 +75,130 @@ def load_pdf(path: Path, filename: str, *, extract_images: bool = False) -> Load
         # pypdf raises many exception types on damaged files (KeyError, ValueError, zlib.error...).
         logger.debug("pdf page tree unreadable: %s", exc)
         raise UnsupportedFileType(_damaged(filename)) from None
-    labels = _page_labels(reader, len(pages))
-    printed = labels if _has_page_labels(reader) else None
-    guard = current_guard()
-    sections: list[Section] = []
-    blocks: list[Block] = []
-    empty: list[int] = []
-    failed: list[int] = []
-    unreadable: list[int] = []
-    layout = _Layout(path)
-    text_layer = _TextLayer(path, len(pages))
+    walk = _PageWalk(path, filename, pages, _page_labels(reader, len(pages)), extract_images)
+    walk.printed = walk.labels if _has_page_labels(reader) else None
     try:
         for number, page in enumerate(pages):
-            text = text_layer.page_text(number)
-            if text is None:
-                try:
-                    text = _pypdf_text(page)
-                except (RagError, MemoryError):
-                    raise
-                except Exception as exc:
-                    logger.debug("pdf page %s unreadable: %s", number, exc)
-                    failed.append(number)
-                    continue
-            guard.add_chars(len(text))
-            if not text.strip():
-                empty.append(number)
-                if _has_image(page):
-                    unreadable.append(number)
-                continue
-            metadata = {"total_pages": len(pages), "page_label": labels[number]}
-            sections.append(Section(text=text, page=number, metadata=metadata))
-            label = printed[number] if printed is not None else None
-            page_blocks = layout.blocks(number) if _draws(page) else None
-            if page_blocks is None:
-                page_blocks = pdf_blocks(text, number)
-            mark: BoilerplateKind | None = "toc" if is_toc_page(text) else None
-            blocks.extend(_with(block, label, mark) for block in page_blocks)
+            walk.page(number, page)
     finally:
-        layout.close()
-        text_layer.close()
-    if pages and len(failed) == len(pages):
+        walk.close()
+    if pages and len(walk.failed) == len(pages):
         raise UnsupportedFileType(_damaged(filename))
-    if failed:
-        warnings.append(
-            f"{_pages(failed)} could not be read and {'was' if len(failed) == 1 else 'were'} skipped"
-        )
-    if empty:
-        warnings.append(
-            f"{_pages(empty)} {'has' if len(empty) == 1 else 'have'} no extractable text "
-            "(scanned images? OCR is not supported)"
-        )
+    warnings = walk.warnings()
+    if not walk.sections and walk.unreadable:
+        raise NoExtractableText(walk.ocr.refusal(filename))
     return LoadedDocument(
-        sections=sections,
-        blocks=blocks,
+        sections=walk.sections,
+        blocks=walk.blocks,
         kind="pdf",
         content_type="application/pdf",
         page_count=len(pages),
         title=_title(reader),
         warnings=warnings,
-        unreadable_pages=unreadable,
+        unreadable_pages=walk.unreadable,
+        ocr_pages=walk.ocr.report.pages,
         properties=_properties(reader),
     )
+
+
+class _PageWalk:
+    """The pages of one PDF read in order: text layer, OCR where it is missing, layout, blocks."""
+
+    def __init__(
+        self, path: Path, filename: str, pages: list[PageObject], labels: list[str], images: bool
+    ) -> None:
+        self.filename = filename
+        self.labels = labels
+        self.printed: list[str] | None = None
+        self.count = len(pages)
+        self.guard = current_guard()
+        self.sections: list[Section] = []
+        self.blocks: list[Block] = []
+        self.empty: list[int] = []
+        self.failed: list[int] = []
+        self.unreadable: list[int] = []
+        self.layout = _Layout(path)
+        self.text_layer = _TextLayer(path, len(pages))
+        self.ocr = PdfOcr(self.text_layer.document, OcrReader(self.guard.limits.ocr, filename), images=images)
+
+    def page(self, number: int, page: PageObject) -> None:
+        """Read one page into sections and blocks, or note why it yielded nothing."""
+        text = self.text_layer.page_text(number)
+        if text is None:
+            try:
+                text = _pypdf_text(page)
+            except (RagError, MemoryError):
+                raise
+            except Exception as exc:
+                logger.debug("pdf page %s unreadable: %s", number, exc)
+                self.failed.append(number)
+                return
+        self.guard.add_chars(len(text))
+        scanned = None
+        if self.ocr.wanted(number, text):
+            scanned = self.ocr.read_page(number)
+            if scanned is not None and scanned.text:
+                text = scanned.text
+                self.guard.add_chars(len(text))
+            else:
+                scanned = None
+                if _has_image(page):
+                    self.unreadable.append(number)
+        if not text.strip():
+            self.empty.append(number)
+            if _has_image(page) and number not in self.unreadable:
+                self.unreadable.append(number)
+            return
+        metadata: dict[str, object] = {"total_pages": self.count, "page_label": self.labels[number]}
+        if scanned is not None:
+            metadata.update(ocr=True, ocr_confidence=scanned.confidence)
+        self.sections.append(Section(text=text, page=number, metadata=metadata))
+        if scanned is not None:
+            page_blocks = pdf_blocks(text, number)
+        else:
+            page_blocks = (self.layout.blocks(number) if _draws(page) else None) or pdf_blocks(text, number)
+        self._add_blocks(page_blocks, number, text)
+        if scanned is None:
+            self._pictures(number)
+
+    def _add_blocks(self, page_blocks: list[Block], number: int, text: str) -> None:
+        label = self.printed[number] if self.printed is not None else None
+        mark: BoilerplateKind | None = "toc" if is_toc_page(text) else None
+        self.blocks.extend(_with(block, label, mark) for block in page_blocks)
+
+    def _pictures(self, number: int) -> None:
+        """PDF_EXTRACT_IMAGES: the text of the page's pictures, after the page's own text."""
+        found = self.ocr.read_images(number)
+        if found is None:
+            return
+        self.guard.add_chars(len(found.text))
+        metadata = {
+            "total_pages": self.count,
+            "page_label": self.labels[number],
+            "ocr": True,
+            "ocr_confidence": found.confidence,
+        }
+        self.sections.append(Section(text=found.text, page=number, metadata=metadata))
+        self._add_blocks(pdf_blocks(found.text, number), number, found.text)
+
+    def warnings(self) -> list[str]:
+        """What the reader should know: pages skipped, read by OCR, or left without text."""
+        notes: list[str] = []
+        if self.failed:
+            verb = "was" if len(self.failed) == 1 else "were"
+            notes.append(f"{_pages(self.failed)} could not be read and {verb} skipped")
+        notes.extend(self.ocr.notes(self.unreadable))
+        blank = [n for n in self.empty if n not in self.unreadable]
+        if blank:
+            verb = "has" if len(blank) == 1 else "have"
+            notes.append(f"{_pages(blank)} {verb} no extractable text and no picture (blank)")
+        return notes
+
+    def close(self) -> None:
+        """Free the layout reader, PDFium's document and the OCR engine."""
+        self.layout.close()
+        self.ocr.reader.close()
+        self.text_layer.close()
 
 
 def _with(block: Block, label: str | None, mark: BoilerplateKind | None) -> Block:
@@ -160,6 +221,11 @@ class _TextLayer:
             pdf.close()
             return
         self._pdf = pdf
+
+    @property
+    def document(self) -> pypdfium2.PdfDocument | None:
+        """PDFium's document (None where PDFium cannot read the file): OCR renders its pages."""
+        return self._pdf
 
     def page_text(self, number: int) -> str | None:
         """The page's text (words apart, lines joined where PDFium removed a hyphen), or None."""
@@ -415,15 +481,6 @@ def _title(reader: PdfReader) -> str | None:
     if not isinstance(title, str):
         return None
     return clean_text(title).strip() or None
-
-
-def _pages(numbers: list[int]) -> str:
-    """ "page 4" or "pages 1, 2, 3 and 7 more", numbered from 1 for people."""
-    shown = ", ".join(str(n + 1) for n in numbers[:_MAX_LISTED_PAGES])
-    if len(numbers) == 1:
-        return f"page {shown}"
-    rest = len(numbers) - _MAX_LISTED_PAGES
-    return f"pages {shown}" + (f" and {rest} more" if rest > 0 else "")
 
 
 def is_heading_line(line: str, next_line: str | None) -> bool:

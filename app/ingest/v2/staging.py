@@ -283,6 +283,8 @@ def _document_row(
             "content_type": document.content_type,
             "page_count": document.page_count,
             "unreadable_pages": [p + 1 for p in document.unreadable_pages],
+            # 1-based page -> OCR's mean confidence (0..1), for the pages whose text OCR read
+            "ocr_pages": {str(p + 1): c for p, c in sorted(document.ocr_pages.items())},
             "warnings": document.warnings[:20],
             "stats": {
                 "blocks": stats.blocks,

@@ -9,7 +9,7 @@ reranker's score when the window was reranked, else the fused score, clipped to 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from app.search.v2.records import Fused
 from app.search.v2.schemas import EvidenceItem
@@ -39,6 +39,19 @@ def allowed_only(items: Sequence[Fused], allowed_file_ids: Collection[str]) -> t
     return kept, dropped
 
 
+# The key of a document's metadata that maps each page OCR read (1-based, as a string) to OCR's mean
+# confidence (0..1); the V2 document row stores it, a result shows its own page's value only.
+OCR_PAGES = "ocr_pages"
+
+
+def ocr_confidence(pages: object, page: int | None) -> float | None:
+    """OCR's confidence in a chunk on `page` (a chunk never crosses a page); None for a text layer."""
+    if not isinstance(pages, Mapping) or page is None:
+        return None
+    value = pages.get(str(page))
+    return float(value) if isinstance(value, (int, float)) else None
+
+
 def build_evidence(items: Sequence[Fused], allowed_file_ids: Collection[str], k: int) -> list[EvidenceItem]:
     """Up to k results, re-checked against the allow-list, numbered V2-1, V2-2, ... in order."""
     kept, _ = allowed_only(items, allowed_file_ids)
@@ -46,6 +59,9 @@ def build_evidence(items: Sequence[Fused], allowed_file_ids: Collection[str], k:
     for rank, item in enumerate(kept[:k], start=1):
         c, place, document = item.candidate, item.candidate.place, item.candidate.document
         metadata = dict(document.metadata)
+        confidence = ocr_confidence(metadata.pop(OCR_PAGES, None), place.page)
+        if confidence is not None:
+            metadata.update(ocr=True, ocr_confidence=confidence)
         metadata.setdefault("chunk_id", c.chunk_id)
         if place.page is not None:
             metadata.setdefault("physical_page", place.page)

@@ -39,7 +39,7 @@ from app.errors import BadRequest, ConfigError, Forbidden, ServiceUnavailable
 from app.metrics import V2_CHANNEL_FAILURES, V2_QUERIES, V2_RERANK_FALLBACKS
 from app.search.planner import SearchSettings
 from app.search.v2.analysis import QueryAnalysis, QueryConfig, analyze_query
-from app.search.v2.evidence import build_evidence, display_page
+from app.search.v2.evidence import OCR_PAGES, build_evidence, display_page
 from app.search.v2.fusion import fuse
 from app.search.v2.plan import ChannelPlan, plan_channels
 from app.search.v2.records import CHANNELS, Candidate, DocumentInfo, Fused, Scored
@@ -354,6 +354,9 @@ def _document(detail: channels_sql.ChunkDetail) -> DocumentInfo:
     suffix = detail.filename.rsplit(".", 1)[-1].lower() if "." in detail.filename else None
     metadata: dict[str, Any] = {k: detail.metadata[k] for k in RESULT_METADATA if k in detail.metadata}
     metadata.setdefault("index_source", detail.source)
+    # the pages OCR read (1-based page -> confidence): the evidence gives each chunk its page's value
+    if detail.metadata.get("ocr_pages"):
+        metadata[OCR_PAGES] = detail.metadata["ocr_pages"]
     if detail.document_number:
         metadata.setdefault("document_number", detail.document_number)
     return DocumentInfo(

@@ -1,0 +1,33 @@
+"""A /query_v2 result on a page OCR read says so, with that page's confidence; the document's page map
+stays out of the answer."""
+
+from __future__ import annotations
+
+from app.search.v2.evidence import OCR_PAGES, build_evidence, ocr_confidence
+from app.search.v2.records import Candidate, DocumentInfo, Fused
+from app.text.chunks import ChunkPlace
+
+SCAN = DocumentInfo(filename="scan.pdf", metadata={"kind": "pdf", OCR_PAGES: {"2": 0.81, "3": 0.42}})
+
+
+def _fused(chunk_id: str, page: int | None, document: DocumentInfo = SCAN) -> Fused:
+    candidate = Candidate(chunk_id, "f1", "text", "text", place=ChunkPlace(page=page), document=document)
+    return Fused(candidate, 0.5, ("lexical",), {"lexical": 1})
+
+
+def test_each_result_carries_its_own_pages_confidence() -> None:
+    items = build_evidence([_fused("a", 2), _fused("b", 3), _fused("c", 1)], {"f1"}, k=3)
+    assert [(i.metadata.get("ocr"), i.metadata.get("ocr_confidence")) for i in items] == [
+        (True, 0.81),
+        (True, 0.42),
+        (None, None),  # page 1 had a text layer
+    ]
+    assert all(OCR_PAGES not in item.metadata and item.metadata["kind"] == "pdf" for item in items)
+
+
+def test_no_page_or_no_map_means_no_ocr_confidence() -> None:
+    assert ocr_confidence({"2": 0.81}, None) is None
+    assert ocr_confidence(None, 2) is None
+    assert ocr_confidence({"2": "high"}, 2) is None
+    (item,) = build_evidence([_fused("a", 2, DocumentInfo(filename="a.md"))], {"f1"}, k=1)
+    assert "ocr" not in item.metadata
