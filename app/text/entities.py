@@ -397,3 +397,27 @@ def detect_language(
 def default_extractor() -> EntityExtractor:
     """The extractor of the default configuration, built once."""
     return EntityExtractor()
+
+
+_HEADER_UNIT = (
+    re.compile(r"^(?P<label>.*?)\s*\((?P<unit>[^()]{1,12})\)$"),
+    re.compile(r"^(?P<label>.*?)\s*\[(?P<unit>[^\[\]]{1,12})\]$"),
+)
+_HEADER_IN_UNIT = re.compile(r"^(?P<label>.+?),?\s+(?:in|en)\s+(?P<unit>\S{1,12})$")
+
+
+def split_header_unit(header: str, extractor: EntityExtractor) -> tuple[str, str | None]:
+    """("Length", "mm") for "Length (mm)", "Length [mm]" or "Length in mm"; (header, None) otherwise."""
+    text = header.strip()
+    for pattern in _HEADER_UNIT:
+        match = pattern.match(text)
+        if match:
+            unit = extractor.unit_of(match.group("unit"))
+            if unit is not None:
+                return match.group("label").strip() or text, unit
+    match = _HEADER_IN_UNIT.match(text)
+    if match:
+        unit = extractor.unit_of(match.group("unit"))
+        if unit is not None:
+            return match.group("label").strip(), unit
+    return text, None

@@ -10,7 +10,7 @@ from typing import Any
 from app.clients.embeddings import model_identity
 from app.clients.embeddings.local import local_model_counter
 from app.config import Settings
-from app.ingest.v2.chunker import ChunkerConfig
+from app.ingest.v2.chunk_writer import ChunkerConfig
 from app.text.entities import EntityConfig, EntityExtractor
 from app.text.tokens import TokenCounter
 from app.v2_settings import BoilerplateSettings

@@ -24,7 +24,8 @@ from app.clients.blobs import BlobNotFound
 from app.errors import NoExtractableText, RagError, UpstreamUnavailable
 from app.ingest.types import LoadedDocument
 from app.ingest.v2.boilerplate import document_fingerprints, repeated_fingerprints
-from app.ingest.v2.chunker import ChunkedDocument, ChunkingStats, chunk_document
+from app.ingest.v2.chunk_writer import ChunkingStats
+from app.ingest.v2.chunker import ChunkedDocument, chunk_document
 from app.ingest.v2.context import V2Context
 from app.ingest.v2.embedding import embed_rows
 from app.ingest.v2.lifecycle import check_profile, forced

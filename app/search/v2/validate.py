@@ -22,11 +22,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from app.ingest.v2.chunker import split_header_unit
 from app.search.v2.analysis import name_variants
 from app.search.v2.refusal import SAFE_REFUSAL
 from app.search.v2.schemas import EvidenceInput, ValidateV2Response, Violation
-from app.text.entities import EntityExtractor, default_extractor
+from app.text.entities import EntityExtractor, default_extractor, split_header_unit
 from app.text.normalize import contains_phrase, normalize
 
 MIN_QUOTE_CHARS = 8

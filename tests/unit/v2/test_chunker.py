@@ -10,9 +10,10 @@ import pytest
 from app.clients.embeddings.local import local_model_counter
 from app.ingest.types import Block, LoadedDocument
 from app.ingest.v2.boilerplate import block_fingerprint
-from app.ingest.v2.chunker import ChunkerConfig, chunk_document, split_header_unit
+from app.ingest.v2.chunk_writer import ChunkerConfig
+from app.ingest.v2.chunker import chunk_document
 from app.text.chunks import ChunkPlace, ChunkRecord
-from app.text.entities import EntityExtractor
+from app.text.entities import EntityExtractor, split_header_unit
 from app.text.normalize import normalize
 from app.text.tokens import SimpleTokenCounter
 
