@@ -34,10 +34,7 @@ pytestmark = pytest.mark.slow
 ADMIN = "admin-qv2"
 UPLOADER = "uploader-qv2"
 STRANGER = "stranger-qv2"
-FOREIGN_TEXT = (
-    "Confidential parts list of the other team. The valve ZX 9000 is rated for 16 bar and costs 420 EUR. "
-    "Only the other team's Agent may read this file."
-)
+FOREIGN_TEXT = v2_corpus.FOREIGN_TEXT
 CORPUS = v2_corpus.MIXED_CORPUS
 EXACT = v2_search.exact
 

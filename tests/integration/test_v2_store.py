@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from pgvector.asyncpg import register_vector
 
-from app.ingest.types import Block, LoadedDocument
 from app.ingest.v2.chunker import chunk_document
 from app.search.v2 import bm25
 from app.store.db import StoreInfo, bootstrap
@@ -24,32 +23,10 @@ from app.store.v2 import runs as run_store
 from app.store.v2 import vectors as vector_store
 from app.text.chunks import ChunkRecord
 from app.text.tokens import SimpleTokenCounter
+from tests.fixtures import v2_corpus
 from tests.fixtures.service import Database, new_id
 
 DIMS = 8
-
-
-def manual() -> LoadedDocument:
-    """A small manual: navigation, two sections on two pages, a captioned table with units."""
-    return LoadedDocument(
-        sections=[],
-        blocks=[
-            Block("list_item", "Home | Products | Contact", 0, boilerplate="nav"),
-            Block("heading", "Installation", 0, level=1),
-            Block("paragraph", "Mount the unit on a flat wall. Keep 50 % of the vents free.", 0),
-            Block("heading", "Dimensions", 1, level=1),
-            Block(
-                "table",
-                "t",
-                1,
-                rows=[["K 25", "12", "3"], ["K 28", "14", "4"]],
-                headers=["Type", "Length (mm)", "Weight (kg)"],
-                title="Table 2: Sizes",
-            ),
-        ],
-        kind="pdf",
-        content_type="application/pdf",
-    )
 
 
 def rows_of(chunks: list[ChunkRecord], *, vectors: bool = True) -> list[document_store.ChunkRow]:
@@ -84,7 +61,9 @@ async def stage(
         embedding_dim=DIMS,
         file_ids=file_ids,
     )
-    chunked = chunk_document(manual(), title="Manual", document_key="k", counter=SimpleTokenCounter())
+    chunked = chunk_document(
+        v2_corpus.manual_blocks(), title="Manual", document_key="k", counter=SimpleTokenCounter()
+    )
     for file_id in file_ids:
         document = document_store.DocumentRow(
             file_id=file_id,
@@ -122,7 +101,7 @@ async def staged(database: Database) -> AsyncIterator[Staged]:
     try:
         run = await stage(conn, info, owner, [file_id])
         chunks = chunk_document(
-            manual(), title="Manual", document_key="k", counter=SimpleTokenCounter()
+            v2_corpus.manual_blocks(), title="Manual", document_key="k", counter=SimpleTokenCounter()
         ).chunks
         yield Staged(conn, info, owner, file_id, run, chunks)
     finally:
@@ -150,7 +129,7 @@ async def test_an_active_run_is_readable_by_plain_sql_through_the_scope_predicat
     assert len(rows) == len(staged.chunks) > 0
     assert not any("Products" in r["content"] for r in rows)  # navigation reached no chunk
     table_rows = [r for r in rows if r["kind"] == "table_row"]
-    assert [r["row_values"][0] for r in table_rows] == ["K 25", "K 28"]
+    assert [r["row_values"][0] for r in table_rows] == ["K 25", "K 28", "K 32"]
     assert all(r["table_caption"] == "Table 2: Sizes" and r["page"] == 2 for r in table_rows)
     assert table_rows[0]["headers"] == ["Type", "Length (mm)", "Weight (kg)"]
     assert table_rows[0]["units"] == [None, "mm", "kg"]

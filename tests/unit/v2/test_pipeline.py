@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from app.ingest.types import Block, LoadedDocument
 from app.ingest.v2.chunker import chunk_document
 from app.search.v2 import bm25
 from app.search.v2.analysis import analyze_query
@@ -23,49 +22,19 @@ from app.search.v2.schemas import EvidenceInput, QueryV2Response
 from app.search.v2.validate import validate_v2
 from app.text.tokens import SimpleTokenCounter
 from app.v2_settings import RefusalSettings
+from tests.fixtures import v2_corpus
 from tests.unit.v2.helpers import from_chunk
 
 
 def corpus() -> list[Candidate]:
-    manual = LoadedDocument(
-        sections=[],
-        blocks=[
-            Block("list_item", "Home", 0, boilerplate="nav"),
-            Block("heading", "Installation", 0, level=1),
-            Block(
-                "paragraph", "Mount the unit on a flat wall. Connect the supply cable before switching on.", 0
-            ),
-            Block("heading", "Dimensions", 1, level=1),
-            Block(
-                "table",
-                "t",
-                1,
-                rows=[["K 25", "12", "3"], ["K 28", "14", "4"], ["K 32", "18", "6"]],
-                headers=["Type", "Length (mm)", "Weight (kg)"],
-                title="Table 2: Sizes",
-            ),
-            Block("heading", "Safety", 2, level=1),
-            Block("paragraph", "Use the B-DETECTION_PLUS mode only with the guard closed.", 2),
-        ],
-        kind="pdf",
-        content_type="application/pdf",
-    )
-    secret = LoadedDocument(
-        sections=[],
-        blocks=[Block("paragraph", "The K 99 prototype has a length of 77 mm and a flux capacitor.", 0)],
-        kind="pdf",
-        content_type="application/pdf",
-    )
+    """The test corpus's manual and the other owner's file, chunked as the index would."""
     counter = SimpleTokenCounter()
-    chunks = [
-        from_chunk(c, "manual", "manual.pdf", "Manual")
-        for c in chunk_document(manual, title="Manual", document_key="m", counter=counter).chunks
+    manual = chunk_document(v2_corpus.manual_blocks(), title="Manual", document_key="m", counter=counter)
+    foreign = chunk_document(v2_corpus.foreign_blocks(), title="Parts", document_key="s", counter=counter)
+    return [
+        *(from_chunk(c, "manual", "manual.pdf", "Manual") for c in manual.chunks),
+        *(from_chunk(c, "secret", "parts.txt", "Parts") for c in foreign.chunks),
     ]
-    chunks += [
-        from_chunk(c, "secret", "secret.pdf", "Secret")
-        for c in chunk_document(secret, title="Secret", document_key="s", counter=counter).chunks
-    ]
-    return chunks
 
 
 def cosine_channel(terms: tuple[str, ...], visible: list[Candidate]) -> list[Scored]:
@@ -123,10 +92,10 @@ async def test_an_identifier_absent_from_the_corpus_is_refused() -> None:
 
 
 async def test_a_foreign_file_gives_no_evidence_and_alone_means_refusal() -> None:
-    # K 99 exists, but only in a file the request may not read
-    response = await answer("How long is the K 99 prototype?", ["manual"])
+    # ZX 9000 exists, but only in a file the request may not read
+    response = await answer("What pressure is the ZX 9000 valve rated for?", ["manual"])
     assert response.results == [] and response.safe_refusal == SAFE_REFUSAL
-    allowed = await answer("How long is the K 99 prototype?", ["manual", "secret"])
+    allowed = await answer("What pressure is the ZX 9000 valve rated for?", ["manual", "secret"])
     assert allowed.results[0].file_id == "secret"
 
 
