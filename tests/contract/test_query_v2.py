@@ -100,7 +100,9 @@ async def world(
             assert r.status_code == 200, r.text
             files[name] = file_id
         foreign = new_id("foreign")
-        r = await upload(client, foreign, "parts.txt", FOREIGN_TEXT.encode(), auth(STRANGER), entity_id=other)
+        r = await upload(
+            client, foreign, v2_corpus.FOREIGN_NAME, FOREIGN_TEXT.encode(), auth(STRANGER), entity_id=other
+        )
         assert r.status_code == 200, r.text
         await wait_active(client, agent, len(files))
         await wait_active(client, other, 1)

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from pgvector.asyncpg import register_vector
 
+from app.ingest.v2.chunker import chunk_document
 from app.search.planner import SearchSettings
 from app.search.v2 import bm25
 from app.search.v2.vectors import RunVectorCache, plan_vectors, run_knowledge
@@ -29,9 +30,10 @@ from app.store.v2 import vectors as vector_store
 from app.store.v2_search import ChannelHit, VectorPlan
 from app.store.vector_index import build_index, index_spec
 from app.text.chunks import ChunkPlace, ChunkRecord
-from app.text.entities import Entity
 from app.text.normalize import normalize
+from app.text.tokens import SimpleTokenCounter
 from app.v2_settings import ChannelSettings, ExactWeights
+from tests.fixtures import v2_corpus
 from tests.fixtures.service import Database, new_id
 
 # a dimension no other test module uses: this module builds its HNSW index
@@ -54,50 +56,43 @@ def unit(*weights: float) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class Text:
-    """A chunk to store: its text and what the index would know of it."""
-
-    text: str
-    row_label: str | None = None
-    entities: tuple[tuple[str, str], ...] = ()  # (kind, raw): normalized is normalize(raw)
-    vector: np.ndarray | None = None
-
-
-def chunk_rows(texts: Sequence[Text], rng: np.random.Generator) -> list[document_store.ChunkRow]:
-    return [
-        document_store.ChunkRow(
-            ChunkRecord(
-                ordinal=i,
-                id=str(uuid.uuid4()),
-                place=ChunkPlace(
-                    kind="table_row" if t.row_label else "prose",
-                    page=1 + i // 2,
-                    section=("Section",),
-                    row_label=t.row_label,
-                    headers=("Type", "Value") if t.row_label else (),
-                    row_values=(t.row_label, "1") if t.row_label else (),
-                    units=(None, "mm") if t.row_label else (),
-                ),
-                content=t.text,
-                embed_text=t.text,
-                search_text=normalize(t.text),
-                tokens=len(t.text.split()),
-                entities=tuple(Entity(kind, raw, normalize(raw), 0, len(raw)) for kind, raw in t.entities),
-            ),
-            t.vector if t.vector is not None else rng.normal(size=DIMS).astype(np.float32),
-        )
-        for i, t in enumerate(texts)
-    ]
-
-
-@dataclass(frozen=True)
 class Doc:
+    """A document as stored: its chunks, and their vectors (random ones when None)."""
+
     file_id: str
     owner: str
     filename: str
     title: str
-    texts: tuple[Text, ...]
+    chunks: tuple[ChunkRecord, ...]
     document_number: str | None = None
+    vectors: tuple[np.ndarray, ...] | None = None
+
+
+def corpus_doc(owner: str, document: v2_corpus.CorpusDocument) -> Doc:
+    """A document of the test corpus, chunked as the index chunks it."""
+    file_id = new_id(document.filename.split(".")[0])
+    chunked = chunk_document(
+        document.loaded(), title=document.title, document_key=file_id, counter=SimpleTokenCounter()
+    )
+    return Doc(
+        file_id, owner, document.filename, document.title, tuple(chunked.chunks), document.document_number
+    )
+
+
+def plain_doc(
+    owner: str, name: str, texts: Sequence[str], vectors: Sequence[np.ndarray] | None = None
+) -> Doc:
+    """A document of one-line prose chunks with the given vectors (random ones when None)."""
+    chunks = tuple(
+        ChunkRecord(
+            ordinal=i, id=str(uuid.uuid4()), place=ChunkPlace(page=1), content=text, embed_text=text,
+            search_text=normalize(text), tokens=len(text.split()),
+        )
+        for i, text in enumerate(texts)
+    )  # fmt: skip
+    return Doc(
+        new_id(name), owner, f"{name}.pdf", name, chunks, vectors=None if vectors is None else tuple(vectors)
+    )
 
 
 @dataclass
@@ -109,6 +104,8 @@ class World:
     docs: dict[str, Doc]  # file id -> what was stored
     document_ids: dict[str, int]  # file id -> document id
     foreign: str  # a file of another owner, linked into the run
+    foreign_owner: str
+    foreign_chunks: int
 
     def scope(self, *file_ids: str, owner: str | None = None) -> Scope:
         return Scope.of(self.collection_id, [owner or self.owner], file_ids=file_ids or list(self.docs))
@@ -182,16 +179,26 @@ class World:
     def search_texts(self, file_ids: Sequence[str]) -> dict[tuple[int, int], list[str]]:
         """(document_id, ordinal) -> terms of the chunks of these files (the reference's corpus)."""
         return {
-            (self.document_ids[f], i): normalize(t.text).split()
+            (self.document_ids[f], c.ordinal): c.search_text.split()
             for f in file_ids
-            for i, t in enumerate(self.docs[f].texts)
+            for c in self.docs[f].chunks
         }
+
+    def key(self, file_id: str, text: str, kind: str | None = None) -> tuple[int, int]:
+        """(document_id, ordinal) of the one chunk of the file whose content holds `text` (of `kind`)."""
+        (ordinal,) = [
+            c.ordinal
+            for c in self.docs[file_id].chunks
+            if text in c.content and (kind is None or c.place.kind == kind)
+        ]
+        return (self.document_ids[file_id], ordinal)
 
 
 async def store_document(
     conn: asyncpg.Connection, collection_id: uuid.UUID, run_id: int, doc: Doc, rng: np.random.Generator
 ) -> int:
-    rows = chunk_rows(doc.texts, rng)
+    vectors = doc.vectors or tuple(rng.normal(size=DIMS).astype(np.float32) for _ in doc.chunks)
+    rows = [document_store.ChunkRow(c, v) for c, v in zip(doc.chunks, vectors, strict=True)]
     document = document_store.DocumentRow(
         file_id=doc.file_id,
         owner=doc.owner,
@@ -218,52 +225,6 @@ async def store_document(
     return document_id
 
 
-def corpus(owner: str) -> list[Doc]:
-    """Three documents of `owner`: prose on pumps and valves, a table, identifiers and a number."""
-    return [
-        Doc(
-            new_id("fa"),
-            owner,
-            "pump-guide.pdf",
-            "Pump Guide",
-            (
-                Text("The pump moves water through the valve. Check the pump pressure weekly."),
-                Text(
-                    "Pump pressure above 1.5 bar opens the relief valve.", entities=(("quantity", "1.5 bar"),)
-                ),
-                Text("Cleaning the filter keeps the water flowing."),
-            ),
-        ),
-        Doc(
-            new_id("fb"),
-            owner,
-            "datasheet-x1.pdf",
-            "Sizes",
-            (
-                Text("Table 2 lists the sizes of the K series."),
-                Text("K 25 length 12 mm weight 3 kg", row_label="K 25", entities=(("identifier", "K 25"),)),
-                Text("K 28 length 14 mm weight 4 kg", row_label="K 28", entities=(("identifier", "K 28"),)),
-                Text("The pump of type K 28 needs a larger valve.", entities=(("identifier", "K 28"),)),
-            ),
-            document_number="AB-1234",
-        ),
-        Doc(
-            new_id("fc"),
-            owner,
-            "sensor.pdf",
-            "K 28",  # a title equal to a row label elsewhere: the row ranks first
-            (
-                Text(
-                    "The B-DETECTION_PLUS sensor reports water in the pump housing.",
-                    entities=(("identifier", "B-DETECTION_PLUS"),),
-                ),
-                Text("Replace the sensor every two years; water damage voids the warranty."),
-                Text("ISO 9001 audits cover the sensor line.", entities=(("standard", "ISO 9001"),)),
-            ),
-        ),
-    ]
-
-
 @pytest.fixture
 async def world(database: Database) -> AsyncIterator[World]:
     from app.store.db import bootstrap
@@ -284,24 +245,24 @@ async def world(database: Database) -> AsyncIterator[World]:
             embedding_dim=DIMS,
             file_ids=[],
         )
-        docs = {d.file_id: d for d in corpus(owner)}
+        # the corpus's three documents of the Agent: prose on pumps, the datasheet, the sensor note
+        docs = {d.file_id: d for d in (corpus_doc(owner, doc) for doc in v2_corpus.AGENT_DOCUMENTS)}
         ids = {f: await store_document(conn, info.collection_id, run.run_id, d, rng) for f, d in docs.items()}
-        # another owner's file linked into the run: words, labels and entities of its own, and the
-        # very terms of the corpus, so that any leak would show in the statistics
-        foreign = Doc(
-            new_id("fx"),
-            new_id("other"),
-            "secret.pdf",
-            "Secret Pump",
-            (
-                Text(
-                    "zebra pump pump pump valve water", row_label="K 28", entities=(("identifier", "K 28"),)
-                ),
-                Text("zebra zebra secret plans for the pump"),
-            ),
-        )
+        # the other owner's file linked into the run: words, labels and entities of its own, and the
+        # very terms of the Agent's documents, so that any leak would show in the statistics
+        foreign = corpus_doc(new_id("other"), v2_corpus.foreign_document())
         ids[foreign.file_id] = await store_document(conn, info.collection_id, run.run_id, foreign, rng)
-        yield World(conn, info.collection_id, owner, run.run_id, docs, ids, foreign.file_id)
+        yield World(
+            conn,
+            info.collection_id,
+            owner,
+            run.run_id,
+            docs,
+            ids,
+            foreign.file_id,
+            foreign.owner,
+            len(foreign.chunks),
+        )
     finally:
         await conn.close()
 
@@ -392,7 +353,7 @@ async def test_foreign_files_and_other_owners_never_appear(world: World) -> None
         hits: list[ChannelHit] = []
         hits += await world.lexical(["zebra", "pump", "secret"], scope=scope, trigram="zebra secret")
         hits += await world.lexical([], scope=scope, trigram="k 28")
-        hits += await world.exact(["k 28"], ["k 28", "secret pump", "secret"], scope=scope)
+        hits += await world.exact(["k 28"], ["k 28", "secret pump parts", "secret"], scope=scope)
         hits += (await world.vector(unit(1.0), limit=50, walk=False, scope=scope))[0]
         hits += (await world.vector(unit(1.0), limit=50, walk=True, scope=scope))[0]
         assert foreign_doc not in {h.document_id for h in hits}
@@ -406,6 +367,11 @@ async def test_foreign_files_and_other_owners_never_appear(world: World) -> None
         if scope is stranger:
             assert hits == [] and details == []
             assert await search.visible(conn, scope, run) == search.Visible(0, 0, 0.0)
+    # in its own owner's scope the same questions find the foreign file: what was kept out was there
+    theirs = world.scope(world.foreign, owner=world.foreign_owner)
+    assert await world.lexical(["zebra", "secret"], scope=theirs)
+    found = await world.exact(["k 28"], ["k 28", "secret pump parts", "secret"], scope=theirs)
+    assert {h.detail for h in found} >= {"row_label", "title"}
     # the foreign chunks' terms count nowhere: "pump" has the df of the owner's chunks only
     stats = bm25.corpus_stats(world.search_texts(list(world.docs)).values())
     df = await search.document_frequencies(conn, listed, run, ["pump"])
@@ -432,27 +398,29 @@ async def test_foreign_files_and_other_owners_never_appear(world: World) -> None
 async def test_exact_matches_and_their_ranking(world: World) -> None:
     fa, fb, fc = world.docs
     doc_a, doc_b, doc_c = (world.document_ids[f] for f in (fa, fb, fc))
+    row_k28, row_k25 = world.key(fb, "K 28", "table_row"), world.key(fb, "K 25", "table_row")
+    mention = world.key(fb, "The pump of type K 28")
     # "Which pump fits K 28?": the key and the n-grams the caller makes
     hits = await world.exact(["k 28"], ["pump", "fits", "k", "28", "k 28", "pump fits"])
     by_key = {(h.document_id, h.ordinal): h for h in hits}
-    assert (hits[0].document_id, hits[0].ordinal, hits[0].score, hits[0].detail) == (
-        doc_b,
-        2,
+    assert ((hits[0].document_id, hits[0].ordinal), hits[0].score, hits[0].detail) == (
+        row_k28,
         1.0,
         "row_label",
     )
-    assert (by_key[(doc_b, 3)].score, by_key[(doc_b, 3)].detail) == (pytest.approx(0.9), "identifier")
+    assert (by_key[mention].score, by_key[mention].detail) == (pytest.approx(0.9), "identifier")
     # the title "K 28" stands for the first three chunks of its document, below the row and the entity
     assert [by_key[(doc_c, i)].detail for i in range(3)] == ["title"] * 3
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     assert by_key[(doc_c, 0)].score == pytest.approx(0.7)
-    assert (doc_b, 1) not in by_key  # K 25 is another row
+    assert row_k25 not in by_key  # K 25 is another row
     assert all(h.document_id != doc_a for h in hits)
     # a standard and an identifier by their keys; a document by its number and by its file name
     hits = await world.exact(["iso 9001", "b detection plus"], [], limit=5)
     assert {(h.document_id, h.ordinal, h.detail) for h in hits} == {
-        (doc_c, 2, "standard"),
-        (doc_c, 0, "identifier"),
+        (*world.key(fc, "ISO 9001"), "standard"),
+        (*world.key(fc, "B-DETECTION_PLUS"), "identifier"),
+        (*world.key(fb, "B-DETECTION_PLUS"), "identifier"),
     }
     hits = await world.exact(["ab 1234"], ["datasheet x 1"])
     assert [(h.document_id, h.ordinal, h.detail) for h in hits] == [
@@ -469,13 +437,14 @@ async def test_exact_matches_and_their_ranking(world: World) -> None:
 
 async def test_the_exact_weights_are_the_settings(world: World) -> None:
     _, fb, fc = world.docs
-    doc_b, doc_c = world.document_ids[fb], world.document_ids[fc]
+    doc_c = world.document_ids[fc]
+    row, mention = world.key(fb, "K 28", "table_row"), world.key(fb, "The pump of type K 28")
     keys, phrases = ["k 28"], ["k 28"]
     # shipped: the row labelled K 28 (1.0), then the chunk naming it (0.9), then the document titled
     # K 28 (0.7, its first three chunks)
     shipped = await world.exact(keys, phrases)
     assert [(h.document_id, h.ordinal, h.score) for h in shipped] == [
-        (doc_b, 2, 1.0), (doc_b, 3, pytest.approx(0.9)),
+        (*row, 1.0), (*mention, pytest.approx(0.9)),
         (doc_c, 0, pytest.approx(0.7)), (doc_c, 1, pytest.approx(0.7)), (doc_c, 2, pytest.approx(0.7)),
     ]  # fmt: skip
     # a title weighing more than a row label puts the titled document's chunks first
@@ -483,29 +452,34 @@ async def test_the_exact_weights_are_the_settings(world: World) -> None:
     reordered = await world.exact(keys, phrases, weights=titles_first)
     assert [(h.document_id, h.ordinal, h.detail) for h in reordered] == [
         (doc_c, 0, "title"), (doc_c, 1, "title"), (doc_c, 2, "title"),
-        (doc_b, 2, "row_label"), (doc_b, 3, "identifier"),
+        (*row, "row_label"), (*mention, "identifier"),
     ]  # fmt: skip
     assert [h.score for h in reordered] == pytest.approx([0.95, 0.95, 0.95, 0.5, 0.4])
     # the same through the one statement, with one chunk per document-level match
     one = await world.retrieve(
         dataclasses.replace(ask(keys=keys, phrases=phrases), exact_weights=titles_first, document_chunks=1)
     )
-    assert keys_of(one.channels["exact"].hits) == [(doc_c, 0), (doc_b, 2), (doc_b, 3)]
+    assert keys_of(one.channels["exact"].hits) == [(doc_c, 0), row, mention]
 
 
 async def test_trigram_look_alikes_follow_the_bm25_hits(world: World) -> None:
     conn = world.conn
-    doc_c = world.document_ids[list(world.docs)[2]]
-    # written together, or one letter off: BM25 finds nothing, the trigram test finds the chunk naming
-    # the sensor (its identifier entity "b detection plus")
+    fb, fc = list(world.docs)[1:]
+    naming = {world.key(fb, "B-DETECTION_PLUS"), world.key(fc, "B-DETECTION_PLUS")}
+    # written together, or one letter off: BM25 finds nothing, the trigram test finds the two chunks
+    # naming the sensor mode (their identifier entity "b detection plus")
     for text, terms in (("bdetection plus", ["bdetection"]), ("b detecton plus", ["detecton"])):
         hits = await world.lexical(terms, limit=5, trigram=text)
-        assert [(h.document_id, h.ordinal, h.detail) for h in hits] == [(doc_c, 0, "trigram")], text
-        assert 0.6 <= hits[0].score < 1.0
+        assert set(keys_of(hits)) == naming and {h.detail for h in hits} == {"trigram"}, text
+        assert all(0.6 <= h.score < 1.0 for h in hits)
     # a BM25 hit is not repeated, and a code with another number is no look-alike
+    # the sensor note's chunk is a BM25 hit for "sensor" and a look-alike: listed once, as BM25; the
+    # datasheet's chunk naming the mode holds no "sensor" and follows as the one look-alike
     hits = await world.lexical(["sensor"], limit=10, trigram="b detection plus")
     assert len(keys_of(hits)) == len(set(keys_of(hits)))
-    assert [h.detail for h in hits] == ["bm25"] * len(hits)
+    assert [h.detail for h in hits] == ["bm25"] * (len(hits) - 1) + ["trigram"]
+    assert keys_of(hits)[-1] == world.key(fb, "B-DETECTION_PLUS")
+    assert world.key(fc, "B-DETECTION_PLUS") in keys_of(hits)[:-1]
     assert await world.lexical([], trigram="k 29") == []
     # the threshold is RAG_V2__CHANNELS__TRIGRAM_SIMILARITY's: at 0.4, "k 29" looks like "k 28" (0.43)
     lenient = await world.lexical([], trigram="k 29", similarity=0.4)
@@ -520,31 +494,34 @@ async def test_trigram_look_alikes_follow_the_bm25_hits(world: World) -> None:
 async def test_chunk_details_carry_what_a_candidate_needs(world: World) -> None:
     conn = world.conn
     fb = list(world.docs)[1]
-    doc_b = world.document_ids[fb]
+    row_key, first = world.key(fb, "K 28", "table_row"), world.key(fb, "Mount the unit")
     details = await search.chunk_details(
-        conn, world.scope(), world.run_id, [(doc_b, 2), (doc_b, 0), (doc_b, 2), (doc_b, 99)]
+        conn, world.scope(), world.run_id, [row_key, first, row_key, (row_key[0], 99)]
     )
-    assert [(d.document_id, d.ordinal) for d in details] == [(doc_b, 2), (doc_b, 0)]
+    assert [(d.document_id, d.ordinal) for d in details] == [row_key, first]
     row = details[0]
-    assert row.file_id == fb
-    assert row.place == ChunkPlace(
-        kind="table_row", page=2, section=("Section",), row_label="K 28", headers=("Type", "Value"),
-        row_values=("K 28", "1"), units=(None, "mm"),
+    stored = world.docs[fb].chunks[row_key[1]]
+    assert row.file_id == fb and row.chunk_id == stored.id
+    assert row.place == stored.place == ChunkPlace(
+        kind="table_row", page=2, section=("Dimensions",), table_caption="Table 2: Sizes", table_index=0,
+        row_index=1, row_label="K 28", headers=("Type", "Length (mm)", "Weight (kg)"),
+        row_values=("K 28", "14", "4"), units=(None, "mm", "kg"),
     )  # fmt: skip
-    assert row.entity_keys == frozenset({"k 28"})
+    assert row.entity_keys == frozenset({"k 28", "14 mm", "4 kg"})
     document = (row.filename, row.title, row.document_number, row.language, row.publication_date, row.source)
     assert document == ("datasheet-x1.pdf", "Sizes", "AB-1234", "en", "2024-01-05", "original")
     assert row.metadata == {"origin": fb}
-    assert row.search_text == "k 28 length 14 mm weight 4 kg"
+    assert (row.content, row.search_text) == (stored.content, stored.search_text)
+    assert row.search_text.endswith("k 28 length mm 14 weight kg 4 14 mm 4 kg")
     # the allow-list applies here too
     narrow = world.scope(next(iter(world.docs)))
-    assert await search.chunk_details(conn, narrow, world.run_id, [(doc_b, 2)]) == []
+    assert await search.chunk_details(conn, narrow, world.run_id, [row_key]) == []
 
 
 async def test_vector_paths_return_as_many_rows_as_are_visible(world: World) -> None:
     conn = world.conn
     files = list(world.docs)
-    visible = sum(len(d.texts) for d in world.docs.values())
+    visible = sum(len(d.chunks) for d in world.docs.values())
     query = np.random.default_rng(3).normal(size=DIMS).astype(np.float32)
     stored = {
         (r["document_id"], r["ordinal"]): vector_store._vector(r["embedding"]).astype(np.float64)
@@ -569,8 +546,8 @@ async def test_vector_paths_return_as_many_rows_as_are_visible(world: World) -> 
         vectors = await vector_store.run_vectors(conn, world.run_id, DIMS)
         # the owner's files and the foreign one, each staged file's vectors under its owner
         assert {f: sum(o.values()) for f, o in vectors.files.items()} == {
-            f: len(d.texts) for f, d in world.docs.items()
-        } | {world.foreign: 2}
+            f: len(d.chunks) for f, d in world.docs.items()
+        } | {world.foreign: world.foreign_chunks}
         knowledge = run_knowledge(vectors, DIMS)
         return plan_vectors(
             knowledge, dims=DIMS, limit=limit, scope=world.scope(), settings=walk_anything
@@ -605,15 +582,15 @@ async def test_a_filtered_walk_that_under_returns_is_refilled_exactly(world: Wor
         conn, world.collection_id, namespace="crowd", index_version="v2", extractor_version="test-1",
         embedding_model="test:channels", embedding_dim=DIMS, file_ids=[],
     )  # fmt: skip
-    near = [Text(f"crowd {i}", vector=unit(1.0, *(rng.normal(size=3) * 0.01))) for i in range(400)]
-    crowd = Doc("crowd-file", "crowd", "c.pdf", "C", tuple(near))
+    near = [unit(1.0, *(rng.normal(size=3) * 0.01)) for _ in range(400)]
+    crowd = plain_doc("crowd", "crowd", [f"crowd {i}" for i in range(400)], near)
     await store_document(conn, world.collection_id, crowd_run.run_id, crowd, rng)
     far_run = await run_store.create_run(
         conn, world.collection_id, namespace=world.owner, index_version="v2-far", extractor_version="test-1",
         embedding_model="test:channels", embedding_dim=DIMS, file_ids=[],
     )  # fmt: skip
-    far = [Text(f"far {i}", vector=unit(-1.0, *(rng.normal(size=3)))) for i in range(30)]
-    far_doc = Doc(new_id("far"), world.owner, "far.pdf", "Far", tuple(far))
+    far = [unit(-1.0, *(rng.normal(size=3))) for _ in range(30)]
+    far_doc = plain_doc(world.owner, "far", [f"far {i}" for i in range(30)], far)
     await store_document(conn, world.collection_id, far_run.run_id, far_doc, rng)
     spec = index_spec(DIMS, vector_store.V2_CHUNK_INDEX)
     assert spec is not None
@@ -647,9 +624,9 @@ async def test_postings_follow_inserts_and_deletes(world: World) -> None:
         "SELECT ordinal, term, tf, term_count FROM ragoverlay_v2_postings WHERE document_id = $1", document_id
     )
     expected = {
-        (i, term, tf, len(normalize(t.text).split()))
-        for i, t in enumerate(world.docs[fa].texts)
-        for term, tf in Counter(normalize(t.text).split()).items()
+        (c.ordinal, term, tf, len(c.search_text.split()))
+        for c in world.docs[fa].chunks
+        for term, tf in Counter(c.search_text.split()).items()
     }
     assert {tuple(r) for r in rows} == expected
     assert any(r["tf"] > 1 for r in rows)  # "pump" twice in the first chunk
@@ -694,7 +671,7 @@ async def test_vectors_stay_in_their_rows_and_no_dead_storage_is_left(world: Wor
     rng = np.random.default_rng(5)
     vector = rng.normal(size=700).astype(np.float32)
     text = " ".join(f"word{i} pump" for i in range(2000))
-    doc = Doc(new_id("long"), world.owner, "long.pdf", "Long", (Text(text, vector=vector),))
+    doc = plain_doc(world.owner, "long", [text], [vector])
     document_id = await store_document(conn, world.collection_id, world.run_id, doc, rng)
     row = await conn.fetchrow(out_of_line, document_id)
     assert (row["vector"], row["text"]) == (False, True)
@@ -765,7 +742,8 @@ async def test_the_one_statement_returns_what_each_channel_returns(world: World)
     assert spec is not None
     await conn.execute(f"DROP INDEX IF EXISTS {spec.name}")
     scan = await world.retrieve(ask(query=query))
-    assert scan.channels["vector"].path == "exact" and len(scan.channels["vector"].hits) == 10
+    visible = sum(len(d.chunks) for d in world.docs.values())
+    assert scan.channels["vector"].path == "exact" and len(scan.channels["vector"].hits) == visible == 13
     assert await build_index(conn, spec, m=8, ef_construction=32, memory="64MB")
     walk = await world.retrieve(ask(query=query, walk=True, limit=5))
     assert walk.channels["vector"].path == "hnsw"
@@ -776,7 +754,7 @@ async def test_the_one_statement_returns_what_each_channel_returns(world: World)
 async def test_the_one_statement_keeps_foreign_rows_out(world: World) -> None:
     foreign_doc = world.document_ids[world.foreign]
     question = ask(
-        terms=["zebra", "pump", "secret"], keys=["k 28"], phrases=["k 28", "secret pump", "secret"],
+        terms=["zebra", "pump", "secret"], keys=["k 28"], phrases=["k 28", "secret pump parts", "secret"],
         trigram="zebra secret", query=unit(1.0),
     )  # fmt: skip
     listed = world.scope(*world.docs, world.foreign)
@@ -843,10 +821,10 @@ async def test_the_planner_inputs_of_a_run_are_read_again_after_their_time(world
     cache = RunVectorCache(ttl=30.0, clock=lambda: now[0])
     first = await cache.knowledge(conn, world.run_id, DIMS)
     staged = {f: sum(o.values()) for f, o in (first.stats.file_chunks or {}).items()}
-    assert staged == {f: len(d.texts) for f, d in world.docs.items()} | {world.foreign: 2}
+    assert staged == {f: len(d.chunks) for f, d in world.docs.items()} | {world.foreign: world.foreign_chunks}
     # a file staged since: within the time the planner keeps what it read (the file counts the
     # average), after it the file is known
-    later = Doc(new_id("late"), world.owner, "late.pdf", "Late", (Text("late one"), Text("late two")))
+    later = plain_doc(world.owner, "late", ["late one", "late two"])
     await store_document(conn, world.collection_id, world.run_id, later, np.random.default_rng(1))
     now[0] = 29.0
     assert await cache.knowledge(conn, world.run_id, DIMS) is first

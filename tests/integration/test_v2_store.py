@@ -62,7 +62,10 @@ async def stage(
         file_ids=file_ids,
     )
     chunked = chunk_document(
-        v2_corpus.manual_blocks(), title="Manual", document_key="k", counter=SimpleTokenCounter()
+        v2_corpus.DATASHEET.loaded(),
+        title=v2_corpus.DATASHEET.title,
+        document_key="k",
+        counter=SimpleTokenCounter(),
     )
     for file_id in file_ids:
         document = document_store.DocumentRow(
@@ -72,8 +75,8 @@ async def stage(
             extractor_version="test-1",
             embedding_model="test:model",
             source="original",
-            filename="manual.pdf",
-            title="Manual",
+            filename=v2_corpus.DATASHEET.filename,
+            title=v2_corpus.DATASHEET.title,
         )
         async with conn.transaction():
             document_id = await document_store.insert_document(
@@ -101,7 +104,10 @@ async def staged(database: Database) -> AsyncIterator[Staged]:
     try:
         run = await stage(conn, info, owner, [file_id])
         chunks = chunk_document(
-            v2_corpus.manual_blocks(), title="Manual", document_key="k", counter=SimpleTokenCounter()
+            v2_corpus.DATASHEET.loaded(),
+            title=v2_corpus.DATASHEET.title,
+            document_key="k",
+            counter=SimpleTokenCounter(),
         ).chunks
         yield Staged(conn, info, owner, file_id, run, chunks)
     finally:

@@ -29,12 +29,13 @@ from tests.unit.v2.helpers import from_chunk
 def corpus() -> list[Candidate]:
     """The test corpus's manual and the other owner's file, chunked as the index would."""
     counter = SimpleTokenCounter()
-    manual = chunk_document(v2_corpus.manual_blocks(), title="Manual", document_key="m", counter=counter)
-    foreign = chunk_document(v2_corpus.foreign_blocks(), title="Parts", document_key="s", counter=counter)
-    return [
-        *(from_chunk(c, "manual", "manual.pdf", "Manual") for c in manual.chunks),
-        *(from_chunk(c, "secret", "parts.txt", "Parts") for c in foreign.chunks),
-    ]
+    out: list[Candidate] = []
+    for file_id, document in (("manual", v2_corpus.DATASHEET), ("secret", v2_corpus.foreign_document())):
+        chunked = chunk_document(
+            document.loaded(), title=document.title, document_key=file_id, counter=counter
+        )
+        out += [from_chunk(c, file_id, document.filename, document.title) for c in chunked.chunks]
+    return out
 
 
 def cosine_channel(terms: tuple[str, ...], visible: list[Candidate]) -> list[Scored]:
