@@ -28,6 +28,7 @@ from app.errors import ConfigError
 from app.runtime.postgres import attach_running
 from app.search.v2.refusal import SAFE_REFUSAL
 from tests.contract.helpers import agent_id, upload
+from tests.fixtures import v2_corpus
 from tests.fixtures.mongo_server import mongo_server
 from tests.fixtures.serve import REPO
 from tests.fixtures.service import TEST_JWT_SECRET, Database, auth, env_without_ragoverlay, make_token, new_id
@@ -266,25 +267,25 @@ class V2World:
 
 
 @pytest.fixture(scope="module")
-async def v2_world(settings_factory: Callable[..., Settings]) -> AsyncIterator[V2World]:
+async def v2_world(
+    settings_factory: Callable[..., Settings], tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[V2World]:
     agent, other = agent_id(), agent_id()
     settings = settings_factory(v2_namespace_ids=[agent, other], admin_user_ids=[V2_ADMIN])
-    texts = {
-        "pumps.txt": "Pump maintenance manual. The P-200 pump must be serviced every 500 operating hours. "
-        "Its seals are replaced at every second service.",
-        "valves.txt": "Valve catalogue. The valve KX 7100 is rated for 10 bar and made of stainless steel.",
-    }
+    # two files of the V2 test corpus (the quick formats) and the other owner's file
+    folder = tmp_path_factory.mktemp("mcpv2")
     async with serving(settings) as (url, http):
         files = []
-        for name, text in texts.items():
+        for name in ("ratings.md", "notes.txt"):
+            path = v2_corpus.MIXED_CORPUS[name](folder / name)
             file_id = new_id(name.split(".")[0])
-            r = await upload(http, file_id, name, text.encode(), auth(V2_USER), entity_id=agent)
+            r = await upload(http, file_id, name, path.read_bytes(), auth(V2_USER), entity_id=agent)
             assert r.status_code == 200, r.text
             files.append(file_id)
         foreign = new_id("foreign")
-        secret = b"Confidential: the valve ZX 9000 of the other team is rated for 16 bar and costs 420 EUR."
+        secret = v2_corpus.FOREIGN_TEXT.encode()
         assert (
-            await upload(http, foreign, "parts.txt", secret, auth("stranger-mcp"), entity_id=other)
+            await upload(http, foreign, v2_corpus.FOREIGN_NAME, secret, auth("stranger-mcp"), entity_id=other)
         ).status_code == 200
         await wait_active(http, agent, len(files), admin=V2_ADMIN)
         await wait_active(http, other, 1, admin=V2_ADMIN)
@@ -295,7 +296,7 @@ async def test_v2_evidence_and_refusal_are_those_of_query_v2(v2_world: V2World) 
     w = v2_world
     async with mcp_client(w.url, auth(V2_USER)) as client:
         for question in (
-            "How often must the P-200 pump be serviced?",
+            "How fast does the F 2 fan turn?",
             "What is the weight of the K 99 heater?",
         ):
             tool = payload(
@@ -322,10 +323,10 @@ async def test_v2_evidence_and_refusal_are_those_of_query_v2(v2_world: V2World) 
         )
         assert refused["results"] == [] and refused["safe_refusal"] == SAFE_REFUSAL
         found = payload(
-            await client.call_tool("rag_search", {"query": "P-200 service interval", "entity_id": w.agent})
+            await client.call_tool("rag_search", {"query": "F 2 fan speed in rpm", "entity_id": w.agent})
         )
         assert found["results"] and found["results"][0]["citation_id"] == "V2-1"
-        assert found["results"][0]["filename"] == "pumps.txt"
+        assert found["results"][0]["filename"] == "ratings.md"
         # another Agent's file named outright yields no evidence, only the refusal
         foreign = payload(
             await client.call_tool(
