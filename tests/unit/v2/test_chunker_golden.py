@@ -10,6 +10,7 @@ decide which vectors a new run reuses) shows up as a diff of that file, to be ma
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -106,7 +107,7 @@ def serialise() -> list[dict[str, Any]]:
         )
         out.append(json.loads(json.dumps(item)))  # tuples as lists, as the file holds them
     stats = result.stats
-    out.append({"stats": {name: getattr(stats, name) for name in stats.__slots__}})  # type: ignore[attr-defined]
+    out.append({"stats": {f.name: getattr(stats, f.name) for f in dataclasses.fields(stats)}})
     return out
 
 
