@@ -6,6 +6,7 @@ OpenAI server on loopback, whose vectors depend on the model asked, so a copied 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,17 +15,15 @@ import pytest
 from app.clients.embeddings import model_identity
 from app.config import Settings
 from tests.contract.helpers import agent_id, upload
+from tests.fixtures import v2_corpus
 from tests.fixtures.fake_providers import FakeProvider, RecordedRequest, Reply
 from tests.fixtures.service import auth, new_id, resources, running_app
 
 pytestmark = pytest.mark.slow
 
 ADMIN = "admin-identity"
-TEXTS = {
-    "gannets.txt": "Gannets plunge from a great height into the sea and fold their wings just before.",
-    "skuas.txt": "Skuas chase other seabirds until they drop their catch, then take it in the air.",
-    "puffins.txt": "Puffins nest in burrows on grassy cliffs and carry several fish crosswise at once.",
-}
+# the V2 test corpus's quick formats (any text would do: what matters is whose vectors they get)
+FILES = ("ratings.md", "notes.txt", "settings.html")
 
 
 def model_vector(model: str, text: str, dims: int) -> list[float]:
@@ -83,7 +82,7 @@ async def stage_all(settings: Settings, namespace: str, version: str, file_ids: 
 
 
 async def test_a_changed_model_identity_reembeds_every_vector_of_a_run(
-    settings_factory: Callable[..., Settings], fake_provider: FakeProvider
+    settings_factory: Callable[..., Settings], fake_provider: FakeProvider, tmp_path: Path
 ) -> None:
     fake_provider.handler = answer_by_model(fake_provider)
     namespace = agent_id()
@@ -96,10 +95,11 @@ async def test_a_changed_model_identity_reembeds_every_vector_of_a_run(
     # the files, uploaded before V2 is enabled for the namespace (no automatic first run)
     first = settings_factory(embeddings_model="model-a", **common)
     same_store = {"collection_name": first.collection_name, "data_dir": first.data_dir}
-    ids = {name: new_id(name.split(".")[0]) for name in TEXTS}
+    ids = {name: new_id(name.split(".")[0]) for name in FILES}
     async with running_app(first) as c:
-        for name, text in TEXTS.items():
-            r = await upload(c, ids[name], name, text.encode(), auth("uploader"), entity_id=namespace)
+        for name in FILES:
+            data = v2_corpus.MIXED_CORPUS[name](tmp_path / name).read_bytes()
+            r = await upload(c, ids[name], name, data, auth("uploader"), entity_id=namespace)
             assert r.status_code == 200, r.text
     file_ids = list(ids.values())
 
