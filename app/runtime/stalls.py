@@ -12,12 +12,22 @@ likes (300 half-sent requests were all still open after 20 s). Two guards close 
   so uvicorn closes the connection rather than waiting for the rest. Time the application spends
   working between two reads is not counted, and a body that keeps arriving, however slowly in
   total, is never cut.
+
+An answer given before the request body was read (a 413 from the declared length, a 408) ends the
+connection with a lingering close, as nginx's does: the answer and a FIN are sent, and whatever the
+client still sends is read and dropped until it closes its side, for at most `LINGER_TOTAL_S` (and
+`LINGER_IDLE_S` of silence). uvicorn alone either closed at once, with the body still arriving (the
+kernel then answers the unread bytes with a reset, and a client that sends its whole body before
+reading, such as Python's http.client with `Connection: close`, saw "connection reset" instead of
+the 413), or, on a kept-alive connection, read the rest of the body with no bound and then held the
+connection open for ever.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -28,6 +38,11 @@ HEADER_TIMEOUT_DETAIL = (
     "The request headers did not arrive within REQUEST_HEADER_TIMEOUT_S ({timeout:g} s); "
     "the connection is closed"
 )
+# how long a lingering close reads and drops what a client still sends after its answer (nginx's
+# lingering_time is 30 s); and how long it waits when nothing comes (its lingering_timeout is 5 s: ours
+# is shorter, as a client still sending its body has no reason to pause)
+LINGER_TOTAL_S = 30.0
+LINGER_IDLE_S = 2.0
 BODY_TIMEOUT_DETAIL = (
     "The request body stopped arriving: nothing came for REQUEST_BODY_TIMEOUT_S ({timeout:g} s); "
     "send the whole body without pausing"
@@ -43,16 +58,108 @@ def _timeout_response(detail: str) -> bytes:
     return head.encode("latin-1") + body
 
 
+class _ClosingTransport(asyncio.Transport):
+    """The connection's transport as uvicorn sees it: its close lingers while a request body is unread."""
+
+    def __init__(self, raw: asyncio.Transport, protocol: _HeaderDeadlineProtocol) -> None:
+        super().__init__()
+        self.raw = raw
+        self._protocol = protocol
+
+    def close(self) -> None:
+        """Close now, or linger first when the client is still sending the body of an answered request."""
+        if self._protocol.lingering or self.raw.is_closing() or not self._protocol.body_unread():
+            self.raw.close()
+        else:
+            self._protocol.linger()
+
+    def is_closing(self) -> bool:
+        """True from the moment uvicorn's close was asked for, lingering included."""
+        return self._protocol.lingering or self.raw.is_closing()
+
+    def pause_reading(self) -> None:
+        """uvicorn's flow control; a lingering close keeps reading (and dropping)."""
+        if not self._protocol.lingering:
+            self.raw.pause_reading()
+
+    def resume_reading(self) -> None:
+        """uvicorn's flow control."""
+        if not self._protocol.lingering:
+            self.raw.resume_reading()
+
+    def is_reading(self) -> bool:
+        """Whether the socket is read."""
+        return self.raw.is_reading()
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Send bytes."""
+        self.raw.write(data)
+
+    def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
+        """Send several pieces."""
+        self.raw.writelines(list_of_data)
+
+    def write_eof(self) -> None:
+        """Half-close after what was written."""
+        self.raw.write_eof()
+
+    def can_write_eof(self) -> bool:
+        """Whether half-closing is possible."""
+        return self.raw.can_write_eof()
+
+    def abort(self) -> None:
+        """Close at once, dropping buffered data."""
+        self.raw.abort()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        """The socket's details (addresses, TLS)."""
+        return self.raw.get_extra_info(name, default)
+
+    def get_write_buffer_size(self) -> int:
+        """Bytes waiting to be sent."""
+        return self.raw.get_write_buffer_size()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        """Flow control of writes."""
+        self.raw.set_write_buffer_limits(high, low)
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        """Flow control of writes."""
+        return self.raw.get_write_buffer_limits()
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        """Hand the connection to another protocol (a WebSocket upgrade)."""
+        self.raw.set_protocol(protocol)
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        """The protocol that reads the socket."""
+        return self.raw.get_protocol()
+
+
 class _HeaderDeadlineProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, closing connections whose request headers do not complete in time."""
+    """uvicorn's httptools protocol, closing connections whose request headers do not complete in time,
+    and closing (lingering) those answered before their request body was read."""
 
     header_timeout_s: float = 10.0
     _header_timer: asyncio.TimerHandle | None = None
+    lingering: bool = False
+    _raw: asyncio.Transport | None = None
+    _linger_timers: tuple[asyncio.TimerHandle, ...] = ()
+    _linger_idle: asyncio.TimerHandle | None = None
+    _shutting_down: bool = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Start the first request's header deadline as the connection opens."""
-        super().connection_made(transport)
+        self._raw = transport
+        super().connection_made(_ClosingTransport(transport, self))
         self._arm_header_deadline()
+
+    def data_received(self, data: bytes) -> None:
+        """Parse the request; while lingering, drop what comes."""
+        if self.lingering:
+            self._arm_linger_idle()
+            return
+        super().data_received(data)
 
     def on_message_begin(self) -> None:
         """A request begins (also the next one on a kept-alive connection): its headers are due."""
@@ -64,13 +171,64 @@ class _HeaderDeadlineProtocol(HttpToolsProtocol):
         self._disarm_header_deadline()
         super().on_headers_complete()
 
+    def on_response_complete(self) -> None:
+        """Answered before the body was read: close (lingering) instead of reading the rest unbounded."""
+        if self.body_unread() and not self.transport.is_closing():
+            self.transport.close()
+        super().on_response_complete()
+
+    def shutdown(self) -> None:
+        """The server stops: no lingering from here on."""
+        self._shutting_down = True
+        super().shutdown()
+
     def connection_lost(self, exc: Exception | None) -> None:
         """Nothing left to time."""
         self._disarm_header_deadline()
+        self._end_linger_timers()
         super().connection_lost(exc)
 
+    def body_unread(self) -> bool:
+        """True when the current request's response is complete but the client has not sent all its body."""
+        cycle = self.cycle
+        return (
+            cycle is not None
+            and cycle.response_complete
+            and cycle.more_body
+            and not cycle.disconnected
+            and not self._shutting_down
+        )
+
+    def linger(self) -> None:
+        """Send the answer and a FIN, then read and drop until the client closes or the time is up."""
+        raw = self._raw
+        assert raw is not None
+        self.lingering = True
+        self._disarm_header_deadline()
+        if raw.can_write_eof():
+            raw.write_eof()
+        raw.resume_reading()
+        self._linger_timers = (self.loop.call_later(LINGER_TOTAL_S, self._stop_lingering),)
+        self._arm_linger_idle()
+
+    def _arm_linger_idle(self) -> None:
+        if self._linger_idle is not None:
+            self._linger_idle.cancel()
+        self._linger_idle = self.loop.call_later(LINGER_IDLE_S, self._stop_lingering)
+
+    def _end_linger_timers(self) -> None:
+        for timer in (*self._linger_timers, self._linger_idle):
+            if timer is not None:
+                timer.cancel()
+        self._linger_timers, self._linger_idle = (), None
+
+    def _stop_lingering(self) -> None:
+        self._end_linger_timers()
+        if self._raw is not None:
+            self._raw.close()
+
     def _arm_header_deadline(self) -> None:
-        if self._header_timer is None:
+        if self._header_timer is None and not self.lingering:
             self._header_timer = self.loop.call_later(self.header_timeout_s, self._headers_timed_out)
 
     def _disarm_header_deadline(self) -> None:
