@@ -113,6 +113,7 @@ async def build_services(
     stack.push_async_callback(maintenance.close)
     search = SearchService(settings, pool, info, embedder, maintenance.state, maintenance.want_index)
     v2_search = _v2_search(settings, pool, info, embedder, stack)
+    v2_search.on_missing = v2_jobs.hurry_staging  # files /query_v2 lacks: their staging goes first
     jobs = build_jobs(
         settings,
         queue,

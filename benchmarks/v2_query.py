@@ -13,10 +13,11 @@ lean HTTP client, as the Agent's caller, with the first N files of the run as th
 
 Every question is asked once before timing (the service caches query embeddings, so the embedding
 is left out of the figures). Per allow-list size: p50 / p95 of the client's time for `--repeat`
-sequential requests, with the server's own stages from Server-Timing. Then `--concurrency` requests
-at once, `--rounds` times, at the largest size: every one must answer 200; per request, the time it
-waited for pool connections (Server-Timing `pool`) against its own run time (`total` - `pool`).
-Nothing asserts a speed.
+sequential requests, with the server's own stages from Server-Timing; at the largest size once more
+with one listed file that the run does not hold (the service then looks for stored files the run
+lacks). Then `--concurrency` requests at once, `--rounds` times, at the largest size: every one
+must answer 200; per request, the time it waited for pool connections (Server-Timing `pool`)
+against its own run time (`total` - `pool`). Nothing asserts a speed.
 """
 
 from __future__ import annotations
@@ -251,6 +252,11 @@ async def served(
     try:
         for size in options.sizes:
             figures[f"sequential_{size}_files"] = await sequential(asker, asked, files[:size], options.repeat)
+        # one listed file the run does not hold: the service looks up the stored files it lacks
+        largest = max(options.sizes)
+        figures[f"sequential_{largest}_files_one_not_indexed"] = await sequential(
+            asker, asked, [*files[: largest - 1], "not-indexed-file"], options.repeat
+        )
         figures[f"concurrent_{options.concurrency}_at_{max(options.sizes)}_files"] = await concurrent(
             asker, asked, files[: max(options.sizes)], options.concurrency, options.rounds
         )

@@ -79,6 +79,16 @@ class JobService:
             self.worker.wake()
         return added
 
+    async def raise_priority(self, keys: list[str], priority: int) -> int:
+        """Move the waiting jobs with these dedupe keys up to `priority` (never down); how many moved."""
+        if not keys:
+            return 0
+        async with self.pool.acquire() as conn:
+            moved = await store.raise_priority(conn, queue=self.queue, keys=keys, priority=priority)
+        if moved and self.worker is not None:
+            self.worker.wake()
+        return moved
+
     async def ensure_periodic(
         self, kind: str, payload: dict[str, Any], *, key: str, period_s: float, retry_s: float
     ) -> Enqueued:

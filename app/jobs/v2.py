@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,10 @@ UPLOAD_PRIORITY = 6
 BACKFILL_PRIORITY = 5
 SURVEY_PRIORITY = 4
 STAGE_PRIORITY = 3
+# a file /query_v2 found missing from the answering run: its staging goes before all other V2 work
+# (still after the uploads somebody waits for, 10), asked at most once per file in this long
+HURRY_PRIORITY = 8
+HURRY_EVERY_S = 30.0
 SURVEY_WAIT_SECONDS = 2.0  # a stage job that finds surveys still waiting comes back after this
 NOTE_UPLOAD_TIMEOUT_S = 5.0
 
@@ -92,6 +97,8 @@ class V2Jobs:
     def __init__(self, ctx: V2Context, jobs: JobService) -> None:
         self.ctx = ctx
         self.jobs = jobs
+        self._hurried: dict[tuple[str, str], float] = {}  # (namespace, file) -> when it may be asked again
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def install(self, registry: JobRegistry) -> None:
         """Register both kinds."""
@@ -145,6 +152,39 @@ class V2Jobs:
                 "V2: could not queue the staging of new upload %s (%s); reindex the namespace to add it",
                 file_id,
                 type(exc).__name__,
+            )
+
+    def hurry_staging(self, namespace: str, file_ids: list[str]) -> None:
+        """/query_v2 found these stored files missing from the answering run: stage them first.
+
+        Raises the waiting staging jobs of these uploads to HURRY_PRIORITY, in the background (the
+        query never waits for it; a failure is logged), at most once per file per HURRY_EVERY_S.
+        """
+        now = time.monotonic()
+        due = [f for f in file_ids if self._hurried.get((namespace, f), 0.0) <= now]
+        if not due:
+            return
+        if len(self._hurried) > 10_000:
+            self._hurried = {k: t for k, t in self._hurried.items() if t > now}
+        for file_id in due:
+            self._hurried[(namespace, file_id)] = now + HURRY_EVERY_S
+        task = asyncio.create_task(self._hurry(namespace, due))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _hurry(self, namespace: str, file_ids: list[str]) -> None:
+        try:
+            moved = await self.jobs.raise_priority(
+                [upload_key(namespace, f) for f in file_ids], HURRY_PRIORITY
+            )
+        except Exception as exc:  # the next query asks again
+            logger.warning(
+                "V2: could not move the staging of %s's new files ahead (%s)", namespace, type(exc).__name__
+            )
+            return
+        if moved:
+            logger.info(
+                "V2: %d staging job(s) of %s moved ahead: /query_v2 is missing their files", moved, namespace
             )
 
     async def waiting(self, run_id: int) -> int:

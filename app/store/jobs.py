@@ -339,6 +339,18 @@ async def count_waiting(conn: asyncpg.Connection, *, queue: str, kind: str, matc
     )
 
 
+async def raise_priority(conn: asyncpg.Connection, *, queue: str, keys: Sequence[str], priority: int) -> int:
+    """Give the waiting jobs with these dedupe keys at least `priority`; how many were raised."""
+    result = await conn.execute(
+        "UPDATE ragoverlay_jobs SET priority = $3 "
+        "WHERE queue = $1 AND status = 'queued' AND dedupe_key = ANY ($2::text[]) AND priority < $3",
+        queue,
+        list(keys),
+        priority,
+    )
+    return int(result.split()[-1])
+
+
 async def prune(conn: asyncpg.Connection, *, queue: str, done_days: float, failed_days: float) -> int:
     """Delete finished jobs older than their retention (done and failed apart); returns how many."""
     status = await conn.execute(

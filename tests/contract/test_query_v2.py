@@ -19,6 +19,8 @@ import httpx
 import pytest
 
 from app.config import Settings
+from app.jobs import v2 as v2_jobs
+from app.jobs.kinds import V2_INDEX_FILE, V2IndexFile
 from app.search.v2.records import CHANNELS
 from app.search.v2.refusal import SAFE_REFUSAL
 from app.search.v2.rerank_http import HttpReranker
@@ -376,6 +378,61 @@ async def test_the_vector_plan_without_its_inputs_scans_exactly(
     assert body["debug"]["vector_plan"] == {"path": "exact", "visible_estimate": 0}
     assert body["debug"]["channels"]["vector"]["path"] == "exact"
     assert body["debug"]["channels"]["vector"]["hits"] > 0
+
+
+async def test_a_stored_file_the_run_lacks_degrades_the_answer_and_is_staged_first(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upload whose V2 staging still waits: the answer says so, and the staging moves ahead."""
+    found = resources(world.client)
+    jobs = found.jobs
+    assert jobs is not None
+    queued: list[int] = []
+
+    async def staging_waits(file_id: str, owner: str) -> None:
+        # the staging job of the upload, held back for an hour: the file is stored, not in the run
+        added = await jobs.service.enqueue(
+            V2_INDEX_FILE,
+            V2IndexFile(file_id=file_id, owner=owner).model_dump(),
+            dedupe_key=v2_jobs.upload_key(owner, file_id),
+            priority=v2_jobs.UPLOAD_PRIORITY,
+            delay_s=3600,
+        )
+        queued.append(added.id)
+
+    monkeypatch.setattr(found.ingest, "on_stored", staging_waits)
+    late = new_id("late")
+    text = b"Late arrivals: the gearbox G 77 needs 3.5 litres of oil."
+    r = await upload(world.client, late, "late.txt", text, auth(UPLOADER), entity_id=world.agent)
+    assert r.status_code == 200, r.text
+    try:
+        # the request names the late file and another Agent's file: only the late one is missing
+        asked = [*world.ids, late, world.foreign]
+        question = "How much oil does the gearbox G 77 need?"
+        r = await world.ask(question, file_ids=asked)
+        assert r.status_code == 200, r.text
+        assert r.json()["degraded"] is True
+        assert r.json()["missing_files"] == 1
+        assert "debug" not in r.json() or r.json()["debug"] is None
+        r = await world.ask(question, file_ids=asked, user=ADMIN, debug=True)
+        assert r.status_code == 200, r.text
+        assert r.json()["debug"]["run"]["missing_files"] == [late]
+        # without the late file nothing is missing
+        r = await world.ask(question)
+        assert r.json()["degraded"] is False and r.json()["missing_files"] == 0
+        # its staging job was moved ahead of the other V2 work, in the background
+        deadline = time.monotonic() + 10
+        while True:
+            row = await jobs.service.get(queued[0])
+            assert row is not None
+            if row.priority == v2_jobs.HURRY_PRIORITY or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.1)
+        assert row.priority == v2_jobs.HURRY_PRIORITY > v2_jobs.UPLOAD_PRIORITY
+    finally:
+        r = await world.client.request(
+            "DELETE", "/documents", json=[late], headers=auth(UPLOADER), params={"entity_id": world.agent}
+        )
 
 
 async def test_all_channels_failing_is_503(world: World, monkeypatch: pytest.MonkeyPatch) -> None:

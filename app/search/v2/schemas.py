@@ -99,7 +99,14 @@ class QueryV2Response(BaseModel):
     route: Literal["v2"] = "v2"
     index_version: str | None
     results: list[EvidenceItem]
-    degraded: bool = False
+    degraded: bool = Field(
+        False,
+        description="the answer may lack something: a search channel failed, or files of the request "
+        "are stored but not yet in the answering index run (`missing_files`)",
+    )
+    missing_files: int = Field(
+        0, description="files of the request that are stored but not yet indexed by the answering run"
+    )
     safe_refusal: str | None = None
     debug: dict[str, Any] | None = None
 

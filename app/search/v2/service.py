@@ -17,7 +17,8 @@
 
 A failing channel marks the answer `degraded`; only all three failing is an error (503). The vector
 channel cannot run when the run's vectors come from another embedding model than the service's
-(the run says which): then it counts as failed, with that reason in `debug`.
+(the run says which): then it counts as failed, with that reason in `debug`. Stored files of the
+request that the run lacks (staging waits or failed) degrade it too (`missing_files`, `on_missing`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +50,7 @@ from app.search.v2.rerank_http import HttpReranker
 from app.search.v2.rerank_onnx import OnnxCrossEncoder
 from app.search.v2.schemas import EvidenceItem, QueryV2Request, QueryV2Response
 from app.search.v2.vectors import PlannedVectors, RunVectorCache, plan_vectors
+from app.store import v2_gaps
 from app.store import v2_search as channels_sql
 from app.store.db import StoreInfo
 from app.store.scope import Scope, ScopeError
@@ -103,6 +105,7 @@ class Retrieved:
     embed_ms: float = 0.0
     pool_wait_ms: float = 0.0  # time spent waiting for pool connections
     vectors: PlannedVectors | None = None  # the vector channel's plan, when it was asked
+    missing: list[str] = field(default_factory=list)  # stored files of the request the run lacks
 
     @property
     def failed(self) -> list[str]:
@@ -140,8 +143,8 @@ class Answer:
 
     @property
     def degraded(self) -> bool:
-        """True when a channel failed."""
-        return bool(self.retrieved.failed)
+        """True when a channel failed or files of the request are not in the run yet."""
+        return bool(self.retrieved.failed or self.retrieved.missing)
 
 
 async def rank(
@@ -259,6 +262,7 @@ def respond(answer: Answer, *, debug: bool) -> QueryV2Response:
         index_version=answer.retrieved.run.index_version,
         results=answer.results,
         degraded=answer.degraded,
+        missing_files=len(answer.retrieved.missing),
         safe_refusal=None if answer.results else SAFE_REFUSAL,
         debug=debug_body(answer) if debug else None,
     )
@@ -326,7 +330,11 @@ def debug_body(answer: Answer) -> dict[str, Any]:
             "trigram": plan.trigram_text,
             "language": analysis.language,
         },
-        "run": {"run_id": retrieved.run.run_id, "index_version": retrieved.run.index_version},
+        "run": {
+            "run_id": retrieved.run.run_id,
+            "index_version": retrieved.run.index_version,
+            "missing_files": retrieved.missing,
+        },
         "channels": {name: _channel_debug(r) for name, r in retrieved.retrieval.channels.items()},
         "vector_plan": _plan_debug(retrieved.vectors),
         "retrieve": {
@@ -396,6 +404,8 @@ class V2SearchService:
             max_scan_tuples=settings.hnsw_max_scan_tuples,
         )
         self.run_vectors = RunVectorCache()
+        # told (namespace, file ids) when an answer lacks stored files; must not block or raise
+        self.on_missing: Callable[[str, list[str]], None] | None = None
 
     @property
     def enabled_namespaces(self) -> frozenset[str]:
@@ -450,6 +460,8 @@ class V2SearchService:
             "total": (time.perf_counter() - t0) * 1000,
         }
         answer = Answer(request, analysis, plan, retrieved, ranking, results, timing)
+        if retrieved.missing and self.on_missing is not None:
+            self.on_missing(namespace, retrieved.missing)
         count_answer(answer, self.reranker.name)
         return respond(answer, debug=debug), server_timing(timing)
 
@@ -465,6 +477,7 @@ class V2SearchService:
         vector, embed_ms, vector_error = await self._embed(request.query)
         t0 = time.perf_counter()
         retrieval: channels_sql.Retrieval | None = None
+        missing: list[str] = []
         async with self.pool.acquire(timeout=self.timeout) as conn:
             waited = time.perf_counter() - t0
             run = await self._run(conn, namespace, request.index_version)
@@ -476,6 +489,7 @@ class V2SearchService:
             ask = self._ask(plan, vector, planned)
             try:
                 retrieval = await channels_sql.retrieve(conn, scope, run.run_id, ask, timeout=self.timeout)
+                missing = await self._missing(conn, scope, namespace, run.run_id, retrieval)
             except ScopeError:
                 raise  # a programming error: a fallback cannot help
             except Exception as exc:  # the statement as a whole: timeout, lost connection, a broken part
@@ -491,13 +505,31 @@ class V2SearchService:
                 retrieval = await channels_sql.retrieve_separately(
                     conn, scope, run.run_id, ask, timeout=self.timeout
                 )
+                missing = await self._missing(conn, scope, namespace, run.run_id, retrieval)
         if vector_error is not None:
             retrieval.channels["vector"].error = vector_error
         stats = Statistics()
         if plan.lexical_terms and retrieval.document_frequency is not None:
             stats = Statistics(retrieval.visible.chunks, retrieval.document_frequency)
         lists = candidate_lists(retrieval)
-        return Retrieved(run, retrieval, lists, stats, embed_ms, waited * 1000, planned)
+        return Retrieved(run, retrieval, lists, stats, embed_ms, waited * 1000, planned, missing)
+
+    async def _missing(
+        self,
+        conn: asyncpg.Connection,
+        scope: Scope,
+        namespace: str,
+        run_id: int,
+        retrieval: channels_sql.Retrieval,
+    ) -> list[str]:
+        """The request's stored files the run lacks; [] at no cost when it holds one per listed file."""
+        if scope.file_ids is not None and retrieval.visible.documents >= len(scope.file_ids):
+            return []
+        try:  # the scope was checked by the retrieve before
+            return await v2_gaps.missing_files(conn, scope, namespace, run_id, timeout=self.timeout)
+        except Exception as exc:  # not knowing the gaps must not cost the answer
+            logger.warning("V2: the look-up of files not indexed yet failed (%s)", exc.__class__.__name__)
+            return []
 
     async def _plan_vectors(
         self, conn: asyncpg.Connection, run_id: int, scope: Scope, vector: np.ndarray

@@ -1,0 +1,48 @@
+"""Files of a namespace that are stored but not (yet) in its answering V2 run: /query_v2's gaps.
+
+    missing_files(conn, scope, namespace, run_id) -> [file_id]   sorted, at most `limit`
+
+A file uploaded through `/embed` is stored (its `ragoverlay_files` row) before its V2 staging job
+has put it into the namespace's runs; until then, or when its staging failed, `/query_v2` cannot find
+it and says so (`degraded`). Read through the scope predicate like every read: only files the caller
+may read and listed in its allow-list are counted.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+
+from app.store.scope import SCOPE_SQL, Scope
+
+# the allow-list's files by the catalogue's primary key (collection_id, file_id, owner), each checked
+# for a staged entry by the run's primary key (run_id, file_id): the cost follows the list
+MISSING_FILES = f"""
+    WITH s AS (SELECT {SCOPE_SQL} AS scope)
+    SELECT f.file_id
+    FROM s, ragoverlay_files f
+    WHERE f.collection_id = $1
+      AND f.owner = $7
+      AND ($3::text[] IS NULL OR f.file_id = ANY ((s.scope).files))
+      AND ragoverlay_in_scope(s.scope, f.collection_id, f.file_id, f.owner)
+      AND NOT EXISTS (
+          SELECT 1 FROM ragoverlay_v2_run_files rf
+          WHERE rf.run_id = $8 AND rf.file_id = f.file_id AND rf.state = 'staged')
+    ORDER BY f.file_id
+    LIMIT $9
+"""
+
+
+async def missing_files(
+    conn: asyncpg.Connection,
+    scope: Scope,
+    namespace: str,
+    run_id: int,
+    *,
+    limit: int = 1000,
+    timeout: float | None = None,  # noqa: ASYNC109 - asyncpg's own per-statement timeout
+) -> list[str]:
+    """The scope's stored files of `namespace` that run `run_id` holds no staged document of."""
+    rows = await conn.fetch(
+        MISSING_FILES, *scope.for_reading().sql_args(), namespace, run_id, limit, timeout=timeout
+    )
+    return [str(r["file_id"]) for r in rows]
