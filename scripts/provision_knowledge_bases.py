@@ -78,6 +78,7 @@ from tenacity import (  # noqa: E402
 )
 
 from app.clients.embeddings.http import parse_retry_after  # noqa: E402
+from app.terminal import ProgressDisplay, write_line  # noqa: E402
 
 EXIT_OK, EXIT_VERIFY, EXIT_USAGE, EXIT_LIBRECHAT = 0, 1, 2, 3
 STATE_VERSION = 1
@@ -700,36 +701,52 @@ class Provisioner:
                 self.log(f"  {name}: found the upload a crashed run had sent; recorded")
             del kb_state["pending"][name]
             self.state.save()
-        for local in files:
-            done = kb_state["files"].get(local.name)
-            if (
-                done
-                and done.get("sha256") == local.sha256
-                and done.get("embedded") is True
-                and done.get("file_id") in attached
-            ):
-                report.skipped.append(local.name)
-                continue
-            temp_file_id = str(uuid.uuid4())
-            kb_state["pending"][local.name] = {
-                "sha256": local.sha256,
-                "temp_file_id": temp_file_id,
-                "started_at": now_iso(),
-            }
-            self.state.save()
-            record, _ = self.upload_with_retries(agent_id, local, temp_file_id)
-            self._record(kb_state, local, record, temp_file_id)
-            del kb_state["pending"][local.name]
-            self.state.save()
-            report.uploaded.append(local.name)
-            self.log(f"  uploaded {local.name} -> {record.get('file_id')}")
-            # the new version is searchable now; only then drop the old one
-            if done and done.get("file_id") and done.get("file_id") != record.get("file_id"):
-                old = attached.get(str(done["file_id"]))
-                if old is not None:
-                    self.api.delete_file(agent_id, str(done["file_id"]), str(old.get("filepath") or ""))
-                report.replaced.append(local.name)
-                self.log(f"  removed the previous version of {local.name} ({done['file_id']})")
+        # a bar of the folder's files on a terminal (the log lines above it); plain: the log lines only
+        with ProgressDisplay(
+            total=len(files), unit="files", label=f"  {kb.name}", stream=sys.stdout, lines=False
+        ) as shown:
+            for position, local in enumerate(files, 1):
+                self._sync_file(kb_state, local, attached, agent_id, report)
+                shown.update(position, local.name)
+
+    def _sync_file(
+        self,
+        kb_state: dict[str, Any],
+        local: LocalFile,
+        attached: dict[str, dict[str, Any]],
+        agent_id: str,
+        report: KbReport,
+    ) -> None:
+        """Upload one file unless the state and LibreChat say it is there, unchanged and embedded."""
+        done = kb_state["files"].get(local.name)
+        if (
+            done
+            and done.get("sha256") == local.sha256
+            and done.get("embedded") is True
+            and done.get("file_id") in attached
+        ):
+            report.skipped.append(local.name)
+            return
+        temp_file_id = str(uuid.uuid4())
+        kb_state["pending"][local.name] = {
+            "sha256": local.sha256,
+            "temp_file_id": temp_file_id,
+            "started_at": now_iso(),
+        }
+        self.state.save()
+        record, _ = self.upload_with_retries(agent_id, local, temp_file_id)
+        self._record(kb_state, local, record, temp_file_id)
+        del kb_state["pending"][local.name]
+        self.state.save()
+        report.uploaded.append(local.name)
+        self.log(f"  uploaded {local.name} -> {record.get('file_id')}")
+        # the new version is searchable now; only then drop the old one
+        if done and done.get("file_id") and done.get("file_id") != record.get("file_id"):
+            old = attached.get(str(done["file_id"]))
+            if old is not None:
+                self.api.delete_file(agent_id, str(done["file_id"]), str(old.get("filepath") or ""))
+            report.replaced.append(local.name)
+            self.log(f"  removed the previous version of {local.name} ({done['file_id']})")
 
     @staticmethod
     def _record(
@@ -910,7 +927,7 @@ def main(
     env = os.environ if environ is None else environ
 
     def log(message: str) -> None:
-        print(message, flush=True)
+        write_line(message, sys.stdout)
 
     try:
         plan = load_plan(args.plan)

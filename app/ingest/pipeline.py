@@ -23,12 +23,13 @@ import numpy as np
 
 from app import metrics
 from app.clients.blobs import BlobStore, blob_key
-from app.clients.embeddings import Embedder, model_identity
+from app.clients.embeddings import Embedder, model_identity, reporting_batches
 from app.config import Settings
 from app.errors import EmbeddingProviderError, NoExtractableText, PayloadTooLarge
 from app.ingest.chunking import clean_text, md5_digest, split_sections
 from app.ingest.limits import ParseLimits
 from app.ingest.loaders import safe_basename
+from app.ingest.progress import IngestProgress, Report
 from app.ingest.types import Chunk, LoadedDocument
 from app.ingest.worker import parse_in_worker, start_worker_server
 from app.store import chunks as store
@@ -140,16 +141,27 @@ class IngestService:
         owner: str,
         uploader: str,
         storage_metadata: Mapping[str, Any] | None = None,
+        progress: Report | None = None,
     ) -> EmbedOutcome:
-        """Store `source` as file `file_id` of `owner`, replacing any previous version atomically."""
+        """Store `source` as file `file_id` of `owner`, replacing any previous version atomically.
+
+        `progress` (a job's) is told each stage and the chunks embedded so far; without it, an ingest
+        longer than LOG_EVERY_S logs where it is.
+        """
         started = time.perf_counter()
-        async with self._slots:
+        tracker = IngestProgress(f"Ingest of file {file_id}", report=progress)
+        tracker.stage("waiting for an ingest slot")
+        async with tracker.logged(enabled=progress is None), self._slots:
+            tracker.stage("parsing")
             doc = await self.load(source)
             source_name = safe_basename(source.filename)
+            tracker.stage("chunking")
             texts, metas = await self._chunks(doc, file_id=file_id, owner=owner, source=source_name)
             loaded_at = time.perf_counter()
-            vectors, embedded, reused = await self._vectors_for(file_id, owner, texts, metas)
+            tracker.stage("embedding", 0, len(texts))
+            vectors, embedded, reused = await self._vectors_for(file_id, owner, texts, metas, tracker)
             embedded_at = time.perf_counter()
+            tracker.stage("storing", len(texts), len(texts))
             content_type = source.content_type or doc.content_type
             key = blob_key(source.sha256)
             await self.blobs.put_file(key, source.path, content_type=content_type)
@@ -244,7 +256,12 @@ class IngestService:
             note(dim)
 
     async def _vectors_for(
-        self, file_id: str, owner: str, texts: list[str], metas: list[dict[str, Any]]
+        self,
+        file_id: str,
+        owner: str,
+        texts: list[str],
+        metas: list[dict[str, Any]],
+        tracker: IngestProgress | None = None,
     ) -> tuple[np.ndarray, int, int]:
         """Vectors for `texts`, reusing those of unchanged chunks; returns (vectors, embedded, reused)."""
         if not texts:
@@ -261,7 +278,8 @@ class IngestService:
                 missing[digest] = text
         fresh: dict[str, np.ndarray] = {}
         if missing:
-            result = await self.embedder.embed_documents(list(missing.values()))
+            with reporting_batches(_chunk_counter(tracker, len(texts), len(texts) - len(missing))):
+                result = await self.embedder.embed_documents(list(missing.values()))
             if result.shape[0] != len(missing):
                 raise EmbeddingProviderError(
                     "The embedding provider returned the wrong number of vectors", retryable=False
@@ -270,7 +288,8 @@ class IngestService:
         dims = {v.shape[0] for v in fresh.values()} | {v.shape[0] for v in known.values()}
         if len(dims) > 1:
             # the model changed dimension under the same name: never mix, embed everything anew
-            result = await self.embedder.embed_documents(texts)
+            with reporting_batches(_chunk_counter(tracker, len(texts), 0)):
+                result = await self.embedder.embed_documents(texts)
             return np.asarray(result, dtype=np.float32), len(texts), 0
         vectors = np.stack([fresh[d] if d in fresh else known[d] for d in digests]).astype(np.float32)
         reused = sum(1 for d in digests if d not in fresh)
@@ -319,3 +338,20 @@ def _chunk_texts(
             texts.append(text)
             metas.append(chunk_metadata(piece, file_id=file_id, owner=owner, source=source, text=text))
     return texts, metas
+
+
+def _chunk_counter(tracker: IngestProgress | None, total: int, ready: int) -> Callable[[int, int], None]:
+    """The embedder's batch callback, as `tracker.chunks`: `ready` chunks had a vector before the call.
+
+    The embedder counts the texts it sends (windows of long texts, each distinct text once), so the
+    chunks are estimated in proportion: all of them when the call ends.
+    """
+    sent = 0
+
+    def batch(count: int, of: int) -> None:
+        nonlocal sent
+        sent += count
+        if tracker is not None and of:
+            tracker.chunks(ready + round((total - ready) * min(sent, of) / of), total)
+
+    return batch

@@ -52,6 +52,7 @@ from app.runtime.postgres import (
 )
 from app.store.db import bootstrap, create_pool
 from app.store.v2 import runs as run_store
+from app.terminal import ProgressDisplay
 
 logger = logging.getLogger("ragoverlay.v2-backfill")
 
@@ -174,15 +175,12 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
             print(json.dumps(out, indent=2, default=str))
             return 0
 
-        def say(line: str) -> None:
-            if not args.json:
-                print(line, file=sys.stderr, flush=True)
-
         if args.resume is not None:
             status = await run_status(ctx, args.resume)
             run_id, namespace = args.resume, status.run.namespace
             if status.run.status != "running":
-                say(f"run {run_id} is {status.run.status}: nothing to resume")
+                if not args.json:
+                    print(f"run {run_id} is {status.run.status}: nothing to resume", file=sys.stderr)
                 return _report(args, status, 0.0)
         else:
             started = await start_backfill_run(
@@ -207,8 +205,29 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
             await work.jobs.enqueue_backfill(
                 namespace=namespace, run_id=run_id, created_by="scripts/v2-backfill"
             )
-            status = await work.jobs.wait_for_run(run_id, say=say, poll_s=POLL_SECONDS)
+            # a bar on a terminal, else a line per change; nothing beside --json's output
+            with ProgressDisplay(
+                total=0,
+                unit="files",
+                label=f"run {run_id}",
+                bar=False if args.json else None,
+                lines=not args.json,
+            ) as shown:
+                status = await work.jobs.wait_for_run(
+                    run_id, show=lambda s: _show(shown, s), poll_s=POLL_SECONDS
+                )
         return _report(args, status, time.monotonic() - began)
+
+
+def _show(shown: ProgressDisplay, status: RunStatus) -> None:
+    """A run's progress: files staged or failed of those expected."""
+    c = status.counts
+    shown.update(
+        c["staged"] + c["failed"],
+        f"{c['staging']} staging, {c['failed']} failed",
+        total=status.run.expected_files,
+        line=describe_run(status),
+    )
 
 
 def _report(args: argparse.Namespace, status: RunStatus, seconds: float) -> int:

@@ -84,7 +84,7 @@ class UploadJobs:
         folder = self.settings.data_dir.resolve() / "tmp"
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"job-{uuid.uuid4().hex}.upload"
-        progress(0, 2, "fetching the original")
+        progress(0, None, "fetching the original")
         try:
             try:
                 await self.blobs.download(blob_key(job.sha256), path)
@@ -92,18 +92,19 @@ class UploadJobs:
                 raise PermanentJobError(
                     "the original is no longer in the blob store; upload the file again"
                 ) from exc
-            progress(1, 2, "parsing, embedding and storing")
+            # then the ingest's stages: parsing, chunking, embedding (done/total: chunks), storing
             outcome = await self.ingest.ingest(
                 SourceFile(path, job.filename, job.content_type, job.size, job.sha256),
                 file_id=job.file_id,
                 owner=job.owner,
                 uploader=job.uploader,
                 storage_metadata=job.storage_metadata,
+                progress=progress,
             )
         finally:
             path.unlink(missing_ok=True)
         self.search.note_stored(outcome.record)
-        progress(2, 2, "stored")
+        progress(outcome.chunk_count, outcome.chunk_count, "stored")
         return {
             "file_id": outcome.file_id,
             "chunks": outcome.chunk_count,

@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from app.clients.embeddings import reporting_batches
 from app.errors import RagError
 from app.ingest.v2.backfill import (
     complete_run,
@@ -62,6 +63,7 @@ STAGE_PRIORITY = 3
 # (still after the uploads somebody waits for, 10), asked at most once per file in this long
 HURRY_PRIORITY = 8
 HURRY_EVERY_S = 30.0
+RUN_LOG_EVERY_S = 10.0  # a run being built logs its progress this often (from its file jobs)
 SURVEY_WAIT_SECONDS = 2.0  # a stage job that finds surveys still waiting comes back after this
 NOTE_UPLOAD_TIMEOUT_S = 5.0
 
@@ -99,6 +101,7 @@ class V2Jobs:
         self.jobs = jobs
         self._hurried: dict[tuple[str, str], float] = {}  # (namespace, file) -> when it may be asked again
         self._tasks: set[asyncio.Task[None]] = set()
+        self._run_logged: dict[int, float] = {}  # run -> when its progress was last logged here
 
     def install(self, registry: JobRegistry) -> None:
         """Register both kinds."""
@@ -194,19 +197,16 @@ class V2Jobs:
         )
 
     async def wait_for_run(
-        self, run_id: int, *, say: Callable[[str], None] | None = None, poll_s: float = 0.5
+        self, run_id: int, *, show: Callable[[RunStatus], None] | None = None, poll_s: float = 0.5
     ) -> RunStatus:
         """Until the run is no longer running, or none of its jobs is queued or running any more.
 
-        `say` is told each new line of progress (from the run's file table).
+        `show` is given the run's status (its file table's counts) every `poll_s`.
         """
-        last = ""
         while True:
             status = await run_status(self.ctx, run_id)
-            line = describe_run(status)
-            if say is not None and line != last:
-                say(line)
-                last = line
+            if show is not None:
+                show(status)
             if status.run.status != "running" or not await self.waiting(run_id):
                 return await run_status(self.ctx, run_id)
             await asyncio.sleep(poll_s)
@@ -307,7 +307,8 @@ class V2Jobs:
                     raise ReleaseJob(SURVEY_WAIT_SECONDS, note)
             progress(0, 1, f"staging {job.file_id}")
             try:
-                outcome = await index_file(ctx, job.run_id, job.file_id)
+                with reporting_batches(embedding_progress(progress, f"embedding {job.file_id}")):
+                    outcome = await index_file(ctx, job.run_id, job.file_id)
             except ProfileMismatch as exc:
                 raise PermanentJobError(exc.detail) from exc
             except run_store.RunStateError as exc:
@@ -328,11 +329,29 @@ class V2Jobs:
             out["already_staged"] = True
         progress(1, 1, f"{job.file_id} staged")
         activated = await complete_run(ctx, job.run_id)
+        await self._log_run(job.run_id)
         return {**out, "activated": activated is not None}
+
+    async def _log_run(self, run_id: int) -> None:
+        """Log the run's progress, at most once per RUN_LOG_EVERY_S, from its first file job on."""
+        now = time.monotonic()
+        first = self._run_logged.setdefault(run_id, now)
+        if now - first < RUN_LOG_EVERY_S:
+            return
+        self._run_logged[run_id] = now
+        try:
+            status = await run_status(self.ctx, run_id)
+        except Exception as exc:  # a progress line is not worth failing a staged file for
+            logger.debug("V2: no progress line for run %d (%s)", run_id, type(exc).__name__)
+            return
+        logger.info("V2 index %s", describe_run(status))
+        if status.run.status != "running":
+            self._run_logged.pop(run_id, None)
 
     async def _upload(self, job: V2IndexFile, progress: Progress) -> dict[str, Any]:
         progress(0, 1, f"staging new upload {job.file_id}")
-        staging = await stage_upload(self.ctx, job.file_id, job.owner)
+        with reporting_batches(embedding_progress(progress, f"embedding {job.file_id}")):
+            staging = await stage_upload(self.ctx, job.file_id, job.owner)
         if staging.no_run:
             # the namespace's first upload since V2 was enabled for it: build its index, all files
             # (later uploads are staged into the run it starts; it never replaces a run)
@@ -357,6 +376,20 @@ class V2Jobs:
             raise PermanentJobError(first.detail)
         progress(1, 1, f"{job.file_id} staged")
         return {"file_id": job.file_id, "staged": staging.staged, "activated": staging.activated}
+
+
+def embedding_progress(progress: Progress, note: str) -> Callable[[int, int], None]:
+    """The embedder's batch callback as a job's progress: texts embedded of the call's (done/total)."""
+    sent, of_last = 0, 0
+
+    def batch(count: int, of: int) -> None:
+        nonlocal sent, of_last
+        if sent >= of_last:  # the previous call had ended: this batch belongs to a new one
+            sent = 0
+        sent, of_last = sent + count, of
+        progress(min(sent, of), of, note)
+
+    return batch
 
 
 class V2MissingVectors:

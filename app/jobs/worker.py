@@ -49,6 +49,7 @@ DONE_RETENTION_DAYS = 7.0
 FAILED_RETENTION_DAYS = 30.0
 MAX_ERROR_CHARS = 2000
 RECONNECT_MAX_S = 30.0
+LOG_PROGRESS_EVERY_S = 10.0  # a job running longer logs where it is this often
 
 CancelReason = Literal["stopping", "lease-lost", "taken"]
 
@@ -139,6 +140,7 @@ class _Run:
     note: str | None = None
     dirty: bool = False
     started: float = field(default_factory=time.monotonic)
+    logged: float = field(default_factory=time.monotonic)  # when its last progress line was logged
 
     def progress(self, done: int, total: int | None = None, note: str | None = None) -> None:
         """The handler's progress callback."""
@@ -148,6 +150,15 @@ class _Run:
         if note is not None:
             self.note = note[:500]
         self.dirty = True
+
+    def line(self, now: float) -> str:
+        """Where the run is, as the log says it."""
+        text = f"Job {self.job.id} ({self.kind.name}) running for {now - self.started:.0f} s"
+        if self.done is not None:
+            text += f": {self.done} of {self.total}" if self.total is not None else f": {self.done} done"
+        if self.note:
+            text += f", {self.note}" if self.done is not None else f": {self.note}"
+        return text
 
     def beat(self, with_progress: bool) -> Beat:
         """This run's heartbeat (with progress when it changed)."""
@@ -259,6 +270,7 @@ class JobWorker:
                 if now >= next_prune:
                     next_prune = now + PRUNE_EVERY_S
                     await self._prune()
+                self._log_long_runs(now)
                 full_beat = now >= next_beat
                 if full_beat:
                     next_beat = now + self._beat_every
@@ -278,6 +290,13 @@ class JobWorker:
                 logger.exception("Job worker %s: unexpected error", self.name)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, RECONNECT_MAX_S)
+
+    def _log_long_runs(self, now: float) -> None:
+        """A line per LOG_PROGRESS_EVERY_S for each job running longer than that."""
+        for run in self._runs.values():
+            if now - run.logged >= LOG_PROGRESS_EVERY_S:
+                run.logged = now
+                logger.info("%s", run.line(now))
 
     async def _reconnect(self) -> None:
         try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -9,6 +11,7 @@ import numpy as np
 import pytest
 
 from app.errors import BlobStoreError
+from app.ingest.pipeline import SourceFile
 from tests.contract.helpers import agent_id, query, upload
 from tests.fixtures.service import auth, new_id
 
@@ -105,3 +108,35 @@ async def test_the_ingest_reports_what_it_stored_to_the_search_statistics(client
     in_kb = stats.estimate([kb], [agent])
     assert in_kb > 0 and stats.estimate([kb], [user], user) == in_kb
     assert stats.estimate([kb], [new_id("colleague")], new_id("colleague")) == 0
+
+
+async def test_an_ingest_reports_its_stages_and_chunks_as_batches_finish(
+    client: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    """What an upload job shows in `progress`: each stage, then chunks with a vector, batch by batch."""
+    ingest = client.app.state.resources.ingest  # type: ignore[attr-defined]
+    paras = [
+        f"Part {i} of the eel survey: glass eels counted at weir {i}. " + ("detail " * 200) for i in range(24)
+    ]
+    path = tmp_path / "survey.txt"
+    path.write_bytes(doc(paras))
+    source = SourceFile(path, "survey.txt", "text/plain", path.stat().st_size, sha256_of(path))
+    calls: list[tuple[int, int | None, str | None]] = []
+
+    def progress(done: int, total: int | None = None, note: str | None = None) -> None:
+        calls.append((done, total, note))
+
+    user = new_id("user")
+    outcome = await ingest.ingest(source, file_id=new_id(), owner=user, uploader=user, progress=progress)
+    stages = list(dict.fromkeys(note for _, _, note in calls))
+    assert stages == ["waiting for an ingest slot", "parsing", "chunking", "embedding", "storing"]
+    embedding = [(done, total) for done, total, note in calls if note == "embedding"]
+    total = outcome.chunk_count
+    assert total >= 24 and {t for _, t in embedding} == {total}
+    done = [d for d, _ in embedding]
+    assert done == sorted(done) and done[0] == 0 and done[-1] == total
+    assert len([d for d in done if 0 < d < total]) >= 2  # batches reported before the call ended
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()

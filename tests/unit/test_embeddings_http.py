@@ -694,3 +694,18 @@ async def test_every_provider_retries(provider: FakeProvider, cls: type[HttpEmbe
         await embedder.aclose()
     assert len(provider.requests) == 2
     np.testing.assert_array_equal(vectors, expected(["x", "y"]))
+
+
+async def test_each_finished_batch_is_reported_to_the_caller(provider: FakeProvider) -> None:
+    """An ingest's progress: the texts of each batch as it comes back, out of the call's texts."""
+    embedder = openai(provider, batch_size=3, concurrency=2)
+    seen: list[tuple[int, int]] = []
+    texts = [f"text {i}" for i in range(8)]
+    try:
+        with base.reporting_batches(lambda count, of: seen.append((count, of))):
+            await embedder.embed_documents(texts)
+        await embedder.embed_documents(["outside the block"])  # nobody asked: nothing reported
+    finally:
+        await embedder.aclose()
+    # batches of 3, 3 and 2 texts, in whatever order they finish
+    assert sorted(seen) == [(2, 8), (3, 8), (3, 8)]

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.clients.embeddings import LOCAL_DIMENSIONS, LocalEmbedder, MiniLMRuntime
+from app.clients.embeddings import LOCAL_DIMENSIONS, LocalEmbedder, MiniLMRuntime, reporting_batches
 from app.clients.embeddings.local import (
     MAX_TOKENS,
     local_model_counter,
@@ -243,3 +243,12 @@ async def test_the_local_model_knows_its_dimension_without_reading_the_store() -
     finally:
         await embedder.aclose()
     assert asked == 0
+
+
+async def test_each_finished_slice_is_reported_to_the_caller(local: LocalEmbedder) -> None:
+    seen: list[tuple[int, int]] = []
+    texts = [words(5, seed) for seed in range(40)]
+    with reporting_batches(lambda count, of: seen.append((count, of))):
+        await local.embed_documents(texts)
+    assert sum(count for count, _ in seen) == 40 and {of for _, of in seen} == {40}
+    assert len(seen) > 1  # slices: progress comes before the call ends

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from app.clients.embeddings.base import BaseEmbedder, Embedder, QueryCache, plan_batches
+from app.clients.embeddings.base import BaseEmbedder, Embedder, QueryCache, plan_batches, reporting_batches
 from app.clients.embeddings.http import (
     OPENAI_DEFAULT_BASE_URL,
     AzureEmbedder,
@@ -48,6 +48,7 @@ __all__ = [
     "model_identity",
     "parse_retry_after",
     "plan_batches",
+    "reporting_batches",
     "vector_revision",
 ]
 

@@ -8,7 +8,8 @@ import functools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextvars import ContextVar
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -62,6 +63,30 @@ def plan_batches(texts: Sequence[str], max_count: int, max_chars: int) -> list[t
     if start < len(texts):
         slices.append((start, len(texts)))
     return slices
+
+
+# Told (texts just embedded, texts of the whole call) as each batch of an `embed_documents` call
+# finishes: how an ingest reports its progress. A context variable, so that concurrent calls each
+# report to their own caller (tasks the call starts inherit it).
+BatchProgress = Callable[[int, int], None]
+_batch_progress: ContextVar[BatchProgress | None] = ContextVar("ragoverlay_batch_progress", default=None)
+
+
+@contextlib.contextmanager
+def reporting_batches(callback: BatchProgress) -> Iterator[None]:
+    """Within this block, `callback(done, of)` is called as each batch of an embedding call finishes."""
+    token = _batch_progress.set(callback)
+    try:
+        yield
+    finally:
+        _batch_progress.reset(token)
+
+
+def batch_done(count: int, of: int) -> None:
+    """An embedder finished a batch of `count` texts of a call of `of` (its caller may be told)."""
+    callback = _batch_progress.get()
+    if callback is not None:
+        callback(count, of)
 
 
 async def gather_or_cancel(aws: Sequence[Awaitable[Any]]) -> list[Any]:

@@ -19,7 +19,7 @@ import httpx
 import numpy as np
 
 from app import metrics
-from app.clients.embeddings.base import BaseEmbedder, gather_or_cancel, plan_batches
+from app.clients.embeddings.base import BaseEmbedder, batch_done, gather_or_cancel, plan_batches
 from app.clients.embeddings.breaker import CircuitBreaker
 from app.clients.embeddings.windows import hosted_splitter, plan_windows, pool_plan
 from app.clients.http import build_http_client, is_retryable_status, parse_retry_after
@@ -125,12 +125,15 @@ class HttpEmbedder(BaseEmbedder):
 
     async def _embed_pieces(self, texts: list[str]) -> np.ndarray:
         slices = plan_batches(texts, self._batch_size, self._batch_max_chars)
+
+        async def batch(start: int, end: int) -> np.ndarray:
+            vectors = await self._run_batch(texts[start:end], self._batch_slots)
+            batch_done(end - start, len(texts))
+            return vectors
+
         if len(slices) == 1:
-            return await self._run_batch(texts, self._batch_slots)
-        parts = await gather_or_cancel(
-            [self._run_batch(texts[start:end], self._batch_slots) for start, end in slices]
-        )
-        return self._join(parts)
+            return await batch(0, len(texts))
+        return self._join(await gather_or_cancel([batch(start, end) for start, end in slices]))
 
     async def _embed_query(self, text: str) -> np.ndarray:
         windows = self._split(text) if self._split is not None else None

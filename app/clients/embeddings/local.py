@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from app.clients.embeddings.base import BaseEmbedder, gather_or_cancel, plan_batches
+from app.clients.embeddings.base import BaseEmbedder, batch_done, gather_or_cancel, plan_batches
 from app.clients.embeddings.windows import Splitter, plan_windows, pool_plan, token_splitter
 from app.config import DEFAULT_MODELS, LOCAL_DIMENSIONS, LOCAL_MODEL_ALIASES
 from app.errors import ConfigError, EmbeddingProviderError
@@ -282,6 +282,7 @@ class LocalEmbedder(BaseEmbedder):
             for start, end in slices:
                 vectors = await self._in_thread(self._doc_pool, self._runtime.embed, texts[start:end])
                 out[start:end] = self._accept(vectors, end - start)
+                batch_done(end - start, len(texts))
 
         await gather_or_cancel([lane() for _ in range(min(self.threads, len(planned)))])
         return out
