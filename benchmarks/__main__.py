@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmarks.run import Options, parse_env_pairs, run
+from benchmarks.options import Options, parse_env_pairs
 
 
 def _ints(text: str) -> list[int]:
@@ -30,6 +30,10 @@ def parse(argv: list[str]) -> Options:
         description="Build a rag_api-format corpus in an embedded PostgreSQL, run ragoverlay against it "
         "and measure /query_multiple latency, recall@k, throughput, LibreChat's per-file fan-out "
         "and memory. Prints a markdown report; writes bench-results/<UTC>.json and latest.json.",
+        epilog="Other benchmarks, each with its own --help: scripts/bench quality (retrieval quality), "
+        "v2-query (/query_v2 latency), mcp (rag_search over MCP beside the HTTP routes), pdf-text (PDF "
+        "text extractors). This help needs nothing installed; a run, or another benchmark's help, "
+        "creates .venv first.",
     )
     p.add_argument(
         "--chunks", type=int, default=d.chunks, help="rows in langchain_pg_embedding (%(default)s)"
@@ -151,6 +155,9 @@ if __name__ == "__main__":
         mcp_main()
         sys.exit(0)
     options = parse(sys.argv[1:])
+    # after parsing: the help above needs the standard library only, a run needs everything
+    from benchmarks.run import run
+
     if options.ab is not None:
         from benchmarks.ab import run_ab
 

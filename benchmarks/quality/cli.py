@@ -6,9 +6,9 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
+from benchmarks.options import parse_env_pairs
 from benchmarks.quality.embedders import CANDIDATES
 from benchmarks.quality.run import QUICK, SET_NAMES, SYSTEM_NAMES, Options, Sizes, run
-from benchmarks.run import parse_env_pairs
 
 
 def _names(text: str) -> tuple[str, ...]:

@@ -32,3 +32,27 @@ def test_without_a_venv_the_script_says_how_to_get_one(tmp_path: Path, script: s
     assert done.returncode == 1
     assert "ModuleNotFoundError" not in done.stderr
     assert "run scripts/serve or scripts/test once" in done.stderr, done.stderr
+
+
+@pytest.mark.skipif(BARE_PYTHON is None, reason="no system Python next to the project's")
+def test_bench_help_prints_before_anything_is_installed(tmp_path: Path) -> None:
+    """`scripts/bench --help` in a clone without `.venv`: the help, and no `.venv` made for it."""
+    assert BARE_PYTHON is not None
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    for folder in ("scripts", "benchmarks"):
+        shutil.copytree(REPO / folder, clone / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", clone / "pyproject.toml")
+    done = subprocess.run(
+        ["bash", str(clone / "scripts" / "bench"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "PYTHON": BARE_PYTHON, "HOME": str(tmp_path)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: scripts/bench") and "--ab" in done.stdout
+    assert "scripts/bench quality" in done.stdout  # the other benchmarks are named
+    assert not (clone / ".venv").exists() and "Installing" not in done.stderr

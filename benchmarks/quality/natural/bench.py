@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from benchmarks.http import LeanHTTP
+from benchmarks.options import parse_env_pairs
 from benchmarks.progress import Progress
 from benchmarks.quality import service as svc
 from benchmarks.quality.dataset import Corpus, Document, Query, save_json
@@ -38,7 +39,6 @@ from benchmarks.quality.natural.text import TextCache
 from benchmarks.quality.systems import System, SystemUnavailable, V1Dense
 from benchmarks.quality.v2 import V2Client, V2Debugged, v2_systems
 from benchmarks.quality.v2index import V2IndexError, wait_for_index
-from benchmarks.run import parse_env_pairs
 from benchmarks.service import REPO_ROOT
 
 QUICK_OTHERS = 40
