@@ -11,6 +11,11 @@ interleaved, through:
 
 with the same file ids, over one reused HTTP connection pool and one MCP session (the SDK's
 client). Prints p50/p95 in milliseconds per size and path. A short run: `--sizes 100 --queries 20`.
+
+Loading is the slow part (indexing 1,000 files for V2 through the queue took minutes): `--keep DIR`
+keeps the database and the files' ids in DIR, and a later run with the same `--keep DIR` (same
+seed and modes) measures at once on what is there, loading and indexing only what a larger size
+adds. Each size's allow-list is the first N files loaded.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from app.store.chunks import FileRecord, NewChunk, replace_file
 from benchmarks.service import free_port, make_token
 from benchmarks.stats import summarize
 
+CORPUS_MARKER = "corpus.json"
 SECRET = "benchmark-secret-0123456789-0123456789-0123456789"  # noqa: S105 (a local benchmark's own)
 USER = "bench-user"
 ADMIN = "bench-admin"
@@ -198,12 +204,48 @@ async def reindex(http: httpx.AsyncClient) -> None:
     r.raise_for_status()
 
 
+SEED = 7
+
+
+def cached_corpus(keep: Path, modes: set[str]) -> tuple[Path, dict[str, Any]]:
+    """The `--keep` folder, and what an earlier run left there: the files' ids, how many V2 indexed.
+
+    A folder loaded with other modes or another seed starts again from nothing.
+    """
+    root = keep.resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    marker = root / CORPUS_MARKER
+    want = {"seed": SEED, "modes": sorted(modes)}
+    if marker.exists():
+        found: dict[str, Any] = json.loads(marker.read_text())
+        if {k: found.get(k) for k in want} == want:
+            return root, found
+        print(f"{root} holds another corpus ({marker}): loading again", flush=True)
+    for name in ("postgres", "data", CORPUS_MARKER):
+        path = root / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    return root, {**want, "ids": [], "v2_files": 0}
+
+
 async def run(
-    sizes: list[int], queries: int, timeout_s: float, modes: set[str], *, upload: bool = False
+    sizes: list[int],
+    queries: int,
+    timeout_s: float,
+    modes: set[str],
+    *,
+    upload: bool = False,
+    keep: Path | None = None,
 ) -> dict[str, Any]:
-    """Start the database and the app, then measure at each size."""
-    root = Path(tempfile.mkdtemp(prefix="ragoverlay-bench-mcp-"))
-    root.chmod(0o755)  # noqa: ASYNC240 (once, before anything runs)
+    """Start the database and the app, then measure at each size (`keep`: reuse and keep the corpus)."""
+    if keep is not None:
+        root, corpus = cached_corpus(keep, modes)
+    else:
+        root = Path(tempfile.mkdtemp(prefix="ragoverlay-bench-mcp-"))
+        corpus = {"ids": [], "v2_files": 0}
+    root.chmod(0o755)
     server = EmbeddedPostgres(root / "postgres")
     info = await asyncio.to_thread(server.start)
     report: dict[str, Any] = {"sizes": {}}
@@ -230,21 +272,27 @@ async def run(
                 serving.result()
             await asyncio.sleep(0.05)
         url = f"http://127.0.0.1:{port}"
-        rng = random.Random(7)
-        ids: list[str] = []
+        rng = random.Random(SEED)
+        ids: list[str] = list(corpus["ids"])
+        for _ in ids:  # the documents already stored: the generator continues after them
+            document(rng, 0)
         try:
             async with httpx.AsyncClient(base_url=url, timeout=120) as http:
                 for size in sizes:
                     t0 = time.perf_counter()
-                    if upload:
-                        await upload_until(http, ids, size, rng)
-                    else:
-                        await store_until(app, ids, size, rng)
-                    if "v2" in modes:
+                    if len(ids) < size:
+                        if upload:
+                            await upload_until(http, ids, size, rng)
+                        else:
+                            await store_until(app, ids, size, rng)
+                    if "v2" in modes and int(corpus["v2_files"]) < size:
                         if not upload:  # stored files queue nothing: the V2 backfill builds from V1 chunks
                             await reindex(http)
                         await wait_v2(http, size, timeout_s)
+                        corpus["v2_files"] = size
                     loaded = time.perf_counter() - t0
+                    if keep is not None:
+                        (root / CORPUS_MARKER).write_text(json.dumps({**corpus, "ids": ids}))
                     figures = await measure(url, http, ids, queries, modes)
                     report["sizes"][str(size)] = {"load_s": round(loaded, 1), **figures}
                     print(render(size, loaded, figures), flush=True)
@@ -253,7 +301,8 @@ async def run(
             await serving
     finally:
         await asyncio.to_thread(server.stop)
-        shutil.rmtree(root, ignore_errors=True)
+        if keep is None:
+            shutil.rmtree(root, ignore_errors=True)
     return report
 
 
@@ -283,10 +332,16 @@ def main() -> None:
         action="store_true",
         help="load through POST /embed (the parse worker) instead of the store",
     )
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="keep the database and corpus in DIR, and reuse what an earlier run left there",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     modes = {m.strip() for m in args.modes.split(",") if m.strip() in ("v1", "v2")}
-    report = asyncio.run(run(sizes, args.queries, args.timeout, modes, upload=args.upload))
+    report = asyncio.run(run(sizes, args.queries, args.timeout, modes, upload=args.upload, keep=args.keep))
     print(json.dumps(report, indent=2))
 
 
