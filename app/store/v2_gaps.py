@@ -5,7 +5,8 @@
 A file uploaded through `/embed` is stored (its `ragoverlay_files` row) before its V2 staging job
 has put it into the namespace's runs; until then, or when its staging failed, `/query_v2` cannot find
 it and says so (`degraded`). Read through the scope predicate like every read: only files the caller
-may read and listed in its allow-list are counted.
+may read and listed in its allow-list are counted (a scope without an allow-list counts none:
+`/query_v2` always has one).
 """
 
 from __future__ import annotations
@@ -15,15 +16,15 @@ import asyncpg
 from app.store.scope import SCOPE_SQL, Scope
 
 # the allow-list's files by the catalogue's primary key (collection_id, file_id, owner), each checked
-# for a staged entry by the run's primary key (run_id, file_id): the cost follows the list
+# for a staged entry by the run's primary key (run_id, file_id): the cost follows the list. The scope
+# is built once (MATERIALIZED: inlined, its function would run again for every row)
 MISSING_FILES = f"""
-    WITH s AS (SELECT {SCOPE_SQL} AS scope)
+    WITH s AS MATERIALIZED (SELECT {SCOPE_SQL} AS scope)
     SELECT f.file_id
-    FROM s, ragoverlay_files f
-    WHERE f.collection_id = $1
-      AND f.owner = $7
-      AND ($3::text[] IS NULL OR f.file_id = ANY ((s.scope).files))
-      AND ragoverlay_in_scope(s.scope, f.collection_id, f.file_id, f.owner)
+    FROM s
+    CROSS JOIN unnest($3::text[]) AS listed(file_id)
+    JOIN ragoverlay_files f ON f.collection_id = $1 AND f.file_id = listed.file_id AND f.owner = $7
+    WHERE ragoverlay_in_scope(s.scope, f.collection_id, f.file_id, f.owner)
       AND NOT EXISTS (
           SELECT 1 FROM ragoverlay_v2_run_files rf
           WHERE rf.run_id = $8 AND rf.file_id = f.file_id AND rf.state = 'staged')
