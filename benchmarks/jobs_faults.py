@@ -353,7 +353,7 @@ async def run_kill(dsn: str, *, chunks: int, stale_s: int, workdir: Path, timeou
             deadline = time.monotonic() + timeout_s
             while True:
                 job = (await client.get(job_url, headers=headers)).json()
-                if job["status"] == "running" and (job.get("progress") or {}).get("done") == 1:
+                if job["status"] == "running" and (job.get("progress") or {}).get("note") == "embedding":
                     break
                 if job["status"] in ("done", "failed") or time.monotonic() > deadline:
                     raise RuntimeError(f"the job did not get to embedding before the kill: {job}")
