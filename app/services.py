@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import asyncpg
@@ -112,8 +113,8 @@ async def build_services(
     stack.callback(ingest.close)
     stack.push_async_callback(maintenance.close)
     search = SearchService(settings, pool, info, embedder, maintenance.state, maintenance.want_index)
-    v2_search = _v2_search(settings, pool, info, embedder, stack)
-    v2_search.on_missing = v2_jobs.hurry_staging  # files /query_v2 lacks: their staging goes first
+    # files /query_v2 finds missing from the answering run: their staging goes first
+    v2_search = _v2_search(settings, pool, info, embedder, stack, on_missing=v2_jobs.hurry_staging)
     jobs = build_jobs(
         settings,
         queue,
@@ -235,6 +236,8 @@ def _v2_search(
     info: StoreInfo,
     embedder: Embedder,
     stack: contextlib.AsyncExitStack,
+    *,
+    on_missing: Callable[[str, list[str]], None],
 ) -> V2SearchService:
     tuning = settings.v2
     rerank_http: httpx.AsyncClient | None = None
@@ -243,7 +246,7 @@ def _v2_search(
         rerank_http = build_http_client(timeout_s=tuning.rerank.timeout_seconds)
         stack.push_async_callback(rerank_http.aclose)
     reranker = build_reranker(tuning, rerank_http, api_key=tuning.rerank.api_key)
-    return V2SearchService(settings, pool, info, embedder, tuning, reranker)
+    return V2SearchService(settings, pool, info, embedder, tuning, reranker, on_missing=on_missing)
 
 
 async def _start_background_work(

@@ -13,7 +13,7 @@ import pytest
 from app.errors import BlobStoreError
 from app.ingest.pipeline import SourceFile
 from tests.contract.helpers import agent_id, query, upload
-from tests.fixtures.service import auth, new_id
+from tests.fixtures.service import auth, new_id, resources
 
 PARAS = [
     f"Section {i}: the migration of eels to the Sargasso Sea, part {i}. " + ("detail " * 200)
@@ -114,7 +114,7 @@ async def test_an_ingest_reports_its_stages_and_chunks_as_batches_finish(
     client: httpx.AsyncClient, tmp_path: Path
 ) -> None:
     """What an upload job shows in `progress`: each stage, then chunks with a vector, batch by batch."""
-    ingest = client.app.state.resources.ingest  # type: ignore[attr-defined]
+    ingest = resources(client).ingest
     paras = [
         f"Part {i} of the eel survey: glass eels counted at weir {i}. " + ("detail " * 200) for i in range(24)
     ]

@@ -388,6 +388,7 @@ class V2SearchService:
         embedder: Embedder,
         tuning: V2Settings,
         reranker: Reranker,
+        on_missing: Callable[[str, list[str]], None] | None = None,
     ) -> None:
         self.settings = settings
         self.pool = pool
@@ -404,8 +405,7 @@ class V2SearchService:
             max_scan_tuples=settings.hnsw_max_scan_tuples,
         )
         self.run_vectors = RunVectorCache()
-        # told (namespace, file ids) when an answer lacks stored files; must not block or raise
-        self.on_missing: Callable[[str, list[str]], None] | None = None
+        self.on_missing = on_missing  # told (namespace, file ids) an answer lacks; never blocks, raises
 
     @property
     def enabled_namespaces(self) -> frozenset[str]:
