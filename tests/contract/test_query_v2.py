@@ -416,7 +416,7 @@ async def test_a_stored_file_the_run_lacks_degrades_the_answer_and_is_staged_fir
         assert "debug" not in r.json() or r.json()["debug"] is None
         r = await world.ask(question, file_ids=asked, user=ADMIN, debug=True)
         assert r.status_code == 200, r.text
-        assert r.json()["debug"]["run"]["missing_files"] == [late]
+        assert r.json()["debug"]["missing_files"] == [late]
         # without the late file nothing is missing
         r = await world.ask(question)
         assert r.json()["degraded"] is False and r.json()["missing_files"] == 0

@@ -330,11 +330,8 @@ def debug_body(answer: Answer) -> dict[str, Any]:
             "trigram": plan.trigram_text,
             "language": analysis.language,
         },
-        "run": {
-            "run_id": retrieved.run.run_id,
-            "index_version": retrieved.run.index_version,
-            "missing_files": retrieved.missing,
-        },
+        "run": {"run_id": retrieved.run.run_id, "index_version": retrieved.run.index_version},
+        "missing_files": retrieved.missing,  # stored files of the request the run lacks
         "channels": {name: _channel_debug(r) for name, r in retrieved.retrieval.channels.items()},
         "vector_plan": _plan_debug(retrieved.vectors),
         "retrieve": {
