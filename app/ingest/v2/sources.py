@@ -95,12 +95,55 @@ def _page(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
+# pages with more chunks than this keep the order they were read in (the chaining is quadratic)
+MAX_CHAINED_CHUNKS = 64
+
+
+def in_reading_order(
+    chunks: Sequence[tuple[str, int | None]], max_overlap: int
+) -> list[tuple[str, int | None]]:
+    """The chunks page by page, each page's chunks chained by their overlaps.
+
+    rag_api's rows carry random uuids, so they come back in physical order, which is insertion order
+    only until the table has free space from earlier deletes: a new row may land before an older
+    one. The splitter's overlaps say the real order: a chunk follows the one whose end it starts with.
+    """
+    pages: dict[int | None, list[str]] = {}
+    for text, page in chunks:
+        pages.setdefault(page, []).append(text)
+    out: list[tuple[str, int | None]] = []
+    for page, texts in pages.items():
+        out.extend((text, page) for text in _chained(texts, max_overlap))
+    return out
+
+
+def _chained(texts: list[str], max_overlap: int) -> list[str]:
+    n = len(texts)
+    if n < 2 or n > MAX_CHAINED_CHUNKS:
+        return texts
+    follows: dict[int, int] = {}  # chunk -> the chunk that continues it
+    for i in range(n):
+        for j in range(n):
+            if i != j and j not in follows.values() and overlap_length(texts[i], texts[j], max_overlap):
+                follows[i] = j
+                break
+    continued = set(follows.values())
+    order: list[int] = []
+    for start in [i for i in range(n) if i not in continued] + list(range(n)):
+        i: int | None = start
+        while i is not None and i not in order:
+            order.append(i)
+            i = follows.get(i)
+    return [texts[i] for i in order]
+
+
 def rebuild_v1_text(chunks: Sequence[tuple[str, int | None]], max_overlap: int) -> str:
     """V1 chunks (text, 0-based page) in order as one text: overlaps removed, a form feed per page.
 
     Pages keep their numbers (a page without chunks stays an empty page), so the V2 chunks of a PDF
     rebuilt this way carry the original's pages.
     """
+    chunks = in_reading_order(chunks, max_overlap)
     pages: dict[int, list[str]] = {}
     previous = ""
     current_page: int | None = None

@@ -107,3 +107,12 @@ async def test_a_text_longer_than_the_window_is_pooled_and_every_word_reaches_th
     units = [np.array([1.0, n]) / np.hypot(1.0, n) for n in (16, 16, 8)]
     expected = (units[0] * 16 + units[1] * 16 + units[2] * 8) / 40
     assert vectors[1] == pytest.approx(expected / np.linalg.norm(expected), abs=1e-5)
+
+
+def test_v1_chunks_read_out_of_order_are_chained_by_their_overlaps() -> None:
+    # rag_api's rows come back in physical order: a later chunk may be read before an earlier one
+    first = "The boiler K 40 was serviced in March. The technician replaced the valve and left."
+    pieces = [(first[60:], 0), ("Page two of the report.", 1), (first[:70], 0)]  # 10 characters shared
+    assert rebuild_v1_text(pieces, max_overlap=100) == f"{first}\fPage two of the report."
+    # chunks that share nothing keep the order they were read in
+    assert rebuild_v1_text([("zeta", None), ("alpha", None)], max_overlap=100) == "zeta\nalpha"
