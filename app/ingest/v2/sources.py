@@ -129,11 +129,11 @@ def _chained(texts: list[str], max_overlap: int) -> list[str]:
                 break
     continued = set(follows.values())
     order: list[int] = []
-    for start in [i for i in range(n) if i not in continued] + list(range(n)):
-        i: int | None = start
-        while i is not None and i not in order:
-            order.append(i)
-            i = follows.get(i)
+    for start in [k for k in range(n) if k not in continued] + list(range(n)):
+        at: int | None = start
+        while at is not None and at not in order:
+            order.append(at)
+            at = follows.get(at)
     return [texts[i] for i in order]
 
 
