@@ -194,19 +194,24 @@ async def _rank_all(cases: Sequence[Case], tuning: Any) -> list[tuple[Case, list
     return out
 
 
+def score_case(case: Case, files: Sequence[str], texts: Sequence[str], *, refused: bool) -> scoring.Scored:
+    """One answer to `case` (its passages' files and texts) scored as the benchmark scores it."""
+    return scoring.score(
+        qid=case.qid,
+        corpus=case.corpus,
+        kind=case.kind,
+        gold=case.gold,
+        answer=case.answer,
+        refused=refused,
+        passage_files=files,
+        passage_texts=texts,
+    )
+
+
 def score_cases(ranked: Sequence[tuple[Case, list[Any], Any]]) -> list[scoring.Scored]:
-    """Each case's answer scored as the benchmark scores it."""
+    """Each case's V2 answer scored as the benchmark scores it."""
     return [
-        scoring.score(
-            qid=case.qid,
-            corpus=case.corpus,
-            kind=case.kind,
-            gold=case.gold,
-            answer=case.answer,
-            refused=not results,
-            passage_files=[r.file_id for r in results],
-            passage_texts=[r.content for r in results],
-        )
+        score_case(case, [r.file_id for r in results], [r.content for r in results], refused=not results)
         for case, results, _ in ranked
     ]
 
@@ -320,8 +325,17 @@ def diagnose(ranked: Sequence[tuple[Case, list[Any], Any]], split: str) -> str:
 def load(path: Path) -> tuple[str, list[Case]]:
     """The fingerprint and cases of a capture."""
     with path.open("rb") as f:
-        doc = pickle.load(f)  # noqa: S301 (our own capture, written by `capture` above)
+        doc = _Unpickler(f).load()  # our own capture, written by `capture` above
     return doc["fingerprint"], doc["cases"]
+
+
+class _Unpickler(pickle.Unpickler):
+    """Finds `Case` here whether the capture ran as `python -m` (`__main__.Case`) or imported."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "__main__" and name == "Case":
+            return Case
+        return super().find_class(module, name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -352,18 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ranked = asyncio.run(_rank_all(cases, tuning))
     scored = score_cases(ranked)
     v1 = v1_scores(fingerprint) or {
-        case.qid: _as_row(
-            scoring.score(
-                qid=case.qid,
-                corpus=case.corpus,
-                kind=case.kind,
-                gold=case.gold,
-                answer=case.answer,
-                refused=False,
-                passage_files=[f for f, _ in case.v1],
-                passage_texts=[t for _, t in case.v1],
-            )
-        )
+        case.qid: _as_row(score_case(case, [f for f, _ in case.v1], [t for _, t in case.v1], refused=False))
         for case in cases
         if case.v1
     }
