@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 import asyncpg
@@ -40,6 +40,7 @@ from app.mcp.http import SESSION_LIMIT, mcp_route, open_sessions
 from app.mcp.server import build_server as build_mcp_server
 from app.runtime.stalls import BodyTimeoutMiddleware
 from app.services import build_services
+from app.text import vocabulary
 
 logger = logging.getLogger(__name__)
 
@@ -49,11 +50,17 @@ UNAUTHENTICATED_WARNING = (
 )
 
 
-def _warm_up(embedder: object, stack: contextlib.AsyncExitStack) -> None:
-    """Load the local model in the background, so /health answers at once."""
+def _warm_up(embedder: object, v2_enabled: bool, stack: contextlib.AsyncExitStack) -> None:
+    """Load the local model, and with V2 on the refusal's word lists, in the background, so /health
+    answers at once and no question waits for them."""
+    loads: list[Coroutine[Any, Any, None]] = []
     warmup = getattr(embedder, "warmup", None)
     if warmup is not None:
-        task = asyncio.create_task(warmup())
+        loads.append(warmup())
+    if v2_enabled:
+        loads.append(asyncio.to_thread(vocabulary.warm_up))
+    for load in loads:
+        task = asyncio.create_task(load)
         stack.callback(task.cancel)
 
 
@@ -77,7 +84,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                 # inside the app's lifespan: sessions end before the services they use close
                 server = build_mcp_server(services, limiter=app.state.rate_limiter)
                 await stack.enter_async_context(open_sessions(app, server, settings))
-            _warm_up(services.embedder, stack)
+            _warm_up(services.embedder, bool(settings.v2_namespace_ids), stack)
             logger.info(
                 "ragoverlay ready: collection=%s provider=%s model=%s blobs=%s auth=%s",
                 *(services.info.collection_name, settings.provider, settings.model, services.blobs.kind),

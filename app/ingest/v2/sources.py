@@ -122,12 +122,13 @@ def _chained(texts: list[str], max_overlap: int) -> list[str]:
     if n < 2 or n > MAX_CHAINED_CHUNKS:
         return texts
     follows: dict[int, int] = {}  # chunk -> the chunk that continues it
+    continued: set[int] = set()
     for i in range(n):
         for j in range(n):
-            if i != j and j not in follows.values() and overlap_length(texts[i], texts[j], max_overlap):
+            if i != j and j not in continued and overlap_length(texts[i], texts[j], max_overlap):
                 follows[i] = j
+                continued.add(j)
                 break
-    continued = set(follows.values())
     order: list[int] = []
     for start in [k for k in range(n) if k not in continued] + list(range(n)):
         at: int | None = start
