@@ -10,9 +10,13 @@ Hard reasons (any one refuses):
     missing_name         a name the question writes as one (an acronym, a CamelCase word, in an
                          English question a capitalised word inside the sentence, a word introduced
                          as a tool: "with borgbackup", "mit rclone", a word no English or German
-                         dictionary knows: "an nftables ruleset") occurs in no chunk the caller
-                         may see at all (document frequency 0 over the visible set, and no candidate
-                         holds it in another inflection)
+                         dictionary knows: "an nftables ruleset", or one built of no known words
+                         wherever it stands: "zeigt lsgpu") occurs in no chunk the caller may see
+                         at all (document frequency 0 over the visible set, and no candidate holds
+                         it in another inflection)
+    missing_identifier   also: a path, an option with its value ("--sort=owner": the option and
+                         the value in one candidate will do) or, in German, a lower-case hyphenated
+                         word ("hibernate-at") that no candidate holds
 Soft signals, weighed (`signals`):
     weak_rerank          the best reranker score is under `min_rerank_score`                 (lexical)
     rare_terms_missing   at least `rare_missing_share` of the query's rare words (in at most
@@ -65,6 +69,10 @@ _NAMED_BY = re.compile(
     r"([\w.+-]+)",
     re.I,
 )
+# a path of two parts or more; an option with a value; a lower-case hyphenated word
+_PATH = re.compile(r"(?<![\w/.~-])(?:~|\.{1,2})?(?:/[\w.+@-]+){2,}/?")
+_OPTION_VALUE = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)=([\w.,:+-]+)")
+_LOWER_HYPHENATED = re.compile(r"(?<![\w/.=-])[a-z][a-z0-9]*(?:-[a-z0-9]+)+(?![\w/=-])")
 _CAPITALISED = re.compile(r"(?<![.!?:;]\s)(?<!^)\b[A-Z][a-z]{2,}\b")
 # a word of letters only (hyphenated compounds give their parts), for the dictionary check
 _LETTERS = re.compile(r"[^\W\d_]+")
@@ -179,9 +187,48 @@ def unknown_words(raw: str) -> list[str]:
         previous = word.lower()
         if any(start <= m.start() and m.end() <= end for start, end in quoted):
             continue
-        if len(word) >= 4 and word[:1].islower() and before in _INTRODUCERS and not vocabulary.known(word):
+        if len(word) < 4 or not word[:1].islower() or vocabulary.known(word):
+            continue
+        # introduced as a thing, or built of no known words at all ("lsgpu", "httpx", "nmcli")
+        if before in _INTRODUCERS or not vocabulary.wordlike(word):
             out.append(word)
     return out
+
+
+def written_identifiers(raw: str, language: str | None) -> list[tuple[str, tuple[str, ...]]]:
+    """Names the question writes whole that the entity rules take apart, with the parts each needs.
+
+    A path ("/etc/apt/apt-mark.conf"), an option with its value ("--sort=owner": the option and the
+    value, as the documentation lists the values apart from the option) and, in a German question,
+    a lower-case hyphenated word ("hibernate-at": German writes its compounds with capitals, so a
+    lower-case one is a command or an option). Each is found when one candidate holds it whole, or
+    holds every one of its parts. A name inside quotes is the question's own example.
+    """
+    quoted = _quoted_spans(raw)
+    out: list[tuple[str, tuple[str, ...]]] = []
+
+    def keep(m: re.Match[str], parts: tuple[str, ...]) -> None:
+        if not any(start <= m.start() and m.end() <= end for start, end in quoted):
+            out.append((m.group(0), parts))
+
+    for m in _PATH.finditer(raw):
+        keep(m, ())
+    for m in _OPTION_VALUE.finditer(raw):
+        keep(m, (m.group(1), m.group(2)))
+    if language == "de":
+        for m in _LOWER_HYPHENATED.finditer(raw):
+            keep(m, ())
+    return out
+
+
+def _written_found(pool: Sequence[Fused], whole: str, parts: Sequence[str]) -> bool:
+    key = normalize(whole)
+    keys = [normalize(part) for part in parts]
+    for item in pool:
+        text = item.candidate.search_text
+        if contains_phrase(text, key) or (keys and all(contains_phrase(text, k) for k in keys if k)):
+            return True
+    return False
 
 
 def coverage_terms(query: QueryAnalysis) -> list[str]:
@@ -237,6 +284,9 @@ def decide_refusal(
             pool, entity
         ):
             reasons.append(Reason("missing_identifier", entity.raw))
+    for whole, parts in written_identifiers(query.raw, query.language):
+        if not _written_found(pool, whole, parts):
+            reasons.append(Reason("missing_identifier", whole))
     for phrase in query.phrases:
         if _worded(phrase) and not _found(pool, phrase):
             reasons.append(Reason("missing_phrase", phrase))

@@ -11,8 +11,9 @@ from app.errors import BadRequest
 from app.search.v2.analysis import analyze_query
 from app.search.v2.evidence import build_evidence, display_page
 from app.search.v2.records import Fused
-from app.search.v2.refusal import SAFE_REFUSAL, _quoted_spans, decide_refusal
+from app.search.v2.refusal import SAFE_REFUSAL, _quoted_spans, decide_refusal, written_identifiers
 from app.search.v2.schemas import QueryV2Request, QueryV2Response, check_query_v2
+from app.text import vocabulary
 from app.v2_settings import RefusalSettings
 from tests.unit.v2.helpers import cand, fused
 
@@ -408,11 +409,81 @@ def test_a_word_no_dictionary_knows_and_nothing_visible_holds_is_a_missing_name(
     assert not decide_refusal(
         analyze_query(nft_q), [item], document_frequency=held_df, documents=1000
     ).reasons
-    # an unknown word alone is no name: people write "repo" or "misdetected" in answerable questions,
-    # and an article introduces any noun ("inside a virtualenv")
+    # an unknown word built of words, or shortened from one, is no name: people write "repo",
+    # "misdetected" or "virtualenv" in answerable questions
     assert not decide_refusal(analyze_query("Which traffic does my repo drop?"), [item], **stats).reasons
     assert not decide_refusal(
         analyze_query("Is traffic dropped inside a virtualenv?"), [item], **stats
     ).reasons
     # every word known: nothing to refuse on
     assert not decide_refusal(analyze_query("Which traffic does the firewall drop?"), [item], **stats).reasons
+
+
+def test_a_word_built_of_no_known_words_is_a_name_wherever_it_stands() -> None:
+    item = strong(cand("w", "f1", "the graphics card lists its columns"), rerank=0.9)
+    stats = {"document_frequency": {"graphics": 4, "card": 9, "columns": 3}, "documents": 1000}
+    # "lsgpu" and "httpx" follow no introducer, are in no word list and are not built of known words
+    gpu = decide_refusal(analyze_query("Which columns does lsgpu show for a graphics card?"), [item], **stats)
+    assert gpu.refuse and [r.value for r in gpu.reasons] == ["lsgpu"]
+    de = decide_refusal(analyze_query("Welche Spalten zeigt lsgpu für die Grafikkarte?"), [item], **stats)
+    assert [r.value for r in de.reasons] == ["lsgpu"]
+    # words, inflections, compounds, prefixes and abbreviations are words, however rare
+    for question in (
+        "Which columns are in my subfolders' graphics card list?",
+        "The graphics card was preinstalled and misdetected: which columns?",
+        "Welche Spalten sind weggeflogen, als die Grafikkarte weiterläuft?",
+        "Which columns does my repo list inside a virtualenv?",
+        "Which codepage do the graphics card columns use?",
+    ):
+        assert not decide_refusal(analyze_query(question), [item], **stats).reasons, question
+
+
+@pytest.mark.parametrize(
+    ("word", "expected"),
+    [
+        ("lsgpu", False),
+        ("httpx", False),
+        ("uvloop", False),
+        ("pyperformance", False),
+        ("subfolders", True),
+        ("preinstalled", True),
+        ("codepage", True),
+        ("virtualenv", True),
+        ("repo", True),
+        ("weggeflogen", True),
+        ("drübergeschrieben", True),
+        ("disassembliere", True),
+    ],
+)
+def test_wordlike(word: str, expected: bool) -> None:
+    assert vocabulary.wordlike(word) is expected
+
+
+def test_paths_options_with_values_and_german_lower_case_compounds_are_names() -> None:
+    found = [w for w, _ in written_identifiers("Was steht in /etc/apt/apt-mark.conf und ~/.config/x?", "de")]
+    assert found == ["/etc/apt/apt-mark.conf", "~/.config/x"]
+    assert written_identifiers("Sortiert ls --sort=owner nach Besitzer?", "de") == [
+        ("--sort=owner", ("--sort", "owner"))
+    ]
+    # German writes its compounds with capitals: a lower-case hyphenated word is a command
+    assert [w for w, _ in written_identifiers("mit systemctl hibernate-at planen", "de")] == ["hibernate-at"]
+    assert written_identifiers("Alte Windows-98-Rechner und Magic-SysRq-Tricks", "de") == []
+    # English writes ordinary words with hyphens ("built-in", "read-only"); quoted examples are values
+    assert written_identifiers("Is the built-in read-only mode on?", "en") == []
+    assert written_identifiers("Why does 'a/b/c' fail?", "en") == []
+    assert written_identifiers("one /tmp file", "en") == []  # one part: a directory, not a path
+
+
+def test_a_written_path_or_option_value_no_candidate_holds_is_refused() -> None:
+    listed = strong(cand("o", "f1", "--sort=WORD sort by WORD: none, size, time, version"), rerank=0.9)
+    conf = strong(cand("c", "f1", "Settings live in /etc/apt/apt.conf and /etc/apt/apt.conf.d"), rerank=0.9)
+    items = [listed, conf]
+    # the value listed apart from its option, in one candidate: found
+    assert not decide_refusal(analyze_query("Sorts ls --sort=size by file size?"), items).reasons
+    owner = decide_refusal(analyze_query("Sorts ls --sort=owner by owner?"), items)
+    assert owner.refuse and [r.value for r in owner.reasons] == ["--sort=owner"]
+    assert not decide_refusal(analyze_query("What is set in /etc/apt/apt.conf?"), items).reasons
+    path = decide_refusal(analyze_query("What is set in /etc/apt/apt-mark.conf?"), items)
+    assert path.refuse and [r.value for r in path.reasons] == ["/etc/apt/apt-mark.conf"]
+    hyphen = decide_refusal(analyze_query("Wie plane ich mit sort hibernate-at?"), items)
+    assert [r.value for r in hyphen.reasons] == ["hibernate-at"]
