@@ -143,6 +143,9 @@ class RerankSettings(Section):
     onnx_dir: Path | None = None
     onnx_max_tokens: int = Field(512, ge=16, le=8192)
     features: FeatureWeights = Field(default_factory=FeatureWeights)
+    # a chunk OCR read with mean confidence c scores x (1 - ocr_discount * (1 - c)) after any
+    # reranker: a misread word is weaker evidence than a text layer's (0: OCR text counts fully)
+    ocr_discount: float = Field(0.5, ge=0, le=1)
 
     @model_validator(mode="after")
     def _backend_needs(self) -> RerankSettings:

@@ -41,6 +41,7 @@ from app.search.v2.analysis import (
     name_variants,
 )
 from app.search.v2.bm25 import idf
+from app.search.v2.evidence import OCR_PAGES, ocr_confidence
 from app.search.v2.fusion import apply_caps
 from app.search.v2.records import Candidate, Fused
 from app.text.normalize import contains_phrase, normalize
@@ -176,6 +177,15 @@ class FeatureReranker:
         return self.score_all(query, items)
 
 
+def ocr_weight(item: Fused, discount: float) -> float:
+    """1 for a text layer's chunk; 1 - discount * (1 - confidence) for a chunk OCR read."""
+    c = item.candidate
+    confidence = ocr_confidence(c.document.metadata.get(OCR_PAGES), c.place.page)
+    if confidence is None:
+        return 1.0
+    return 1.0 - discount * (1.0 - min(max(confidence, 0.0), 1.0))
+
+
 class RerankError(Exception):
     """A reranker's reply could not be used (the message never holds provider text)."""
 
@@ -211,8 +221,13 @@ async def rerank_window(
     per_page_cap: int = 2,
     diverse_head: int = 0,
     fallback: FeatureReranker | None = None,
+    ocr_discount: float = 0.0,
 ) -> RerankOutcome:
-    """Rerank the first `window` items (at most MAX_WINDOW); caps are applied again afterwards."""
+    """Rerank the first `window` items (at most MAX_WINDOW); caps are applied again afterwards.
+
+    Whichever reranker scored them, a chunk OCR read is discounted by its page's confidence
+    (`ocr_discount`): misread text is weaker evidence than a text layer's.
+    """
     head = list(items[: max(0, min(window, MAX_WINDOW))])
     if not head:
         return RerankOutcome([], reranker.name)
@@ -226,6 +241,8 @@ async def rerank_window(
         fallback = fallback or FeatureReranker()
         used = fallback.name
         scores = check_scores(fallback.score_all(query, head), len(head))
+    if ocr_discount > 0:
+        scores = [score * ocr_weight(item, ocr_discount) for score, item in zip(scores, head, strict=True)]
     order = sorted(range(len(head)), key=lambda i: (-scores[i], i))
     ranked = [replace(head[i], rerank=scores[i]) for i in order]
     return RerankOutcome(apply_caps(ranked, per_file_cap, per_page_cap, diverse_head), used, reason)

@@ -181,6 +181,7 @@ async def rank(
         per_page_cap=tuning.fusion.per_page_cap,
         diverse_head=tuning.fusion.diverse_head,
         fallback=FeatureReranker(tuning.rerank.features),
+        ocr_discount=tuning.rerank.ocr_discount,
     )
     t2 = time.perf_counter()
     decision = decide_refusal(
@@ -350,8 +351,7 @@ def debug_body(answer: Answer) -> dict[str, Any]:
     }
 
 
-# Of a V2 document's metadata, what a result carries: its indexing statistics and warnings stay in
-# its row and in the log, not in every passage sent to a model.
+# what a result carries of its document's metadata (statistics and warnings stay in its row and log)
 RESULT_METADATA = ("kind", "content_type", "page_count", "unreadable_pages")
 
 

@@ -106,6 +106,23 @@ async def test_the_window_is_reordered_never_grown() -> None:
     assert outcome.reranker == "fixed" and outcome.fallback_reason is None
 
 
+async def test_text_ocr_read_with_low_confidence_is_weaker_evidence() -> None:
+    scanned = {"ocr_pages": {"2": 0.6, "3": 0.98}}
+    items = [
+        fused(cand("shaky", "f1", "a scanned page", page=2, metadata=scanned), 0.9),
+        fused(cand("layer", "f2", "a text layer page", page=2), 0.8),
+        fused(cand("clean", "f3", "a well scanned page", page=3, metadata=scanned), 0.7),
+    ]
+    same = Fixed([0.9, 0.8, 0.82])
+    # confidence 0.6 with discount 0.5: 0.9 x 0.8 = 0.72, behind the text layer's 0.8; 0.98: 0.82 x 0.99
+    outcome = await rerank_window(analyze_query("page"), items, same, ocr_discount=0.5)
+    assert [f.candidate.chunk_id for f in outcome.items] == ["clean", "layer", "shaky"]
+    assert [round(f.rerank or 0, 4) for f in outcome.items] == [0.8118, 0.8, 0.72]
+    # 0: OCR text counts fully, the reranker's order stands
+    plain = await rerank_window(analyze_query("page"), items, same, ocr_discount=0.0)
+    assert [f.candidate.chunk_id for f in plain.items] == ["shaky", "clean", "layer"]
+
+
 async def test_reranking_cannot_bypass_the_caps() -> None:
     # the reranker puts the three f1 items first; with a per-file cap of 2 the third moves behind f2
     items = window_items(4, file_of=lambda i: "f1" if i < 3 else "f2")
