@@ -105,9 +105,15 @@ class UploadJobs:
             path.unlink(missing_ok=True)
         self.search.note_stored(outcome.record)
         progress(outcome.chunk_count, outcome.chunk_count, "stored")
-        return {
+        result: dict[str, Any] = {
             "file_id": outcome.file_id,
             "chunks": outcome.chunk_count,
             "embedded": outcome.embedded,
             "reused": outcome.reused,
         }
+        # what /embed answers synchronously about a scan, when there is something to say
+        if outcome.ocr_pages:
+            result["ocr_pages"] = list(outcome.ocr_pages)
+        if outcome.empty_pages:
+            result["empty_pages"] = list(outcome.empty_pages)
+        return result

@@ -16,6 +16,7 @@ from PIL import Image
 
 from app.config import Settings
 from tests.contract.helpers import agent_id, query, upload
+from tests.contract.test_admin_jobs import wait_job
 from tests.contract.test_query_v2 import wait_active
 from tests.fixtures.scans import image_pdf, mixed_pdf, png_bomb, save, table_image, text_image
 from tests.fixtures.service import auth, new_id, running_app
@@ -109,6 +110,25 @@ async def test_embed_reports_the_pages_ocr_read(world: World) -> None:
 async def test_a_partly_unreadable_scan_names_its_empty_pages(world: World) -> None:
     assert world.answers["partly.pdf"]["ocr_pages"] == [1]
     assert world.answers["partly.pdf"]["empty_pages"] == [2]
+
+
+async def test_an_upload_run_as_a_job_reports_its_ocr_pages_in_the_result(
+    world: World, tmp_path: Path
+) -> None:
+    content = image_pdf(
+        tmp_path / "partly-async.pdf", [text_image(ENGLISH), Image.new("L", (600, 800), 255)]
+    ).read_bytes()
+    r = await world.client.post(
+        "/embed",
+        params={"async": "true"},
+        data={"file_id": new_id("partly-async"), "entity_id": world.agent},
+        files={"file": ("partly-async.pdf", content, "application/pdf")},
+        headers=auth(USER),
+    )
+    assert r.status_code == 202, r.text
+    done = await wait_job(world.client, r.json()["status_url"], auth(USER), "done", "failed")
+    assert done["status"] == "done", done
+    assert done["result"]["ocr_pages"] == [1] and done["result"]["empty_pages"] == [2]
 
 
 @pytest.mark.parametrize(
