@@ -31,6 +31,7 @@ from app.clients.http import build_http_client
 from app.config import Settings
 from app.errors import BlobStoreError
 from app.ingest.pipeline import IngestService
+from app.ingest.recent import recent_parses
 from app.ingest.upload import sweep_stale_uploads
 from app.ingest.v2.context import V2Context
 from app.jobs.maintenance import MaintenanceSchedule, QueuedMaintenance
@@ -183,6 +184,7 @@ async def _open_database(settings: Settings, stack: contextlib.AsyncExitStack, *
         stack.callback(embedded.stop)
     info = await bootstrap(dsn, settings.collection_name)
     await asyncio.to_thread(sweep_stale_uploads, settings.data_dir.resolve() / "tmp")
+    await asyncio.to_thread(recent_parses(settings.data_dir).prune)  # kept parses past their hour
     alarm = FailureAlarm()  # made before both: the pool rings it, the supervisor built after it listens
     pool = await create_pool(
         dsn,

@@ -30,8 +30,9 @@ from app.ingest.chunking import clean_text, md5_digest, split_sections
 from app.ingest.limits import ParseLimits
 from app.ingest.loaders import safe_basename
 from app.ingest.progress import IngestProgress, Report
+from app.ingest.recent import parse_remembered, recent_parses
 from app.ingest.types import Chunk, LoadedDocument
-from app.ingest.worker import parse_in_worker, start_worker_server
+from app.ingest.worker import start_worker_server
 from app.store import chunks as store
 from app.store.db import StoreInfo
 from app.store.ids import uuid7_batch
@@ -108,6 +109,7 @@ class IngestService:
         )
         self._slots = asyncio.Semaphore(settings.ingest_concurrency)
         self._limits = ParseLimits.from_settings(settings)
+        self._recent = recent_parses(settings.data_dir)
         # told (file_id, owner) after every stored upload: the V2 index queues its staging (it must
         # never raise: the upload has succeeded)
         self.on_stored = on_stored
@@ -119,7 +121,9 @@ class IngestService:
 
     async def load(self, source: SourceFile) -> LoadedDocument:
         """Parse a file into text sections and blocks, in a worker process bounded by PARSE_* limits."""
-        return await parse_in_worker(
+        return await parse_remembered(
+            self._recent,
+            source.sha256,
             source.path,
             source.filename,
             source.content_type,

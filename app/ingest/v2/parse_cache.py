@@ -7,29 +7,13 @@ import hashlib
 import pickle
 import time
 from pathlib import Path
-from typing import Any
 
-from app.ingest.types import Block, LoadedDocument, Section
+from app.ingest.recent import load_document
+from app.ingest.types import LoadedDocument
 
 # a document parsed by a file's survey and not yet chunked is kept this long in the process's own
 # temporary folder (its stage step, on another replica or much later, parses it again instead)
 PARSE_CACHE_MAX_AGE_S = 3600.0
-
-_ALLOWED_PICKLES = {
-    ("app.ingest.types", "LoadedDocument"): LoadedDocument,
-    ("app.ingest.types", "Section"): Section,
-    ("app.ingest.types", "Block"): Block,
-}
-
-
-class _DocumentUnpickler(pickle.Unpickler):
-    """Reads back only the document model (the cache holds our own pickles; still, nothing else)."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        try:
-            return _ALLOWED_PICKLES[(module, name)]
-        except KeyError:
-            raise pickle.UnpicklingError(f"refused to load {module}.{name}") from None
 
 
 class ParseCache:
@@ -57,13 +41,12 @@ class ParseCache:
         path = self._path(file_id, checksum)
         try:
             with path.open("rb") as handle:
-                document = _DocumentUnpickler(handle).load()
-        except (OSError, pickle.UnpicklingError, EOFError):
+                return load_document(handle)
+        except OSError:
             return None
         finally:
             with contextlib.suppress(OSError):
                 path.unlink()
-        return document if isinstance(document, LoadedDocument) else None
 
     def prune(self, max_age_s: float) -> None:
         """Remove documents of every run kept longer than `max_age_s` (their stage step ran elsewhere)."""

@@ -17,6 +17,7 @@ from pathlib import Path
 from app.errors import NotFound
 from app.ingest.chunking import clean_text
 from app.ingest.loaders import safe_basename
+from app.ingest.recent import parse_remembered, recall, recent_parses
 from app.ingest.types import Block, LoadedDocument
 from app.ingest.v2.context import V2Context
 from app.ingest.worker import parse_in_worker
@@ -212,8 +213,18 @@ async def parse_source(ctx: V2Context, source: Source, tmp_dir: Path) -> LoadedD
             parse_name = Path(source.filename).stem + ".txt"
             return await parse_in_worker(path, parse_name, "text/plain", limits=ctx.limits)
         assert source.blob_key is not None
+        recent = recent_parses(ctx.settings.data_dir)
+        key = recent.key(
+            source.checksum, source.filename, source.content_type, ctx.limits, ctx.settings.pdf_extract_images
+        )
+        # the upload's own parse, made moments ago by V1's ingest of the same bytes: no second OCR
+        kept = await recall(recent, key, source.filename)
+        if kept is not None:
+            return kept
         await ctx.blobs.download(source.blob_key, path)
-        return await parse_in_worker(
+        return await parse_remembered(
+            recent,
+            source.checksum,
             path,
             source.filename,
             source.content_type,
