@@ -13,7 +13,7 @@ PyStemmer's C implementation, cached per word.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import Stemmer
 
@@ -21,6 +21,7 @@ _EN = Stemmer.Stemmer("english")
 _DE = Stemmer.Stemmer("german")
 # stems shorter than this are not trusted: "as" and "a" would meet far too many words
 MIN_STEM_CHARS = 3
+_SHARP_S = "\u017f"  # a letter neither stemmer changes, standing in for ß
 
 
 @functools.lru_cache(maxsize=65_536)
@@ -34,6 +35,38 @@ def forms(token: str) -> frozenset[str]:
         if len(stem) >= MIN_STEM_CHARS:
             out.add(stem)
     return frozenset(out)
+
+
+@functools.lru_cache(maxsize=65_536)
+def lexical_key(token: str) -> str:
+    """The term the lexical channel indexes and asks for: the German stem's English stem.
+
+    One key per token, whatever the language of the text or the question, so both sides meet:
+    "ventile" and "ventil" -> "ventil", "returns" -> "return", "konfigurationen" and "konfiguration"
+    -> "konfigur" (each stemmer alone splits some pairs the other joins). A token with a digit or of
+    three letters or less stays whole, as does one whose key would be shorter than three letters.
+    """
+    if any(ch.isdigit() for ch in token) or len(token) < MIN_STEM_CHARS + 1:
+        return token
+    # German Snowball writes ß as ss: shielded, "maße" (dimensions) does not become "masse" (mass)
+    key = str(_EN.stemWord(_DE.stemWord(token.replace("ß", _SHARP_S)))).replace(_SHARP_S, "ß")
+    return key if len(key) >= MIN_STEM_CHARS else token
+
+
+# the V2 extractor release from which runs index `lexical_key`s instead of raw tokens
+STEMMED_LEXICAL_RELEASE = 3
+
+
+def stems_in_lexical(extractor_version: str) -> bool:
+    """Whether a run of this extractor version ("v2.3-<hash>") indexed stem keys, not raw tokens."""
+    release = extractor_version.split("-", 1)[0].rsplit(".", 1)[-1]
+    return release.isdigit() and int(release) >= STEMMED_LEXICAL_RELEASE
+
+
+def lexical_keys(terms: Sequence[str], extractor_version: str) -> dict[str, str]:
+    """Each question term and the key the run's lexical channel holds it under (itself before stems)."""
+    stemmed = stems_in_lexical(extractor_version)
+    return {term: lexical_key(term) if stemmed else term for term in terms}
 
 
 def stem_de(token: str) -> str:

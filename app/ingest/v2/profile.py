@@ -17,7 +17,8 @@ from app.v2_settings import BoilerplateSettings
 
 # Raise when chunking, entity extraction or the loaders change what an index holds: a new
 # extractor version makes the next run parse and embed again instead of linking old documents.
-EXTRACTOR_RELEASE = "2"  # 2: umlauts written out, ß kept (app/text/normalize.py)
+# 2: umlauts written out, ß kept (app/text/normalize.py); 3: the lexical channel indexes stems
+EXTRACTOR_RELEASE = "3"
 
 
 class CharCounter:

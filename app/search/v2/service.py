@@ -24,7 +24,6 @@ request that the run lacks (staging waits or failed) degrade it too (`missing_fi
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,13 +48,14 @@ from app.search.v2.rerank import FeatureReranker, Reranker, RerankOutcome, reran
 from app.search.v2.rerank_http import HttpReranker
 from app.search.v2.rerank_onnx import OnnxCrossEncoder
 from app.search.v2.schemas import EvidenceItem, QueryV2Request, QueryV2Response
+from app.search.v2.statistics import Statistics, discount_common_labels, lexical_statistics
 from app.search.v2.vectors import PlannedVectors, RunVectorCache, plan_vectors
 from app.store import v2_gaps
 from app.store import v2_search as channels_sql
 from app.store.db import StoreInfo
 from app.store.scope import Scope, ScopeError
 from app.store.v2 import runs as v2_index
-from app.text.normalize import normalize
+from app.text.stems import lexical_keys
 from app.v2_settings import V2Settings
 
 logger = logging.getLogger(__name__)
@@ -84,14 +84,6 @@ def build_reranker(
             raise ConfigError("RAG_V2__RERANK__BACKEND=onnx needs RAG_V2__RERANK__ONNX_DIR")
         return OnnxCrossEncoder(config.onnx_dir, max_tokens=config.onnx_max_tokens)
     return FeatureReranker(config.features)
-
-
-@dataclass(frozen=True)
-class Statistics:
-    """What the refusal decision reads about the visible part of the run (0 chunks: unknown)."""
-
-    chunks: int = 0
-    document_frequency: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -206,26 +198,6 @@ def leans_on_meaning(analysis: QueryAnalysis, languages: Sequence[str]) -> bool:
     questions, dev split).
     """
     return analysis.prose and (analysis.language in languages or "*" in languages)
-
-
-def discount_common_labels(hits: Sequence[Scored], stats: Statistics, rare_share: float) -> list[Scored]:
-    """Exact hits on a one-word row label weighed by how rare that word is in the visible set.
-
-    A glossary table's row labelled "open" is not an identifier: the word is in a tenth of the
-    chunks, and a question using it in passing must not get that row as a top exact match. Up to
-    `rare_share` of the chunks a word counts fully; above it the weight falls with the log of its
-    share, to 0 for a word every chunk holds. Re-sorted by the new weights (stable).
-    """
-    n = stats.chunks
-    out: list[Scored] = []
-    for hit in hits:
-        label = normalize(hit.candidate.place.row_label or "")
-        df = stats.document_frequency.get(label, 0) if label and " " not in label else 0
-        if df > 0 and n > 1 and df / n > rare_share:
-            factor = max(0.0, math.log(n / df) / math.log(1 / rare_share)) if rare_share < 1 else 0.0
-            hit = Scored(hit.candidate, hit.score * min(factor, 1.0))
-        out.append(hit)
-    return sorted(out, key=lambda hit: -hit.score)
 
 
 def candidate_lists(retrieval: channels_sql.Retrieval) -> dict[str, list[Scored]]:
@@ -483,7 +455,8 @@ class V2SearchService:
                 vector = None
                 vector_error = f"VectorModelMismatch: {VectorModelMismatch(run.embedding_model, self.model)}"
             planned = None if vector is None else await self._plan_vectors(conn, run.run_id, scope, vector)
-            ask = self._ask(plan, vector, planned)
+            keys = lexical_keys(plan.lexical_terms, run.extractor_version)
+            ask = self._ask(plan, vector, planned, tuple(dict.fromkeys(keys.values())))
             try:
                 retrieval = await channels_sql.retrieve(conn, scope, run.run_id, ask, timeout=self.timeout)
                 missing = await self._missing(conn, scope, namespace, run.run_id, retrieval)
@@ -507,7 +480,7 @@ class V2SearchService:
             retrieval.channels["vector"].error = vector_error
         stats = Statistics()
         if plan.lexical_terms and retrieval.document_frequency is not None:
-            stats = Statistics(retrieval.visible.chunks, retrieval.document_frequency)
+            stats = lexical_statistics(retrieval.visible.chunks, keys, retrieval.document_frequency)
         lists = candidate_lists(retrieval)
         return Retrieved(run, retrieval, lists, stats, embed_ms, waited * 1000, planned, missing)
 
@@ -544,13 +517,17 @@ class V2SearchService:
         )
 
     def _ask(
-        self, plan: ChannelPlan, vector: np.ndarray | None, planned: PlannedVectors | None
+        self,
+        plan: ChannelPlan,
+        vector: np.ndarray | None,
+        planned: PlannedVectors | None,
+        terms: tuple[str, ...],
     ) -> channels_sql.ChannelQuery:
-        """What the plan asks of the channels, with the service's limits."""
+        """What the plan asks of the channels (`terms`: the lexical keys), with the service's limits."""
         return channels_sql.ChannelQuery(
             keys=plan.exact_keys,
             phrases=plan.exact_phrases,
-            terms=plan.lexical_terms,
+            terms=terms,
             trigram_text=plan.trigram_text,
             query=vector,
             limit=self.tuning.channels.limit,

@@ -19,6 +19,7 @@ import numpy as np
 from app.store.db import rows_affected
 from app.store.v2_search import label_key
 from app.text.chunks import ChunkRecord
+from app.text.stems import lexical_key
 
 DocumentSource = Literal["original", "derivative", "v1_chunks"]
 
@@ -40,8 +41,8 @@ class ChunkRow:
 
     @property
     def terms(self) -> list[str]:
-        """The lexical terms: `search_text.split()`, each cut to MAX_TERM_CHARS."""
-        return [term[:MAX_TERM_CHARS] for term in self.chunk.search_text.split()]
+        """The lexical terms: each token of `search_text` as its stem key, cut to MAX_TERM_CHARS."""
+        return [lexical_key(term)[:MAX_TERM_CHARS] for term in self.chunk.search_text.split()]
 
 
 @dataclass(frozen=True)

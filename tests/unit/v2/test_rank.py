@@ -203,7 +203,7 @@ async def test_a_plain_word_question_leans_on_the_vector_channel() -> None:
 
 
 def test_an_exact_hit_on_an_everyday_one_word_row_label_weighs_less() -> None:
-    from app.search.v2.service import discount_common_labels
+    from app.search.v2.statistics import discount_common_labels
 
     glossary = cand("open", "g", "open: to begin using a file", kind="table_row", row_label="Open")
     code = cand("k28", "t", "K 28 weight 14 kg", kind="table_row", row_label="K28")
