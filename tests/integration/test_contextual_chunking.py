@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
 
 from app.clients.embeddings import model_identity
@@ -216,6 +217,25 @@ async def test_off_by_default_nothing_changes(
     assert fake_chat.requests == []
 
 
+async def build_run(c: httpx.AsyncClient, namespace: str, file_id: str) -> dict[str, Any]:
+    """A V2 run of the one file, staged and activated through the admin routes; the run."""
+    r = await c.post("/v2/runs", json={"namespace": namespace, "file_ids": [file_id]}, headers=auth(ADMIN))
+    assert r.status_code in (200, 201), r.text
+    run: dict[str, Any] = r.json()["run"]
+    r = await c.post(f"/v2/runs/{run['run_id']}/stage", json={"file_id": file_id}, headers=auth(ADMIN))
+    assert r.status_code == 200, r.text
+    r = await c.post(f"/v2/runs/{run['run_id']}/activate", headers=auth(ADMIN))
+    assert r.status_code == 200, r.text
+    return run
+
+
+async def answering(c: httpx.AsyncClient, namespace: str) -> dict[str, Any]:
+    r = await c.get("/v2/status", headers=auth(ADMIN))
+    assert r.status_code == 200, r.text
+    (entry,) = [a for a in r.json()["answering"] if a["namespace"] == namespace]
+    return dict(entry)
+
+
 async def test_v2_embeds_and_indexes_the_sentence_but_shows_the_content(
     make_settings: Callable[..., Settings], fake_provider: FakeProvider, fake_chat: FakeProvider
 ) -> None:
@@ -232,16 +252,9 @@ async def test_v2_embeds_and_indexes_the_sentence_but_shows_the_content(
     )
     asked_before = len(chat_requests(fake_chat))
     async with running_app(settings) as c:
-        r = await c.post(
-            "/v2/runs", json={"namespace": namespace, "file_ids": [file_id]}, headers=auth(ADMIN)
-        )
-        assert r.status_code in (200, 201), r.text
-        run = r.json()["run"]
+        run = await build_run(c, namespace, file_id)
         assert run["embedding_model"] == "openai:embed-small+context:small-chat"
-        r = await c.post(f"/v2/runs/{run['run_id']}/stage", json={"file_id": file_id}, headers=auth(ADMIN))
-        assert r.status_code == 200, r.text
-        r = await c.post(f"/v2/runs/{run['run_id']}/activate", headers=auth(ADMIN))
-        assert r.status_code == 200, r.text
+        assert (await answering(c, namespace))["reindex_needed"] is None
         async with resources(c).pool.acquire() as conn:
             rows = await conn.fetch(
                 "SELECT c.content, c.embed_text, c.search_text FROM ragoverlay_v2_run_files f "
@@ -269,3 +282,43 @@ async def test_v2_embeds_and_indexes_the_sentence_but_shows_the_content(
         assert body["results"], body
         assert all("Situated" not in result["content"] for result in body["results"])
         assert "VectorModelMismatch" not in r.text
+
+
+async def test_turning_it_off_marks_the_v2_index_for_a_forced_reindex(
+    make_settings: Callable[..., Settings], fake_provider: FakeProvider, fake_chat: FakeProvider
+) -> None:
+    namespace, file_id = agent_id(), new_id()
+    situated = make_settings()
+    async with running_app(situated) as c:
+        r = await upload(
+            c, file_id, "heaters.md", MARKDOWN, auth(USER), entity_id=namespace, content_type="text/markdown"
+        )
+        assert r.status_code == 200, r.text
+    same_store = {"collection_name": situated.collection_name, "data_dir": situated.data_dir}
+    async with running_app(make_settings(v2_namespace_ids=[namespace], **same_store)) as c:
+        first = await build_run(c, namespace, file_id)
+    asked = len(chat_requests(fake_chat))
+    raw = make_settings(contextual_chunking_enabled=False, v2_namespace_ids=[namespace], **same_store)
+    async with running_app(raw) as c:
+        stale = await answering(c, namespace)
+        assert stale["run_id"] == first["run_id"]
+        assert "force=true" in stale["reindex_needed"] and "+context:small-chat" in stale["reindex_needed"]
+        # meanwhile the situated run still answers, its vector channel included
+        r = await c.post(
+            "/query_v2",
+            json={"query": "birch ratings", "file_ids": [file_id], "entity_id": namespace, "debug": True},
+            headers=auth(ADMIN),
+        )
+        assert r.status_code == 200, r.text
+        assert "VectorModelMismatch" not in r.text and r.json()["results"]
+        second = await build_run(c, namespace, file_id)
+        assert second["embedding_model"] == "openai:embed-small"
+        assert (await answering(c, namespace))["reindex_needed"] is None
+        async with resources(c).pool.acquire() as conn:
+            rows = await conn.fetch(
+                "SELECT c.embed_text FROM ragoverlay_v2_run_files f "
+                "JOIN ragoverlay_v2_chunks c ON c.document_id = f.document_id WHERE f.run_id = $1",
+                second["run_id"],
+            )
+    assert rows and not any("Situated" in row["embed_text"] for row in rows)  # nothing situated reused
+    assert len(chat_requests(fake_chat)) == asked
