@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from app import metrics
 from app.clients.chat import ChatClient, ChatFailed
 from app.config import Settings
 
@@ -264,8 +265,17 @@ def build_contextualizer(settings: Settings) -> Contextualizer | None:
 
 
 def log_situated(what: str, done: Situated) -> None:
-    """Log one document's outcome: info when every chunk has its sentence, else a warning."""
+    """Log and count one document's outcome: info when every chunk has its sentence, else a warning."""
     if not done.sentences:
         return
+    counts = {
+        "situated": done.situated,
+        "failed": sum(done.failures.values()),
+        "stopped": done.stopped,
+        "over_budget": done.over_budget,
+    }
+    for outcome, count in counts.items():
+        if count:
+            metrics.CONTEXTUAL_CHUNKS.labels(outcome).inc(count)
     level = logging.INFO if done.raw == 0 else logging.WARNING
     logger.log(level, "%s: contextual chunking: %s", what, done.describe())

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app import metrics
 from app.clients.embeddings import model_identity
 from app.config import Settings
 from app.ingest.contextual import SENTENCE_CHARS, STOP_AFTER_FAILURES
@@ -24,11 +25,12 @@ pytestmark = pytest.mark.slow
 USER = "ctx-user"
 ADMIN = "ctx-admin"
 API_KEY = "sk-chat-never-logged-4711"
-# five paragraphs, each its own chunk at CHUNK_SIZE=300 (each word appears in one paragraph only)
+# eight paragraphs, each its own chunk at CHUNK_SIZE=300 (each word appears in one paragraph only)
+WORDS = ["alder", "birch", "cedar", "daphne", "elder", "fir", "ginkgo", "hazel"]
 PARAGRAPHS = [
     f"Section {n}. The {word} heater series holds {word} ratings and {word} limits for cold rooms. "
     + " ".join(f"{word}{i}" for i in range(25))
-    for n, word in enumerate(["alder", "birch", "cedar", "daphne", "elder"], start=1)
+    for n, word in enumerate(WORDS, start=1)
 ]
 DOCUMENT = "\n\n".join(PARAGRAPHS).encode()
 # the same as Markdown with a heading per paragraph: a V2 chunk per section
@@ -68,6 +70,12 @@ def embedded_texts(provider: FakeProvider) -> list[str]:
 
 def chat_requests(chat: FakeProvider) -> list[RecordedRequest]:
     return [r for r in chat.requests if r.path == "/v1/chat/completions"]
+
+
+def counted(outcome: str) -> float:
+    """`ragoverlay_contextual_chunks_total{outcome}` so far."""
+    value = metrics.REGISTRY.get_sample_value("ragoverlay_contextual_chunks_total", {"outcome": outcome})
+    return value or 0.0
 
 
 async def upload_document(settings: Settings, file_id: str) -> list[dict[str, Any]]:
@@ -159,10 +167,15 @@ async def test_server_errors_leave_the_chunks_raw_and_the_document_stops_asking(
     fake_chat.handler = lambda request: Reply(status=500)
     settings = make_settings(contextual_chunking_concurrency=1)
     caplog.set_level(logging.WARNING)
+    before = {outcome: counted(outcome) for outcome in ("failed", "stopped", "situated")}
     stored = await upload_document(settings, new_id())
+    assert len(stored) > STOP_AFTER_FAILURES
+    assert counted("failed") - before["failed"] == STOP_AFTER_FAILURES
+    assert counted("stopped") - before["stopped"] == len(stored) - STOP_AFTER_FAILURES
+    assert counted("situated") == before["situated"]
     assert sorted(embedded_texts(fake_provider)) == sorted(doc["page_content"] for doc in stored)
     # each chunk: one try and one retry, until STOP_AFTER_FAILURES chunks failed in a row
-    assert len(chat_requests(fake_chat)) == 2 * min(STOP_AFTER_FAILURES, len(stored))
+    assert len(chat_requests(fake_chat)) == 2 * STOP_AFTER_FAILURES
     assert "HTTP 500" in caplog.text
     assert "provider secret detail" not in caplog.text  # never a provider body
 
