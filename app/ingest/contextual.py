@@ -17,12 +17,13 @@ fails because of this, and the log counts what happened.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import re
 import time
 import unicodedata
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from app import metrics
@@ -65,7 +66,7 @@ def document_window(texts: Sequence[str], index: int, *, max_chars: int = WINDOW
         return ""
     own = texts[index][:max_chars]
     # room kept for the document's beginning, in case the window does not reach it
-    reserve = min(HEAD_CHARS, sum(len(text) for text in texts[:index]), max_chars - len(own))
+    reserve = min(_chars_before(texts, index, HEAD_CHARS), max_chars - len(own))
     left = max_chars - len(own) - reserve
     before: list[str] = []
     after: list[str] = []
@@ -87,7 +88,7 @@ def document_window(texts: Sequence[str], index: int, *, max_chars: int = WINDOW
     if lo >= 0:
         # the window starts after the document's beginning: lead with that (what is left of it
         # before the window), then a gap
-        head = _head(texts[: lo + 1], reserve)
+        head = _head(itertools.islice(texts, lo + 1), reserve)
         parts += [head, GAP] if head else [GAP]
     parts.append("\n".join([*reversed(before), own, *after]))
     if hi < len(texts):
@@ -95,7 +96,17 @@ def document_window(texts: Sequence[str], index: int, *, max_chars: int = WINDOW
     return "".join(parts)
 
 
-def _head(texts: Sequence[str], limit: int) -> str:
+def _chars_before(texts: Sequence[str], index: int, limit: int) -> int:
+    """Characters of the chunks before `index`, counted up to `limit` (a long document stops early)."""
+    total = 0
+    for text in itertools.islice(texts, index):  # no copy of a long document's list
+        total += len(text)
+        if total >= limit:
+            return limit
+    return total
+
+
+def _head(texts: Iterable[str], limit: int) -> str:
     out: list[str] = []
     used = 0
     for text in texts:
