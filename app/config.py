@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import quote, quote_plus
 
-from pydantic import AliasChoices, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.errors import ConfigError
@@ -225,6 +233,26 @@ class Settings(BaseSettings):
     query_embedding_cache_size: int = Field(1024, ge=0, validation_alias=_env("QUERY_EMBEDDING_CACHE_SIZE"))
     local_embeddings_threads: int = Field(0, ge=0, validation_alias=_env("LOCAL_EMBEDDINGS_THREADS"))
 
+    # --- contextual chunking (app/ingest/contextual.py): a sentence situating each chunk, embedded --
+    contextual_chunking_enabled: bool = Field(False, validation_alias=_env("CONTEXTUAL_CHUNKING_ENABLED"))
+    contextual_chunking_base_url: str | None = Field(
+        None, validation_alias=_env("CONTEXTUAL_CHUNKING_BASE_URL")
+    )
+    contextual_chunking_model: str | None = Field(None, validation_alias=_env("CONTEXTUAL_CHUNKING_MODEL"))
+    # a SecretStr: the settings' repr (and any log of it) shows stars, never the key
+    contextual_chunking_api_key: SecretStr | None = Field(
+        None, validation_alias=_env("CONTEXTUAL_CHUNKING_API_KEY")
+    )
+    contextual_chunking_timeout_ms: int = Field(
+        10_000, ge=100, le=600_000, validation_alias=_env("CONTEXTUAL_CHUNKING_TIMEOUT_MS")
+    )
+    contextual_chunking_concurrency: int = Field(
+        4, ge=1, le=64, validation_alias=_env("CONTEXTUAL_CHUNKING_CONCURRENCY")
+    )
+    contextual_chunking_budget_s: float = Field(
+        120.0, gt=0, le=86_400, validation_alias=_env("CONTEXTUAL_CHUNKING_BUDGET_S")
+    )
+
     # --- search -------------------------------------------------------------------------------
     vector_index: Literal["hnsw", "none"] = Field("hnsw", validation_alias=_env("VECTOR_INDEX"))
     exact_scan_max_rows: int = Field(4000, ge=0, validation_alias=_env("EXACT_SCAN_MAX_ROWS"))
@@ -374,6 +402,13 @@ class Settings(BaseSettings):
             raise ValueError(
                 "EMBEDDINGS_PROVIDER=huggingfacetei needs EMBEDDINGS_MODEL to be the TEI server URL "
                 "(e.g. http://huggingfacetei:3000)"
+            )
+        if self.contextual_chunking_enabled and not (
+            self.contextual_chunking_base_url and self.contextual_chunking_model
+        ):
+            raise ValueError(
+                "CONTEXTUAL_CHUNKING_ENABLED=true needs CONTEXTUAL_CHUNKING_BASE_URL (an OpenAI-compatible "
+                "API, such as https://api.openai.com/v1) and CONTEXTUAL_CHUNKING_MODEL (a chat model)"
             )
         if bool(self.s3_access_key_id) != bool(self.s3_secret_access_key):
             raise ValueError(

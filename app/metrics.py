@@ -110,6 +110,13 @@ EMBEDDING_ATTEMPTS = Counter(
     ("provider", "outcome"),
     registry=REGISTRY,
 )
+CONTEXTUAL_CHUNKS = Counter(
+    "ragoverlay_contextual_chunks_total",
+    "Chunks contextual chunking was to situate, by outcome: situated, failed (timeout, error, garbage), "
+    "stopped (after failures in a row), over_budget (the document's time budget was spent)",
+    ("outcome",),
+    registry=REGISTRY,
+)
 RATE_LIMITED = Counter(
     "ragoverlay_rate_limited_total",
     "Requests refused with 429 by a per-client rate limit",

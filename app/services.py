@@ -30,6 +30,7 @@ from app.clients.embeddings import Embedder, build_embedder, model_identity
 from app.clients.http import build_http_client
 from app.config import Settings
 from app.errors import BlobStoreError
+from app.ingest.contextual import Contextualizer, build_contextualizer
 from app.ingest.pipeline import IngestService
 from app.ingest.recent import recent_parses
 from app.ingest.upload import sweep_stale_uploads
@@ -107,10 +108,15 @@ async def build_services(
     tasks = MaintenanceRegistry(run_loops=False, on_add=schedule.task_added)
     maintenance = Maintenance(settings, MaintenanceStore(db.dsn, info), SearchState(), tasks)
     v2_tasks = V2Maintenance(settings, pool, info, embedder, db.dsn, tasks)
-    v2 = V2Context(settings, pool, info, embedder, blobs, on_dimension=v2_tasks.want_index)
+    situate = _contextualizer(settings, stack)  # one chat client situates the chunks of both indexes
+    v2 = V2Context(
+        settings, pool, info, embedder, blobs, on_dimension=v2_tasks.want_index, contextualizer=situate
+    )
     v2_jobs = V2Jobs(v2, queue.service)
     # new uploads of RAG_V2_NAMESPACE_IDS: their V2 staging is a job of the queue
-    ingest = IngestService(settings, pool, info, embedder, blobs, on_stored=v2_jobs.note_upload)
+    ingest = IngestService(
+        settings, pool, info, embedder, blobs, on_stored=v2_jobs.note_upload, contextualizer=situate
+    )
     stack.callback(ingest.close)
     stack.push_async_callback(maintenance.close)
     search = SearchService(settings, pool, info, embedder, maintenance.state, maintenance.want_index)
@@ -219,6 +225,14 @@ async def _trust_stored_dimensions(
 
     # read once here; ingests of this process keep it current (never read per request)
     use(lookup, await lookup(), looked_up=True)
+
+
+def _contextualizer(settings: Settings, stack: contextlib.AsyncExitStack) -> Contextualizer | None:
+    """CONTEXTUAL_CHUNKING_ENABLED: the chat client that situates new chunks, closed with the stack."""
+    contextualizer = build_contextualizer(settings)
+    if contextualizer is not None:
+        stack.push_async_callback(contextualizer.aclose)
+    return contextualizer
 
 
 async def _open_blobs(settings: Settings, stack: contextlib.AsyncExitStack) -> BlobStore:

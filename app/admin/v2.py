@@ -35,6 +35,7 @@ class AnsweringRun:
     index_version: str
     files_held: int
     namespace_files: int
+    reindex_needed: str | None = None
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,10 @@ class V2Admin:
                 continue  # superseded since the list above was read
             files = set(await lifecycle.namespace_file_ids(ctx, namespace))
             held = await lifecycle.files_held(ctx, newest.run_id, files)
-            answering.append(AnsweringRun(namespace, newest.run_id, newest.index_version, held, len(files)))
+            stale = lifecycle.reindex_needed(ctx, newest)
+            answering.append(
+                AnsweringRun(namespace, newest.run_id, newest.index_version, held, len(files), stale)
+            )
         return V2Overview(
             schema_ready=ready,
             active=active,

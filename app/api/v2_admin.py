@@ -175,6 +175,11 @@ class AnsweringRunOut(BaseModel):
     index_version: str
     files_held: int = Field(description="how many of the namespace's current files the run holds")
     namespace_files: int = Field(description="how many files the namespace has now")
+    reindex_needed: str | None = Field(
+        None,
+        description="why the run must be rebuilt with force=true (built with another extractor or "
+        "model identity, contextual chunking included); null when it matches this service",
+    )
 
 
 class TaskOut(BaseModel):

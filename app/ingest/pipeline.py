@@ -25,8 +25,9 @@ from app import metrics
 from app.clients.blobs import BlobStore, blob_key
 from app.clients.embeddings import Embedder, model_identity, reporting_batches
 from app.config import Settings
-from app.errors import EmbeddingProviderError, NoExtractableText, PayloadTooLarge
+from app.errors import ConfigError, EmbeddingProviderError, NoExtractableText, PayloadTooLarge
 from app.ingest.chunking import clean_text, md5_digest, split_sections
+from app.ingest.contextual import Contextualizer, log_situated, with_context
 from app.ingest.limits import ParseLimits
 from app.ingest.loaders import safe_basename
 from app.ingest.progress import IngestProgress, Report
@@ -94,7 +95,11 @@ class IngestService:
         blobs: BlobStore,
         *,
         on_stored: Callable[[str, str], Awaitable[None]] | None = None,
+        contextualizer: Contextualizer | None = None,
     ) -> None:
+        if settings.contextual_chunking_enabled and contextualizer is None:
+            # the model identity promises situated chunks: embedding them raw would break that promise
+            raise ConfigError("CONTEXTUAL_CHUNKING_ENABLED=true, but ingestion was built without it")
         self.settings = settings
         self.pool = pool
         self.info = info
@@ -113,6 +118,8 @@ class IngestService:
         # told (file_id, owner) after every stored upload: the V2 index queues its staging (it must
         # never raise: the upload has succeeded)
         self.on_stored = on_stored
+        # CONTEXTUAL_CHUNKING_ENABLED: a sentence situating each new chunk goes before its embedded text
+        self.contextualizer = contextualizer
         start_worker_server()
 
     def close(self) -> None:
@@ -163,7 +170,9 @@ class IngestService:
             texts, metas = await self._chunks(doc, file_id=file_id, owner=owner, source=source_name)
             loaded_at = time.perf_counter()
             tracker.stage("embedding", 0, len(texts))
-            vectors, embedded, reused = await self._vectors_for(file_id, owner, texts, metas, tracker)
+            vectors, embedded, reused = await self._vectors_for(
+                file_id, owner, texts, metas, tracker, title=source_name
+            )
             embedded_at = time.perf_counter()
             tracker.stage("storing", len(texts), len(texts))
             content_type = source.content_type or doc.content_type
@@ -266,8 +275,15 @@ class IngestService:
         texts: list[str],
         metas: list[dict[str, Any]],
         tracker: IngestProgress | None = None,
+        *,
+        title: str = "",
     ) -> tuple[np.ndarray, int, int]:
-        """Vectors for `texts`, reusing those of unchanged chunks; returns (vectors, embedded, reused)."""
+        """Vectors for `texts`, reusing those of unchanged chunks; returns (vectors, embedded, reused).
+
+        With contextual chunking each new chunk is embedded behind its situating sentence (the
+        stored text stays the chunk's own); reused vectors were made under the same identity, so
+        they were situated too.
+        """
         if not texts:
             return np.zeros((0, self.embedder.dimensions or 0), dtype=np.float32), 0, 0
         async with self.pool.acquire() as conn:
@@ -276,14 +292,15 @@ class IngestService:
             )
         digests = [m["digest"] for m in metas]
         # each distinct new text is embedded once, even if it repeats within the file
-        missing: dict[str, str] = {}
-        for digest, text in zip(digests, texts, strict=True):
+        missing: dict[str, int] = {}
+        for index, digest in enumerate(digests):
             if digest not in known and digest not in missing:
-                missing[digest] = text
+                missing[digest] = index
+        missing_texts = await self._situated(file_id, title, texts, list(missing.values()))
         fresh: dict[str, np.ndarray] = {}
         if missing:
             with reporting_batches(_chunk_counter(tracker, len(texts), len(texts) - len(missing))):
-                result = await self.embedder.embed_documents(list(missing.values()))
+                result = await self.embedder.embed_documents(missing_texts)
             if result.shape[0] != len(missing):
                 raise EmbeddingProviderError(
                     "The embedding provider returned the wrong number of vectors", retryable=False
@@ -292,12 +309,23 @@ class IngestService:
         dims = {v.shape[0] for v in fresh.values()} | {v.shape[0] for v in known.values()}
         if len(dims) > 1:
             # the model changed dimension under the same name: never mix, embed everything anew
+            situated = dict(zip(missing.values(), missing_texts, strict=True))
+            rest = [i for i in range(len(texts)) if i not in situated]
+            situated.update(zip(rest, await self._situated(file_id, title, texts, rest), strict=True))
             with reporting_batches(_chunk_counter(tracker, len(texts), 0)):
-                result = await self.embedder.embed_documents(texts)
+                result = await self.embedder.embed_documents([situated[i] for i in range(len(texts))])
             return np.asarray(result, dtype=np.float32), len(texts), 0
         vectors = np.stack([fresh[d] if d in fresh else known[d] for d in digests]).astype(np.float32)
         reused = sum(1 for d in digests if d not in fresh)
         return vectors, len(texts) - reused, reused
+
+    async def _situated(self, file_id: str, title: str, texts: list[str], indexes: list[int]) -> list[str]:
+        """What to embed for `texts[i]` of each `i` in `indexes`: situated when contextual chunking is on."""
+        if self.contextualizer is None or not indexes:
+            return [texts[i] for i in indexes]
+        done = await self.contextualizer.situate(title, texts, indexes)
+        log_situated(f"File {file_id}", done)
+        return [with_context(s, texts[i]) for s, i in zip(done.sentences, indexes, strict=True)]
 
     async def _remove_if_unreferenced(self, key: str) -> None:
         """Remove an original once no catalogue row refers to it, decided under its lock.

@@ -39,6 +39,7 @@ from app.clients.embeddings import build_embedder
 from app.clients.http import build_http_client
 from app.config import Settings, load_settings
 from app.errors import ConfigError, RagError
+from app.ingest.contextual import build_contextualizer
 from app.ingest.v2.backfill import start_backfill_run
 from app.ingest.v2.context import V2Context
 from app.ingest.v2.lifecycle import RunStatus, describe_run, run_status
@@ -117,7 +118,10 @@ async def open_context(settings: Settings) -> AsyncIterator[Opened]:
         stack.push_async_callback(embedder.aclose)
         blobs = build_blob_store(settings)
         stack.push_async_callback(blobs.aclose)
-        yield Opened(V2Context(settings, pool, info, embedder, blobs), dsn)
+        contextualizer = build_contextualizer(settings)
+        if contextualizer is not None:
+            stack.push_async_callback(contextualizer.aclose)
+        yield Opened(V2Context(settings, pool, info, embedder, blobs, contextualizer=contextualizer), dsn)
 
 
 async def _embedded_dsn(settings: Settings, stack: contextlib.AsyncExitStack) -> str:

@@ -493,4 +493,5 @@ async def test_a_run_of_fewer_files_needs_force_to_become_the_default(world: Wor
         "index_version": "test1",
         "files_held": 1,
         "namespace_files": len(world.files),
+        "reindex_needed": None,  # built by this service's extractor and model
     }

@@ -25,7 +25,7 @@ from app.clients.embeddings.http import (
     OpenAIEmbedder,
     TEIEmbedder,
 )
-from app.clients.embeddings.identity import model_identity, vector_revision
+from app.clients.embeddings.identity import model_identity, query_space, vector_revision
 from app.clients.embeddings.local import LocalEmbedder, MiniLMRuntime
 from app.clients.http import build_http_client, parse_retry_after
 from app.config import LOCAL_DIMENSIONS, Settings
@@ -48,6 +48,7 @@ __all__ = [
     "model_identity",
     "parse_retry_after",
     "plan_batches",
+    "query_space",
     "reporting_batches",
     "vector_revision",
 ]

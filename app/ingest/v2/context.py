@@ -15,6 +15,8 @@ import asyncpg
 from app.clients.blobs import BlobStore
 from app.clients.embeddings import Embedder
 from app.config import Settings
+from app.errors import ConfigError
+from app.ingest.contextual import Contextualizer
 from app.ingest.limits import ParseLimits
 from app.ingest.upload import process_temp_dir
 from app.ingest.v2.parse_cache import ParseCache
@@ -34,8 +36,15 @@ class V2Context:
     profile_override: IndexProfile | None = None
     # told of every embedding dimension a run stores (the HNSW index task of that dimension)
     on_dimension: Callable[[int], None] | None = None
+    # CONTEXTUAL_CHUNKING_ENABLED: asks for the sentence situating each chunk (before its embedded text)
+    contextualizer: Contextualizer | None = None
     _profile: IndexProfile | None = field(default=None, init=False, repr=False)
     _locks: dict[tuple[int, str], asyncio.Lock] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.settings.contextual_chunking_enabled and self.contextualizer is None:
+            # the profile's model identity promises situated chunks: raw ones would break it
+            raise ConfigError("CONTEXTUAL_CHUNKING_ENABLED=true, but the V2 index was built without it")
 
     @property
     def profile(self) -> IndexProfile:

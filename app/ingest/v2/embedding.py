@@ -4,6 +4,7 @@ texts reused, chunks stored without a vector when the provider fails, and the sw
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,12 +13,14 @@ import numpy as np
 
 from app.clients.embeddings import Embedder
 from app.errors import UpstreamUnavailable
+from app.ingest.contextual import log_situated, with_context
 from app.ingest.v2.context import V2Context
 from app.ingest.v2.profile import IndexProfile
 from app.store.v2 import documents as document_store
 from app.store.v2 import runs as run_store
 from app.store.v2 import vectors as vector_store
 from app.text.chunks import ChunkRecord
+from app.text.normalize import normalize
 from app.text.tokens import pool_windows, window_texts, window_weights
 
 logger = logging.getLogger(__name__)
@@ -48,6 +51,36 @@ async def embed_texts(embedder: Embedder, profile: IndexProfile, texts: Sequence
             out.append((vector / max(float(np.linalg.norm(vector)), 1e-12)).astype(np.float32))
         else:
             out.append(pool_windows(vectors[start:end], weights))
+    return out
+
+
+async def situate_chunks(
+    ctx: V2Context, run_id: int, file_id: str, title: str, chunks: Sequence[ChunkRecord]
+) -> list[ChunkRecord]:
+    """The chunks with their situating sentence before the embedded and the lexical text (content unchanged).
+
+    Without contextual chunking, or for a chunk the endpoint gave no sentence, the chunk as it was.
+    Its id stays the one of its own text: the same file gives the same ids whatever was written.
+    """
+    if ctx.contextualizer is None or not chunks:
+        return list(chunks)
+    done = await ctx.contextualizer.situate(title, [c.content for c in chunks])
+    log_situated(f"V2 run {run_id}, file {file_id}", done)
+    counter = ctx.profile.counter
+    out: list[ChunkRecord] = []
+    for chunk, sentence in zip(chunks, done.sentences, strict=True):
+        if sentence is None:
+            out.append(chunk)
+            continue
+        embed_text = with_context(sentence, chunk.embed_text)
+        out.append(
+            dataclasses.replace(
+                chunk,
+                embed_text=embed_text,
+                search_text=f"{normalize(sentence)} {chunk.search_text}".strip(),
+                tokens=counter.count(embed_text) + counter.special_tokens,
+            )
+        )
     return out
 
 

@@ -182,6 +182,26 @@ def check_profile(ctx: V2Context, run: run_store.RunRecord) -> None:
         )
 
 
+def reindex_needed(ctx: V2Context, run: run_store.RunRecord) -> str | None:
+    """Why a run must be rebuilt with `force` to match this service (another extractor or model
+    identity, contextual chunking included), or None when it matches."""
+    profile = ctx.profile
+    changed = [
+        f"{what} {then} (this service: {now})"
+        for what, then, now in (
+            ("extractor", run.extractor_version, profile.extractor_version),
+            ("model", run.embedding_model, profile.embedding_model),
+        )
+        if then != now
+    ]
+    if not changed:
+        return None
+    return (
+        f"built with {' and '.join(changed)}: new uploads cannot join it; reindex the namespace with "
+        "force=true"
+    )
+
+
 def forced(run: run_store.RunRecord) -> bool:
     """True for a run started with `force`: nothing of earlier documents is linked or reused."""
     return run.settings.get("force") is True

@@ -10,6 +10,7 @@ from typing import Any
 from app.clients.embeddings import model_identity
 from app.clients.embeddings.local import local_model_counter
 from app.config import Settings
+from app.ingest.contextual import SENTENCE_CHARS
 from app.ingest.v2.chunk_writer import ChunkerConfig
 from app.text.entities import EntityConfig, EntityExtractor
 from app.text.tokens import TokenCounter
@@ -19,6 +20,9 @@ from app.v2_settings import BoilerplateSettings
 # extractor version makes the next run parse and embed again instead of linking old documents.
 # 2: umlauts written out, ß kept (app/text/normalize.py); 3: the lexical channel indexes stems
 EXTRACTOR_RELEASE = "3"
+# Room kept in every chunk for contextual chunking's sentence, so that the embedded text still fits
+# the model's window: SENTENCE_CHARS characters are about 60-80 word pieces of English or German.
+CONTEXT_RESERVE_TOKENS = 80
 
 
 class CharCounter:
@@ -82,6 +86,11 @@ def build_profile(
         counter, window, name = CharCounter(), index.http_window_chars, "characters"
         # characters, not tokens: the chunk is as long as the window allows, overlaps an eighth
         chunk_tokens, overlap = window, window // 8
+    if settings.contextual_chunking_enabled:
+        # the situating sentence and its line break go in front of the embedded text
+        reserve = SENTENCE_CHARS + 1 if isinstance(counter, CharCounter) else CONTEXT_RESERVE_TOKENS
+        chunk_tokens = max(chunk_tokens - reserve, chunk_tokens // 2)
+        overlap = min(overlap, chunk_tokens // 2)
     entities = EntityConfig()
     chunking = ChunkerConfig().model_copy(
         update={"window_tokens": window, "chunk_tokens": chunk_tokens, "overlap_tokens": overlap}

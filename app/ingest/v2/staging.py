@@ -27,7 +27,7 @@ from app.ingest.v2.boilerplate import document_fingerprints, repeated_fingerprin
 from app.ingest.v2.chunk_writer import ChunkingStats
 from app.ingest.v2.chunker import ChunkedDocument, chunk_document
 from app.ingest.v2.context import V2Context
-from app.ingest.v2.embedding import embed_rows
+from app.ingest.v2.embedding import embed_rows, situate_chunks
 from app.ingest.v2.lifecycle import check_profile, forced
 from app.ingest.v2.metadata import DocumentMetadata, document_metadata
 from app.ingest.v2.parse_cache import PARSE_CACHE_MAX_AGE_S, ParseCache
@@ -139,8 +139,9 @@ async def _stage_file(
     chunked, meta = await asyncio.to_thread(_chunk, profile, document, source, repeated)
     if not chunked.chunks:
         raise NoExtractableText()
+    chunks = await situate_chunks(ctx, run.run_id, file_id, meta.title or source.filename, chunked.chunks)
     rows, embedded, reused, error = await embed_rows(
-        ctx, run, file_id, source.checksum, chunked.chunks, reuse=not force
+        ctx, run, file_id, source.checksum, chunks, reuse=not force
     )
     missing = sum(1 for row in rows if row.embedding is None)
     stats = chunked.stats

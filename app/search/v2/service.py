@@ -33,7 +33,7 @@ import asyncpg
 import httpx
 import numpy as np
 
-from app.clients.embeddings import Embedder, model_identity
+from app.clients.embeddings import Embedder, model_identity, query_space
 from app.config import Settings
 from app.errors import BadRequest, ConfigError, Forbidden, ServiceUnavailable
 from app.metrics import V2_CHANNEL_FAILURES, V2_QUERIES, V2_RERANK_FALLBACKS
@@ -450,7 +450,7 @@ class V2SearchService:
         async with self.pool.acquire(timeout=self.timeout) as conn:
             waited = time.perf_counter() - t0
             run = await self._run(conn, namespace, request.index_version)
-            if run.embedding_model != self.model:
+            if query_space(run.embedding_model) != query_space(self.model):
                 # vectors of another model are not comparable with this query's: say so, do not guess
                 vector = None
                 vector_error = f"VectorModelMismatch: {VectorModelMismatch(run.embedding_model, self.model)}"

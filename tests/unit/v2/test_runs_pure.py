@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from app.config import load_settings
+from app.ingest.contextual import SENTENCE_CHARS
 from app.ingest.types import Block, LoadedDocument
 from app.ingest.v2.embedding import embed_texts
-from app.ingest.v2.profile import CharCounter, build_profile
+from app.ingest.v2.profile import CONTEXT_RESERVE_TOKENS, CharCounter, build_profile
 from app.ingest.v2.sources import clean_document, rebuild_v1_text
 from app.text.tokens import SimpleTokenCounter
 
@@ -55,6 +56,33 @@ def test_the_profile_follows_the_provider_and_its_version_follows_the_settings()
     assert (
         counted.window == 64 and counted.chunking.chunk_tokens == 64 and counted.chunking.overlap_tokens == 32
     )
+
+
+def test_contextual_chunking_keeps_room_for_its_sentence_and_changes_the_profile() -> None:
+    common = {"_env_file": None, "embeddings_provider": "ollama", "v2": {"index": {"http_window_chars": 900}}}
+    situated = load_settings(
+        **common,
+        contextual_chunking_enabled=True,
+        contextual_chunking_base_url="http://chat.test/v1",
+        contextual_chunking_model="small-chat",
+    )
+    raw, profile = build_profile(load_settings(**common)), build_profile(situated)
+    # a sentence of at most SENTENCE_CHARS and its line break still fit the window in front of a chunk
+    assert profile.chunking.chunk_tokens == 900 - (SENTENCE_CHARS + 1) and profile.window == 900
+    assert profile.chunking.overlap_tokens <= profile.chunking.chunk_tokens // 2
+    assert profile.extractor_version != raw.extractor_version
+    assert profile.embedding_model == "ollama:nomic-embed-text+context:small-chat"
+    local = build_profile(
+        load_settings(
+            _env_file=None,
+            contextual_chunking_enabled=True,
+            contextual_chunking_base_url="http://chat.test/v1",
+            contextual_chunking_model="small-chat",
+        ),
+        SimpleTokenCounter(),
+        256,
+    )
+    assert local.chunking.chunk_tokens == 256 - CONTEXT_RESERVE_TOKENS
 
 
 def test_documents_lose_nul_and_lone_surrogates_before_chunking() -> None:
