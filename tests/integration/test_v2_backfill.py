@@ -124,6 +124,13 @@ async def reindex(client: httpx.AsyncClient, namespace: str, *, force: bool = Fa
         return body if body["run"]["status"] == "active" else None
 
     body: dict[str, Any] = await until(active, f"run {run_id} active")
+
+    # the job that activated the run is marked done only after it returns: wait for it too
+    async def settled() -> bool | None:
+        jobs = await file_jobs(client, run_id)
+        return True if jobs and all(j["status"] in ("done", "failed") for j in jobs) else None
+
+    await until(settled, f"run {run_id}'s file jobs finished")
     return {"job": job, **body}
 
 
