@@ -2,11 +2,12 @@
 
 V1's ingest parses an upload, and the V2 index parses the same original again moments later (its
 file job fetches it from the blob store). For a scanned PDF that is OCR twice, seconds per page. A
-parse that took at least `min_seconds` is kept on disk (DATA_DIR/tmp/parsed) under a key made of the
-bytes' SHA-256 and everything that shapes a parse: the file name's suffix, the content type, the
-parse limits with OCR's options, PDF_EXTRACT_IMAGES and the loaders' own code. The next parse of
-the same key reads it back instead. Entries older than `max_age_s` go, and at most `max_entries`
-stay (the oldest go first). Only the document model is ever unpickled.
+parse in which OCR read a page, or that took at least `min_seconds`, is kept on disk
+(DATA_DIR/tmp/parsed) under a key made of the bytes' SHA-256 and everything that shapes a parse:
+the file name's suffix, the content type, the parse limits with OCR's options, PDF_EXTRACT_IMAGES
+and the loaders' own code. The next parse of the same key reads it back instead. Entries older than
+`max_age_s` go, and at most `max_entries` stay (the oldest go first). Only the document model is
+ever unpickled.
 """
 
 from __future__ import annotations
@@ -103,8 +104,8 @@ class RecentParses:
             return None
 
     def put(self, key: str, document: LoadedDocument, seconds: float) -> None:
-        """Keep `document` when its parse took `min_seconds` or more; prune old and surplus ones."""
-        if seconds < self.min_seconds or self.max_entries < 1:
+        """Keep `document` when OCR read some of it or its parse took `min_seconds` or more; prune."""
+        if (not document.ocr_pages and seconds < self.min_seconds) or self.max_entries < 1:
             return
         self.folder.mkdir(parents=True, exist_ok=True)
         partial = self.folder / f"{key}.{os.getpid()}.partial"

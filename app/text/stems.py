@@ -38,35 +38,42 @@ def forms(token: str) -> frozenset[str]:
 
 
 @functools.lru_cache(maxsize=65_536)
-def lexical_key(token: str) -> str:
-    """The term the lexical channel indexes and asks for: the German stem's English stem.
+def lexical_key(token: str, language: str | None) -> str:
+    """The term the lexical channel indexes for `token` in a text of `language`: its Snowball stem,
+    German for German texts and English for every other ("Ventile" -> "ventil", "returns" -> "return").
 
-    One key per token, whatever the language of the text or the question, so both sides meet:
-    "ventile" and "ventil" -> "ventil", "returns" -> "return", "konfigurationen" and "konfiguration"
-    -> "konfigur" (each stemmer alone splits some pairs the other joins). A token with a digit or of
-    three letters or less stays whole, as does one whose key would be shorter than three letters.
+    A token with a digit or of three letters or less stays whole, as does one whose stem would be
+    shorter than three letters; German's ß is kept apart from ss ("Maße" is not "Masse").
     """
     if any(ch.isdigit() for ch in token) or len(token) < MIN_STEM_CHARS + 1:
         return token
-    # German Snowball writes ß as ss: shielded, "maße" (dimensions) does not become "masse" (mass)
-    key = str(_EN.stemWord(_DE.stemWord(token.replace("ß", _SHARP_S)))).replace(_SHARP_S, "ß")
+    if language == "de":
+        # German Snowball writes ß as ss: shielded, "maße" (dimensions) does not become "masse" (mass)
+        key = str(_DE.stemWord(token.replace("ß", _SHARP_S))).replace(_SHARP_S, "ß")
+    else:
+        key = str(_EN.stemWord(token))
     return key if len(key) >= MIN_STEM_CHARS else token
 
 
-# the V2 extractor release from which runs index `lexical_key`s instead of raw tokens
-STEMMED_LEXICAL_RELEASE = 3
+# in a V2 extractor version ("v2.2+stems-<hash>"): the run's lexical channel holds stem keys
+STEMS_MARKER = "+stems"
 
 
 def stems_in_lexical(extractor_version: str) -> bool:
-    """Whether a run of this extractor version ("v2.3-<hash>") indexed stem keys, not raw tokens."""
-    release = extractor_version.split("-", 1)[0].rsplit(".", 1)[-1]
-    return release.isdigit() and int(release) >= STEMMED_LEXICAL_RELEASE
+    """Whether a run of this extractor version indexed stem keys rather than the words themselves."""
+    return STEMS_MARKER in extractor_version.split("-", 1)[0]
 
 
-def lexical_keys(terms: Sequence[str], extractor_version: str) -> dict[str, str]:
-    """Each question term and the key the run's lexical channel holds it under (itself before stems)."""
-    stemmed = stems_in_lexical(extractor_version)
-    return {term: lexical_key(term) if stemmed else term for term in terms}
+def lexical_keys(terms: Sequence[str], extractor_version: str) -> dict[str, tuple[str, ...]]:
+    """Each question term and the keys the run's lexical channel may hold it under.
+
+    A chunk holds its word under its document's language's stem; the question asks for both the
+    English and the German one, so it needs no language of its own (a short question has none) and
+    finds a word in documents of either language. A run from before stems holds the word itself.
+    """
+    if not stems_in_lexical(extractor_version):
+        return {term: (term,) for term in terms}
+    return {term: tuple(dict.fromkeys((lexical_key(term, "en"), lexical_key(term, "de")))) for term in terms}
 
 
 def stem_de(token: str) -> str:

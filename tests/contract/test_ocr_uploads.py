@@ -188,29 +188,6 @@ async def test_without_pdf_extract_images_pictures_on_text_pages_are_not_read(
         assert [d["page_content"] for d in r.json()] == [PUMPS]
 
 
-async def test_the_v2_index_reuses_the_uploads_ocr_instead_of_reading_the_scan_again(
-    settings_factory: Callable[..., Settings], tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    agent = agent_id()
-    scan = image_pdf(tmp_path / "scan.pdf", [text_image(ENGLISH)]).read_bytes()
-    settings = settings_factory(v2_namespace_ids=[agent], admin_user_ids=[ADMIN])
-    with caplog.at_level(logging.INFO):
-        async with running_app(settings) as client:
-            fid = new_id("reuse")
-            r = await upload(
-                client, fid, "scan.pdf", scan, auth(USER), entity_id=agent, content_type="application/pdf"
-            )
-            assert r.status_code == 200 and r.json()["ocr_pages"] == [1], r.text
-            await wait_active(client, agent, 1)
-            body = {"query": "relief valve pressure", "file_ids": [fid], "entity_id": agent, "k": 1}
-            r = await client.post("/query_v2", json=body, headers=auth(USER))
-            (hit,) = r.json()["results"]
-            assert "6.5 bar" in hit["content"] and hit["metadata"]["ocr"] is True
-    reused = [r.getMessage() for r in caplog.records if r.name == "app.ingest.recent"]
-    # the V2 index's file job read the upload's parse: the page went through OCR once
-    assert reused == ["Parse of 'scan.pdf' reused: the same bytes and options were parsed moments ago"]
-
-
 async def test_with_ocr_off_a_scan_and_a_picture_say_how_to_turn_it_on(
     settings_factory: Callable[..., Settings], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -31,7 +31,7 @@ from app.store.v2_search import ChannelHit, VectorPlan
 from app.store.vector_index import build_index, index_spec
 from app.text.chunks import ChunkPlace, ChunkRecord
 from app.text.normalize import normalize
-from app.text.stems import lexical_key
+from app.text.stems import STEMS_MARKER, lexical_keys
 from app.text.tokens import SimpleTokenCounter
 from app.v2_settings import ChannelSettings, ExactWeights
 from tests.fixtures import v2_corpus
@@ -124,7 +124,7 @@ class World:
             self.conn,
             scope or self.scope(),
             self.run_id,
-            stem_keys(terms),
+            terms,
             k1=K1,
             b=B,
             limit=limit,
@@ -178,10 +178,9 @@ class World:
         return await search.retrieve_separately(self.conn, scope or self.scope(), self.run_id, ask)
 
     def search_texts(self, file_ids: Sequence[str]) -> dict[tuple[int, int], list[str]]:
-        """(document_id, ordinal) -> terms of the chunks of these files (the reference's corpus): the
-        stem keys the lexical channel indexes."""
+        """(document_id, ordinal) -> terms of the chunks of these files (the reference's corpus)."""
         return {
-            (self.document_ids[f], c.ordinal): stem_keys(c.search_text.split())
+            (self.document_ids[f], c.ordinal): c.search_text.split()
             for f in file_ids
             for c in self.docs[f].chunks
         }
@@ -197,7 +196,14 @@ class World:
 
 
 async def store_document(
-    conn: asyncpg.Connection, collection_id: uuid.UUID, run_id: int, doc: Doc, rng: np.random.Generator
+    conn: asyncpg.Connection,
+    collection_id: uuid.UUID,
+    run_id: int,
+    doc: Doc,
+    rng: np.random.Generator,
+    *,
+    extractor_version: str = "test-1",
+    language: str = "en",
 ) -> int:
     vectors = doc.vectors or tuple(rng.normal(size=DIMS).astype(np.float32) for _ in doc.chunks)
     rows = [document_store.ChunkRow(c, v) for c, v in zip(doc.chunks, vectors, strict=True)]
@@ -205,12 +211,12 @@ async def store_document(
         file_id=doc.file_id,
         owner=doc.owner,
         checksum=uuid.uuid4().hex * 2,
-        extractor_version="test-1",
+        extractor_version=extractor_version,
         embedding_model="test:channels",
         source="original",
         filename=doc.filename,
         title=doc.title,
-        language="en",
+        language=language,
         document_number=doc.document_number,
         publication_date="2024-01-05",
         metadata={"origin": doc.file_id},
@@ -281,19 +287,13 @@ def ask(
 ) -> search.ChannelQuery:
     """What /query_v2 would ask of the channels, with this module's BM25 parameters."""
     return search.ChannelQuery(
-        keys=keys, phrases=phrases, terms=stem_keys(terms), trigram_text=trigram, query=query, limit=limit,
-        k1=K1, b=B,
+        keys=keys, phrases=phrases, terms=terms, trigram_text=trigram, query=query, limit=limit, k1=K1, b=B,
         vector_plan=walk_plan(limit) if walk else VectorPlan(),
     )  # fmt: skip
 
 
-def stem_keys(terms: Sequence[str]) -> list[str]:
-    """The question's terms as the lexical channel is asked for them (what `/query_v2` does)."""
-    return [lexical_key(t) for t in terms]
-
-
 def reference(world: World, terms: Sequence[str], file_ids: Sequence[str]) -> dict[tuple[int, int], float]:
-    return dict(bm25.rank(stem_keys(terms), world.search_texts(file_ids), k1=K1, b=B))  # type: ignore[arg-type]
+    return dict(bm25.rank(list(terms), world.search_texts(file_ids), k1=K1, b=B))  # type: ignore[arg-type]
 
 
 def keys_of(hits: Sequence[ChannelHit]) -> list[tuple[int, int]]:
@@ -634,7 +634,7 @@ async def test_postings_follow_inserts_and_deletes(world: World) -> None:
     expected = {
         (c.ordinal, term, tf, len(c.search_text.split()))
         for c in world.docs[fa].chunks
-        for term, tf in Counter(stem_keys(c.search_text.split())).items()
+        for term, tf in Counter(c.search_text.split()).items()
     }
     assert {tuple(r) for r in rows} == expected
     assert any(r["tf"] > 1 for r in rows)  # "pump" twice in the first chunk
@@ -744,9 +744,7 @@ async def test_the_one_statement_returns_what_each_channel_returns(world: World)
     assert {(h.document_id, h.ordinal): h.score for h in lexical} == pytest.approx(expected, abs=1e-9, rel=0)
     stats = bm25.corpus_stats(world.search_texts([fa, fb]).values())
     assert (narrow.visible.documents, narrow.visible.chunks) == (2, stats.documents)
-    assert narrow.document_frequency == {
-        t: stats.document_frequency.get(t, 0) for t in stem_keys(["water", "pump"])
-    }
+    assert narrow.document_frequency == {t: stats.document_frequency.get(t, 0) for t in ("water", "pump")}
     # both vector paths through the statement: the exact scan, and the walk once the index exists
     spec = index_spec(DIMS, vector_store.V2_CHUNK_INDEX)
     assert spec is not None
@@ -774,8 +772,7 @@ async def test_the_one_statement_keeps_foreign_rows_out(world: World) -> None:
         assert foreign_doc not in {h.document_id for r in got.channels.values() for h in r.hits}
         assert foreign_doc not in {key[0] for key in got.details}
         assert got.document_frequency is not None
-        zebra, secret = stem_keys(["zebra", "secret"])
-        assert got.document_frequency[zebra] == 0 and got.document_frequency[secret] == 0
+        assert got.document_frequency["zebra"] == 0 and got.document_frequency["secret"] == 0
     got = await world.retrieve(question, scope=stranger)
     assert got.visible == search.Visible(0, 0, 0.0) and got.details == {}
     assert all(r.hits == [] and r.error is None for r in got.channels.values())
@@ -842,3 +839,31 @@ async def test_the_planner_inputs_of_a_run_are_read_again_after_their_time(world
     now[0] = 31.0
     again = await cache.knowledge(conn, world.run_id, DIMS)
     assert again is not first and (again.stats.file_chunks or {})[later.file_id] == {world.owner: 2}
+
+
+async def test_a_document_indexed_with_stems_meets_other_inflections(world: World) -> None:
+    """RAG_V2__INDEX__STEMS: a document's words under its language's stems, asked in both languages."""
+    rng = np.random.default_rng(7)
+    german = plain_doc(world.owner, "ventile", ["Die Ventile der Heizung prüfen.", "Der Brenner startet."])
+    english = plain_doc(world.owner, "valves", ["Check the valves of the heater.", "The burner starts."])
+    version = f"v2.2{STEMS_MARKER}-test"
+    ids = {}
+    for doc, language in ((german, "de"), (english, "en")):
+        ids[doc.file_id] = await store_document(
+            world.conn,
+            world.collection_id,
+            world.run_id,
+            doc,
+            rng,
+            extractor_version=version,
+            language=language,
+        )
+    scope = world.scope(german.file_id, english.file_id)
+    for question in ("Ventil", "valve checked"):
+        keys = lexical_keys(normalize(question).split(), f"v2.2{STEMS_MARKER}-x")
+        asked = list(dict.fromkeys(k for ks in keys.values() for k in ks))
+        hits = await world.lexical(asked, scope=scope)
+        assert hits and hits[0].ordinal == 0, question
+    assert {h.document_id for h in await world.lexical(["ventil"], scope=scope)} == {ids[german.file_id]}
+    # the other documents keep their words as written: a stem finds nothing there
+    assert await world.lexical(["valv"], scope=world.scope(*world.docs)) == []

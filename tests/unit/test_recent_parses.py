@@ -53,9 +53,12 @@ def test_the_key_changes_with_anything_that_shapes_a_parse() -> None:
 
 def test_only_expensive_parses_are_kept_and_only_for_a_while(tmp_path: Path) -> None:
     recent = RecentParses(tmp_path, max_age_s=60, min_seconds=2.0)
-    recent.put("cheap", DOC, seconds=0.5)
+    text_layer = replace(DOC, ocr_pages={})
+    recent.put("cheap", text_layer, seconds=0.5)
     assert recent.get("cheap") is None
-    recent.put("ocr", DOC, seconds=12.0)
+    recent.put("long", text_layer, seconds=2.5)
+    assert recent.get("long") == text_layer
+    recent.put("ocr", DOC, seconds=0.5)  # OCR read a page: kept however quick it was
     assert recent.get("ocr") == DOC
     old = time.time() - 120
     os.utime(tmp_path / "ocr.pickle", (old, old))

@@ -1,40 +1,57 @@
-"""Stem keys of the lexical channel: one key per token, both languages meeting on it, old runs kept."""
+"""Stem keys of the lexical channel: a text's words under its language's stems, a question asking for
+both languages' keys, runs from before stems asked with raw words."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.ingest.v2.profile import EXTRACTOR_RELEASE
-from app.text.stems import STEMMED_LEXICAL_RELEASE, lexical_key, lexical_keys, stems_in_lexical
+from app.config import load_settings
+from app.ingest.v2.profile import build_profile
+from app.text.stems import STEMS_MARKER, lexical_key, lexical_keys, stems_in_lexical
 
 
 @pytest.mark.parametrize(
-    ("one", "other"),
+    ("one", "other", "language"),
     [
-        ("ventile", "ventil"),  # German plural
-        ("returns", "return"),  # English inflection
-        ("oelfilters", "oelfilter"),  # folded umlaut, genitive
-        ("installed", "installing"),
-        ("konfigurationen", "konfiguration"),
+        ("ventile", "ventil", "de"),
+        ("konfigurationen", "konfiguration", "de"),
+        ("oelfilters", "oelfilter", "de"),  # umlauts are written out before stemming
+        ("returns", "return", "en"),
+        ("installed", "installing", "en"),
+        ("filesystems", "filesystem", None),  # no language: English
     ],
 )
-def test_inflections_share_a_key(one: str, other: str) -> None:
-    assert lexical_key(one) == lexical_key(other)
+def test_inflections_share_a_key(one: str, other: str, language: str | None) -> None:
+    assert lexical_key(one, language) == lexical_key(other, language)
 
 
 def test_identifiers_and_short_words_stay_whole() -> None:
     for token in ("ext4", "k", "28", "ls", "tar", "x86_64"):
-        assert lexical_key(token) == token
-    # distinct words stay distinct: "Maße" (dimensions, ß kept) is not "Masse" (mass)
-    assert lexical_key("maße") != lexical_key("masse")
-    assert lexical_key("partition") != lexical_key("party")
+        assert lexical_key(token, "de") == lexical_key(token, "en") == token
+    # "Maße" (dimensions, ß kept by the normaliser) is not "Masse" (mass)
+    assert lexical_key("maße", "de") != lexical_key("masse", "de")
+    assert lexical_key("partition", "en") != lexical_key("party", "en")
 
 
-def test_a_run_indexed_before_stems_is_asked_with_raw_terms() -> None:
-    assert stems_in_lexical(f"v2.{EXTRACTOR_RELEASE}-0123456789ab")
+def test_a_question_asks_for_both_languages_keys() -> None:
+    keys = lexical_keys(("ventile", "returns", "k"), f"v2.2{STEMS_MARKER}-0123456789ab")
+    assert keys["k"] == ("k",)
+    assert lexical_key("ventil", "de") in keys["ventile"]
+    assert lexical_key("return", "en") in keys["returns"]
+    assert all(len(set(ks)) == len(ks) for ks in keys.values())
+
+
+def test_a_run_indexed_without_stems_is_asked_with_its_words() -> None:
+    assert stems_in_lexical(f"v2.2{STEMS_MARKER}-0123456789ab")
     assert not stems_in_lexical("v2.2-0123456789ab")
     assert not stems_in_lexical("something else")
-    assert lexical_keys(("ventile", "k"), "v2.2-abc") == {"ventile": "ventile", "k": "k"}
-    assert lexical_keys(("ventile", "k"), f"v2.{EXTRACTOR_RELEASE}-abc") == {"ventile": "ventil", "k": "k"}
-    # this release indexes stems: the two constants move together
-    assert int(EXTRACTOR_RELEASE) >= STEMMED_LEXICAL_RELEASE
+    assert lexical_keys(("ventile", "k"), "v2.2-abc") == {"ventile": ("ventile",), "k": ("k",)}
+
+
+def test_the_setting_marks_the_extractor_version() -> None:
+    plain = build_profile(load_settings(_env_file=None), window=256, counter=None).extractor_version
+    stemmed = build_profile(
+        load_settings(_env_file=None, v2={"index": {"stems": True}}), window=256, counter=None
+    ).extractor_version
+    assert not stems_in_lexical(plain) and stems_in_lexical(stemmed)
+    assert plain.split("-")[1] != stemmed.split("-")[1]  # a reindex builds the other kind

@@ -13,13 +13,13 @@ from app.config import Settings
 from app.ingest.contextual import SENTENCE_CHARS
 from app.ingest.v2.chunk_writer import ChunkerConfig
 from app.text.entities import EntityConfig, EntityExtractor
+from app.text.stems import STEMS_MARKER
 from app.text.tokens import TokenCounter
 from app.v2_settings import BoilerplateSettings
 
 # Raise when chunking, entity extraction or the loaders change what an index holds: a new
 # extractor version makes the next run parse and embed again instead of linking old documents.
-# 2: umlauts written out, ß kept (app/text/normalize.py); 3: the lexical channel indexes stems
-EXTRACTOR_RELEASE = "3"
+EXTRACTOR_RELEASE = "2"  # 2: umlauts written out, ß kept (app/text/normalize.py)
 # Room kept in every chunk for contextual chunking's sentence, so that the embedded text still fits
 # the model's window: SENTENCE_CHARS characters are about 60-80 word pieces of English or German.
 CONTEXT_RESERVE_TOKENS = 80
@@ -98,6 +98,7 @@ def build_profile(
     fingerprint = json.dumps(
         {
             "release": EXTRACTOR_RELEASE,
+            "stems": index.stems,
             "counter": name,
             "window": window,
             "chunking": chunking.model_dump(mode="json"),
@@ -106,7 +107,9 @@ def build_profile(
         },
         sort_keys=True,
     )
-    version = f"v2.{EXTRACTOR_RELEASE}-{hashlib.sha256(fingerprint.encode()).hexdigest()[:12]}"
+    # the marker tells a query how the run's lexical channel holds its words (app/text/stems.py)
+    marker = STEMS_MARKER if index.stems else ""
+    version = f"v2.{EXTRACTOR_RELEASE}{marker}-{hashlib.sha256(fingerprint.encode()).hexdigest()[:12]}"
     return IndexProfile(
         counter=counter,
         counter_name=name,

@@ -456,7 +456,9 @@ class V2SearchService:
                 vector_error = f"VectorModelMismatch: {VectorModelMismatch(run.embedding_model, self.model)}"
             planned = None if vector is None else await self._plan_vectors(conn, run.run_id, scope, vector)
             keys = lexical_keys(plan.lexical_terms, run.extractor_version)
-            ask = self._ask(plan, vector, planned, tuple(dict.fromkeys(keys.values())))
+            ask = self._ask(
+                plan, vector, planned, tuple(dict.fromkeys(k for ks in keys.values() for k in ks))
+            )
             try:
                 retrieval = await channels_sql.retrieve(conn, scope, run.run_id, ask, timeout=self.timeout)
                 missing = await self._missing(conn, scope, namespace, run.run_id, retrieval)

@@ -23,9 +23,12 @@ class Statistics:
     document_frequency: Mapping[str, int] = field(default_factory=dict)
 
 
-def lexical_statistics(chunks: int, keys: Mapping[str, str], frequency: Mapping[str, int]) -> Statistics:
-    """Statistics keyed by the question's terms (`keys`: term -> the key asked for it)."""
-    return Statistics(chunks, {term: frequency.get(key, 0) for term, key in keys.items()})
+def lexical_statistics(
+    chunks: int, keys: Mapping[str, Sequence[str]], frequency: Mapping[str, int]
+) -> Statistics:
+    """Statistics keyed by the question's terms (`keys`: term -> the keys asked for it; a chunk holds
+    a word under one of them, its document's language's)."""
+    return Statistics(chunks, {term: sum(frequency.get(k, 0) for k in ks) for term, ks in keys.items()})
 
 
 def discount_common_labels(hits: Sequence[Scored], stats: Statistics, rare_share: float) -> list[Scored]:

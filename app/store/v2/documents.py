@@ -19,7 +19,7 @@ import numpy as np
 from app.store.db import rows_affected
 from app.store.v2_search import label_key
 from app.text.chunks import ChunkRecord
-from app.text.stems import lexical_key
+from app.text.stems import lexical_key, stems_in_lexical
 
 DocumentSource = Literal["original", "derivative", "v1_chunks"]
 
@@ -41,8 +41,8 @@ class ChunkRow:
 
     @property
     def terms(self) -> list[str]:
-        """The lexical terms: each token of `search_text` as its stem key, cut to MAX_TERM_CHARS."""
-        return [lexical_key(term)[:MAX_TERM_CHARS] for term in self.chunk.search_text.split()]
+        """The tokens of `search_text` (the lexical channel stores their stem keys)."""
+        return self.chunk.search_text.split()
 
 
 @dataclass(frozen=True)
@@ -258,14 +258,16 @@ def _entity_records(
     ]
 
 
-def _posting_records(document_id: int, chunks: Sequence[ChunkRow]) -> list[tuple[int, int, str, int, int]]:
-    """The lexical channel's postings (migration 0013): one per chunk and distinct term."""
+def _posting_records(
+    document_id: int, chunks: Sequence[ChunkRow], language: str | None, *, stems: bool
+) -> list[tuple[int, int, str, int, int]]:
+    """The lexical channel's postings (migration 0013): one per chunk and distinct term, each cut to
+    MAX_TERM_CHARS; with `stems`, the terms are the stems of the document's language."""
     postings: list[tuple[int, int, str, int, int]] = []
     for row in chunks:
         terms = row.terms
-        postings.extend(
-            (document_id, row.chunk.ordinal, term, tf, len(terms)) for term, tf in Counter(terms).items()
-        )
+        keys = Counter((lexical_key(term, language) if stems else term)[:MAX_TERM_CHARS] for term in terms)
+        postings.extend((document_id, row.chunk.ordinal, key, tf, len(terms)) for key, tf in keys.items())
     return postings
 
 
@@ -294,7 +296,9 @@ async def insert_document(
     await conn.copy_records_to_table(
         "ragoverlay_v2_postings",
         columns=list(POSTING_COPY_COLUMNS),
-        records=_posting_records(document_id, chunks),
+        records=_posting_records(
+            document_id, chunks, document.language, stems=stems_in_lexical(document.extractor_version)
+        ),
     )
     return document_id
 
