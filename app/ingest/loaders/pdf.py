@@ -10,8 +10,9 @@ region by region, so no table text is repeated in a paragraph. Blocks carry the 
 when the PDF defines labels. A page with (almost) no text layer that draws something, a scan, is
 read by OCR (`pdf_ocr.py`; its sections say `ocr` and `ocr_confidence`); with PDF_EXTRACT_IMAGES the
 text of pictures on text pages is added. A page with a picture that gave no text is listed in
-`unreadable_pages`; a page that is mostly dot-leader lines ending in page numbers is a table of
-contents (`boilerplate="toc"`).
+`unreadable_pages`. A navigation page (a table of contents, a list of figures, a back-of-book index:
+`navigation.py`) says so in its section's `navigation` metadata, which keeps it out of V1's search
+results, and its blocks are marked (`boilerplate="toc"` or `"index"`), which keeps them out of V2.
 
 pypdf caps what a single stream may inflate to (its `LimitReachedError`); PDFium and pdfplumber
 (pdfminer) have no such cap and run only on files pypdf could read, inside the worker's memory limit.
@@ -32,6 +33,7 @@ from pypdf.errors import DependencyError
 from app.errors import NoExtractableText, RagError, UnsupportedFileType
 from app.ingest.chunking import clean_text
 from app.ingest.limits import current_guard
+from app.ingest.loaders.navigation import pdf_navigation
 from app.ingest.loaders.ocr import OcrReader
 from app.ingest.loaders.pdf_ocr import PdfOcr
 from app.ingest.loaders.pdf_ocr import pages_phrase as _pages
@@ -51,11 +53,6 @@ _NUMBERED = re.compile(r"^(\d+(?:\.\d+){0,5})\.?\s+\S")
 _MAX_HEADING_CHARS = 80
 # Path-painting operators (rectangles, lines): the page may draw a ruled table.
 _DRAWS = re.compile(rb"(?:^|\s)(?:re|l)(?:\s|$)")
-# A table-of-contents line: an entry, dot leaders, a page number (arabic or roman).
-_PAGE_NUMBER = re.compile(r"\d{1,4}|[ivxlcdm]{1,7}", re.IGNORECASE)
-_LEADERS = ("....", ". . . .", "\u2026\u2026", "\u2026 \u2026")
-_TOC_MIN_LINES = 4
-_TOC_MAX_LINE = 300
 # pdfplumber joins characters closer than this (its default, 3 pt, glues TeX's narrow spaces).
 _X_TOLERANCE = 1.5
 # C0 controls but tab and newline: PDFium returns them for glyphs without a Unicode mapping.
@@ -152,18 +149,20 @@ class _PageWalk:
         metadata: dict[str, object] = {"total_pages": self.count, "page_label": self.labels[number]}
         if scanned is not None:
             metadata.update(ocr=True, ocr_confidence=scanned.confidence)
+        navigation = pdf_navigation(text)
+        if navigation is not None:
+            metadata["navigation"] = navigation
         self.sections.append(Section(text=text, page=number, metadata=metadata))
         if scanned is not None:
             page_blocks = pdf_blocks(text, number)
         else:
             page_blocks = (self.layout.blocks(number) if _draws(page) else None) or pdf_blocks(text, number)
-        self._add_blocks(page_blocks, number, text)
+        self._add_blocks(page_blocks, number, navigation)
         if scanned is None:
             self._pictures(number)
 
-    def _add_blocks(self, page_blocks: list[Block], number: int, text: str) -> None:
+    def _add_blocks(self, page_blocks: list[Block], number: int, mark: BoilerplateKind | None) -> None:
         label = self.printed[number] if self.printed is not None else None
-        mark: BoilerplateKind | None = "toc" if is_toc_page(text) else None
         self.blocks.extend(_with(block, label, mark) for block in page_blocks)
 
     def _pictures(self, number: int) -> None:
@@ -179,7 +178,7 @@ class _PageWalk:
             "ocr_confidence": found.confidence,
         }
         self.sections.append(Section(text=found.text, page=number, metadata=metadata))
-        self._add_blocks(pdf_blocks(found.text, number), number, found.text)
+        self._add_blocks(pdf_blocks(found.text, number), number, None)
 
     def warnings(self) -> list[str]:
         """What the reader should know: pages skipped, read by OCR, or left without text."""
@@ -382,22 +381,6 @@ def _xobjects_of(resources: Any, subtype: str, depth: int = 1) -> bool:
         if found == "/Form" and _xobjects_of(xobject.get("/Resources"), subtype, depth - 1):
             return True
     return False
-
-
-def is_toc_page(text: str) -> bool:
-    """A page of table-of-contents lines (an entry, dot leaders, a page number)."""
-    lines = [line.strip() for line in text.split("\n") if line.strip()]
-    entries = sum(1 for line in lines if _is_toc_line(line))
-    return entries >= _TOC_MIN_LINES and entries >= 0.4 * len(lines)
-
-
-def _is_toc_line(line: str) -> bool:
-    if len(line) > _TOC_MAX_LINE:
-        return False
-    head, _, last = line.rpartition(" ")
-    if not head:
-        head, last = line.rstrip("0123456789"), line[len(line.rstrip("0123456789")) :]
-    return bool(last and _PAGE_NUMBER.fullmatch(last)) and any(leader in head for leader in _LEADERS)
 
 
 def _has_page_labels(reader: PdfReader) -> bool:
