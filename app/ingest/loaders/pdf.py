@@ -85,6 +85,7 @@ def load_pdf(path: Path, filename: str, *, extract_images: bool = False) -> Load
     walk = _PageWalk(path, filename, pages, _page_labels(reader, len(pages)), extract_images)
     walk.printed = walk.labels if _has_page_labels(reader) else None
     try:
+        walk.prepare()
         for number, page in enumerate(pages):
             walk.page(number, page)
     finally:
@@ -127,8 +128,12 @@ class _PageWalk:
         self.layout = _Layout(path)
         self.text_layer = _TextLayer(path, len(pages))
         self.ocr = PdfOcr(self.text_layer.document, OcrReader(self.guard.limits.ocr, filename), images=images)
-        # every page's text first: running headers, the outline's fit and the body size are
-        # decided over the whole document before any page becomes blocks
+        self.lines: list[PageLines | None] = []
+        self.structure = DocumentStructure(RunningLines(), "guess")
+
+    def prepare(self) -> None:
+        """Read every page's text first: running headers, the outline's fit and the body size are
+        decided over the whole document before any page becomes blocks."""
         self.lines = [self.text_layer.page_lines(n) for n in range(self.count)]
         known = [lines or PageLines("") for lines in self.lines]
         self.structure = DocumentStructure.build(self.text_layer.outline(), known)
