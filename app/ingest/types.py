@@ -20,8 +20,9 @@ from typing import Any, Literal
 BlockKind = Literal["heading", "paragraph", "table", "list_item", "code", "definition"]
 
 # Why a loader marked a block as page furniture rather than content (V2 keeps it out of every
-# embedded and lexical text; V1 is unaffected).
-BoilerplateKind = Literal["nav", "header", "footer", "toc", "prev_next", "repeated"]
+# embedded and lexical text). "toc" and "index" blocks come from navigation pages (a table of
+# contents, a back-of-book or Sphinx index), which V1 keeps out of its results too.
+BoilerplateKind = Literal["nav", "header", "footer", "toc", "index", "prev_next", "repeated"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ STATE = "SELECT state FROM ragoverlay_vector_copy WHERE singleton"
 COLLECTIONS = "SELECT uuid FROM langchain_pg_collection ORDER BY uuid"
 
 # The copy's row for a row `e` of langchain_pg_embedding (the triggers of sql/40_vector_copy.sql
-# write the same).
+# write the same). Rows of navigation pages are never copied (`_COPIED`), so searches skip them.
 _INSERT_COPY = """
     INSERT INTO ragoverlay_vectors (uuid, collection_id, file_id, owner, dims, embedding)
     SELECT e.uuid, e.collection_id, e.custom_id, e.cmetadata ->> 'user_id', vector_dims(e.embedding),
@@ -34,6 +34,8 @@ _INSERT_COPY = """
 # Whole files per batch: the upper bound is the file id of the `$3`-th row after the cursor, and
 # every row up to and including that file is copied. ON CONFLICT DO NOTHING: a row the triggers
 # already copied is newer than ours.
+_COPIED = "e.custom_id IS NOT NULL AND e.embedding IS NOT NULL AND (e.cmetadata ->> 'navigation') IS NULL"
+
 BACKFILL_BATCH = f"""
     WITH bound AS (
         SELECT max(s.custom_id) AS hi
@@ -43,8 +45,7 @@ BACKFILL_BATCH = f"""
     ), copied AS (
         {_INSERT_COPY}
         FROM langchain_pg_embedding e, bound b
-        WHERE e.collection_id = $1 AND e.custom_id > $2 AND e.custom_id <= b.hi
-          AND e.embedding IS NOT NULL
+        WHERE e.collection_id = $1 AND e.custom_id > $2 AND e.custom_id <= b.hi AND {_COPIED}
         ORDER BY e.custom_id
         ON CONFLICT (uuid) DO NOTHING
         RETURNING uuid
@@ -63,25 +64,23 @@ DROP_ORPHANS = """
 
 # Drift check: both counts in one statement, so one snapshot (the triggers write in the writer's
 # own transaction, so a consistent copy always matches exactly).
-COUNTS = """
-    SELECT (SELECT count(*) FROM langchain_pg_embedding e
-            WHERE e.collection_id = $1 AND e.custom_id IS NOT NULL AND e.embedding IS NOT NULL)
+COUNTS = f"""
+    SELECT (SELECT count(*) FROM langchain_pg_embedding e WHERE e.collection_id = $1 AND {_COPIED})
                AS source_rows,
            (SELECT count(*) FROM ragoverlay_vectors v WHERE v.collection_id = $1) AS copied_rows
 """
 
-REPAIR_ORPHANS = """
+REPAIR_ORPHANS = f"""
     DELETE FROM ragoverlay_vectors v
     WHERE v.collection_id = $1
       AND NOT EXISTS (SELECT 1 FROM langchain_pg_embedding e
-                      WHERE e.uuid = v.uuid AND e.collection_id = v.collection_id
-                        AND e.custom_id IS NOT NULL AND e.embedding IS NOT NULL)
+                      WHERE e.uuid = v.uuid AND e.collection_id = v.collection_id AND {_COPIED})
 """
 
 REPAIR_MISSING = f"""
     {_INSERT_COPY}
     FROM langchain_pg_embedding e
-    WHERE e.collection_id = $1 AND e.custom_id IS NOT NULL AND e.embedding IS NOT NULL
+    WHERE e.collection_id = $1 AND {_COPIED}
       AND NOT EXISTS (SELECT 1 FROM ragoverlay_vectors v WHERE v.uuid = e.uuid)
     ORDER BY e.custom_id
     ON CONFLICT (uuid) DO NOTHING

@@ -376,3 +376,45 @@ async def test_stale_uniform_dimension_is_rechecked(database: Database, corpus: 
         async with conn.transaction():
             await store.delete_files(conn, scope_of(corpus, [odd]))
         await conn.close()
+
+
+@pytest.mark.parametrize(("path", "use_copy"), PATHS)
+async def test_navigation_pages_are_stored_but_never_returned(
+    database: Database, corpus: Corpus, path: str, use_copy: bool
+) -> None:
+    """A table of contents sits exactly on every query vector: no path returns it, /documents does."""
+    conn = await asyncpg.connect(database.dsn)
+    await register_vector(conn)
+    nav = f"file-nav-{path}-{use_copy}"
+    rng = np.random.default_rng(11)
+    pages = [*corpus.queries, *unit(rng.normal(size=(PER_FILE, DIMS)))]
+    marks = ["toc"] * len(corpus.queries) + [None] * PER_FILE
+    try:
+        async with conn.transaction():
+            new = [
+                store.NewChunk(
+                    chunk_id,
+                    vector,
+                    f"nav {j}",
+                    {"file_id": nav, "user_id": OWNER, "digest": f"n{j}", "source": "n"}
+                    | ({"navigation": mark} if mark else {}),
+                )
+                for j, (chunk_id, vector, mark) in enumerate(
+                    zip(uuid7_batch(len(pages)), pages, marks, strict=True)
+                )
+            ]
+            record = store.FileRecord(nav, OWNER, OWNER, "n", None, 1, None, None, len(new), "test", DIMS)
+            await store.replace_file(conn, corpus.info, record, new)
+        files = [nav, *corpus.file_ids[:3]]
+        for q in corpus.queries:
+            result = await store.search(
+                conn, scope_of(corpus, files), decision(path, 10, use_copy=use_copy).call(q)
+            )
+            assert len(result.hits) == 10
+            assert all("navigation" not in h.metadata for h in result.hits)
+        stored = await store.documents(conn, scope_of(corpus, [nav]), limit=1000)
+        assert sum(1 for c in stored if c.metadata.get("navigation") == "toc") == len(corpus.queries)
+    finally:
+        async with conn.transaction():
+            await store.delete_files(conn, scope_of(corpus, [nav]))
+        await conn.close()

@@ -59,12 +59,20 @@ async def connect(dsn: str) -> asyncpg.Connection:
 
 
 def rag_api_row(
-    info: StoreInfo, file_id: str | None, owner: str | None, vector: np.ndarray, text: str = "t"
+    info: StoreInfo,
+    file_id: str | None,
+    owner: str | None,
+    vector: np.ndarray,
+    text: str = "t",
+    navigation: str | None = None,
 ) -> tuple[Any, ...]:
-    """A row as rag_api writes it (random v4 uuid, json metadata text, custom_id = file id)."""
+    """A row as rag_api writes it (random v4 uuid, json metadata text, custom_id = file id); a
+    `navigation` page's row as ragoverlay writes it."""
     meta: dict[str, object] = {"file_id": file_id, "digest": text, "source": f"/app/uploads/{file_id}.pdf"}
     if owner is not None:
         meta["user_id"] = owner
+    if navigation is not None:
+        meta["navigation"] = navigation
     return (uuid.uuid4(), info.collection_id, vector.astype(np.float32), text, json.dumps(meta), file_id)
 
 
@@ -90,6 +98,7 @@ async def test_triggers_mirror_inserts_updates_deletes_and_truncate(fresh_dsn: s
             rag_api_row(info, "f2", None, rng.normal(size=DIMS)),  # legacy, no owner
             rag_api_row(info, None, "u1", rng.normal(size=DIMS)),  # no file id: never searchable
             rag_api_row(info, "f3", "u2", rng.normal(size=4)),  # another model's dimension
+            rag_api_row(info, "f1", "u1", rng.normal(size=DIMS), navigation="toc"),  # stored, never copied
         ]
         await conn.copy_records_to_table("langchain_pg_embedding", records=rows[:3], columns=COLUMNS)
         await conn.executemany(
@@ -125,6 +134,14 @@ async def test_triggers_mirror_inserts_updates_deletes_and_truncate(fresh_dsn: s
         assert got[rows[1][0]]["owner"] == "u9"
         assert rows[2][0] not in got
         assert got[rows[3][0]]["file_id"] == "f1"
+        assert rows[5][0] not in got and rows[5][0] in await source_rows(conn)
+        # a row that becomes a navigation page's leaves the copy
+        await conn.execute(
+            "UPDATE langchain_pg_embedding SET cmetadata = "
+            f"jsonb_set(cmetadata::jsonb, '{{navigation}}', '\"index\"'){cast} WHERE uuid = $1",
+            rows[1][0],
+        )
+        assert rows[1][0] not in await copy_rows(conn)
 
         await conn.execute("DELETE FROM langchain_pg_embedding WHERE uuid = $1", rows[0][0])
         assert rows[0][0] not in await copy_rows(conn)
@@ -132,6 +149,10 @@ async def test_triggers_mirror_inserts_updates_deletes_and_truncate(fresh_dsn: s
         assert await copy_rows(conn) == {}
     finally:
         await conn.close()
+
+
+async def source_rows(conn: asyncpg.Connection) -> set[uuid.UUID]:
+    return {r["uuid"] for r in await conn.fetch("SELECT uuid FROM langchain_pg_embedding")}
 
 
 async def _is_json(conn: asyncpg.Connection) -> bool:
@@ -156,7 +177,8 @@ async def test_backfill_copies_rows_written_before_the_triggers(fresh_dsn: str) 
             for i in range(40)
         ]
         rows.append(rag_api_row(info, None, "u1", rng.normal(size=DIMS)))
-        await conn.copy_records_to_table("langchain_pg_embedding", records=rows, columns=COLUMNS)
+        toc = rag_api_row(info, "file-2", "u1", rng.normal(size=DIMS), "contents", navigation="toc")
+        await conn.copy_records_to_table("langchain_pg_embedding", records=[*rows, toc], columns=COLUMNS)
         await conn.execute("ALTER TABLE langchain_pg_embedding ENABLE TRIGGER USER")
         await conn.execute("UPDATE ragoverlay_vector_copy SET state = 'backfilling'")
         assert await copy_rows(conn) == {}
@@ -168,7 +190,7 @@ async def test_backfill_copies_rows_written_before_the_triggers(fresh_dsn: str) 
         copied = await vector_copy.backfill(conn, batch_rows=3)
         assert copied == 80
         got = await copy_rows(conn)
-        assert set(got) == {r[0] for r in rows if r[5] is not None} | {late[0]}
+        assert set(got) == {r[0] for r in rows if r[5] is not None} | {late[0]}  # not the toc row
         assert await vector_copy.copy_state(conn) == "ready"
         assert await vector_copy.backfill(conn) is None  # nothing left to do
         for r in rows[:-1]:
@@ -268,9 +290,10 @@ async def test_reconcile_repairs_rows_written_or_removed_behind_the_triggers(fre
     try:
         rng = np.random.default_rng(5)
         kept = [rag_api_row(info, "f1", "u1", rng.normal(size=DIMS)) for _ in range(4)]
-        await conn.copy_records_to_table("langchain_pg_embedding", records=kept, columns=COLUMNS)
+        index = rag_api_row(info, "f1", "u1", rng.normal(size=DIMS), navigation="index")
+        await conn.copy_records_to_table("langchain_pg_embedding", records=[*kept, index], columns=COLUMNS)
         await conn.execute("UPDATE ragoverlay_vector_copy SET state = 'ready'")
-        assert await vector_copy.reconcile(conn) == (0, 0)  # in step: nothing to do
+        assert await vector_copy.reconcile(conn) == (0, 0)  # in step (the index row is never copied)
 
         # a bulk load and a delete with the triggers off
         await conn.execute("ALTER TABLE langchain_pg_embedding DISABLE TRIGGER USER")

@@ -9,7 +9,8 @@ import pytest
 from app.errors import UnsupportedFileType
 from app.ingest.chunking import split_sections
 from app.ingest.loaders import load_document
-from app.ingest.loaders.pdf import GLUED_RUN, is_heading_line, pdf_blocks, pdfium_text
+from app.ingest.loaders.pdf import GLUED_RUN, pdf_blocks, pdfium_text
+from app.ingest.loaders.pdf_structure import is_heading_line
 from tests.fixtures.documents import make_pdf
 
 FIVE_PAGES = [f"Page {n} talks about topic number {n}." for n in range(1, 6)]

@@ -4,11 +4,14 @@ Structure: headings, paragraphs, list items, code, tables (caption as `title`, a
 as `headers`, one-cell <tfoot> rows as `footnotes`) and definition lists (`definition` blocks).
 Page furniture is marked, not dropped (`Block.boilerplate`): <nav> and ARIA navigation, the page's
 own <header>/<footer> bars (ARIA banner/contentinfo), previous/next link blocks and tables of
-contents. V1's text is what it always was: everything but <nav>.
+contents. V1's text is what it always was: everything but <nav>. A page that is navigation as a
+whole (nearly all links, a Sphinx index or search page: `navigation.py`) says so in its section's
+`navigation` metadata and marks every block, so neither V1 nor V2 returns it from a search.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import posixpath
 import re
@@ -25,6 +28,7 @@ from app.errors import UnsupportedFileType
 from app.ingest.limits import BoundedZipFile, ParseLimitExceeded, current_guard
 from app.ingest.loaders.archive import check_zip
 from app.ingest.loaders.bounds import scan_html, scan_package
+from app.ingest.loaders.navigation import NavigationKind, html_navigation, html_page_stats
 from app.ingest.loaders.render import render_blocks, render_table
 from app.ingest.types import Block, BlockKind, BoilerplateKind, LoadedDocument, Section
 
@@ -474,6 +478,13 @@ class HtmlContent:
     blocks: list[Block]
     title: str | None
     text: str
+    navigation: NavigationKind | None = None
+
+    def sections(self) -> list[Section]:
+        """V1's section of this page (none when it has no text), marked when it is navigation."""
+        if not self.text.strip():
+            return []
+        return [Section(text=self.text, metadata={"navigation": self.navigation} if self.navigation else {})]
 
 
 def html_blocks(markup: str, page: int | None = None) -> HtmlContent:
@@ -484,18 +495,22 @@ def html_blocks(markup: str, page: int | None = None) -> HtmlContent:
     title = inline_text(title_node) if title_node is not None else None
     root = tree.body if tree.body is not None else tree.root
     walker = _Walker(page, _prev_next_blocks(root) if root is not None else frozenset())
-    if root is not None:
-        walker.walk(root)
-        walker.flush()
-    return HtmlContent(walker.blocks, title or None, walker.rendered())
+    if root is None:
+        return HtmlContent(walker.blocks, title or None, walker.rendered())
+    walker.walk(root)
+    walker.flush()
+    navigation = html_navigation(html_page_stats(root))
+    blocks = walker.blocks
+    if navigation is not None:
+        blocks = [b if b.boilerplate else dataclasses.replace(b, boilerplate=navigation) for b in blocks]
+    return HtmlContent(blocks, title or None, walker.rendered(), navigation)
 
 
 def load_html(text: str, encoding: str | None) -> LoadedDocument:
     """Load HTML/XHTML: headings, paragraphs, lists, tables and definitions as blocks; one section."""
     content = html_blocks(text)
-    sections = [Section(text=content.text)] if content.text.strip() else []
     return LoadedDocument(
-        sections=sections,
+        sections=content.sections(),
         blocks=content.blocks,
         kind="html",
         content_type="text/html",
@@ -525,8 +540,7 @@ def load_epub(path: Path, filename: str) -> LoadedDocument:
                 markup = archive.read(name).decode("utf-8", errors="replace")
                 content = html_blocks(markup)
                 blocks.extend(content.blocks)
-                if content.text.strip():
-                    sections.append(Section(text=content.text))
+                sections.extend(content.sections())
     except ParseLimitExceeded:
         raise
     except Exception as exc:  # zipfile, zlib and lxml errors, a missing container or OPF

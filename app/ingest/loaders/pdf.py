@@ -10,8 +10,9 @@ region by region, so no table text is repeated in a paragraph. Blocks carry the 
 when the PDF defines labels. A page with (almost) no text layer that draws something, a scan, is
 read by OCR (`pdf_ocr.py`; its sections say `ocr` and `ocr_confidence`); with PDF_EXTRACT_IMAGES the
 text of pictures on text pages is added. A page with a picture that gave no text is listed in
-`unreadable_pages`; a page that is mostly dot-leader lines ending in page numbers is a table of
-contents (`boilerplate="toc"`).
+`unreadable_pages`. A navigation page (a table of contents, a list of figures, a back-of-book index:
+`navigation.py`) says so in its section's `navigation` metadata, which keeps it out of V1's search
+results, and its blocks are marked (`boilerplate="toc"` or `"index"`), which keeps them out of V2.
 
 pypdf caps what a single stream may inflate to (its `LimitReachedError`); PDFium and pdfplumber
 (pdfminer) have no such cap and run only on files pypdf could read, inside the worker's memory limit.
@@ -26,15 +27,27 @@ from pathlib import Path
 from typing import Any
 
 import pypdfium2
+import pypdfium2.raw as pdfium_c
 from pypdf import PageObject, PasswordType, PdfReader
 from pypdf.errors import DependencyError
 
 from app.errors import NoExtractableText, RagError, UnsupportedFileType
 from app.ingest.chunking import clean_text
 from app.ingest.limits import current_guard
+from app.ingest.loaders.navigation import pdf_navigation
 from app.ingest.loaders.ocr import OcrReader
 from app.ingest.loaders.pdf_ocr import PdfOcr
 from app.ingest.loaders.pdf_ocr import pages_phrase as _pages
+from app.ingest.loaders.pdf_structure import (
+    DocumentStructure,
+    HeadingRule,
+    LineStyle,
+    OutlineEntry,
+    PageLines,
+    RunningLines,
+    line_key,
+    page_blocks,
+)
 from app.ingest.loaders.render import render_table
 from app.ingest.loaders.text import normalise_newlines
 from app.ingest.types import Block, BoilerplateKind, LoadedDocument, Section
@@ -45,21 +58,15 @@ logger = logging.getLogger(__name__)
 logging.getLogger("pypdf").setLevel(logging.ERROR)
 logging.getLogger("pdfminer").setLevel(logging.ERROR)
 
-# A line that is probably a heading: short, no sentence punctuation at its end, and numbered
-# ("2.1 Scope"), ALL CAPS, or a Title Case phrase.
-_NUMBERED = re.compile(r"^(\d+(?:\.\d+){0,5})\.?\s+\S")
-_MAX_HEADING_CHARS = 80
 # Path-painting operators (rectangles, lines): the page may draw a ruled table.
 _DRAWS = re.compile(rb"(?:^|\s)(?:re|l)(?:\s|$)")
-# A table-of-contents line: an entry, dot leaders, a page number (arabic or roman).
-_PAGE_NUMBER = re.compile(r"\d{1,4}|[ivxlcdm]{1,7}", re.IGNORECASE)
-_LEADERS = ("....", ". . . .", "\u2026\u2026", "\u2026 \u2026")
-_TOC_MIN_LINES = 4
-_TOC_MAX_LINE = 300
 # pdfplumber joins characters closer than this (its default, 3 pt, glues TeX's narrow spaces).
 _X_TOLERANCE = 1.5
 # C0 controls but tab and newline: PDFium returns them for glyphs without a Unicode mapping.
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# bookmarks read at most (a hostile outline may hold millions), and the weight of a bold font
+_MAX_OUTLINE = 20_000
+_BOLD = 600
 # 30+ letters without a break: words glued together (German compounds rarely reach 30).
 GLUED_RUN = re.compile(r"[^\W\d_]{30,}")
 
@@ -78,6 +85,7 @@ def load_pdf(path: Path, filename: str, *, extract_images: bool = False) -> Load
     walk = _PageWalk(path, filename, pages, _page_labels(reader, len(pages)), extract_images)
     walk.printed = walk.labels if _has_page_labels(reader) else None
     try:
+        walk.prepare()
         for number, page in enumerate(pages):
             walk.page(number, page)
     finally:
@@ -120,10 +128,20 @@ class _PageWalk:
         self.layout = _Layout(path)
         self.text_layer = _TextLayer(path, len(pages))
         self.ocr = PdfOcr(self.text_layer.document, OcrReader(self.guard.limits.ocr, filename), images=images)
+        self.lines: list[PageLines | None] = []
+        self.structure = DocumentStructure(RunningLines(), "guess")
+
+    def prepare(self) -> None:
+        """Read every page's text first: running headers, the outline's fit and the body size are
+        decided over the whole document before any page becomes blocks."""
+        self.lines = [self.text_layer.page_lines(n) for n in range(self.count)]
+        known = [lines or PageLines("") for lines in self.lines]
+        self.structure = DocumentStructure.build(self.text_layer.outline(), known)
 
     def page(self, number: int, page: PageObject) -> None:
         """Read one page into sections and blocks, or note why it yielded nothing."""
-        text = self.text_layer.page_text(number)
+        lines = self.lines[number]
+        text = lines.text if lines is not None else None
         if text is None:
             try:
                 text = _pypdf_text(page)
@@ -152,18 +170,22 @@ class _PageWalk:
         metadata: dict[str, object] = {"total_pages": self.count, "page_label": self.labels[number]}
         if scanned is not None:
             metadata.update(ocr=True, ocr_confidence=scanned.confidence)
+        navigation = pdf_navigation(text)
+        if navigation is not None:
+            metadata["navigation"] = navigation
         self.sections.append(Section(text=text, page=number, metadata=metadata))
         if scanned is not None:
-            page_blocks = pdf_blocks(text, number)
+            found = pdf_blocks(text, number)
         else:
-            page_blocks = (self.layout.blocks(number) if _draws(page) else None) or pdf_blocks(text, number)
-        self._add_blocks(page_blocks, number, text)
+            rule, running = self.structure.rule(number), self.structure.running
+            laid_out = self.layout.blocks(number, rule, running) if _draws(page) else None
+            found = laid_out or page_blocks(text, number, rule, running)
+        self._add_blocks(found, number, navigation)
         if scanned is None:
             self._pictures(number)
 
-    def _add_blocks(self, page_blocks: list[Block], number: int, text: str) -> None:
+    def _add_blocks(self, page_blocks: list[Block], number: int, mark: BoilerplateKind | None) -> None:
         label = self.printed[number] if self.printed is not None else None
-        mark: BoilerplateKind | None = "toc" if is_toc_page(text) else None
         self.blocks.extend(_with(block, label, mark) for block in page_blocks)
 
     def _pictures(self, number: int) -> None:
@@ -179,7 +201,7 @@ class _PageWalk:
             "ocr_confidence": found.confidence,
         }
         self.sections.append(Section(text=found.text, page=number, metadata=metadata))
-        self._add_blocks(pdf_blocks(found.text, number), number, found.text)
+        self._add_blocks(pdf_blocks(found.text, number), number, None)
 
     def warnings(self) -> list[str]:
         """What the reader should know: pages skipped, read by OCR, or left without text."""
@@ -227,8 +249,9 @@ class _TextLayer:
         """PDFium's document (None where PDFium cannot read the file): OCR renders its pages."""
         return self._pdf
 
-    def page_text(self, number: int) -> str | None:
-        """The page's text (words apart, lines joined where PDFium removed a hyphen), or None."""
+    def page_lines(self, number: int) -> PageLines | None:
+        """The page's text (words apart, lines joined where PDFium removed a hyphen) and the style
+        of each line, or None."""
         if self._pdf is None:
             return None
         try:
@@ -237,6 +260,7 @@ class _TextLayer:
                 textpage = page.get_textpage()
                 try:
                     raw = textpage.get_text_range()
+                    styles = _line_styles(textpage, raw)
                 finally:
                     textpage.close()
             finally:
@@ -246,11 +270,48 @@ class _TextLayer:
         except Exception as exc:
             logger.debug("pdfium cannot read page %s: %s", number, exc)
             return None
-        return pdfium_text(raw)
+        return PageLines(pdfium_text(raw), styles)
+
+    def outline(self) -> list[OutlineEntry]:
+        """The document's bookmarks with a page, at most _MAX_OUTLINE of them; [] when unreadable."""
+        if self._pdf is None:
+            return []
+        entries: list[OutlineEntry] = []
+        try:
+            for bookmark in self._pdf.get_toc(max_depth=8):
+                destination = bookmark.get_dest()
+                page = destination.get_index() if destination is not None else None
+                title = " ".join(clean_text(bookmark.get_title() or "").split())
+                if page is not None and title:
+                    entries.append(OutlineEntry(title, bookmark.level, page))
+                if len(entries) >= _MAX_OUTLINE:
+                    break
+        except MemoryError:
+            raise
+        except Exception as exc:
+            logger.debug("pdf outline unreadable: %s", exc)
+            return []
+        return entries
 
     def close(self) -> None:
         if self._pdf is not None:
             self._pdf.close()
+
+
+def _line_styles(textpage: Any, raw: str) -> dict[str, LineStyle]:
+    """The font size and weight of each line's first letter or digit, by the line's key."""
+    styles: dict[str, LineStyle] = {}
+    start = 0
+    for line in raw.split("\n"):
+        first = next((i for i, ch in enumerate(line) if ch.isalnum()), None)
+        key = line_key(line)
+        if first is not None and key and key not in styles:
+            index = start + first
+            size = pdfium_c.FPDFText_GetFontSize(textpage.raw, index)
+            weight = pdfium_c.FPDFText_GetFontWeight(textpage.raw, index)
+            styles[key] = LineStyle(round(float(size), 1), weight >= _BOLD)
+        start += len(line) + 1
+    return styles
 
 
 def pdfium_text(raw: str) -> str:
@@ -282,7 +343,7 @@ class _Layout:
         self._pdf: Any = None
         self._failed = False
 
-    def blocks(self, number: int) -> list[Block] | None:
+    def blocks(self, number: int, rule: HeadingRule, running: RunningLines) -> list[Block] | None:
         """The page's blocks in reading order when it holds a ruled table; None otherwise."""
         if self._failed:
             return None
@@ -293,7 +354,7 @@ class _Layout:
                 self._pdf = pdfplumber.open(self._path, password="")
             page = self._pdf.pages[number]
             try:
-                return _layout_blocks(page, number)
+                return _layout_blocks(page, number, rule, running)
             finally:
                 page.close()  # pdfplumber caches every parsed object per page
         except (RagError, MemoryError):
@@ -308,7 +369,7 @@ class _Layout:
             self._pdf.close()
 
 
-def _layout_blocks(page: Any, number: int) -> list[Block] | None:
+def _layout_blocks(page: Any, number: int, rule: HeadingRule, running: RunningLines) -> list[Block] | None:
     tables = sorted(page.find_tables(), key=lambda table: table.bbox[1])
     if not tables:
         return None
@@ -316,20 +377,22 @@ def _layout_blocks(page: Any, number: int) -> list[Block] | None:
     top = float(page.bbox[1])
     x0, bottom, x1 = float(page.bbox[0]), float(page.bbox[3]), float(page.bbox[2])
     for table in tables:
-        blocks.extend(_region_blocks(page, (x0, top, x1, table.bbox[1]), number))
+        blocks.extend(_region_blocks(page, (x0, top, x1, table.bbox[1]), number, rule, running))
         block = _table_block(table.extract(x_tolerance=_X_TOLERANCE), number)
         if block is not None:
             blocks.append(block)
         top = max(top, float(table.bbox[3]))
-    blocks.extend(_region_blocks(page, (x0, top, x1, bottom), number))
+    blocks.extend(_region_blocks(page, (x0, top, x1, bottom), number, rule, running))
     return blocks
 
 
-def _region_blocks(page: Any, bbox: tuple[float, float, float, float], number: int) -> list[Block]:
+def _region_blocks(
+    page: Any, bbox: tuple[float, float, float, float], number: int, rule: HeadingRule, running: RunningLines
+) -> list[Block]:
     if bbox[3] - bbox[1] < 1:
         return []
     text = page.within_bbox(bbox).extract_text(x_tolerance=_X_TOLERANCE) or ""
-    return pdf_blocks(normalise_newlines(clean_text(text)), number)
+    return page_blocks(normalise_newlines(clean_text(text)), number, rule, running)
 
 
 def _table_block(raw: list[list[str | None]], number: int) -> Block | None:
@@ -382,22 +445,6 @@ def _xobjects_of(resources: Any, subtype: str, depth: int = 1) -> bool:
         if found == "/Form" and _xobjects_of(xobject.get("/Resources"), subtype, depth - 1):
             return True
     return False
-
-
-def is_toc_page(text: str) -> bool:
-    """A page of table-of-contents lines (an entry, dot leaders, a page number)."""
-    lines = [line.strip() for line in text.split("\n") if line.strip()]
-    entries = sum(1 for line in lines if _is_toc_line(line))
-    return entries >= _TOC_MIN_LINES and entries >= 0.4 * len(lines)
-
-
-def _is_toc_line(line: str) -> bool:
-    if len(line) > _TOC_MAX_LINE:
-        return False
-    head, _, last = line.rpartition(" ")
-    if not head:
-        head, last = line.rstrip("0123456789"), line[len(line.rstrip("0123456789")) :]
-    return bool(last and _PAGE_NUMBER.fullmatch(last)) and any(leader in head for leader in _LEADERS)
 
 
 def _has_page_labels(reader: PdfReader) -> bool:
@@ -483,52 +530,6 @@ def _title(reader: PdfReader) -> str | None:
     return clean_text(title).strip() or None
 
 
-def is_heading_line(line: str, next_line: str | None) -> bool:
-    """Best-effort guess that a line of PDF text is a heading (pypdf gives no font information)."""
-    line = line.strip()
-    if not line or len(line) > _MAX_HEADING_CHARS or next_line is None or not next_line.strip():
-        return False
-    if line[-1] in ".,;:!?" or not (line[0].isupper() or line[0].isdigit()):
-        return False
-    words = line.split()
-    if len(words) > 12:
-        return False
-    if _NUMBERED.match(line):
-        return any(ch.isalpha() for ch in line)
-    letters = [ch for ch in line if ch.isalpha()]
-    if len(letters) >= 3 and all(ch.isupper() for ch in letters):
-        return True
-    capitalised = [w for w in words if w[0].isupper() or len(w) <= 3]
-    return len(words) >= 2 and len(capitalised) == len(words) and len(line) <= 60
-
-
 def pdf_blocks(text: str, page: int) -> list[Block]:
-    """A page's text as paragraphs (split at blank lines and guessed headings) and headings."""
-    blocks: list[Block] = []
-    paragraph: list[str] = []
-
-    def flush() -> None:
-        body = "\n".join(paragraph).strip()
-        if body:
-            blocks.append(Block(kind="paragraph", text=body, page=page))
-        paragraph.clear()
-
-    lines = text.split("\n")
-    for i, line in enumerate(lines):
-        next_line = lines[i + 1] if i + 1 < len(lines) else None
-        if not line.strip():
-            flush()
-        elif is_heading_line(line, next_line) and not paragraph:
-            blocks.append(Block(kind="heading", text=line.strip(), page=page, level=_heading_level(line)))
-        elif is_heading_line(line, next_line) and paragraph and paragraph[-1].rstrip()[-1:] in ".:!?":
-            flush()
-            blocks.append(Block(kind="heading", text=line.strip(), page=page, level=_heading_level(line)))
-        else:
-            paragraph.append(line)
-    flush()
-    return blocks
-
-
-def _heading_level(line: str) -> int:
-    numbered = _NUMBERED.match(line.strip())
-    return numbered.group(1).count(".") + 1 if numbered else 1
+    """A page's text as paragraphs and headings guessed from the words alone (OCR text)."""
+    return page_blocks(text, page)

@@ -137,7 +137,10 @@ async def _stage_file(
     fingerprints = document_fingerprints(document.blocks, profile.boilerplate)
     repeated = _repeated(profile.boilerplate, others.values(), fingerprints)
     chunked, meta = await asyncio.to_thread(_chunk, profile, document, source, repeated)
-    if not chunked.chunks:
+    # a file that is only navigation pages (a Sphinx index, a contents file) is staged without
+    # chunks: it holds nothing to cite, and failing it would leave the run short of a stored file
+    navigation = sum(chunked.stats.boilerplate_by_kind.get(kind, 0) for kind in ("toc", "index"))
+    if not chunked.chunks and not navigation:
         raise NoExtractableText()
     chunks = await situate_chunks(ctx, run.run_id, file_id, meta.title or source.filename, chunked.chunks)
     rows, embedded, reused, error = await embed_rows(

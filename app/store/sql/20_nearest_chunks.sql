@@ -12,6 +12,9 @@
 -- On the copy, each candidate's own row in langchain_pg_embedding is read back, checked against the
 -- scope again, and the p_k nearest by exact float32 distance are returned (equal distances in uuid
 -- order: the same text twice embeds identically).
+-- Chunks of navigation pages (cmetadata `navigation`: a table of contents, an index) are never
+-- returned: the copy leaves them out (40_vector_copy.sql), so the copy's paths never meet them, and
+-- the scan of rag_api's table and every re-read skip them (one more key of the metadata already read).
 --
 -- Measured with scripts/bench (200k chunks, 10k files):
 -- - statements run as cached generic plans (plan_cache_mode, set for this function only): planning
@@ -71,6 +74,7 @@ BEGIN
                 JOIN langchain_pg_embedding e ON e.uuid = h.id
                 WHERE ragoverlay_in_scope(p_scope, e.collection_id, e.custom_id, e.cmetadata ->> 'user_id')
                   AND vector_dims(e.embedding) = query_dims
+                  AND (e.cmetadata ->> 'navigation') IS NULL
                 ORDER BY e.embedding <=> p_query, e.uuid
                 LIMIT p_k;
             RETURN;
@@ -92,6 +96,7 @@ BEGIN
             JOIN langchain_pg_embedding e ON e.uuid = c.uuid
             WHERE ragoverlay_in_scope(p_scope, e.collection_id, e.custom_id, e.cmetadata ->> 'user_id')
               AND vector_dims(e.embedding) = query_dims
+              AND (e.cmetadata ->> 'navigation') IS NULL
             ORDER BY e.embedding <=> p_query, e.uuid
             LIMIT p_k;
         RETURN;
@@ -110,6 +115,7 @@ BEGIN
                     ON x.collection_id = (p_scope).collection_id AND x.custom_id = r.id
                   WHERE ragoverlay_in_scope(p_scope, x.collection_id, r.id, x.cmetadata ->> 'user_id')
                     AND (NOT check_dims OR vector_dims(x.embedding) = query_dims)
+                    AND (x.cmetadata ->> 'navigation') IS NULL
                   ORDER BY x.embedding <=> p_query, x.uuid
                   LIMIT p_k) AS t;
             EXIT;

@@ -4,6 +4,8 @@
 
 -- INSERT and UPDATE (an upsert fires both): rows that lost their file id or vector leave the copy,
 -- every valid new row is written (a changed owner, file id or vector replaces the copy's row).
+-- Chunks of navigation pages (cmetadata `navigation`: a table of contents, an index) are stored in
+-- rag_api's table but never copied: V1's searches rank the copy, so they cost a search nothing.
 CREATE OR REPLACE FUNCTION ragoverlay_vectors_put() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -13,13 +15,14 @@ BEGIN
         WHERE v.uuid = o.uuid
           AND NOT EXISTS (SELECT 1 FROM ragoverlay_new_rows n
                           WHERE n.uuid = o.uuid AND n.custom_id IS NOT NULL AND n.collection_id IS NOT NULL
-                            AND n.embedding IS NOT NULL);
+                            AND n.embedding IS NOT NULL AND (n.cmetadata ->> 'navigation') IS NULL);
     END IF;
     INSERT INTO ragoverlay_vectors AS v (uuid, collection_id, file_id, owner, dims, embedding)
     SELECT n.uuid, n.collection_id, n.custom_id, n.cmetadata ->> 'user_id', vector_dims(n.embedding),
            l2_normalize(n.embedding)::halfvec
     FROM ragoverlay_new_rows n
     WHERE n.custom_id IS NOT NULL AND n.collection_id IS NOT NULL AND n.embedding IS NOT NULL
+      AND (n.cmetadata ->> 'navigation') IS NULL
     ORDER BY n.collection_id, n.custom_id
     ON CONFLICT (uuid) DO UPDATE
         SET collection_id = excluded.collection_id, file_id = excluded.file_id, owner = excluded.owner,
