@@ -165,6 +165,36 @@ def test_pdf_document_model(tmp_path: Path) -> None:
     assert all(b.boilerplate is None for b in page_two)
 
 
+def test_a_table_ruled_only_in_its_middle_columns_loses_no_word(tmp_path: Path) -> None:
+    """Package tables of the Debian Reference: rules frame the middle columns, while the package name
+    and its description stand left and right of them; the band is read as text, every word kept."""
+    from fpdf import FPDF
+
+    pdf = FPDF(format="A4")
+    pdf.set_auto_page_break(False)
+    pdf.set_font("Helvetica", size=10)
+    pdf.add_page()
+    pdf.multi_cell(0, 6, "Table 6.11: List of print servers and utilities", new_x="LMARGIN", new_y="NEXT")
+    rows = [("lpr", "V:3", "367", "printer daemon"), ("cups", "V:116", "1027", "commands lpmove and lpinfo")]
+    y = 30.0
+    for package, popcon, size, description in rows:
+        pdf.set_xy(12, y)
+        pdf.cell(30, 8, package)
+        pdf.rect(45, y, 25, 8)  # only the middle columns are ruled
+        pdf.rect(70, y, 25, 8)
+        pdf.set_xy(45, y)
+        pdf.cell(25, 8, popcon)
+        pdf.cell(25, 8, size)
+        pdf.set_xy(100, y)
+        pdf.cell(80, 8, description)
+        y += 8
+    pdf.output(str(tmp_path / "packages.pdf"))
+    doc = load_document(tmp_path / "packages.pdf", "packages.pdf")
+    words = " ".join(b.text for b in doc.blocks)
+    for word in ("lpr", "cups", "lpmove", "lpinfo", "printer", "1027"):
+        assert word in words, word
+
+
 def test_pdf_without_page_labels_has_none_on_blocks(tmp_path: Path) -> None:
     from tests.fixtures.documents import make_pdf
 

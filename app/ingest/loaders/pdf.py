@@ -377,13 +377,30 @@ def _layout_blocks(page: Any, number: int, rule: HeadingRule, running: RunningLi
     top = float(page.bbox[1])
     x0, bottom, x1 = float(page.bbox[0]), float(page.bbox[3]), float(page.bbox[2])
     for table in tables:
-        blocks.extend(_region_blocks(page, (x0, top, x1, table.bbox[1]), number, rule, running))
-        block = _table_block(table.extract(x_tolerance=_X_TOLERANCE), number)
-        if block is not None:
-            blocks.append(block)
-        top = max(top, float(table.bbox[3]))
+        t0, t_top, t1, t_bottom = (float(v) for v in table.bbox)
+        blocks.extend(_region_blocks(page, (x0, top, x1, t_top), number, rule, running))
+        if _text_beside(page, (t0, t_top, t1, t_bottom), x0, x1):
+            # the rules frame only some of the table's columns (package names and descriptions left
+            # and right of them): its rows would lose those words, so the band is read as text
+            blocks.extend(_region_blocks(page, (x0, t_top, x1, t_bottom), number, rule, running))
+        else:
+            block = _table_block(table.extract(x_tolerance=_X_TOLERANCE), number)
+            if block is not None:
+                blocks.append(block)
+        top = max(top, t_bottom)
     blocks.extend(_region_blocks(page, (x0, top, x1, bottom), number, rule, running))
     return blocks
+
+
+def _text_beside(page: Any, bbox: tuple[float, float, float, float], x0: float, x1: float) -> bool:
+    """True when words stand left or right of the ruled table's frame, at its height."""
+    left, top, right, bottom = bbox
+    for side in ((x0, top, left, bottom), (right, top, x1, bottom)):
+        if side[2] - side[0] >= 1 and bottom - top >= 1:
+            text = page.within_bbox(side).extract_text(x_tolerance=_X_TOLERANCE) or ""
+            if any(ch.isalnum() for ch in text):
+                return True
+    return False
 
 
 def _region_blocks(

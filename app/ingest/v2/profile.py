@@ -20,7 +20,8 @@ from app.v2_settings import BoilerplateSettings
 # Raise when chunking, entity extraction or the loaders change what an index holds: a new
 # extractor version makes the next run parse and embed again instead of linking old documents.
 # 2: umlauts written out, ß kept (app/text/normalize.py); 3: not released;
-# 4: PDF headings from the outline or typography, running headers and navigation pages out
+# 4: PDF headings from the outline or typography, running headers and navigation pages out, a
+# table whose rules frame only some of its columns read as text
 EXTRACTOR_RELEASE = "4"
 # Room kept in every chunk for contextual chunking's sentence, so that the embedded text still fits
 # the model's window: SENTENCE_CHARS characters are about 60-80 word pieces of English or German.
