@@ -3,7 +3,8 @@ quality ...` runs the retrieval quality benchmark instead (see `scripts/bench qu
 `python -m benchmarks v2-query ...` the /query_v2 latency benchmark (`scripts/bench v2-query --help`), and
 `python -m benchmarks mcp ...` `rag_search` over MCP beside the HTTP routes (`scripts/bench mcp --help`), and
 `python -m benchmarks pdf-text ...` the PDF text extractors (see `scripts/bench pdf-text --help`), and
-`python -m benchmarks ocr ...` OCR of scanned pages (see `scripts/bench ocr --help`)."""
+`python -m benchmarks ocr ...` OCR of scanned pages (see `scripts/bench ocr --help`), and
+`python -m benchmarks scan-retrieval ...` retrieval on scanned against text pages."""
 
 from __future__ import annotations
 
@@ -144,6 +145,10 @@ if __name__ == "__main__":
         from benchmarks.ocr import main as ocr_main
 
         sys.exit(ocr_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["scan-retrieval"]:
+        from benchmarks.scan_retrieval import main as scan_main
+
+        sys.exit(scan_main(sys.argv[2:]))
     if sys.argv[1:2] == ["v2-query"]:
         from benchmarks.v2_query import main as v2_query_main
 
