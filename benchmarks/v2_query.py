@@ -218,6 +218,7 @@ async def concurrent(
 ) -> dict[str, Any]:
     """`len(routes)` requests at once (request i on routes[i]), `rounds` times; figures per route."""
     per: dict[str, dict[str, list[float]]] = {r: {"client": [], "wait": [], "run": []} for r in set(routes)}
+    stages: dict[str, dict[str, list[float]]] = {r: {} for r in set(routes)}
     n = len(routes)
     for r in range(rounds):
         answers = await asyncio.gather(
@@ -228,6 +229,9 @@ async def concurrent(
             per[route]["client"].append(ms)
             per[route]["wait"].append(wait)
             per[route]["run"].append(total - wait)
+            for name, value in timing.items():
+                if isinstance(value, float):
+                    stages[route].setdefault(name, []).append(value)
     out: dict[str, Any] = {}
     for route, f in sorted(per.items()):
         waits, runs = f["wait"], f["run"]
@@ -240,6 +244,7 @@ async def concurrent(
             "run_ms": summary(runs),
             "max_pool_wait_vs_its_run_ms": [round(waits[worst], 2), round(runs[worst], 2)],
             "requests_waiting_longer_than_they_ran": sum(w > x for w, x in zip(waits, runs, strict=True)),
+            "server_p50_ms": {name: summary(v)["p50"] for name, v in stages[route].items()},
         }
     return out
 
