@@ -237,6 +237,13 @@ async def concurrent(
                     stages[route].setdefault(name, []).append(value)
     out: dict[str, Any] = {}
     for route, f in sorted(per.items()):
+        if "pool" not in stages[route]:  # a service that does not report its connection wait
+            out[route] = {
+                "requests": len(f["client"]),
+                "all_answered": True,
+                "client_ms": summary(f["client"]),
+            }
+            continue
         waits, runs = f["wait"], f["run"]
         worst = max(range(len(waits)), key=lambda i: waits[i])
         out[route] = {

@@ -80,6 +80,10 @@ def concurrent_table(figures: dict[str, Any], sides: list[str]) -> list[str]:
                 continue
             at_once = f"{match[2]} ({match[1]}), {int(match[3]):,} files"
             for route, f in sorted(value.items()):
+                if "pool_wait_ms" not in f:  # the service does not report its connection wait
+                    cells = [side, at_once, ROUTE_NAMES[route], _pair(f), "not reported", "-", "-"]
+                    lines.append("| " + " | ".join(cells) + " |")
+                    continue
                 wait = f["pool_wait_ms"]
                 lines.append(
                     f"| {side} | {at_once} | {ROUTE_NAMES[route]} | {_pair(f)} "

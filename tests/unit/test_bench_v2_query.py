@@ -61,6 +61,10 @@ def test_the_markdown_puts_v1_beside_v2_for_each_service() -> None:
             "v1_sequential_1000_files": _row(3.0, 5.0),
             "v2_sequential_1000_files": _row(27.0, 31.0),
             "v2_sequential_1000_files_one_not_indexed": _row(50.0, 60.0),
+            # an older service without the `pool` stage on V1
+            "concurrent_v1_20_at_1000_files": {
+                "v1": {"requests": 60, "client_ms": _row(70.0, 90.0)["client_ms"]}
+            },
         },
     }
     text = markdown(figures)
@@ -69,6 +73,8 @@ def test_the_markdown_puts_v1_beside_v2_for_each_service() -> None:
     assert "| this | 1,000 files, one not indexed | - | 50.0 / 60.0 | - | - |" in text
     mixed_v1 = "| base | 20 (mixed), 1,000 files | V1 `/query_multiple` | 49.0 / 98.0 | 9.0 / 18.0 | 40.0 |"
     assert mixed_v1 + " 5 of 60 |" in text
+    older_v1 = "| this | 20 (v1), 1,000 files | V1 `/query_multiple` | 70.0 / 90.0 |"
+    assert older_v1 + " not reported | - | - |" in text
     assert "base: DB_POOL_MAX_SIZE=10" in text
     assert text.index("| base | 1,000 files |") < text.index("| this | 1,000 files |")
 
