@@ -47,7 +47,7 @@ from app.search.allowlist import AllowList, build_allowlist, describe
 from app.search.service import SearchService
 from app.search.state import SearchState
 from app.search.v2.service import V2SearchService, build_reranker
-from app.store.db import StoreInfo, bootstrap, create_pool, stored_dimension
+from app.store.db import PoolShare, StoreInfo, bootstrap, create_pool, pool_share, stored_dimension
 from app.store.maintenance import MaintenanceStore
 
 logger = logging.getLogger(__name__)
@@ -262,7 +262,9 @@ def _v2_search(
         rerank_http = build_http_client(timeout_s=tuning.rerank.timeout_seconds)
         stack.push_async_callback(rerank_http.aclose)
     reranker = build_reranker(tuning, rerank_http, api_key=tuning.rerank.api_key)
-    return V2SearchService(settings, pool, info, embedder, tuning, reranker, on_missing=on_missing)
+    # V2's statements hold their connection longest: half the pool, so that they never take all of it
+    connections = PoolShare(pool, pool_share(settings.db_pool_max_size))
+    return V2SearchService(settings, connections, info, embedder, tuning, reranker, on_missing=on_missing)
 
 
 async def _start_background_work(

@@ -33,11 +33,15 @@ class SearchOutcome:
     path: str = "none"
     visible_estimate: int = 0
     embed_ms: float = 0.0
-    db_ms: float = 0.0
+    db_ms: float = 0.0  # the search statement, once it had a connection
+    pool_ms: float = 0.0  # waiting for a pooled connection
 
     def server_timing(self) -> str:
-        """A `Server-Timing` header value (embedding, database, and the path taken)."""
-        return f'embed;dur={self.embed_ms:.2f}, db;dur={self.db_ms:.2f};desc="{self.path}"'
+        """A `Server-Timing` header value (embedding, connection wait, database, and the path taken)."""
+        return (
+            f"embed;dur={self.embed_ms:.2f}, pool;dur={self.pool_ms:.2f}, "
+            f'db;dur={self.db_ms:.2f};desc="{self.path}"'
+        )
 
 
 class SearchService:
@@ -115,6 +119,7 @@ class SearchService:
         decision = self.plan(dims, scope, k)
         timeout = self.settings.query_timeout_ms / 1000
         async with self.pool.acquire(timeout=timeout) as conn:
+            t_conn = time.perf_counter()
             result = await store.search(conn, scope, decision.call(vector), timeout=timeout)
         t2 = time.perf_counter()
         hits = result.hits
@@ -123,16 +128,22 @@ class SearchService:
             # a relevance cut on already-authorised rows, not an authorisation filter
             hits = [h for h in hits if h.distance <= threshold]
         outcome = SearchOutcome(
-            hits, result.path, decision.visible_estimate, (t1 - t0) * 1000, (t2 - t1) * 1000
+            hits,
+            result.path,
+            decision.visible_estimate,
+            embed_ms=(t1 - t0) * 1000,
+            db_ms=(t2 - t_conn) * 1000,
+            pool_ms=(t_conn - t1) * 1000,
         )
         logger.debug(
-            "search files=%d k=%d hits=%d path=%s estimate=%d embed_ms=%.1f db_ms=%.1f",
+            "search files=%d k=%d hits=%d path=%s estimate=%d embed_ms=%.1f pool_ms=%.1f db_ms=%.1f",
             len(scope.file_ids),
             k,
             len(hits),
             outcome.path,
             outcome.visible_estimate,
             outcome.embed_ms,
+            outcome.pool_ms,
             outcome.db_ms,
         )
         return outcome

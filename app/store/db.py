@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -49,6 +51,45 @@ async def try_advisory_lock(conn: asyncpg.Connection, *key: int) -> AsyncIterato
     finally:
         if got:
             await conn.execute(f"SELECT pg_advisory_unlock({placeholders})", *key)
+
+
+class PoolShare:
+    """At most `limit` of a pool's connections for one kind of work, so the rest stay free for others.
+
+    `/query_v2` holds its connection through longer statements than any other request: without a
+    cap, twenty questions at once take every connection, and a `/query_multiple`, an upload or a
+    health check waits behind them.
+    """
+
+    def __init__(self, pool: asyncpg.Pool, limit: int) -> None:
+        self.pool = pool
+        self.limit = max(1, limit)
+        self._slots = asyncio.Semaphore(self.limit)
+
+    @contextlib.asynccontextmanager
+    async def acquire(self, *, timeout: float) -> AsyncIterator[asyncpg.Connection]:  # noqa: ASYNC109
+        """A pool connection within the share; `timeout` bounds both waits together (else 503)."""
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._slots.acquire()
+        except TimeoutError:
+            # the share is busy, not the database: no alarm for the supervisor
+            raise DatabaseUnavailable(
+                f"No database connection became free within {timeout:g} s (the database is slow or "
+                "overloaded); try again shortly"
+            ) from None
+        try:
+            left = max(timeout - (time.monotonic() - started), 0.001)
+            async with self.pool.acquire(timeout=left) as conn:
+                yield conn
+        finally:
+            self._slots.release()
+
+
+def pool_share(pool_size: int) -> int:
+    """The connections `/query_v2` may hold at once: half the pool (DB_POOL_MAX_SIZE), at least one."""
+    return max(1, pool_size // 2)
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:

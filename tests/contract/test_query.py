@@ -155,4 +155,5 @@ async def test_server_timing_reports_embedding_database_and_total(client: httpx.
     r = await query(client, "Eiffel Tower", fid, auth(user))
     (timing,) = r.headers.get_list("server-timing")  # one header: the route's stages and the total
     assert "embed;dur=" in timing and "db;dur=" in timing and timing.count("total;dur=") == 1
+    assert "pool;dur=" in timing  # the wait for a pooled connection, apart from the statement
     assert 'desc="exact"' in timing  # a one-file search scans exactly

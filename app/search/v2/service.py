@@ -52,7 +52,7 @@ from app.search.v2.statistics import Statistics, discount_common_labels, lexical
 from app.search.v2.vectors import PlannedVectors, RunVectorCache, plan_vectors
 from app.store import v2_gaps
 from app.store import v2_search as channels_sql
-from app.store.db import StoreInfo
+from app.store.db import PoolShare, StoreInfo
 from app.store.scope import Scope, ScopeError
 from app.store.v2 import runs as v2_index
 from app.text.stems import lexical_keys
@@ -352,7 +352,7 @@ class V2SearchService:
     def __init__(
         self,
         settings: Settings,
-        pool: asyncpg.Pool,
+        pool: PoolShare,
         info: StoreInfo,
         embedder: Embedder,
         tuning: V2Settings,

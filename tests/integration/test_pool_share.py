@@ -1,0 +1,81 @@
+"""`PoolShare` on a real pool: `/query_v2`'s cap on connections leaves the rest to other requests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from app.errors import DatabaseUnavailable
+from app.store.db import PoolShare, pool_share
+from tests.fixtures.service import Database
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+async def pool(database: Database) -> AsyncIterator[asyncpg.Pool]:
+    p = await asyncpg.create_pool(database.dsn, min_size=1, max_size=4)
+    assert p is not None
+    try:
+        yield p
+    finally:
+        await p.close()
+
+
+async def test_the_share_holds_at_most_its_limit_and_the_pool_keeps_the_rest(pool: asyncpg.Pool) -> None:
+    share = PoolShare(pool, 2)
+    inside = 0
+    most = 0
+    release = asyncio.Event()
+    entered = asyncio.Event()
+
+    async def hold() -> int:
+        nonlocal inside, most
+        async with share.acquire(timeout=30) as conn:
+            inside += 1
+            most = max(most, inside)
+            if inside == 2:
+                entered.set()
+            await release.wait()
+            inside -= 1
+            return int(await conn.fetchval("SELECT 1"))
+
+    holders = [asyncio.create_task(hold()) for _ in range(5)]
+    await entered.wait()
+    # the share is full; a request outside it still gets one of the pool's other connections
+    async with pool.acquire(timeout=5) as conn:
+        assert await conn.fetchval("SELECT 2") == 2
+    assert inside == 2
+    release.set()
+    assert await asyncio.gather(*holders) == [1] * 5
+    assert most == 2
+
+
+async def test_a_full_share_times_out_and_gives_back_what_it_took(pool: asyncpg.Pool) -> None:
+    share = PoolShare(pool, 1)
+    release = asyncio.Event()
+    entered = asyncio.Event()
+
+    async def hold() -> None:
+        async with share.acquire(timeout=30):
+            entered.set()
+            await release.wait()
+
+    holder = asyncio.create_task(hold())
+    await entered.wait()
+    with pytest.raises(DatabaseUnavailable, match=r"No database connection became free within 0\.05 s"):
+        async with share.acquire(timeout=0.05):
+            pass
+    release.set()
+    await holder
+    async with share.acquire(timeout=5) as conn:  # the share's slot came back
+        assert await conn.fetchval("SELECT 3") == 3
+
+
+def test_query_v2_gets_half_of_the_pool_and_at_least_one_connection() -> None:
+    assert pool_share(20) == 10
+    assert pool_share(5) == 2
+    assert pool_share(1) == 1
