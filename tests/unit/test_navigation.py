@@ -163,3 +163,21 @@ def test_a_sphinx_index_page_is_marked_and_a_content_page_is_not(tmp_path: Path)
     doc = load_document(page, page.name, "text/html")
     assert [dict(s.metadata) for s in doc.sections] == [{}]
     assert all(b.boilerplate is None for b in doc.blocks)
+
+
+def test_passages_inside_named_anchors_are_content_not_links(tmp_path: Path) -> None:
+    """DocBook wraps whole tables in <a id> anchors (the Debian Reference's chapters): no links."""
+    rows = "".join(
+        f"<tr><td><a href='https://packages.debian.org/p{n}'>pkg{n}</a></td>"
+        f"<td>does a long thing worth a sentence or two of description for package {n}</td></tr>"
+        for n in range(40)
+    )
+    page = tmp_path / "ch06.en.html"
+    page.write_text(
+        "<html><body><h1>Network applications</h1><p>Some prose before the table.</p>"
+        f"<a id='listofpackages'><p class='title'>Table 6.1. List of packages</p><table>{rows}</table></a>"
+        "</body></html>"
+    )
+    doc = load_document(page, page.name, "text/html")
+    assert [dict(s.metadata) for s in doc.sections] == [{}]
+    assert all(b.boilerplate is None for b in doc.blocks)

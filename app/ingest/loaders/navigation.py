@@ -135,7 +135,8 @@ def html_page_stats(body: LexborNode) -> HtmlPageStats:
     text_chars = 0
     link_chars = 0
     links = 0
-    for node in body.css("a"):
+    # links only: DocBook and others wrap whole passages in named anchors (<a name="..."> or <a id>)
+    for node in body.css("a[href]"):
         if _inside_nav(node):
             continue
         links += 1
