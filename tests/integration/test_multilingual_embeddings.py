@@ -21,10 +21,21 @@ FILES = {
     "seine Unit mit systemctl enable. Ein laufender Dienst wird davon nicht neu gestartet.",
     "mail": "Eingehende Nachrichten werden im Postfach des Benutzers abgelegt. Der Mailserver "
     "weist Nachrichten ab, deren Absender auf der Sperrliste steht.",
+    "clock": "Die Uhrzeit des Rechners wird regelmäßig mit einem Zeitserver im Netz abgeglichen, "
+    "damit sie nicht abweicht.",
+    "password": "Das Kennwort eines Benutzers ändern Sie mit passwd; der Verwalter darf es für jeden "
+    "Benutzer neu setzen.",
+    "printer": "Druckaufträge landen in einer Warteschlange und werden der Reihe nach an den Drucker "
+    "geschickt.",
 }
+# English questions sharing no word with their German file (the English default model puts another
+# file first for "clock" and "printer"), and one German question
 QUESTIONS = {
-    "sizes": "How do I list the largest files first?",
-    "reboot": "How do I make the service start automatically after a reboot?",
+    "sizes": "How do I show the biggest files at the top?",
+    "reboot": "Make a program come up on its own whenever the machine boots",
+    "clock": "keep the computer's time correct",
+    "password": "how does an administrator change another user's password",
+    "printer": "where do print jobs wait",
     "mail": "Wo landen neue E-Mails und welche werden abgelehnt?",
 }
 

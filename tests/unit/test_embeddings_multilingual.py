@@ -67,12 +67,11 @@ async def test_a_german_sentence_is_closest_to_its_english_meaning(embedder: Loc
     for german, english, unrelated in TRIPLES:
         query = await embedder.embed_query(german)
         same, other = await embedder.embed_documents([english, unrelated])
-        # measured: e5 0.90 against 0.67-0.74, USE 0.62-0.81 against about 0
-        assert float(query @ same) > float(query @ other) + 0.1, (
-            german,
-            float(query @ same),
-            float(query @ other),
-        )
+        # measured: e5 0.86-0.93 against 0.69-0.77, USE 0.75-0.80 against about 0; the English
+        # default model gives the same-meaning pairs 0.06-0.18 and fails the first check on each
+        same_score, other_score = float(query @ same), float(query @ other)
+        assert same_score > 0.5, (german, same_score)
+        assert same_score > other_score + 0.1, (german, same_score, other_score)
 
 
 async def test_an_english_question_finds_the_german_passage(embedder: LocalEmbedder) -> None:
