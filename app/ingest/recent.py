@@ -163,6 +163,22 @@ async def parse_remembered(
     kept = await recall(recent, key, filename)
     if kept is not None:
         return kept
+    return await parse_and_keep(
+        recent, key, path, filename, content_type, limits=limits, pdf_extract_images=pdf_extract_images
+    )
+
+
+async def parse_and_keep(
+    recent: RecentParses,
+    key: str,
+    path: Path,
+    filename: str,
+    content_type: str | None,
+    *,
+    limits: ParseLimits,
+    pdf_extract_images: bool,
+) -> LoadedDocument:
+    """`parse_in_worker`, keeping the document under `key` when it was expensive (`recall` said no)."""
     started = time.monotonic()
     document = await parse_in_worker(
         path, filename, content_type, limits=limits, pdf_extract_images=pdf_extract_images

@@ -17,7 +17,7 @@ from pathlib import Path
 from app.errors import NotFound
 from app.ingest.chunking import clean_text
 from app.ingest.loaders import safe_basename
-from app.ingest.recent import parse_remembered, recall, recent_parses
+from app.ingest.recent import parse_and_keep, recall, recent_parses
 from app.ingest.types import Block, LoadedDocument
 from app.ingest.v2.context import V2Context
 from app.ingest.worker import parse_in_worker
@@ -222,9 +222,9 @@ async def parse_source(ctx: V2Context, source: Source, tmp_dir: Path) -> LoadedD
         if kept is not None:
             return kept
         await ctx.blobs.download(source.blob_key, path)
-        return await parse_remembered(
+        return await parse_and_keep(
             recent,
-            source.checksum,
+            key,
             path,
             source.filename,
             source.content_type,
