@@ -222,12 +222,27 @@ class IndexSettings(Section):
     # but not the answers served (dev: first 0.713 = 0.713, top 5 0.861 -> 0.880, answer in a
     # passage 0.731 -> 0.722); changing it needs a reindex
     stems: bool = False
+    # German compounds indexed and asked with their words ("Paketverwaltung" also as "paket" and
+    # "verwaltung", app/text/compounds.py); changing it needs a reindex
+    compounds: bool = True
 
     @model_validator(mode="after")
     def _overlap_below_size(self) -> IndexSettings:
         if self.overlap_tokens >= self.chunk_tokens:
             raise ValueError("RAG_V2__INDEX__OVERLAP_TOKENS must be smaller than RAG_V2__INDEX__CHUNK_TOKENS")
         return self
+
+
+class EvidenceSettings(Section):
+    """What a result shows: its chunk, widened by the neighbouring chunks of its section and page."""
+
+    # characters a result's content may grow to with its neighbours (0: the chunk alone); a chunk
+    # longer than this is shown whole, alone. 1500, V1's chunk length (rag_api's CHUNK_SIZE): the
+    # reader gets no more text per passage than V1 gives it. Natural questions, dev split, answer in a
+    # passage: 0 0.759, 1500 0.796, 2000 0.806, 3000 0.815 (longer always finds more, and costs more)
+    context_chars: int = Field(1500, ge=0, le=20_000)
+    # neighbours read on each side of a result's chunk
+    context_reach: int = Field(2, ge=1, le=8)
 
 
 class V2Settings(Section):
@@ -238,6 +253,7 @@ class V2Settings(Section):
     fusion: FusionSettings = Field(default_factory=FusionSettings)
     rerank: RerankSettings = Field(default_factory=RerankSettings)
     refusal: RefusalSettings = Field(default_factory=RefusalSettings)
+    evidence: EvidenceSettings = Field(default_factory=EvidenceSettings)
 
 
 def leaf_defaults(value: BaseModel | None = None, prefix: str = ENV_PREFIX) -> dict[str, object]:

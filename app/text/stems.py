@@ -17,6 +17,8 @@ from collections.abc import Iterable, Sequence
 
 import Stemmer
 
+from app.text.compounds import split, with_parts
+
 _EN = Stemmer.Stemmer("english")
 _DE = Stemmer.Stemmer("german")
 # stems shorter than this are not trusted: "as" and "a" would meet far too many words
@@ -57,6 +59,8 @@ def lexical_key(token: str, language: str | None) -> str:
 
 # in a V2 extractor version ("v2.2+stems-<hash>"): the run's lexical channel holds stem keys
 STEMS_MARKER = "+stems"
+# ("v2.4+compounds-<hash>"): German documents' compounds are held with their words as well
+COMPOUNDS_MARKER = "+compounds"
 
 
 def stems_in_lexical(extractor_version: str) -> bool:
@@ -64,16 +68,44 @@ def stems_in_lexical(extractor_version: str) -> bool:
     return STEMS_MARKER in extractor_version.split("-", 1)[0]
 
 
-def lexical_keys(terms: Sequence[str], extractor_version: str) -> dict[str, tuple[str, ...]]:
+def compounds_in_lexical(extractor_version: str) -> bool:
+    """Whether a run of this extractor version indexed German compounds with their words."""
+    return COMPOUNDS_MARKER in extractor_version.split("-", 1)[0]
+
+
+def posting_keys(terms: Sequence[str], language: str | None, extractor_version: str) -> list[str]:
+    """The keys a chunk's terms are stored under in the lexical channel, one per term occurrence,
+    and in a German document with compounds on, one more per word of each compound."""
+    stems = stems_in_lexical(extractor_version)
+    if language == "de" and compounds_in_lexical(extractor_version):
+        terms = with_parts(terms)
+    return [lexical_key(term, language) for term in terms] if stems else list(terms)
+
+
+def lexical_keys(
+    terms: Sequence[str], extractor_version: str, *, parts: bool = True
+) -> dict[str, tuple[str, ...]]:
     """Each question term and the keys the run's lexical channel may hold it under.
 
     A chunk holds its word under its document's language's stem; the question asks for both the
     English and the German one, so it needs no language of its own (a short question has none) and
     finds a word in documents of either language. A run from before stems holds the word itself.
+    With compounds, a compound term also asks for its words' keys ("paketverwaltung": "paket",
+    "verwaltung"), which German documents hold for their compounds as well; `parts=False` leaves
+    them out (a term's own document frequency is its own keys', not its words').
     """
-    if not stems_in_lexical(extractor_version):
-        return {term: (term,) for term in terms}
-    return {term: tuple(dict.fromkeys((lexical_key(term, "en"), lexical_key(term, "de")))) for term in terms}
+    stems = stems_in_lexical(extractor_version)
+    compounds = parts and compounds_in_lexical(extractor_version)
+    out: dict[str, tuple[str, ...]] = {}
+    for term in terms:
+        words = (term, *split(term)) if compounds else (term,)
+        keys = (
+            (key for word in words for key in (lexical_key(word, "en"), lexical_key(word, "de")))
+            if stems
+            else iter(words)
+        )
+        out[term] = tuple(dict.fromkeys(keys))
+    return out
 
 
 def stem_de(token: str) -> str:

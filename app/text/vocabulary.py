@@ -30,6 +30,16 @@ def _words(language: str) -> frozenset[str]:
     return frozenset(json.loads(gzip.decompress(data)))
 
 
+def english_words() -> frozenset[str]:
+    """The English word forms, lower case."""
+    return _words("en")
+
+
+def german_words() -> frozenset[str]:
+    """The German word forms, lower case, as written (umlauts, ß)."""
+    return _words("de")
+
+
 def known(word: str) -> bool:
     """True when `word` (as written: umlauts, not their spelt-out forms) is an English or German word."""
     lowered = word.lower()

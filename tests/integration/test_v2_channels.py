@@ -31,7 +31,7 @@ from app.store.v2_search import ChannelHit, VectorPlan
 from app.store.vector_index import build_index, index_spec
 from app.text.chunks import ChunkPlace, ChunkRecord
 from app.text.normalize import normalize
-from app.text.stems import STEMS_MARKER, lexical_keys
+from app.text.stems import COMPOUNDS_MARKER, STEMS_MARKER, lexical_keys
 from app.text.tokens import SimpleTokenCounter
 from app.v2_settings import ChannelSettings, ExactWeights
 from tests.fixtures import v2_corpus
@@ -867,3 +867,38 @@ async def test_a_document_indexed_with_stems_meets_other_inflections(world: Worl
     assert {h.document_id for h in await world.lexical(["ventil"], scope=scope)} == {ids[german.file_id]}
     # the other documents keep their words as written: a stem finds nothing there
     assert await world.lexical(["valv"], scope=world.scope(*world.docs)) == []
+
+
+async def test_a_german_compound_meets_its_words(world: World) -> None:
+    """RAG_V2__INDEX__COMPOUNDS: a German document's compounds are held with their words, and a
+    question's compound asks for its words too; English documents keep their words as written."""
+    rng = np.random.default_rng(8)
+    compound = plain_doc(
+        world.owner, "pakete", ["Die Paketverwaltung installiert Software.", "Sonst nichts."]
+    )
+    apart = plain_doc(world.owner, "verwaltung", ["Die Verwaltung der Pakete übernimmt apt.", "Nichts."])
+    english = plain_doc(world.owner, "managers", ["A packagemanager installs software.", "Nothing."])
+    version = f"v2.4{COMPOUNDS_MARKER}-test"
+    ids = {}
+    for doc, language in ((compound, "de"), (apart, "de"), (english, "en")):
+        ids[doc.file_id] = await store_document(
+            world.conn,
+            world.collection_id,
+            world.run_id,
+            doc,
+            rng,
+            extractor_version=version,
+            language=language,
+        )
+    scope = world.scope(compound.file_id, apart.file_id, english.file_id)
+    # the document's compound is found by a question that writes its words apart ...
+    hits = await world.lexical(["verwaltung"], scope=scope)
+    assert {h.document_id for h in hits} == {ids[compound.file_id], ids[apart.file_id]}
+    # ... and a question's compound finds the text that writes them apart
+    keys = lexical_keys(["paketverwaltung"], f"v2.4{COMPOUNDS_MARKER}-x")
+    assert set(keys["paketverwaltung"]) == {"paketverwaltung", "paket", "verwaltung"}
+    hits = await world.lexical(list(keys["paketverwaltung"]), scope=scope)
+    assert hits[0].document_id == ids[compound.file_id]  # whole word and both words
+    assert ids[apart.file_id] in {h.document_id for h in hits}
+    # an English document is not split
+    assert await world.lexical(["manager"], scope=scope) == []

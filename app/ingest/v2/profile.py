@@ -13,7 +13,7 @@ from app.config import Settings
 from app.ingest.contextual import SENTENCE_CHARS
 from app.ingest.v2.chunk_writer import ChunkerConfig
 from app.text.entities import EntityConfig, EntityExtractor
-from app.text.stems import STEMS_MARKER
+from app.text.stems import COMPOUNDS_MARKER, STEMS_MARKER
 from app.text.tokens import TokenCounter
 from app.v2_settings import BoilerplateSettings
 
@@ -102,6 +102,8 @@ def build_profile(
         {
             "release": EXTRACTOR_RELEASE,
             "stems": index.stems,
+            # only when on: a release that adds the setting does not reindex the runs without it
+            **({"compounds": True} if index.compounds else {}),
             "counter": name,
             "window": window,
             "chunking": chunking.model_dump(mode="json"),
@@ -111,7 +113,7 @@ def build_profile(
         sort_keys=True,
     )
     # the marker tells a query how the run's lexical channel holds its words (app/text/stems.py)
-    marker = STEMS_MARKER if index.stems else ""
+    marker = (STEMS_MARKER if index.stems else "") + (COMPOUNDS_MARKER if index.compounds else "")
     version = f"v2.{EXTRACTOR_RELEASE}{marker}-{hashlib.sha256(fingerprint.encode()).hexdigest()[:12]}"
     return IndexProfile(
         counter=counter,

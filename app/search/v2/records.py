@@ -44,6 +44,9 @@ class Candidate:
     document: DocumentInfo = field(default_factory=DocumentInfo)
     # normalised entity keys of the chunk ("k 28", "12 mm", "iso 9001"), as the index stores them
     entity_keys: frozenset[str] = frozenset()
+    # where the store holds it (None for a candidate made elsewhere): its neighbours' keys
+    document_id: int | None = None
+    ordinal: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

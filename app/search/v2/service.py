@@ -27,6 +27,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import asyncpg
@@ -39,10 +40,12 @@ from app.errors import BadRequest, ConfigError, Forbidden, ServiceUnavailable
 from app.metrics import V2_CHANNEL_FAILURES, V2_QUERIES, V2_RERANK_FALLBACKS
 from app.search.planner import SearchSettings
 from app.search.v2.analysis import QueryAnalysis, QueryConfig, analyze_query
-from app.search.v2.evidence import OCR_PAGES, build_evidence, display_page
+from app.search.v2.candidates import candidate_lists
+from app.search.v2.evidence import build_evidence, display_page
 from app.search.v2.fusion import fuse
+from app.search.v2.passages import widen_results
 from app.search.v2.plan import ChannelPlan, plan_channels
-from app.search.v2.records import CHANNELS, Candidate, DocumentInfo, Fused, Scored
+from app.search.v2.records import CHANNELS, Fused, Scored
 from app.search.v2.refusal import SAFE_REFUSAL, RefusalDecision, decide_refusal
 from app.search.v2.rerank import FeatureReranker, Reranker, RerankOutcome, rerank_window
 from app.search.v2.rerank_http import HttpReranker
@@ -55,6 +58,7 @@ from app.store import v2_search as channels_sql
 from app.store.db import PoolShare, StoreInfo
 from app.store.scope import Scope, ScopeError
 from app.store.v2 import runs as v2_index
+from app.store.v2_search import ChunkDetail
 from app.text.stems import lexical_keys
 from app.v2_settings import V2Settings
 
@@ -200,35 +204,6 @@ def leans_on_meaning(analysis: QueryAnalysis, languages: Sequence[str]) -> bool:
     return analysis.prose and (analysis.language in languages or "*" in languages)
 
 
-def candidate_lists(retrieval: channels_sql.Retrieval) -> dict[str, list[Scored]]:
-    """Each channel that did not fail, its hits as scored candidates (hits without details left out)."""
-    documents: dict[int, DocumentInfo] = {}
-    candidates: dict[channels_sql.Key, Candidate] = {}
-    for key, d in retrieval.details.items():
-        # a document's fields are shaped once and shared by its chunks' candidates
-        document = documents.get(d.document_id)
-        if document is None:
-            document = documents[d.document_id] = _document(d)
-        candidates[key] = Candidate(
-            chunk_id=d.chunk_id,
-            file_id=d.file_id,
-            content=d.content,
-            search_text=d.search_text,
-            place=d.place,
-            document=document,
-            entity_keys=d.entity_keys,
-        )
-    return {
-        name: [
-            Scored(candidates[(h.document_id, h.ordinal)], h.score)
-            for h in result.hits
-            if (h.document_id, h.ordinal) in candidates
-        ]
-        for name, result in retrieval.channels.items()
-        if result.error is None
-    }
-
-
 def respond(answer: Answer, *, debug: bool) -> QueryV2Response:
     """The wire response of `answer` (with its debug output when asked)."""
     return QueryV2Response(
@@ -323,29 +298,6 @@ def debug_body(answer: Answer) -> dict[str, Any]:
     }
 
 
-# what a result carries of its document's metadata (statistics and warnings stay in its row and log)
-RESULT_METADATA = ("kind", "content_type", "page_count", "unreadable_pages")
-
-
-def _document(detail: channels_sql.ChunkDetail) -> DocumentInfo:
-    suffix = detail.filename.rsplit(".", 1)[-1].lower() if "." in detail.filename else None
-    metadata: dict[str, Any] = {k: detail.metadata[k] for k in RESULT_METADATA if k in detail.metadata}
-    metadata.setdefault("index_source", detail.source)
-    # the pages OCR read (1-based page -> confidence): the evidence gives each chunk its page's value
-    if detail.metadata.get("ocr_pages"):
-        metadata[OCR_PAGES] = detail.metadata["ocr_pages"]
-    if detail.document_number:
-        metadata.setdefault("document_number", detail.document_number)
-    return DocumentInfo(
-        filename=detail.filename,
-        title=detail.title or None,
-        language=detail.language,
-        publication_date=detail.publication_date,
-        source_type=suffix,
-        metadata=metadata,
-    )
-
-
 class V2SearchService:
     """Answers `/query_v2` for one collection, always inside the caller's `Scope`."""
 
@@ -415,10 +367,17 @@ class V2SearchService:
             )
         t_retrieved = time.perf_counter()
         ranking = await rank(analysis, retrieved.lists, retrieved.statistics, self.tuning, self.reranker)
-        # build_evidence keeps only items of the request's (allow-listed) files and numbers them
-        results = (
-            [] if ranking.decision.refuse else build_evidence(ranking.items, request.file_ids, request.k)
-        )
+        passages_ms = 0.0
+        results = []
+        if not ranking.decision.refuse:
+            items, passages_ms = await widen_results(
+                ranking.items,
+                request.k,
+                self.tuning.evidence,
+                partial(self._details, scope, retrieved.run.run_id),
+            )
+            # build_evidence keeps only items of the request's (allow-listed) files and numbers them
+            results = build_evidence(items, request.file_ids, request.k)
         timing = {
             "analysis": (t_analysis - t0) * 1000,
             "embed": retrieved.embed_ms,
@@ -426,6 +385,7 @@ class V2SearchService:
             "channels": (t_retrieved - t_analysis) * 1000,
             "fuse": ranking.fuse_ms,
             "rerank": ranking.rerank_ms,
+            "passages": passages_ms,
             "total": (time.perf_counter() - t0) * 1000,
         }
         answer = Answer(request, analysis, plan, retrieved, ranking, results, timing)
@@ -482,7 +442,8 @@ class V2SearchService:
             retrieval.channels["vector"].error = vector_error
         stats = Statistics()
         if plan.lexical_terms and retrieval.document_frequency is not None:
-            stats = lexical_statistics(retrieval.visible.chunks, keys, retrieval.document_frequency)
+            own = lexical_keys(plan.lexical_terms, run.extractor_version, parts=False)
+            stats = lexical_statistics(retrieval.visible.chunks, own, retrieval.document_frequency)
         lists = candidate_lists(retrieval)
         return Retrieved(run, retrieval, lists, stats, embed_ms, waited * 1000, planned, missing)
 
@@ -502,6 +463,11 @@ class V2SearchService:
         except Exception as exc:  # not knowing the gaps must not cost the answer
             logger.warning("V2: the look-up of files not indexed yet failed (%s)", exc.__class__.__name__)
             return []
+
+    async def _details(self, scope: Scope, run_id: int, keys: list[tuple[int, int]]) -> list[ChunkDetail]:
+        """The chunks of these keys that the scope may read (a second, short connection hold)."""
+        async with self.pool.acquire(timeout=self.timeout) as conn:
+            return await channels_sql.chunk_details(conn, scope, run_id, keys, timeout=self.timeout)
 
     async def _plan_vectors(
         self, conn: asyncpg.Connection, run_id: int, scope: Scope, vector: np.ndarray

@@ -19,7 +19,7 @@ import numpy as np
 from app.store.db import rows_affected
 from app.store.v2_search import label_key
 from app.text.chunks import ChunkRecord
-from app.text.stems import lexical_key, stems_in_lexical
+from app.text.stems import posting_keys
 
 DocumentSource = Literal["original", "derivative", "v1_chunks"]
 
@@ -259,14 +259,15 @@ def _entity_records(
 
 
 def _posting_records(
-    document_id: int, chunks: Sequence[ChunkRow], language: str | None, *, stems: bool
+    document_id: int, chunks: Sequence[ChunkRow], language: str | None, extractor_version: str
 ) -> list[tuple[int, int, str, int, int]]:
-    """The lexical channel's postings (migration 0013): one per chunk and distinct term, each cut to
-    MAX_TERM_CHARS; with `stems`, the terms are the stems of the document's language."""
+    """The lexical channel's postings (migration 0013): one per chunk and distinct key, each cut to
+    MAX_TERM_CHARS; the keys are the terms, their stems or their compounds' words as the run's
+    extractor version says (app/text/stems.py `posting_keys`); the length is the chunk's terms."""
     postings: list[tuple[int, int, str, int, int]] = []
     for row in chunks:
         terms = row.terms
-        keys = Counter((lexical_key(term, language) if stems else term)[:MAX_TERM_CHARS] for term in terms)
+        keys = Counter(key[:MAX_TERM_CHARS] for key in posting_keys(terms, language, extractor_version))
         postings.extend((document_id, row.chunk.ordinal, key, tf, len(terms)) for key, tf in keys.items())
     return postings
 
@@ -296,9 +297,7 @@ async def insert_document(
     await conn.copy_records_to_table(
         "ragoverlay_v2_postings",
         columns=list(POSTING_COPY_COLUMNS),
-        records=_posting_records(
-            document_id, chunks, document.language, stems=stems_in_lexical(document.extractor_version)
-        ),
+        records=_posting_records(document_id, chunks, document.language, document.extractor_version),
     )
     return document_id
 

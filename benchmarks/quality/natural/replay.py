@@ -54,6 +54,8 @@ class Case:
     failed: list[str] = field(default_factory=list)
     # V1 (/query_multiple's search, k 10) in the same capture: (file_id, text) nearest first
     v1: list[tuple[str, str]] = field(default_factory=list)
+    # the chunks around every candidate ((document_id, ordinal) -> Neighbour), for the passages
+    neighbours: dict[tuple[int, int], Any] = field(default_factory=dict)
 
 
 # the benchmark's data and results may live in another checkout (the one that ran it)
@@ -125,6 +127,7 @@ async def capture(
             analysis = analyze_query(q.text, QUERY_CONFIG)
             plan = plan_channels(analysis, QUERY_CONFIG.stopwords)
             retrieved = await v2.retrieve(request, scope, q.kb, plan)
+            neighbours = await _neighbours(v2, scope, retrieved, v2.tuning.evidence.context_reach)
             v1 = await search.search(q.text, scope, 10)
             cases.append(
                 Case(
@@ -142,6 +145,7 @@ async def capture(
                     statistics=retrieved.statistics,
                     failed=list(retrieved.failed),
                     v1=[(h.file_id, h.text) for h in v1.hits],
+                    neighbours=neighbours,
                 )
             )
             if n % 50 == 0:
@@ -150,6 +154,18 @@ async def capture(
     with out.open("wb") as f:
         pickle.dump({"fingerprint": corpus.fingerprint(), "cases": cases}, f)
     progress.say(f"wrote {len(cases)} cases to {out}")
+
+
+async def _neighbours(v2: Any, scope: Any, retrieved: Any, reach: int) -> dict[tuple[int, int], Any]:
+    """The chunks around every candidate of every list, read as the service reads a result's."""
+    from app.search.v2.passages import Neighbour, neighbour_keys
+    from app.search.v2.records import Fused
+
+    candidates = {id(s.candidate): s.candidate for hits in retrieved.lists.values() for s in hits}
+    items = [Fused(c, 0.0, (), {}) for c in candidates.values()]
+    keys = neighbour_keys(items, len(items), reach)
+    details = await v2._details(scope, retrieved.run.run_id, keys) if keys else []
+    return {(d.document_id, d.ordinal): Neighbour(d.content, d.place) for d in details}
 
 
 def _coerce(text: str) -> Any:
@@ -182,14 +198,21 @@ def settings_with(pairs: Sequence[str]) -> Any:
 
 async def _rank_all(cases: Sequence[Case], tuning: Any) -> list[tuple[Case, list[Any], Any]]:
     from app.search.v2.evidence import build_evidence
+    from app.search.v2.passages import widen
     from app.search.v2.rerank import FeatureReranker
     from app.search.v2.service import rank
 
     reranker = FeatureReranker(tuning.rerank.features)
+    policy = tuning.evidence
     out = []
     for case in cases:
         ranking = await rank(case.analysis, case.lists, case.statistics, tuning, reranker)
-        results = [] if ranking.decision.refuse else build_evidence(ranking.items, case.file_ids, 10)
+        items = ranking.items
+        if policy.context_chars > 0:  # as the service widens its results (app/search/v2/passages.py)
+            items = widen(
+                items, 10, case.neighbours, context_chars=policy.context_chars, reach=policy.context_reach
+            )
+        results = [] if ranking.decision.refuse else build_evidence(items, case.file_ids, 10)
         out.append((case, results, ranking))
     return out
 
