@@ -199,6 +199,11 @@ CHUNK_DETAILS = f"""
     FROM ragoverlay_v2_chunk_details({SCOPE_SQL}, $7, $8::bigint[], $9::integer[])
 """
 
+NEIGHBOURS = f"""
+    SELECT document_id, ordinal, kind, page, section, content
+    FROM ragoverlay_v2_neighbours({SCOPE_SQL}, $7::bigint[], $8::integer[])
+"""
+
 
 RETRIEVE = f"""
     SELECT *
@@ -371,6 +376,30 @@ async def chunk_details(
         timeout=timeout,
     )
     return [_detail(r) for r in rows]
+
+
+async def neighbour_chunks(
+    conn: asyncpg.Connection,
+    scope: Scope,
+    keys: Sequence[tuple[int, int]],
+    *,
+    timeout: float | None = None,  # noqa: ASYNC109 - asyncpg's own per-statement timeout
+) -> dict[Key, tuple[str, ChunkPlace]]:
+    """The text and place (kind, page, section) of these (document_id, ordinal) chunks that the scope
+    may read; a key it may not read, or of no chunk, is left out."""
+    scope.for_reading()
+    if not keys:
+        return {}
+    rows = await conn.fetch(
+        NEIGHBOURS, *scope.sql_args(), [int(d) for d, _ in keys], [int(o) for _, o in keys], timeout=timeout
+    )
+    return {
+        (r["document_id"], r["ordinal"]): (
+            r["content"],
+            ChunkPlace(kind=r["kind"], page=r["page"], section=tuple(r["section"])),
+        )
+        for r in rows
+    }
 
 
 # --- /query_v2's one statement, and its fallback ---------------------------------------------------

@@ -372,8 +372,13 @@ async def test_foreign_files_and_other_owners_never_appear(world: World) -> None
         every = [(foreign_doc, 0), (foreign_doc, 1), *world.search_texts(list(world.docs))]
         details = await search.chunk_details(conn, scope, run, every)
         assert foreign_doc not in {d.document_id for d in details}
+        # the passages' neighbour read: the same rule, row by row
+        neighbours = await search.neighbour_chunks(conn, scope, every)
+        assert foreign_doc not in {d for d, _ in neighbours}
+        if scope is listed:
+            assert set(neighbours) == {(d.document_id, d.ordinal) for d in details}
         if scope is stranger:
-            assert hits == [] and details == []
+            assert hits == [] and details == [] and neighbours == {}
             assert await search.visible(conn, scope, run) == search.Visible(0, 0, 0.0)
     # in its own owner's scope the same questions find the foreign file: what was kept out was there
     theirs = world.scope(world.foreign, owner=world.foreign_owner)
@@ -390,6 +395,12 @@ async def test_foreign_files_and_other_owners_never_appear(world: World) -> None
         await world.lexical(["pump"], scope=deleting)
     with pytest.raises(ScopeError):
         await world.vector(unit(1.0), limit=5, walk=True, scope=deleting)
+    with pytest.raises(ScopeError):
+        await search.neighbour_chunks(conn, deleting, [(foreign_doc, 0)])
+    with pytest.raises(asyncpg.RaiseError, match="any-owner"):
+        await conn.fetch(
+            f"SELECT * FROM ragoverlay_v2_neighbours({SCOPE_SQL}, '{{1}}', '{{0}}')", *deleting.sql_args()
+        )
     with pytest.raises(asyncpg.RaiseError, match="any-owner"):
         await conn.fetch(
             f"SELECT * FROM ragoverlay_v2_visible_documents({SCOPE_SQL}, $7)", *deleting.sql_args(), run

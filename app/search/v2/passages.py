@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from app.search.context import overlap_length
 from app.search.v2.records import Fused
 from app.store.scope import ScopeError
-from app.store.v2_search import ChunkDetail
 from app.text.chunks import ChunkPlace
 from app.v2_settings import EvidenceSettings
 
@@ -195,10 +194,11 @@ async def widen_results(
     items: Sequence[Fused],
     k: int,
     policy: EvidenceSettings,
-    read: Callable[[list[Key]], Awaitable[Sequence[ChunkDetail]]],
+    read: Callable[[list[Key], list[str]], Awaitable[Mapping[Key, tuple[str, ChunkPlace]]]],
 ) -> tuple[list[Fused], float]:
-    """`widen` with the neighbours `read` returns (the store's chunk details, in the caller's scope),
-    and the milliseconds it took; on a failed read the items as they are (they answer without it)."""
+    """`widen` with the neighbours `read` returns (key -> text and place, read in the caller's scope
+    narrowed to the results' files, which it is also given), and the milliseconds it took; on a
+    failed read the items as they are (they answer without it)."""
     if policy.context_chars <= 0:
         return list(items), 0.0
     keys = neighbour_keys(items, k, policy.context_reach)
@@ -206,12 +206,12 @@ async def widen_results(
         return list(items), 0.0
     t0 = time.perf_counter()
     try:
-        details = await read(keys)
+        found = await read(keys, list(dict.fromkeys(item.candidate.file_id for item in items[:k])))
     except ScopeError:
         raise  # a programming error, not a failed read
     except Exception as exc:  # a timeout or a lost connection: the ranked chunks still answer
         logger.warning("V2 passages: reading the neighbouring chunks failed (%s)", exc.__class__.__name__)
         return list(items), (time.perf_counter() - t0) * 1000
-    neighbours = {(d.document_id, d.ordinal): Neighbour(d.content, d.place) for d in details}
+    neighbours = {key: Neighbour(text, place) for key, (text, place) in found.items()}
     widened = widen(items, k, neighbours, context_chars=policy.context_chars, reach=policy.context_reach)
     return widened, (time.perf_counter() - t0) * 1000

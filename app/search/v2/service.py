@@ -58,7 +58,7 @@ from app.store import v2_search as channels_sql
 from app.store.db import PoolShare, StoreInfo
 from app.store.scope import Scope, ScopeError
 from app.store.v2 import runs as v2_index
-from app.store.v2_search import ChunkDetail
+from app.text.chunks import ChunkPlace
 from app.text.stems import lexical_keys
 from app.v2_settings import V2Settings
 
@@ -374,7 +374,7 @@ class V2SearchService:
                 ranking.items,
                 request.k,
                 self.tuning.evidence,
-                partial(self._details, scope, retrieved.run.run_id),
+                partial(self.neighbours, scope),
             )
             # build_evidence keeps only items of the request's (allow-listed) files and numbers them
             results = build_evidence(items, request.file_ids, request.k)
@@ -464,10 +464,16 @@ class V2SearchService:
             logger.warning("V2: the look-up of files not indexed yet failed (%s)", exc.__class__.__name__)
             return []
 
-    async def _details(self, scope: Scope, run_id: int, keys: list[tuple[int, int]]) -> list[ChunkDetail]:
-        """The chunks of these keys that the scope may read (a second, short connection hold)."""
+    async def neighbours(
+        self, scope: Scope, keys: list[tuple[int, int]], files: list[str]
+    ) -> dict[tuple[int, int], tuple[str, ChunkPlace]]:
+        """The text and place of these chunks that the scope, narrowed to `files` (within its own
+        allow-list: narrower, never wider), may read; a second, short connection hold."""
+        if scope.file_ids is not None:
+            allowed = set(scope.file_ids)
+            scope = scope.with_files(f for f in files if f in allowed)
         async with self.pool.acquire(timeout=self.timeout) as conn:
-            return await channels_sql.chunk_details(conn, scope, run_id, keys, timeout=self.timeout)
+            return await channels_sql.neighbour_chunks(conn, scope, keys, timeout=self.timeout)
 
     async def _plan_vectors(
         self, conn: asyncpg.Connection, run_id: int, scope: Scope, vector: np.ndarray

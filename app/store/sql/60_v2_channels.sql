@@ -514,6 +514,30 @@ BEGIN
 END;
 $$;
 
+-- The text and place of these chunks (document_id, ordinal) that the scope may read: the neighbours
+-- a result's passage is widened by (app/search/v2/passages.py). The keys are the neighbours of
+-- chunks the same request's statement found in the run, so they are of the run's documents; the
+-- scope decides here, row by row, as everywhere. Primary-key reads only: no visible set is built.
+DROP FUNCTION IF EXISTS ragoverlay_v2_neighbours;
+CREATE FUNCTION ragoverlay_v2_neighbours(p_scope ragoverlay_scope, p_documents bigint[], p_ordinals integer[])
+RETURNS TABLE (document_id bigint, ordinal integer, kind text, page integer, section text[], content text)
+LANGUAGE plpgsql
+STABLE
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF (p_scope).any_owner THEN
+        RAISE EXCEPTION 'ragoverlay_v2_neighbours: an any-owner scope is for deletes only';
+    END IF;
+    RETURN QUERY
+        SELECT c.document_id, c.ordinal, c.kind, c.page, c.section, c.content
+        FROM unnest(p_documents, p_ordinals) AS u(d, o)
+        JOIN ragoverlay_v2_chunks c ON c.document_id = u.d AND c.ordinal = u.o
+        WHERE ragoverlay_in_scope(p_scope, c.collection_id, c.file_id, c.owner);
+END;
+$$;
+
 DROP FUNCTION IF EXISTS ragoverlay_v2_chunk_details;
 CREATE FUNCTION ragoverlay_v2_chunk_details(
     p_scope ragoverlay_scope, p_run bigint, p_documents bigint[], p_ordinals integer[])

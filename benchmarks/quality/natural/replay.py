@@ -164,8 +164,8 @@ async def _neighbours(v2: Any, scope: Any, retrieved: Any, reach: int) -> dict[t
     candidates = {id(s.candidate): s.candidate for hits in retrieved.lists.values() for s in hits}
     items = [Fused(c, 0.0, (), {}) for c in candidates.values()]
     keys = neighbour_keys(items, len(items), reach)
-    details = await v2._details(scope, retrieved.run.run_id, keys) if keys else []
-    return {(d.document_id, d.ordinal): Neighbour(d.content, d.place) for d in details}
+    found = await v2.neighbours(scope, keys, list(scope.file_ids or ())) if keys else {}
+    return {key: Neighbour(text, place) for key, (text, place) in found.items()}
 
 
 def _coerce(text: str) -> Any:

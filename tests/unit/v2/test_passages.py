@@ -105,7 +105,7 @@ async def test_widen_results_reads_only_when_on_and_answers_without_a_failed_rea
     hit = item(1, 5, "hit", page=3, section=("Install", "Options"))
     asked: list[list[tuple[int, int]]] = []
 
-    async def read(keys: list[tuple[int, int]]) -> list[object]:
+    async def read(keys: list[tuple[int, int]], files: list[str]) -> dict[object, object]:
         asked.append(keys)
         raise TimeoutError
 
@@ -115,7 +115,7 @@ async def test_widen_results_reads_only_when_on_and_answers_without_a_failed_rea
     items, _ = await widen_results([hit], 1, EvidenceSettings(context_chars=500, context_reach=1), read)
     assert items == [hit] and asked == [[(1, 4), (1, 6)]]
 
-    async def misuse(keys: list[tuple[int, int]]) -> list[object]:
+    async def misuse(keys: list[tuple[int, int]], files: list[str]) -> dict[object, object]:
         raise ScopeError("an any-owner scope is for deletes only")
 
     with pytest.raises(ScopeError):
