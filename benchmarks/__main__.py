@@ -5,7 +5,8 @@ quality ...` runs the retrieval quality benchmark instead (see `scripts/bench qu
 `python -m benchmarks pdf-text ...` the PDF text extractors (see `scripts/bench pdf-text --help`), and
 `python -m benchmarks ocr ...` OCR of scanned pages (see `scripts/bench ocr --help`), and
 `python -m benchmarks scan-retrieval ...` retrieval on scanned against text pages, and
-`python -m benchmarks tenants ...` many Agents and users with LibreChat's query mix (`scripts/bench tenants --help`)."""
+`python -m benchmarks tenants ...` many Agents and users with LibreChat's query mix
+(`scripts/bench tenants --help`)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def parse(argv: list[str]) -> Options:
         "and measure /query_multiple latency, recall@k, throughput, LibreChat's per-file fan-out "
         "and memory. Prints a markdown report; writes bench-results/<UTC>.json and latest.json.",
         epilog="Other benchmarks, each with its own --help: scripts/bench quality (retrieval quality), "
-        "v2-query (/query_v2 latency), tenants (many Agents and users, LibreChat's query mix), mcp (rag_search over MCP beside the HTTP routes), pdf-text (PDF "
+        "v2-query (/query_v2 latency), tenants (many Agents and users, LibreChat's query mix), "
+        "mcp (rag_search over MCP beside the HTTP routes), pdf-text (PDF "
         "text extractors). This help needs nothing installed; a run, or another benchmark's help, "
         "creates .venv first.",
     )
