@@ -12,6 +12,8 @@ Who owns what (rag_api's `user_id`, the namespace):
   (at most 10) in the user's own namespace (no `entity_id`): about 8,900 files.
 - Chunks per file: lognormal (sigma 1) around chunks / files, every file at least one chunk; at the
   default 200,000 chunks 5.9 per file (a 1,000-file KB holds about 6,000 rows), at 1M about 29.
+- Load order: files reach the table in a random order (as uploads over time would), so an Agent's
+  KB is spread over the table, each file's chunks together.
 - Topics: an Agent's KB is about a few topics (round(sqrt(files) / 2), 1..40), an attachment about
   any topic; vectors and texts are those of `benchmarks.corpus` (clustered around local-model
   embeddings of topic texts and questions, so that questions have coherent nearest regions).
@@ -38,7 +40,7 @@ import numpy as np
 from benchmarks import corpus as cp
 from benchmarks.recall import Judgement, VisibleRows, judge
 
-FORMAT_VERSION = 1  # bump when generation changes, so `--reuse` rebuilds stale data
+FORMAT_VERSION = 2  # bump when generation changes, so `--reuse` rebuilds stale data
 BATCH_MAX = 1000  # file ids per /query_multiple (the overlay's and the service's limit)
 ATTACH_MAX = 10
 PINNED_KB = (1000, 373)  # KB sizes set exactly, for the target rows
@@ -181,11 +183,16 @@ def make_tenants(spec: TenantSpec) -> Tenants:
         user_files.append(list(range(len(owners), len(owners) + n)))
         topics[len(owners) : len(owners) + n] = rng.integers(0, spec.topics, n)
         owners.extend([user_ids[u]] * n)
+    # files reach the table in upload order, not tenant by tenant: position p holds file order[p]
+    order = rng.permutation(files)
+    position = np.argsort(order)
     file_ids = [str(uuid.UUID(bytes=rng.bytes(16), version=4)) for _ in range(files)]
     sizes = cp.file_sizes(spec.chunks, files, rng)
     kinds = [cp.KINDS[k] for k in rng.choice(len(cp.KINDS), files, p=cp.KIND_WEIGHTS)]
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    layout = cp.Layout(file_ids, owners, sizes, topics, kinds, offsets)
+    layout = cp.Layout(file_ids, [owners[i] for i in order], sizes, topics[order], kinds, offsets)
+    agent_files = [[int(position[f]) for f in fs] for fs in agent_files]
+    user_files = [[int(position[f]) for f in fs] for fs in user_files]
     return Tenants(layout, agent_ids, agent_files, agent_topics, user_ids, user_files)
 
 

@@ -44,6 +44,11 @@ def test_every_agent_owns_its_kb_and_every_user_its_attachments() -> None:
     for u, files in enumerate(t.user_files):
         assert 1 <= len(files) <= 10 and {t.layout.owners[f] for f in files} == {t.user_ids[u]}
     assert len(t.agent_files[t.agent_with(1000)]) == 1000 and len(t.agent_files[t.agent_with(373)]) == 373
+    # every file belongs to exactly one tenant, and a KB is spread over the table (upload order)
+    every = sorted(f for fs in [*t.agent_files, *t.user_files] for f in fs)
+    assert every == list(range(len(t.layout.file_ids)))
+    kb = sorted(t.agent_files[t.agent_with(373)])
+    assert kb != list(range(kb[0], kb[0] + len(kb)))
 
 
 def test_the_mix_sends_the_whole_kb_in_batches_with_entity_id_and_attachments_without() -> None:
