@@ -4,7 +4,9 @@ quality ...` runs the retrieval quality benchmark instead (see `scripts/bench qu
 `python -m benchmarks mcp ...` `rag_search` over MCP beside the HTTP routes (`scripts/bench mcp --help`), and
 `python -m benchmarks pdf-text ...` the PDF text extractors (see `scripts/bench pdf-text --help`), and
 `python -m benchmarks ocr ...` OCR of scanned pages (see `scripts/bench ocr --help`), and
-`python -m benchmarks scan-retrieval ...` retrieval on scanned against text pages."""
+`python -m benchmarks scan-retrieval ...` retrieval on scanned against text pages, and
+`python -m benchmarks tenants ...` many Agents and users with LibreChat's query mix
+(`scripts/bench tenants --help`)."""
 
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ def parse(argv: list[str]) -> Options:
         "and measure /query_multiple latency, recall@k, throughput, LibreChat's per-file fan-out "
         "and memory. Prints a markdown report; writes bench-results/<UTC>.json and latest.json.",
         epilog="Other benchmarks, each with its own --help: scripts/bench quality (retrieval quality), "
-        "v2-query (/query_v2 latency), mcp (rag_search over MCP beside the HTTP routes), pdf-text (PDF "
+        "v2-query (/query_v2 latency), tenants (many Agents and users, LibreChat's query mix), "
+        "mcp (rag_search over MCP beside the HTTP routes), pdf-text (PDF "
         "text extractors). This help needs nothing installed; a run, or another benchmark's help, "
         "creates .venv first.",
     )
@@ -149,6 +152,10 @@ if __name__ == "__main__":
         from benchmarks.scan_retrieval import main as scan_main
 
         sys.exit(scan_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["tenants"]:
+        from benchmarks.tenants import main as tenants_main
+
+        sys.exit(tenants_main(sys.argv[2:]))
     if sys.argv[1:2] == ["v2-query"]:
         from benchmarks.v2_query import main as v2_query_main
 
