@@ -19,7 +19,7 @@ import datetime as dt
 import functools
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -384,6 +384,17 @@ def detect_language(
 ) -> str | None:
     """The language whose stopwords dominate `text` ("en", "de", ...), or None when unclear."""
     tokens = tokenize(text[: sample_tokens * 12])[:sample_tokens]
+    return language_of_tokens(tokens, profiles, min_hits=min_hits, min_ratio=min_ratio)
+
+
+def language_of_tokens(
+    tokens: Sequence[str],
+    profiles: Mapping[str, frozenset[str]] = STOPWORD_PROFILES,
+    *,
+    min_hits: int = 3,
+    min_ratio: float = 1.5,
+) -> str | None:
+    """`detect_language` of normalised tokens (a chunk's search text, split)."""
     hits = {language: sum(token in words for token in tokens) for language, words in profiles.items()}
     ranked = sorted(hits.items(), key=lambda item: (-item[1], item[0]))
     if not ranked or ranked[0][1] < min_hits:

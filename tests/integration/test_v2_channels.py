@@ -888,7 +888,15 @@ async def test_a_german_compound_meets_its_words(world: World) -> None:
         world.owner, "pakete", ["Die Paketverwaltung installiert Software.", "Sonst nichts."]
     )
     apart = plain_doc(world.owner, "verwaltung", ["Die Verwaltung der Pakete übernimmt apt.", "Nichts."])
-    english = plain_doc(world.owner, "managers", ["A packagemanager installs software.", "Nothing."])
+    english = plain_doc(
+        world.owner,
+        "managers",
+        [
+            "A packagemanager installs software.",
+            # a German passage in an English document: keyed as German, by its own language
+            "Die Netzwerkkarte wird in der Konfiguration von dem System erkannt.",
+        ],
+    )
     version = f"v2.4{COMPOUNDS_MARKER}-test"
     ids = {}
     for doc, language in ((compound, "de"), (apart, "de"), (english, "en")):
@@ -911,5 +919,7 @@ async def test_a_german_compound_meets_its_words(world: World) -> None:
     hits = await world.lexical(list(keys["paketverwaltung"]), scope=scope)
     assert hits[0].document_id == ids[compound.file_id]  # whole word and both words
     assert ids[apart.file_id] in {h.document_id for h in hits}
-    # an English document is not split
+    # an English document's English text is not split, its German passage is
     assert await world.lexical(["manager"], scope=scope) == []
+    [hit] = await world.lexical(["karte"], scope=scope)
+    assert (hit.document_id, hit.ordinal) == (ids[english.file_id], 1)

@@ -104,6 +104,8 @@ def build_profile(
             "stems": index.stems,
             # only when on: a release that adds the setting does not reindex the runs without it
             **({"compounds": True} if index.compounds else {}),
+            # a chunk's lexical keys follow its own language (else its document's)
+            "postings_language": "chunk",
             "counter": name,
             "window": window,
             "chunking": chunking.model_dump(mode="json"),

@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from app.search.v2.records import Fused
 from app.search.v2.schemas import EvidenceItem
+from app.text.entities import language_of_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ def build_evidence(items: Sequence[Fused], allowed_file_ids: Collection[str], k:
                 source_type=document.source_type,
                 channels=list(item.channels),
                 score=min(max(float(item.final_score), 0.0), 1.0),
-                language=document.language,
+                language=language_of_tokens(c.search_text.split()) or document.language,
                 publication_date=document.publication_date,
                 metadata=metadata,
             )

@@ -19,6 +19,7 @@ import numpy as np
 from app.store.db import rows_affected
 from app.store.v2_search import label_key
 from app.text.chunks import ChunkRecord
+from app.text.entities import language_of_tokens
 from app.text.stems import posting_keys
 
 DocumentSource = Literal["original", "derivative", "v1_chunks"]
@@ -267,7 +268,10 @@ def _posting_records(
     postings: list[tuple[int, int, str, int, int]] = []
     for row in chunks:
         terms = row.terms
-        keys = Counter(key[:MAX_TERM_CHARS] for key in posting_keys(terms, language, extractor_version))
+        # a chunk in another language than its document's (an English chapter of a German manual)
+        # is keyed by its own: German stems and compounds only where the text is German
+        own = language_of_tokens(terms) or language
+        keys = Counter(key[:MAX_TERM_CHARS] for key in posting_keys(terms, own, extractor_version))
         postings.extend((document_id, row.chunk.ordinal, key, tf, len(terms)) for key, tf in keys.items())
     return postings
 
