@@ -97,6 +97,22 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     await register_vector(conn)
 
 
+async def keep_session(conn: asyncpg.Connection) -> None:
+    """The pool's reset on release: nothing beyond asyncpg's own rollback of an open transaction.
+
+    asyncpg's default sends `pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL` on every
+    release: a round trip during which the connection stays taken, about a fifth of the time a
+    `/query_v2` held one with twenty at once. Pool connections keep no session state to undo:
+    advisory locks taken on them are transaction locks (`pg_advisory_xact_lock`), settings are
+    transaction- or function-local (`set_config(..., true)`, a function's `SET` clause), nothing
+    LISTENs or holds a cursor. What does keep session state runs on connections of its own: the job
+    worker's lease (LISTEN, the jobs' session locks), maintenance (`dedicated_connection`: index
+    builds, the vector copy's lock, session settings) and the migrations (`bootstrap`).
+    tests/unit/test_pool_session_state.py keeps it so. Before this is called, asyncpg rolls back a
+    transaction left open and drops the connection's listeners.
+    """
+
+
 @contextlib.asynccontextmanager
 async def dedicated_connection(dsn: str) -> AsyncIterator[asyncpg.Connection]:
     """A connection of its own, outside the pool, without a statement timeout: background work.
@@ -185,6 +201,7 @@ async def create_pool(
         max_queries=50_000,
         max_inactive_connection_lifetime=300.0,
         init=_init_connection,
+        reset=keep_session,
         loop=None,
         **options,
     )

@@ -1,4 +1,5 @@
-"""`PoolShare` on a real pool: `/query_v2`'s cap on connections leaves the rest to other requests."""
+"""The service's pool on a real server: `/query_v2`'s cap on connections (`PoolShare`) leaves the
+rest to other requests, and a released connection comes back clean without a reset query."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import asyncpg
 import pytest
 
 from app.errors import DatabaseUnavailable
-from app.store.db import PoolShare, pool_share
+from app.store.db import PoolShare, create_pool, pool_share
 from tests.fixtures.service import Database
 
 pytestmark = pytest.mark.timeout(60)
@@ -79,3 +80,31 @@ def test_query_v2_gets_half_of_the_pool_and_at_least_one_connection() -> None:
     assert pool_share(20) == 10
     assert pool_share(5) == 2
     assert pool_share(1) == 1
+
+
+async def test_a_released_connection_is_reused_without_a_reset_query_and_out_of_any_transaction(
+    database: Database,
+) -> None:
+    pool = await create_pool(
+        database.dsn, min_size=1, max_size=1, statement_timeout_ms=5000, command_timeout_s=5.0
+    )
+    sent: list[str] = []
+    try:
+        async with pool.acquire() as conn:
+            conn.add_query_logger(lambda record: sent.append(record.query))
+            pid = await conn.fetchval("SELECT pg_backend_pid()")
+            # a transaction a caller left open (not through asyncpg's transaction manager)
+            await conn.execute("BEGIN")
+            await conn.execute("SELECT pg_advisory_xact_lock(4242)")
+            assert conn.is_in_transaction()
+        async with pool.acquire() as conn:
+            assert await conn.fetchval("SELECT pg_backend_pid()") == pid  # the same session
+            assert not conn.is_in_transaction()
+            # its transaction's lock went with the rollback
+            assert await conn.fetchval("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") == 0
+            # the session's settings are the connection's own (statement_timeout from create_pool)
+            assert await conn.fetchval("SHOW statement_timeout") == "5s"
+    finally:
+        await pool.close()
+    assert "ROLLBACK" in sent
+    assert not [q for q in sent if "RESET ALL" in q or "pg_advisory_unlock_all" in q]
