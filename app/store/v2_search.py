@@ -146,6 +146,17 @@ class ChannelResult:
     path: VectorPath | None = None  # the vector channel's, once it ran
 
 
+@dataclass(frozen=True)
+class RunCheck:
+    """The run a query planned with, checked again by its statement: still the namespace's active run
+    of `index_version` (None: the newest), embedded with `embedding_model`, cut by `extractor_version`."""
+
+    namespace: str
+    index_version: str | None
+    embedding_model: str
+    extractor_version: str
+
+
 @dataclass
 class Retrieval:
     """Everything one /query_v2 reads of the run, in the scope.
@@ -161,6 +172,7 @@ class Retrieval:
     details: dict[Key, ChunkDetail]
     stages_ms: dict[str, float] = field(default_factory=dict)
     separately: bool = False
+    stale: bool = False  # the run checked (`RunCheck`) is no longer the active one: nothing was read
 
     @property
     def failed(self) -> list[str]:
@@ -208,7 +220,8 @@ NEIGHBOURS = f"""
 RETRIEVE = f"""
     SELECT *
     FROM ragoverlay_v2_retrieve({SCOPE_SQL}, $7, $8, $9::text[], $10::text[], $11, $12, $13, $14, $15, $16,
-                                $17::text[], $18, $19, $20, $21, $22::vector, $23, $24, $25, $26, $27)
+                                $17::text[], $18, $19, $20, $21, $22::vector, $23, $24, $25, $26, $27,
+                                $28, $29, $30, $31)
 """
 
 
@@ -430,8 +443,13 @@ async def retrieve(
     ask: ChannelQuery,
     *,
     timeout: float | None = None,  # noqa: ASYNC109 - asyncpg's own per-statement timeout
+    check: RunCheck | None = None,
 ) -> Retrieval:
-    """Every channel, the statistics and the found chunks' details in one statement (module docstring)."""
+    """Every channel, the statistics and the found chunks' details in one statement (module docstring).
+
+    With `check`, the statement first makes sure `run_id` is still that active run; when it is not,
+    it reads nothing and the result is `stale`.
+    """
     scope.for_reading()
     rows = await conn.fetch(
         RETRIEVE,
@@ -449,9 +467,17 @@ async def retrieve(
         float(ask.trigram_similarity),
         None if ask.query is None else np.asarray(ask.query, dtype=np.float32),
         *_vector_args(ask.vector_plan),
+        *_check_args(check),
         timeout=timeout,
     )
     return _retrieval(rows)
+
+
+def _check_args(check: RunCheck | None) -> tuple[str | None, ...]:
+    """The run check in the order the statement takes it (all None: no check)."""
+    if check is None:
+        return (None, None, None, None)
+    return (check.namespace, check.index_version, check.embedding_model, check.extractor_version)
 
 
 def _retrieval(rows: Sequence[asyncpg.Record]) -> Retrieval:
@@ -464,6 +490,8 @@ def _retrieval(rows: Sequence[asyncpg.Record]) -> Retrieval:
     statistics_failed = False
     for r in rows:
         part = r["part"]
+        if part == "stale":
+            return Retrieval(channels, visible_stats, None, details, stale=True)
         if part == "hit":
             key = (int(r["document_id"]), int(r["ordinal"]))
             channels[r["channel"]].hits.append(ChannelHit(*key, float(r["score"]), r["detail"]))

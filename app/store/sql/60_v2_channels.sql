@@ -692,6 +692,11 @@ $$;
 --   'stage'    channel ('exact', 'lexical', 'vector', 'statistics', 'details'), ms, error (the
 --              SQLSTATE when that part failed), detail (the vector path)
 -- A channel not asked (no keys nor phrases; no terms nor trigram; no vector) has no hits.
+-- With `p_namespace`, the caller planned with a run it remembered: unless `p_run` is still the
+-- namespace's active run of `p_index_version` (NULL: the newest), with the same embedding model and
+-- extractor, the statement returns one row, part 'stale', and nothing else (the caller looks the
+-- run up again). The check reads the same snapshot as the channels, so a run activated or a
+-- namespace emptied before the statement began is never served from a remembered run.
 DROP FUNCTION IF EXISTS ragoverlay_v2_retrieve;
 CREATE FUNCTION ragoverlay_v2_retrieve(
     p_scope ragoverlay_scope, p_run bigint, p_limit integer,
@@ -701,7 +706,8 @@ CREATE FUNCTION ragoverlay_v2_retrieve(
     p_terms text[], p_k1 double precision, p_b double precision, p_trigram text,
     p_trigram_similarity double precision,
     p_query vector, p_path text, p_walk text, p_candidates integer, p_ef_search integer,
-    p_max_scan_tuples integer)
+    p_max_scan_tuples integer, p_namespace text DEFAULT NULL, p_index_version text DEFAULT NULL,
+    p_embedding_model text DEFAULT NULL, p_extractor_version text DEFAULT NULL)
 RETURNS TABLE (
     part text, channel text, rank integer, document_id bigint, ordinal integer, score double precision,
     detail text, ms double precision, error text, term text, df bigint, documents bigint, chunks bigint,
@@ -723,6 +729,14 @@ DECLARE
 BEGIN
     IF (p_scope).any_owner THEN
         RAISE EXCEPTION 'ragoverlay_v2_retrieve: an any-owner scope is for deletes only';
+    END IF;
+    IF p_namespace IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM ragoverlay_v2_active_run((p_scope).collection_id, p_namespace, p_index_version) a
+        WHERE a.run_id = p_run AND a.embedding_model = p_embedding_model
+          AND a.extractor_version = p_extractor_version) THEN
+        part := 'stale';
+        RETURN NEXT;
+        RETURN;
     END IF;
     SELECT coalesce(array_agg(v.document_id), '{}'), count(*), coalesce(sum(v.chunk_count), 0),
            coalesce(sum(v.term_total), 0), coalesce(sum(v.chunk_count - v.vectors_missing), 0)
