@@ -832,6 +832,27 @@ async def test_a_channel_failing_inside_the_statement_fails_alone(world: World) 
     finally:
         await transaction.rollback()
     assert answered(await world.retrieve(question)) == answered(before)
+    # the statistics come with the lexical channel's postings: when it fails, they are read apart
+    transaction = conn.transaction()
+    await transaction.start()
+    try:
+        await conn.execute(
+            """
+            CREATE OR REPLACE FUNCTION ragoverlay_v2_bm25_in(
+                p_docs bigint[], p_n double precision, p_avgdl double precision, p_terms text[],
+                p_k1 double precision, p_b double precision, p_limit integer,
+                OUT hit_documents bigint[], OUT hit_ordinals integer[], OUT hit_scores double precision[],
+                OUT terms text[], OUT dfs bigint[])
+            LANGUAGE plpgsql STABLE AS $$ BEGIN RAISE division_by_zero; END; $$
+            """
+        )
+        broken = await world.retrieve(question)
+        assert broken.failed == ["lexical"] and broken.channels["lexical"].hits == []
+        assert broken.document_frequency == before.document_frequency == {"pump": 5, "water": 4}
+        for name in ("exact", "vector"):
+            assert broken.channels[name].hits == before.channels[name].hits
+    finally:
+        await transaction.rollback()
 
 
 async def test_the_one_statement_reads_nothing_of_a_remembered_run_no_longer_active(world: World) -> None:
