@@ -58,7 +58,8 @@ class PoolShare:
 
     `/query_v2` holds its connection through longer statements than any other request: without a
     cap, twenty questions at once take every connection, and a `/query_multiple`, an upload or a
-    health check waits behind them.
+    health check waits behind them. A slot counts a connection in use: it is given back when the
+    caller is done with it, while the pool is still taking the connection back.
     """
 
     def __init__(self, pool: asyncpg.Pool, limit: int) -> None:
@@ -79,12 +80,21 @@ class PoolShare:
                 f"No database connection became free within {timeout:g} s (the database is slow or "
                 "overloaded); try again shortly"
             ) from None
+        freed = False
         try:
             left = max(timeout - (time.monotonic() - started), 0.001)
             async with self.pool.acquire(timeout=left) as conn:
-                yield conn
+                try:
+                    yield conn
+                finally:
+                    # the slot is free once the caller is done, not once the pool has the connection
+                    # back: that release waits for the event loop (twice), ~60 ms of a busy loop,
+                    # and a connection on its way back does no work
+                    freed = True
+                    self._slots.release()
         finally:
-            self._slots.release()
+            if not freed:
+                self._slots.release()
 
 
 def pool_share(pool_size: int) -> int:

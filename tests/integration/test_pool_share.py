@@ -76,6 +76,53 @@ async def test_a_full_share_times_out_and_gives_back_what_it_took(pool: asyncpg.
         assert await conn.fetchval("SELECT 3") == 3
 
 
+async def test_a_slot_is_free_once_its_caller_is_done_while_the_pool_takes_the_connection_back(
+    pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    share = PoolShare(pool, 1)
+    returning = asyncio.Event()
+    gate = asyncio.Event()
+    release = asyncpg.Pool.release
+
+    async def slow_release(
+        self: asyncpg.Pool,
+        conn: asyncpg.Connection,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - asyncpg's signature
+    ) -> None:
+        returning.set()
+        await gate.wait()  # the pool's own release, held back
+        await release(self, conn, timeout=timeout)
+
+    monkeypatch.setattr(asyncpg.Pool, "release", slow_release)
+
+    entered = asyncio.Event()
+
+    async def done_at_once() -> None:
+        async with share.acquire(timeout=5) as conn:
+            await conn.fetchval("SELECT 1")
+
+    async def next_caller() -> None:
+        async with share.acquire(timeout=5) as conn:
+            entered.set()
+            await conn.fetchval("SELECT 2")
+
+    first = asyncio.create_task(done_at_once())
+    second: asyncio.Task[None] | None = None
+    try:
+        await returning.wait()
+        second = asyncio.create_task(next_caller())
+        # the share's only slot is free while the first connection is still on its way back
+        async with asyncio.timeout(5):
+            await entered.wait()
+        assert not first.done()
+    finally:
+        gate.set()
+        await asyncio.gather(first, *([second] if second is not None else []))
+    async with share.acquire(timeout=5) as conn:  # every slot came back
+        assert await conn.fetchval("SELECT 4") == 4
+
+
 def test_query_v2_gets_half_of_the_pool_and_at_least_one_connection() -> None:
     assert pool_share(20) == 10
     assert pool_share(5) == 2
