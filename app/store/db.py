@@ -97,9 +97,14 @@ class PoolShare:
                 self._slots.release()
 
 
+# connections `/query_v2` leaves to every other request (V1 searches, uploads, health checks)
+POOL_RESERVE = 10
+
+
 def pool_share(pool_size: int) -> int:
-    """The connections `/query_v2` may hold at once: half the pool (DB_POOL_MAX_SIZE), at least one."""
-    return max(1, pool_size // 2)
+    """The connections `/query_v2` may hold at once: all of DB_POOL_MAX_SIZE but POOL_RESERVE (but
+    half, in a pool under twice the reserve), at least one: 20 of the default 30."""
+    return max(1, pool_size - min(POOL_RESERVE, pool_size // 2))
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:

@@ -508,7 +508,7 @@ async def test_twenty_concurrent_queries_share_the_default_pool(
 ) -> None:
     service = resources(world.client).v2_search
     assert service is not None
-    assert world.settings.db_pool_max_size == 20  # the default; /query_v2 takes at most half
+    assert world.settings.db_pool_max_size == 30  # the default; /query_v2 takes at most 20
     monkeypatch.setattr(service, "pool", CountingPool(service.pool))
     questions = ["What is the weight of the K 28 in kg?", "Power of model H 20", "pump pressure relief valve"]
 

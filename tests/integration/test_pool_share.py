@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
+from app.config import Settings
 from app.errors import DatabaseUnavailable
 from app.store.db import PoolShare, create_pool, pool_share
 from tests.fixtures.service import Database
@@ -123,9 +124,12 @@ async def test_a_slot_is_free_once_its_caller_is_done_while_the_pool_takes_the_c
         assert await conn.fetchval("SELECT 4") == 4
 
 
-def test_query_v2_gets_half_of_the_pool_and_at_least_one_connection() -> None:
+def test_query_v2_gets_all_but_a_reserve_of_ten_and_at_least_one_connection() -> None:
+    assert pool_share(Settings.model_fields["db_pool_max_size"].default) == 20  # the default: twenty at once
+    assert pool_share(40) == 30
     assert pool_share(20) == 10
-    assert pool_share(5) == 2
+    assert pool_share(5) == 3  # a small pool keeps half for the rest
+    assert pool_share(2) == 1
     assert pool_share(1) == 1
 
 
