@@ -29,7 +29,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import asyncpg
 import numpy as np
@@ -146,10 +146,8 @@ class ChannelResult:
     path: VectorPath | None = None  # the vector channel's, once it ran
 
 
-@dataclass(frozen=True)
-class RunCheck:
-    """The run a query planned with, checked again by its statement: still the namespace's active run
-    of `index_version` (None: the newest), embedded with `embedding_model`, cut by `extractor_version`."""
+class RunCheck(NamedTuple):
+    """The run a query planned with: still the namespace's active one (of `index_version`, None: newest)?"""
 
     namespace: str
     index_version: str | None
@@ -445,11 +443,8 @@ async def retrieve(
     timeout: float | None = None,  # noqa: ASYNC109 - asyncpg's own per-statement timeout
     check: RunCheck | None = None,
 ) -> Retrieval:
-    """Every channel, the statistics and the found chunks' details in one statement (module docstring).
-
-    With `check`, the statement first makes sure `run_id` is still that active run; when it is not,
-    it reads nothing and the result is `stale`.
-    """
+    """Every channel, the statistics and the found chunks' details in one statement (module docstring);
+    with `check`, nothing is read (`stale`) unless `run_id` is still that active run."""
     scope.for_reading()
     rows = await conn.fetch(
         RETRIEVE,
@@ -467,17 +462,10 @@ async def retrieve(
         float(ask.trigram_similarity),
         None if ask.query is None else np.asarray(ask.query, dtype=np.float32),
         *_vector_args(ask.vector_plan),
-        *_check_args(check),
+        *(check if check is not None else (None,) * len(RunCheck._fields)),
         timeout=timeout,
     )
     return _retrieval(rows)
-
-
-def _check_args(check: RunCheck | None) -> tuple[str | None, ...]:
-    """The run check in the order the statement takes it (all None: no check)."""
-    if check is None:
-        return (None, None, None, None)
-    return (check.namespace, check.index_version, check.embedding_model, check.extractor_version)
 
 
 def _retrieval(rows: Sequence[asyncpg.Record]) -> Retrieval:

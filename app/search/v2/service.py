@@ -3,15 +3,13 @@
     answer, server_timing = await service.query(request, scope, namespace, debug=admin and request.debug)
 
 1. retrieve (the I/O): the query's embedding, then on one pool connection the namespace's active
-   index run (pinned by `index_version`, else the newest active one; remembered between queries,
-   app/search/v2/active_runs.py), the vector channel's path (V1's planner,
-   app/search/v2/vectors.py) and ONE statement (app/store/v2_search.py `retrieve`): a check that the
-   run is still the active one (else the run is looked up again and the statement asked again), the
-   run's documents the `Scope` allows, computed once, the exact, lexical and vector channels over
-   them, the BM25 statistics of the query terms, and the details of every chunk found. When that
-   statement fails as a whole, the per-channel functions answer one after another on a fresh
-   connection, with the run looked up again. A query holds one connection at a time, and takes one
-   unless the statement fails.
+   index run (pinned by `index_version`, else the newest; remembered, app/search/v2/active_runs.py),
+   the vector channel's path (V1's planner, app/search/v2/vectors.py) and ONE statement
+   (app/store/v2_search.py `retrieve`): a check that the run is still the active one (else it is
+   looked up again and asked again), the run's documents the `Scope` allows, computed once, the
+   exact, lexical and vector channels over them, the BM25 statistics of the query terms, and the
+   details of every chunk found. When that statement fails as a whole, the per-channel functions
+   answer one after another on a fresh connection. A query holds one connection at a time.
 2. rank (no I/O but the reranker's): fusion, the reranker over a bounded window (a failing remote
    or local model falls back to the feature reranker) and the refusal decision.
 3. respond: the evidence, re-checked against the allow-list, and the response; its debug output,
