@@ -163,7 +163,7 @@ class Settings(BaseSettings):
     postgres_use_unix_socket: bool = Field(False, validation_alias=_env("POSTGRES_USE_UNIX_SOCKET"))
     collection_name: str = Field("testcollection", min_length=1, validation_alias=_env("COLLECTION_NAME"))
     db_pool_min_size: int = Field(1, ge=0, validation_alias=_env("DB_POOL_MIN_SIZE"))
-    db_pool_max_size: int = Field(20, ge=1, validation_alias=_env("DB_POOL_MAX_SIZE"))
+    db_pool_max_size: int = Field(30, ge=1, validation_alias=_env("DB_POOL_MAX_SIZE"))
     db_statement_timeout_ms: int = Field(30_000, ge=100, validation_alias=_env("DB_STATEMENT_TIMEOUT_MS"))
     query_timeout_ms: int = Field(10_000, ge=50, validation_alias=_env("QUERY_TIMEOUT_MS"))
     db_check_interval_s: float = Field(5.0, gt=0, le=3600, validation_alias=_env("DB_CHECK_INTERVAL_S"))

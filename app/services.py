@@ -262,7 +262,7 @@ def _v2_search(
         rerank_http = build_http_client(timeout_s=tuning.rerank.timeout_seconds)
         stack.push_async_callback(rerank_http.aclose)
     reranker = build_reranker(tuning, rerank_http, api_key=tuning.rerank.api_key)
-    # V2's statements hold their connection longest: half the pool, so that they never take all of it
+    # V2's statements hold their connection longest: all but a reserve, so they never take all of it
     connections = PoolShare(pool, pool_share(settings.db_pool_max_size))
     return V2SearchService(settings, connections, info, embedder, tuning, reranker, on_missing=on_missing)
 

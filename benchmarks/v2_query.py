@@ -3,7 +3,7 @@
     scripts/bench v2-query                          # allow-lists of 100 and 1,000 files, 10 chunks each
     scripts/bench v2-query --files 100,1000 --repeat 60 --concurrency 20 --json out.json
     scripts/bench v2-query --base /tmp/base        # the same against another checkout's service first
-    scripts/bench v2-query --base . --base-env DB_POOL_MAX_SIZE=10 --env DB_POOL_MAX_SIZE=20
+    scripts/bench v2-query --base . --base-env DB_POOL_MAX_SIZE=20 --env DB_POOL_MAX_SIZE=30
 
 It starts an embedded PostgreSQL in a temporary folder and stores one active V2 run of an Agent's
 namespace through `insert_document` (`--per-file` chunks of `--terms` words of real technical English

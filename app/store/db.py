@@ -58,7 +58,8 @@ class PoolShare:
 
     `/query_v2` holds its connection through longer statements than any other request: without a
     cap, twenty questions at once take every connection, and a `/query_multiple`, an upload or a
-    health check waits behind them.
+    health check waits behind them. A slot counts a connection in use: it is given back when the
+    caller is done with it, while the pool is still taking the connection back.
     """
 
     def __init__(self, pool: asyncpg.Pool, limit: int) -> None:
@@ -79,22 +80,52 @@ class PoolShare:
                 f"No database connection became free within {timeout:g} s (the database is slow or "
                 "overloaded); try again shortly"
             ) from None
+        freed = False
         try:
             left = max(timeout - (time.monotonic() - started), 0.001)
             async with self.pool.acquire(timeout=left) as conn:
-                yield conn
+                try:
+                    yield conn
+                finally:
+                    # the slot is free once the caller is done, not once the pool has the connection
+                    # back: that release waits for the event loop (twice), ~60 ms of a busy loop,
+                    # and a connection on its way back does no work
+                    freed = True
+                    self._slots.release()
         finally:
-            self._slots.release()
+            if not freed:
+                self._slots.release()
+
+
+# connections `/query_v2` leaves to every other request (V1 searches, uploads, health checks)
+POOL_RESERVE = 10
 
 
 def pool_share(pool_size: int) -> int:
-    """The connections `/query_v2` may hold at once: half the pool (DB_POOL_MAX_SIZE), at least one."""
-    return max(1, pool_size // 2)
+    """The connections `/query_v2` may hold at once: all of DB_POOL_MAX_SIZE but POOL_RESERVE (but
+    half, in a pool under twice the reserve), at least one: 20 of the default 30."""
+    return max(1, pool_size - min(POOL_RESERVE, pool_size // 2))
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
     """Per-connection set-up: the pgvector binary codec."""
     await register_vector(conn)
+
+
+async def keep_session(conn: asyncpg.Connection) -> None:
+    """The pool's reset on release: nothing beyond asyncpg's own rollback of an open transaction.
+
+    asyncpg's default sends `pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL` on every
+    release: a round trip during which the connection stays taken, about a fifth of the time a
+    `/query_v2` held one with twenty at once. Pool connections keep no session state to undo:
+    advisory locks taken on them are transaction locks (`pg_advisory_xact_lock`), settings are
+    transaction- or function-local (`set_config(..., true)`, a function's `SET` clause), nothing
+    LISTENs or holds a cursor. What does keep session state runs on connections of its own: the job
+    worker's lease (LISTEN, the jobs' session locks), maintenance (`dedicated_connection`: index
+    builds, the vector copy's lock, session settings) and the migrations (`bootstrap`).
+    tests/unit/test_pool_session_state.py keeps it so. Before this is called, asyncpg rolls back a
+    transaction left open and drops the connection's listeners.
+    """
 
 
 @contextlib.asynccontextmanager
@@ -185,6 +216,7 @@ async def create_pool(
         max_queries=50_000,
         max_inactive_connection_lifetime=300.0,
         init=_init_connection,
+        reset=keep_session,
         loop=None,
         **options,
     )

@@ -29,7 +29,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import asyncpg
 import numpy as np
@@ -146,6 +146,15 @@ class ChannelResult:
     path: VectorPath | None = None  # the vector channel's, once it ran
 
 
+class RunCheck(NamedTuple):
+    """The run a query planned with: still the namespace's active one (of `index_version`, None: newest)?"""
+
+    namespace: str
+    index_version: str | None
+    embedding_model: str
+    extractor_version: str
+
+
 @dataclass
 class Retrieval:
     """Everything one /query_v2 reads of the run, in the scope.
@@ -161,6 +170,7 @@ class Retrieval:
     details: dict[Key, ChunkDetail]
     stages_ms: dict[str, float] = field(default_factory=dict)
     separately: bool = False
+    stale: bool = False  # the run checked (`RunCheck`) is no longer the active one: nothing was read
 
     @property
     def failed(self) -> list[str]:
@@ -208,7 +218,8 @@ NEIGHBOURS = f"""
 RETRIEVE = f"""
     SELECT *
     FROM ragoverlay_v2_retrieve({SCOPE_SQL}, $7, $8, $9::text[], $10::text[], $11, $12, $13, $14, $15, $16,
-                                $17::text[], $18, $19, $20, $21, $22::vector, $23, $24, $25, $26, $27)
+                                $17::text[], $18, $19, $20, $21, $22::vector, $23, $24, $25, $26, $27,
+                                $28, $29, $30, $31)
 """
 
 
@@ -430,8 +441,10 @@ async def retrieve(
     ask: ChannelQuery,
     *,
     timeout: float | None = None,  # noqa: ASYNC109 - asyncpg's own per-statement timeout
+    check: RunCheck | None = None,
 ) -> Retrieval:
-    """Every channel, the statistics and the found chunks' details in one statement (module docstring)."""
+    """Every channel, the statistics and the found chunks' details in one statement (module docstring);
+    with `check`, nothing is read (`stale`) unless `run_id` is still that active run."""
     scope.for_reading()
     rows = await conn.fetch(
         RETRIEVE,
@@ -449,6 +462,7 @@ async def retrieve(
         float(ask.trigram_similarity),
         None if ask.query is None else np.asarray(ask.query, dtype=np.float32),
         *_vector_args(ask.vector_plan),
+        *(check if check is not None else (None,) * len(RunCheck._fields)),
         timeout=timeout,
     )
     return _retrieval(rows)
@@ -464,6 +478,8 @@ def _retrieval(rows: Sequence[asyncpg.Record]) -> Retrieval:
     statistics_failed = False
     for r in rows:
         part = r["part"]
+        if part == "stale":
+            return Retrieval(channels, visible_stats, None, details, stale=True)
         if part == "hit":
             key = (int(r["document_id"]), int(r["ordinal"]))
             channels[r["channel"]].hits.append(ChannelHit(*key, float(r["score"]), r["detail"]))

@@ -26,6 +26,7 @@ from app.search.v2.refusal import SAFE_REFUSAL
 from app.search.v2.rerank_http import HttpReranker
 from app.search.v2.vectors import RunVectorCache
 from app.store import v2_search
+from app.store.v2 import runs as run_store
 from app.store.v2 import vectors as vector_store
 from tests.contract.helpers import agent_id, upload
 from tests.fixtures import v2_corpus
@@ -169,6 +170,63 @@ async def test_an_unknown_index_version_is_400_naming_the_active_ones(world: Wor
     assert "'v9-never-built'" in r.json()["detail"] and "(active: v2)" in r.json()["detail"]
     pinned = await world.ask("weight of the K 28", index_version="v2")
     assert pinned.status_code == 200 and pinned.json()["index_version"] == "v2"
+
+
+async def test_a_run_activated_or_removed_since_the_last_question_is_seen_by_the_next(world: World) -> None:
+    """The service remembers each namespace's active run and its statement checks it: a run made
+    active elsewhere (as by another replica) is served by the very next question, a removed one never."""
+    found = resources(world.client)
+    collection = found.v2_search.info.collection_id
+
+    async def served() -> tuple[int, str]:
+        r = await world.ask("weight of the K 28", user=ADMIN, debug=True)
+        assert r.status_code == 200, r.text
+        return r.json()["debug"]["run"]["run_id"], r.json()["index_version"]
+
+    first = await served()
+    async with found.pool.acquire() as conn:
+        old = await run_store.get_run(conn, collection, first[0])
+        assert old is not None
+        files = [r["file_id"] for r in await conn.fetch(RUN_FILE_IDS, old.run_id)]
+        newer = await run_store.create_run(
+            conn, collection, namespace=world.agent, index_version="v9-newer",
+            extractor_version=old.extractor_version, embedding_model=old.embedding_model,
+            embedding_dim=old.embedding_dim, file_ids=files,
+        )  # fmt: skip
+        await conn.execute(STAGE_AS, newer.run_id, old.run_id)  # the same documents, staged
+        await run_store.activate_run(conn, collection, newer.run_id)
+    try:
+        assert await served() == (newer.run_id, "v9-newer")
+    finally:
+        async with found.pool.acquire() as conn:
+            await conn.execute("DELETE FROM ragoverlay_v2_runs WHERE run_id = $1", newer.run_id)
+    assert await served() == first
+    # the other namespace's run, remembered, then abandoned: refused, never served
+    r = await world.ask("secret pump", file_ids=[world.foreign], user=STRANGER, entity_id=world.other)
+    assert r.status_code == 200, r.text
+    async with found.pool.acquire() as conn:
+        taken = await conn.fetchval(ABANDON, collection, world.other)
+    try:
+        r = await world.ask("secret pump", file_ids=[world.foreign], user=STRANGER, entity_id=world.other)
+        assert r.status_code == 503, r.text
+        assert "has no active run yet" in r.json()["detail"]
+    finally:
+        async with found.pool.acquire() as conn:
+            await conn.execute("UPDATE ragoverlay_v2_runs SET status = 'active' WHERE run_id = $1", taken)
+
+
+RUN_FILE_IDS = "SELECT file_id FROM ragoverlay_v2_run_files WHERE run_id = $1"
+STAGE_AS = """
+    UPDATE ragoverlay_v2_run_files n
+    SET state = o.state, document_id = o.document_id, source = o.source, linked = o.linked, chunks = o.chunks
+    FROM ragoverlay_v2_run_files o
+    WHERE n.run_id = $1 AND o.run_id = $2 AND o.file_id = n.file_id
+"""
+ABANDON = """
+    UPDATE ragoverlay_v2_runs SET status = 'abandoned'
+    WHERE collection_id = $1 AND namespace = $2 AND status = 'active'
+    RETURNING run_id
+"""
 
 
 async def test_a_namespace_without_an_active_run_is_503_naming_the_backfill(
@@ -450,7 +508,7 @@ async def test_twenty_concurrent_queries_share_the_default_pool(
 ) -> None:
     service = resources(world.client).v2_search
     assert service is not None
-    assert world.settings.db_pool_max_size == 20  # the default; /query_v2 takes at most half
+    assert world.settings.db_pool_max_size == 30  # the default; /query_v2 takes at most 20
     monkeypatch.setattr(service, "pool", CountingPool(service.pool))
     questions = ["What is the weight of the K 28 in kg?", "Power of model H 20", "pump pressure relief valve"]
 

@@ -793,7 +793,7 @@ async def test_the_one_statement_keeps_foreign_rows_out(world: World) -> None:
     with pytest.raises(asyncpg.RaiseError, match="any-owner"):
         await world.conn.fetch(
             search.RETRIEVE, *deleting.sql_args(), world.run_id, 5, [], [], 3, 1.0, 0.9, 0.85, 0.7, 0.6,
-            ["pump"], K1, B, None, 0.6, None, "exact", None, 20, None, None,
+            ["pump"], K1, B, None, 0.6, None, "exact", None, 20, None, None, None, None, None, None,
         )  # fmt: skip
 
 
@@ -832,6 +832,81 @@ async def test_a_channel_failing_inside_the_statement_fails_alone(world: World) 
     finally:
         await transaction.rollback()
     assert answered(await world.retrieve(question)) == answered(before)
+    # the statistics come with the lexical channel's postings: when it fails, they are read apart
+    transaction = conn.transaction()
+    await transaction.start()
+    try:
+        await conn.execute(
+            """
+            CREATE OR REPLACE FUNCTION ragoverlay_v2_bm25_in(
+                p_docs bigint[], p_n double precision, p_avgdl double precision, p_terms text[],
+                p_k1 double precision, p_b double precision, p_limit integer,
+                OUT hit_documents bigint[], OUT hit_ordinals integer[], OUT hit_scores double precision[],
+                OUT terms text[], OUT dfs bigint[])
+            LANGUAGE plpgsql STABLE AS $$ BEGIN RAISE division_by_zero; END; $$
+            """
+        )
+        broken = await world.retrieve(question)
+        assert broken.failed == ["lexical"] and broken.channels["lexical"].hits == []
+        assert broken.document_frequency == before.document_frequency == {"pump": 5, "water": 4}
+        for name in ("exact", "vector"):
+            assert broken.channels[name].hits == before.channels[name].hits
+    finally:
+        await transaction.rollback()
+
+
+async def test_the_one_statement_reads_nothing_of_a_remembered_run_no_longer_active(world: World) -> None:
+    conn = world.conn
+    question = ask(terms=["pump", "water"], keys=["k 28"], phrases=["k 28"], query=unit(1.0))
+
+    async def checked(
+        namespace: str = world.owner,
+        index_version: str | None = None,
+        model: str = "test:channels",
+        extractor: str = "test-1",
+    ) -> search.Retrieval:
+        check = search.RunCheck(namespace, index_version, model, extractor)
+        return await search.retrieve(conn, world.scope(), world.run_id, question, check=check)
+
+    transaction = conn.transaction()
+    await transaction.start()
+    try:
+        assert (await checked()).stale  # the run is not active yet
+        # (the fixture links its files by hand, so the run is made active by hand too)
+        await conn.execute(
+            "UPDATE ragoverlay_v2_runs SET status = 'active', activated_at = now() WHERE run_id = $1",
+            world.run_id,
+        )
+        current = await checked()
+        assert not current.stale and answered(current) == answered(await world.retrieve(question))
+        assert current.details and current.document_frequency
+        assert not (await checked(index_version="v2")).stale
+        for other in (
+            {"index_version": "v3"},
+            {"namespace": new_id("owner")},
+            {"model": "test:another-model"},
+            {"extractor": "test-2"},
+        ):
+            stale = await checked(**other)
+            assert stale.stale and stale.details == {} and stale.document_frequency is None, other
+            assert all(r.hits == [] and r.error is None for r in stale.channels.values())
+        # a newer run of the namespace, activated: the remembered one is stale for the newest ...
+        newer = await run_store.create_run(
+            conn, world.collection_id, namespace=world.owner, index_version="v3",
+            extractor_version="test-1", embedding_model="test:channels", embedding_dim=DIMS, file_ids=[],
+        )  # fmt: skip
+        await run_store.activate_run(conn, world.collection_id, newer.run_id)
+        assert (await checked()).stale
+        assert not (await checked(index_version="v2")).stale  # ... and still the active one of its version
+        # the namespace's runs removed: stale whatever was remembered
+        await conn.execute("DELETE FROM ragoverlay_v2_runs WHERE run_id = $1", newer.run_id)
+        assert not (await checked()).stale
+        await conn.execute(
+            "UPDATE ragoverlay_v2_runs SET status = 'abandoned' WHERE run_id = $1", world.run_id
+        )
+        assert (await checked()).stale and (await checked(index_version="v2")).stale
+    finally:
+        await transaction.rollback()
 
 
 async def test_the_planner_inputs_of_a_run_are_read_again_after_their_time(world: World) -> None:

@@ -3,13 +3,13 @@
     answer, server_timing = await service.query(request, scope, namespace, debug=admin and request.debug)
 
 1. retrieve (the I/O): the query's embedding, then on one pool connection the namespace's active
-   index run (pinned by `index_version`, else the newest active one), the vector channel's path
-   (V1's planner, app/search/v2/vectors.py) and ONE statement
-   (app/store/v2_search.py `retrieve`): the run's documents the `Scope` allows, computed once, the
+   index run (pinned by `index_version`, else the newest; remembered, app/search/v2/active_runs.py),
+   the vector channel's path (V1's planner, app/search/v2/vectors.py) and ONE statement
+   (app/store/v2_search.py `retrieve`): a check that the run is still the active one (else it is
+   looked up again and asked again), the run's documents the `Scope` allows, computed once, the
    exact, lexical and vector channels over them, the BM25 statistics of the query terms, and the
    details of every chunk found. When that statement fails as a whole, the per-channel functions
-   answer one after another on a fresh connection. A query holds one connection at a time, and
-   takes one unless the statement fails.
+   answer one after another on a fresh connection. A query holds one connection at a time.
 2. rank (no I/O but the reranker's): fusion, the reranker over a bounded window (a failing remote
    or local model falls back to the feature reranker) and the refusal decision.
 3. respond: the evidence, re-checked against the allow-list, and the response; its debug output,
@@ -36,9 +36,10 @@ import numpy as np
 
 from app.clients.embeddings import Embedder, model_identity, query_space
 from app.config import Settings
-from app.errors import BadRequest, ConfigError, Forbidden, ServiceUnavailable
+from app.errors import ConfigError, Forbidden, ServiceUnavailable
 from app.metrics import V2_CHANNEL_FAILURES, V2_QUERIES, V2_RERANK_FALLBACKS
 from app.search.planner import SearchSettings
+from app.search.v2.active_runs import ActiveRunCache
 from app.search.v2.analysis import QueryAnalysis, QueryConfig, analyze_query
 from app.search.v2.candidates import candidate_lists
 from app.search.v2.evidence import build_evidence, display_page
@@ -63,6 +64,9 @@ from app.text.stems import lexical_keys
 from app.v2_settings import V2Settings
 
 logger = logging.getLogger(__name__)
+# a question's statement finds its remembered run replaced, looks it up again, and asks again; this
+# many times at most (each needs another run activated while it was asking)
+RUN_ATTEMPTS = 3
 # stopwords and intent words are the language's, not a tuning knob
 QUERY_CONFIG = QueryConfig()
 
@@ -107,6 +111,26 @@ class Retrieved:
     def failed(self) -> list[str]:
         """The channels that failed, in order."""
         return self.retrieval.failed
+
+
+@dataclass(frozen=True)
+class _Ready:
+    """What a query asks of one run: the vector plan, the lexical keys, the channels' question."""
+
+    planned: PlannedVectors | None
+    keys: dict[str, tuple[str, ...]]
+    ask: channels_sql.ChannelQuery
+    vector_error: str | None  # the run's vectors come from another model
+
+
+@dataclass(frozen=True)
+class _Read:
+    """What a query read on its connection."""
+
+    run: v2_index.RunRecord
+    ready: _Ready
+    retrieval: channels_sql.Retrieval
+    missing: list[str]
 
 
 @dataclass(frozen=True)
@@ -326,6 +350,7 @@ class V2SearchService:
             max_scan_tuples=settings.hnsw_max_scan_tuples,
         )
         self.run_vectors = RunVectorCache()
+        self.active_runs = ActiveRunCache(info.collection_id)
         self.on_missing = on_missing  # told (namespace, file ids) an answer lacks; never blocks, raises
 
     @property
@@ -403,41 +428,21 @@ class V2SearchService:
         (and is embedded even when the run turns out to have vectors of another model: rare, and
         then only the vector channel is left out).
         """
-        vector, embed_ms, vector_error = await self._embed(request.query)
+        vector, embed_ms, embed_error = await self._embed(request.query)
         t0 = time.perf_counter()
-        retrieval: channels_sql.Retrieval | None = None
-        missing: list[str] = []
         async with self.pool.acquire(timeout=self.timeout) as conn:
             waited = time.perf_counter() - t0
-            run = await self._run(conn, namespace, request.index_version)
-            if query_space(run.embedding_model) != query_space(self.model):
-                # vectors of another model are not comparable with this query's: say so, do not guess
-                vector = None
-                vector_error = f"VectorModelMismatch: {VectorModelMismatch(run.embedding_model, self.model)}"
-            planned = None if vector is None else await self._plan_vectors(conn, run.run_id, scope, vector)
-            keys = lexical_keys(plan.lexical_terms, run.extractor_version)
-            ask = self._ask(
-                plan, vector, planned, tuple(dict.fromkeys(k for ks in keys.values() for k in ks))
-            )
-            try:
-                retrieval = await channels_sql.retrieve(conn, scope, run.run_id, ask, timeout=self.timeout)
-                missing = await self._missing(conn, scope, namespace, run.run_id, retrieval)
-            except ScopeError:
-                raise  # a programming error: a fallback cannot help
-            except Exception as exc:  # the statement as a whole: timeout, lost connection, a broken part
-                logger.warning(
-                    "V2 retrieve statement failed (%s); running the channels one by one",
-                    exc.__class__.__name__,
-                )
-        if retrieval is None:
+            found = await self._read(conn, request, scope, namespace, plan, vector)
+        if found is None:
             t1 = time.perf_counter()
-            # a fresh connection: the failure may have been this one's
+            # a fresh connection (the failure may have been this one's) and a run looked up again
+            self.active_runs.forget(namespace, request.index_version)
             async with self.pool.acquire(timeout=self.timeout) as conn:
                 waited += time.perf_counter() - t1
-                retrieval = await channels_sql.retrieve_separately(
-                    conn, scope, run.run_id, ask, timeout=self.timeout
-                )
-                missing = await self._missing(conn, scope, namespace, run.run_id, retrieval)
+                found = await self._read(conn, request, scope, namespace, plan, vector, separately=True)
+        assert found is not None  # the per-channel functions catch each channel's failure
+        run, ready, retrieval, missing = found.run, found.ready, found.retrieval, found.missing
+        vector_error = ready.vector_error or embed_error
         if vector_error is not None:
             retrieval.channels["vector"].error = vector_error
         stats = Statistics()
@@ -445,7 +450,71 @@ class V2SearchService:
             own = lexical_keys(plan.lexical_terms, run.extractor_version, parts=False)
             stats = lexical_statistics(retrieval.visible.chunks, own, retrieval.document_frequency)
         lists = candidate_lists(retrieval)
-        return Retrieved(run, retrieval, lists, stats, embed_ms, waited * 1000, planned, missing)
+        return Retrieved(run, retrieval, lists, stats, embed_ms, waited * 1000, ready.planned, missing)
+
+    async def _read(
+        self,
+        conn: asyncpg.Connection,
+        request: QueryV2Request,
+        scope: Scope,
+        namespace: str,
+        plan: ChannelPlan,
+        vector: np.ndarray | None,
+        *,
+        separately: bool = False,
+    ) -> _Read | None:
+        """The run, what was asked of it, its retrieval and missing files; None when the one statement
+        failed as a whole (`separately`: the per-channel functions instead, which cannot)."""
+        for _ in range(RUN_ATTEMPTS):
+            run = await self.active_runs.run(conn, namespace, request.index_version)
+            ready = await self._prepare(conn, run, scope, plan, vector)
+            if separately:
+                retrieval = await channels_sql.retrieve_separately(
+                    conn, scope, run.run_id, ready.ask, timeout=self.timeout
+                )
+            else:
+                check = channels_sql.RunCheck(
+                    namespace, request.index_version, run.embedding_model, run.extractor_version
+                )
+                try:
+                    retrieval = await channels_sql.retrieve(
+                        conn, scope, run.run_id, ready.ask, timeout=self.timeout, check=check
+                    )
+                except ScopeError:
+                    raise  # a programming error: a fallback cannot help
+                except Exception as exc:  # the statement as a whole: timeout, lost connection, a part
+                    logger.warning(
+                        "V2 retrieve statement failed (%s); running the channels one by one",
+                        exc.__class__.__name__,
+                    )
+                    return None
+                if retrieval.stale:  # another run became the active one since it was remembered
+                    self.active_runs.forget(namespace, request.index_version)
+                    continue
+            missing = await self._missing(conn, scope, namespace, run.run_id, retrieval)
+            return _Read(run, ready, retrieval, missing)
+        raise ServiceUnavailable(
+            f"The V2 index of {namespace} changed {RUN_ATTEMPTS} times during this question; ask again"
+        )
+
+    async def _prepare(
+        self,
+        conn: asyncpg.Connection,
+        run: v2_index.RunRecord,
+        scope: Scope,
+        plan: ChannelPlan,
+        vector: np.ndarray | None,
+    ) -> _Ready:
+        """What to ask of `run`: the vector channel's plan and the lexical keys of its extractor."""
+        vector_error = None
+        if vector is not None and query_space(run.embedding_model) != query_space(self.model):
+            # vectors of another model are not comparable with this query's: say so, do not guess
+            vector = None
+            vector_error = f"VectorModelMismatch: {VectorModelMismatch(run.embedding_model, self.model)}"
+        planned = None if vector is None else await self._plan_vectors(conn, run.run_id, scope, vector)
+        keys = lexical_keys(plan.lexical_terms, run.extractor_version)
+        ask = self._ask(plan, vector, planned, tuple(dict.fromkeys(k for ks in keys.values() for k in ks)))
+        return _Ready(planned, keys, ask, vector_error)
 
     async def _missing(
         self,
@@ -522,26 +591,6 @@ class V2SearchService:
             logger.warning("V2 channel failed: %s: %s", exc.__class__.__name__, exc)
             return None, (time.perf_counter() - t0) * 1000, exc.__class__.__name__
         return vector, (time.perf_counter() - t0) * 1000, None
-
-    async def _run(
-        self, conn: asyncpg.Connection, namespace: str, index_version: str | None
-    ) -> v2_index.RunRecord:
-        """The namespace's active run (pinned by `index_version`, else the newest)."""
-        run = await v2_index.active_run(conn, self.info.collection_id, namespace, index_version)
-        if run is None and index_version is not None:
-            # a pinned version that does not exist is the request's mistake, not a passing state
-            others = await v2_index.active_runs(conn, self.info.collection_id, namespace)
-            known = ", ".join(sorted({r.index_version for r in others})) or "none"
-            raise BadRequest(
-                f"The V2 index of {namespace} has no active run of index version {index_version!r} "
-                f"(active: {known}); leave index_version out for the newest"
-            )
-        if run is None:
-            raise ServiceUnavailable(
-                f"The V2 index of {namespace} has no active run yet: its first upload queues one, or "
-                "build one with POST /v2/backfill (or scripts/v2-backfill)"
-            )
-        return run
 
 
 class VectorModelMismatch(RuntimeError):

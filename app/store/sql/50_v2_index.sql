@@ -2,6 +2,22 @@
 -- deletes rows of files takes the caller's ragoverlay_scope and checks each row with
 -- ragoverlay_in_scope(), as V1 does.
 
+-- The namespace's active run of `p_index_version` (NULL: the most recently activated one): what a
+-- query reads (app/store/v2/runs.py ACTIVE_RUN), and what /query_v2's statement re-checks when the
+-- service planned with a run it remembered (ragoverlay_v2_retrieve).
+DROP FUNCTION IF EXISTS ragoverlay_v2_active_run;
+CREATE FUNCTION ragoverlay_v2_active_run(p_collection uuid, p_namespace text, p_index_version text)
+RETURNS SETOF ragoverlay_v2_runs
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT r.* FROM ragoverlay_v2_runs r
+    WHERE r.collection_id = p_collection AND r.namespace = p_namespace AND r.status = 'active'
+      AND (p_index_version IS NULL OR r.index_version = p_index_version)
+    ORDER BY r.activated_at DESC, r.run_id DESC
+    LIMIT 1
+$$;
+
 -- The chunks of one run that the scope may read, in document order (file, then ordinal). Only rows
 -- the run links (its staged files) count: a run's content is exactly its staged ragoverlay_v2_run_files.
 DROP FUNCTION IF EXISTS ragoverlay_v2_run_chunks;

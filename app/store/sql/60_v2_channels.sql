@@ -133,10 +133,57 @@ $$;
 -- app/search/v2/bm25.py computes it,
 --     Σ_t ln(1 + (N - df + 0.5) / (df + 0.5)) · tf · (k1 + 1) / (tf + k1 · (1 - b + b · |d| / avgdl))
 -- with N, avgdl and df over the visible chunks. Only the terms' postings of the visible documents
--- are read (ragoverlay_v2_postings, index on (term, document_id)); df is counted from those same
--- postings (one posting per chunk and term), so no second lookup is needed. Best first, ties by
--- (document_id, ordinal); `rank` orders the rows.
---
+-- are read (ragoverlay_v2_postings, index on (term, document_id)), once: df is counted from those
+-- same postings (one posting per chunk and term), and returned too (`terms`, `dfs`: each distinct
+-- term with the visible chunks holding it, 0 for none), so that /query_v2's statement needs no
+-- second read for its statistics (they equal ragoverlay_v2_term_stats_in's). Best first, ties by
+-- (document_id, ordinal).
+DROP FUNCTION IF EXISTS ragoverlay_v2_bm25_in;
+CREATE FUNCTION ragoverlay_v2_bm25_in(
+    p_docs bigint[], p_n double precision, p_avgdl double precision, p_terms text[],
+    p_k1 double precision, p_b double precision, p_limit integer,
+    OUT hit_documents bigint[], OUT hit_ordinals integer[], OUT hit_scores double precision[],
+    OUT terms text[], OUT dfs bigint[])
+LANGUAGE plpgsql
+STABLE
+AS $$
+DECLARE
+    docs bigint[] := p_docs;
+    n double precision := p_n;
+    avgdl double precision := p_avgdl;
+BEGIN
+    WITH q AS (
+        SELECT DISTINCT u AS term, left(u, 200) COLLATE "C" AS key
+        FROM unnest(p_terms) AS u WHERE u IS NOT NULL AND u <> ''
+    ), postings AS MATERIALIZED (
+        SELECT p.term, p.document_id, p.ordinal, p.tf, p.term_count
+        FROM (SELECT DISTINCT q.key FROM q) k
+        JOIN ragoverlay_v2_postings p ON p.term = k.key AND p.document_id = ANY (docs)
+    ), df AS (
+        SELECT p.term, count(*)::double precision AS df FROM postings p GROUP BY p.term
+    ), scored AS (
+        SELECT s.document_id, s.ordinal,
+               sum(ln(1.0 + (n - f.df + 0.5) / (f.df + 0.5)) * s.tf * (p_k1 + 1.0)
+                   / (s.tf + p_k1 * (1.0 - p_b + p_b * (CASE WHEN avgdl > 0 THEN s.term_count / avgdl
+                                                              ELSE 0.0 END)))) AS score
+        FROM postings s JOIN df f ON f.term = s.term
+        WHERE n > 0
+        GROUP BY s.document_id, s.ordinal
+        ORDER BY 3 DESC, 1, 2
+        LIMIT greatest(p_limit, 0)
+    )
+    SELECT h.documents, h.ordinals, h.scores, t.terms, t.dfs
+    INTO hit_documents, hit_ordinals, hit_scores, terms, dfs
+    FROM (SELECT array_agg(s.document_id ORDER BY s.score DESC, s.document_id, s.ordinal) AS documents,
+                 array_agg(s.ordinal ORDER BY s.score DESC, s.document_id, s.ordinal) AS ordinals,
+                 array_agg(s.score ORDER BY s.score DESC, s.document_id, s.ordinal) AS scores
+          FROM scored s) h,
+         (SELECT array_agg(q.term ORDER BY q.term) AS terms,
+                 array_agg(coalesce(f.df, 0)::bigint ORDER BY q.term) AS dfs
+          FROM q LEFT JOIN df f ON f.term = q.key) t;
+END;
+$$;
+
 -- With `p_trigram` (the caller passes it for short identifier-like queries, normalised), chunks with
 -- an entity whose normalised form looks like it follow the BM25 hits, de-duplicated, in the slots
 -- `p_limit` leaves: detail 'trigram', score = pg_trgm similarity in 0..1, best first, one row per
@@ -151,7 +198,45 @@ $$;
 -- "abc 1234" 0.5): different codes name different things. The index answers `%` at
 -- pg_trgm.similarity_threshold, set to that value for that one statement (so the GIN index drops most
 -- candidates itself) and put back after it.
--- The core takes the visible documents `p_docs` with N (`p_n`, their chunks) and avgdl.
+DROP FUNCTION IF EXISTS ragoverlay_v2_trigram_in;
+CREATE FUNCTION ragoverlay_v2_trigram_in(
+    p_scope ragoverlay_scope, p_docs bigint[], p_trigram text, p_trigram_similarity double precision,
+    p_limit integer, p_hit_documents bigint[], p_hit_ordinals integer[])
+RETURNS TABLE (document_id bigint, ordinal integer, similarity double precision)
+LANGUAGE plpgsql
+STABLE
+AS $$
+#variable_conflict use_column
+DECLARE
+    docs bigint[] := p_docs;
+    threshold text;
+BEGIN
+    IF p_trigram IS NULL OR p_trigram = '' OR p_limit <= 0 THEN
+        RETURN;
+    END IF;
+    -- loads pg_trgm in this session, so that its setting exists (a placeholder only a superuser sets)
+    PERFORM similarity('', '');
+    threshold := current_setting('pg_trgm.similarity_threshold');
+    PERFORM set_config('pg_trgm.similarity_threshold', p_trigram_similarity::real::text, true);
+    RETURN QUERY
+        SELECT e.document_id, e.ordinal, max(similarity(p_trigram, e.normalized))::double precision
+        FROM ragoverlay_v2_entities e
+        WHERE e.normalized % p_trigram
+          AND e.document_id = ANY (docs)
+          AND ragoverlay_in_scope(p_scope, e.collection_id, e.file_id, e.owner)
+          AND NOT EXISTS (SELECT 1 FROM unnest(p_hit_documents, p_hit_ordinals) AS h(d, o)
+                          WHERE h.d = e.document_id AND h.o = e.ordinal)
+        GROUP BY e.document_id, e.ordinal
+        -- compared as pg_trgm computes it, in real
+        HAVING max(similarity(p_trigram, e.normalized)) >= p_trigram_similarity::real
+        ORDER BY 3 DESC, 1, 2
+        LIMIT p_limit;
+    PERFORM set_config('pg_trgm.similarity_threshold', threshold, true);
+END;
+$$;
+
+-- The lexical channel's rows: the BM25 hits, then the trigram look-alikes; `rank` orders them. The
+-- core takes the visible documents `p_docs` with N (`p_n`, their chunks) and avgdl.
 DROP FUNCTION IF EXISTS ragoverlay_v2_lexical_in;
 CREATE FUNCTION ragoverlay_v2_lexical_in(
     p_scope ragoverlay_scope, p_docs bigint[], p_n double precision, p_avgdl double precision,
@@ -163,72 +248,25 @@ STABLE
 AS $$
 #variable_conflict use_column
 DECLARE
-    docs bigint[] := p_docs;
-    n double precision := p_n;
-    avgdl double precision := p_avgdl;
-    hit_docs bigint[];
-    hit_ordinals integer[];
-    hit_scores double precision[];
+    bm25 record;
     found integer;
-    threshold text;
 BEGIN
     IF (p_scope).any_owner THEN
         RAISE EXCEPTION 'ragoverlay_v2_lexical: an any-owner scope is for deletes only';
     END IF;
-    IF n = 0 OR p_limit <= 0 THEN
+    IF p_n = 0 OR p_limit <= 0 THEN
         RETURN;
     END IF;
-    WITH q AS (
-        SELECT DISTINCT left(u, 200) COLLATE "C" AS term
-        FROM unnest(p_terms) AS u WHERE u IS NOT NULL AND u <> ''
-    ), postings AS (
-        SELECT p.document_id, p.ordinal, p.tf, p.term_count,
-               count(*) OVER (PARTITION BY p.term)::double precision AS df
-        FROM q
-        JOIN ragoverlay_v2_postings p ON p.term = q.term AND p.document_id = ANY (docs)
-    ), scored AS (
-        SELECT s.document_id, s.ordinal,
-               sum(ln(1.0 + (n - s.df + 0.5) / (s.df + 0.5)) * s.tf * (p_k1 + 1.0)
-                   / (s.tf + p_k1 * (1.0 - p_b + p_b * (CASE WHEN avgdl > 0 THEN s.term_count / avgdl
-                                                              ELSE 0.0 END)))) AS score
-        FROM postings s
-        GROUP BY s.document_id, s.ordinal
-        ORDER BY 3 DESC, 1, 2
-        LIMIT p_limit
-    )
-    SELECT array_agg(s.document_id ORDER BY s.score DESC, s.document_id, s.ordinal),
-           array_agg(s.ordinal ORDER BY s.score DESC, s.document_id, s.ordinal),
-           array_agg(s.score ORDER BY s.score DESC, s.document_id, s.ordinal)
-    INTO hit_docs, hit_ordinals, hit_scores
-    FROM scored s;
-    found := coalesce(cardinality(hit_docs), 0);
+    SELECT * INTO bm25 FROM ragoverlay_v2_bm25_in(p_docs, p_n, p_avgdl, p_terms, p_k1, p_b, p_limit);
+    found := coalesce(cardinality(bm25.hit_documents), 0);
     RETURN QUERY
         SELECT h.ord::integer, h.d, h.o, h.s, 'bm25'::text
-        FROM unnest(hit_docs, hit_ordinals, hit_scores) WITH ORDINALITY AS h(d, o, s, ord);
-    IF p_trigram IS NULL OR p_trigram = '' OR found >= p_limit THEN
-        RETURN;
-    END IF;
-    -- loads pg_trgm in this session, so that its setting exists (a placeholder only a superuser sets)
-    PERFORM similarity('', '');
-    threshold := current_setting('pg_trgm.similarity_threshold');
-    PERFORM set_config('pg_trgm.similarity_threshold', p_trigram_similarity::real::text, true);
+        FROM unnest(bm25.hit_documents, bm25.hit_ordinals, bm25.hit_scores) WITH ORDINALITY AS h(d, o, s, ord);
     RETURN QUERY
         SELECT (found + row_number() OVER (ORDER BY t.similarity DESC, t.document_id, t.ordinal))::integer,
                t.document_id, t.ordinal, t.similarity, 'trigram'::text
-        FROM (SELECT e.document_id, e.ordinal,
-                     max(similarity(p_trigram, e.normalized))::double precision AS similarity
-              FROM ragoverlay_v2_entities e
-              WHERE e.normalized % p_trigram
-                AND e.document_id = ANY (docs)
-                AND ragoverlay_in_scope(p_scope, e.collection_id, e.file_id, e.owner)
-                AND NOT EXISTS (SELECT 1 FROM unnest(hit_docs, hit_ordinals) AS h(d, o)
-                                WHERE h.d = e.document_id AND h.o = e.ordinal)
-              GROUP BY e.document_id, e.ordinal
-              -- compared as pg_trgm computes it, in real
-              HAVING max(similarity(p_trigram, e.normalized)) >= p_trigram_similarity::real
-              ORDER BY 3 DESC, 1, 2
-              LIMIT p_limit - found) t;
-    PERFORM set_config('pg_trgm.similarity_threshold', threshold, true);
+        FROM ragoverlay_v2_trigram_in(p_scope, p_docs, p_trigram, p_trigram_similarity, p_limit - found,
+                                      bm25.hit_documents, bm25.hit_ordinals) t;
 END;
 $$;
 
@@ -604,27 +642,47 @@ BEGIN
 END;
 $$;
 
+-- The lexical channel with the statistics its postings give (`terms`, `dfs`: see ragoverlay_v2_bm25_in).
 DROP FUNCTION IF EXISTS ragoverlay_v2_try_lexical;
 CREATE FUNCTION ragoverlay_v2_try_lexical(
     p_scope ragoverlay_scope, p_docs bigint[], p_n double precision, p_avgdl double precision,
     p_terms text[], p_k1 double precision, p_b double precision, p_limit integer, p_trigram text,
     p_trigram_similarity double precision,
     OUT hit_documents bigint[], OUT hit_ordinals integer[], OUT hit_scores double precision[],
-    OUT hit_details text[], OUT path text, OUT error text, OUT ms double precision)
+    OUT hit_details text[], OUT path text, OUT error text, OUT ms double precision,
+    OUT terms text[], OUT dfs bigint[])
 LANGUAGE plpgsql
 STABLE
 AS $$
 DECLARE
     started timestamptz := clock_timestamp();
+    bm25 record;
+    found integer;
 BEGIN
     BEGIN
-        SELECT array_agg(x.document_id ORDER BY x.rank), array_agg(x.ordinal ORDER BY x.rank),
-               array_agg(x.score ORDER BY x.rank), array_agg(x.detail ORDER BY x.rank)
-        INTO hit_documents, hit_ordinals, hit_scores, hit_details
-        FROM ragoverlay_v2_lexical_in(p_scope, p_docs, p_n, p_avgdl, p_terms, p_k1, p_b, p_limit,
-                                      p_trigram, p_trigram_similarity) x;
+        SELECT * INTO bm25
+        FROM ragoverlay_v2_bm25_in(p_docs, p_n, p_avgdl, p_terms, p_k1, p_b, p_limit);
+        terms := bm25.terms;
+        dfs := bm25.dfs;
+        IF p_n > 0 AND p_limit > 0 THEN
+            found := coalesce(cardinality(bm25.hit_documents), 0);
+            -- the look-alikes after the BM25 hits, in the order ragoverlay_v2_lexical_in ranks them
+            SELECT bm25.hit_documents || coalesce(array_agg(t.document_id ORDER BY t.similarity DESC,
+                                                            t.document_id, t.ordinal), '{}'),
+                   bm25.hit_ordinals || coalesce(array_agg(t.ordinal ORDER BY t.similarity DESC,
+                                                           t.document_id, t.ordinal), '{}'),
+                   bm25.hit_scores || coalesce(array_agg(t.similarity ORDER BY t.similarity DESC,
+                                                         t.document_id, t.ordinal), '{}'),
+                   array_fill('bm25'::text, ARRAY[found]) || coalesce(array_agg('trigram'::text), '{}')
+            INTO hit_documents, hit_ordinals, hit_scores, hit_details
+            FROM ragoverlay_v2_trigram_in(p_scope, p_docs, p_trigram, p_trigram_similarity, p_limit - found,
+                                          bm25.hit_documents, bm25.hit_ordinals) t;
+            IF cardinality(hit_documents) = 0 THEN
+                hit_documents := NULL; hit_ordinals := NULL; hit_scores := NULL; hit_details := NULL;
+            END IF;
+        END IF;
     EXCEPTION WHEN OTHERS THEN
-        hit_documents := NULL; error := SQLSTATE;
+        hit_documents := NULL; terms := NULL; dfs := NULL; error := SQLSTATE;
     END;
     ms := 1000 * extract(epoch FROM clock_timestamp() - started);
 END;
@@ -692,6 +750,11 @@ $$;
 --   'stage'    channel ('exact', 'lexical', 'vector', 'statistics', 'details'), ms, error (the
 --              SQLSTATE when that part failed), detail (the vector path)
 -- A channel not asked (no keys nor phrases; no terms nor trigram; no vector) has no hits.
+-- With `p_namespace`, the caller planned with a run it remembered: unless `p_run` is still the
+-- namespace's active run of `p_index_version` (NULL: the newest), with the same embedding model and
+-- extractor, the statement returns one row, part 'stale', and nothing else (the caller looks the
+-- run up again). The check reads the same snapshot as the channels, so a run activated or a
+-- namespace emptied before the statement began is never served from a remembered run.
 DROP FUNCTION IF EXISTS ragoverlay_v2_retrieve;
 CREATE FUNCTION ragoverlay_v2_retrieve(
     p_scope ragoverlay_scope, p_run bigint, p_limit integer,
@@ -701,7 +764,8 @@ CREATE FUNCTION ragoverlay_v2_retrieve(
     p_terms text[], p_k1 double precision, p_b double precision, p_trigram text,
     p_trigram_similarity double precision,
     p_query vector, p_path text, p_walk text, p_candidates integer, p_ef_search integer,
-    p_max_scan_tuples integer)
+    p_max_scan_tuples integer, p_namespace text DEFAULT NULL, p_index_version text DEFAULT NULL,
+    p_embedding_model text DEFAULT NULL, p_extractor_version text DEFAULT NULL)
 RETURNS TABLE (
     part text, channel text, rank integer, document_id bigint, ordinal integer, score double precision,
     detail text, ms double precision, error text, term text, df bigint, documents bigint, chunks bigint,
@@ -724,6 +788,14 @@ BEGIN
     IF (p_scope).any_owner THEN
         RAISE EXCEPTION 'ragoverlay_v2_retrieve: an any-owner scope is for deletes only';
     END IF;
+    IF p_namespace IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM ragoverlay_v2_active_run((p_scope).collection_id, p_namespace, p_index_version) a
+        WHERE a.run_id = p_run AND a.embedding_model = p_embedding_model
+          AND a.extractor_version = p_extractor_version) THEN
+        part := 'stale';
+        RETURN NEXT;
+        RETURN;
+    END IF;
     SELECT coalesce(array_agg(v.document_id), '{}'), count(*), coalesce(sum(v.chunk_count), 0),
            coalesce(sum(v.term_total), 0), coalesce(sum(v.chunk_count - v.vectors_missing), 0)
     INTO docs, n_documents, n_chunks, n_terms, n_vectors
@@ -741,7 +813,13 @@ BEGIN
     SELECT * INTO r_vector FROM ragoverlay_v2_try_nearest(p_scope, p_run, docs, n_vectors, p_query, p_limit,
                                                           p_path, p_walk, p_candidates, p_ef_search,
                                                           p_max_scan_tuples);
-    SELECT * INTO r_stats FROM ragoverlay_v2_try_term_stats(docs, p_terms);
+    -- the statistics come with the lexical channel's postings; read apart only when it failed
+    IF r_lexical.error IS NULL THEN
+        SELECT r_lexical.terms AS terms, r_lexical.dfs AS dfs, NULL::text AS error, 0::double precision AS ms
+        INTO r_stats;
+    ELSE
+        SELECT * INTO r_stats FROM ragoverlay_v2_try_term_stats(docs, p_terms);
+    END IF;
     started := clock_timestamp();
     RETURN QUERY
         WITH hits AS (

@@ -223,13 +223,8 @@ OPEN_RUNS_OF_NAMESPACE = f"""
     ORDER BY run_id
 """
 
-ACTIVE_RUN = f"""
-    SELECT {_RUN_COLUMNS} FROM ragoverlay_v2_runs
-    WHERE collection_id = $1 AND namespace = $2 AND status = 'active'
-      AND ($3::text IS NULL OR index_version = $3)
-    ORDER BY activated_at DESC, run_id DESC
-    LIMIT 1
-"""
+# the rule is the SQL function's (sql/50_v2_index.sql): /query_v2's statement re-checks it
+ACTIVE_RUN = f"SELECT {_RUN_COLUMNS} FROM ragoverlay_v2_active_run($1, $2, $3)"
 
 
 # --- runs ----------------------------------------------------------------------------------------
