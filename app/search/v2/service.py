@@ -42,7 +42,8 @@ from app.search.planner import SearchSettings
 from app.search.v2.active_runs import ActiveRunCache
 from app.search.v2.analysis import QueryAnalysis, QueryConfig, analyze_query
 from app.search.v2.candidates import candidate_lists
-from app.search.v2.evidence import build_evidence, display_page
+from app.search.v2.debug import channel_debug, plan_debug, stage_list
+from app.search.v2.evidence import build_evidence
 from app.search.v2.fusion import fuse
 from app.search.v2.passages import widen_results
 from app.search.v2.plan import ChannelPlan, plan_channels
@@ -259,40 +260,13 @@ def count_answer(answer: Answer, reranker: str) -> None:
     V2_QUERIES.labels(outcome=outcome, degraded=str(answer.degraded).lower()).inc()
 
 
-def _stage(items: Sequence[Fused] | Sequence[Scored], k: int) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for item in items[:k]:
-        c = item.candidate
-        score = item.final_score if isinstance(item, Fused) else item.score
-        out.append(
-            {
-                "chunk_id": c.chunk_id,
-                "file_id": c.file_id,
-                "page": display_page(c.place.page),
-                "score": round(float(score), 6),
-                "content": c.content,
-            }
-        )
-    return out
-
-
-def _channel_debug(result: channels_sql.ChannelResult) -> dict[str, Any]:
-    return {"hits": len(result.hits), "ms": round(result.ms, 2), "error": result.error, "path": result.path}
-
-
-def _plan_debug(planned: PlannedVectors | None) -> dict[str, Any] | None:
-    if planned is None:
-        return None
-    return {"path": planned.plan.path, "visible_estimate": planned.visible_estimate}
-
-
 def debug_body(answer: Answer) -> dict[str, Any]:
     """The admin's `debug` object: analysis, run, channels, every stage's list, refusal, timings."""
     analysis, plan, k = answer.analysis, answer.plan, answer.request.k
     retrieved, ranking = answer.retrieved, answer.ranking
-    stages = {name: _stage(retrieved.lists.get(name, []), k) for name in CHANNELS}
-    stages["fused"] = _stage(ranking.fused, k)
-    stages["reranked"] = _stage(ranking.items, k)
+    stages = {name: stage_list(retrieved.lists.get(name, []), k) for name in CHANNELS}
+    stages["fused"] = stage_list(ranking.fused, k)
+    stages["reranked"] = stage_list(ranking.items, k)
     return {
         "analysis": {
             "terms": list(analysis.terms),
@@ -304,8 +278,8 @@ def debug_body(answer: Answer) -> dict[str, Any]:
         },
         "run": {"run_id": retrieved.run.run_id, "index_version": retrieved.run.index_version},
         "missing_files": retrieved.missing,  # stored files of the request the run lacks
-        "channels": {name: _channel_debug(r) for name, r in retrieved.retrieval.channels.items()},
-        "vector_plan": _plan_debug(retrieved.vectors),
+        "channels": {name: channel_debug(r) for name, r in retrieved.retrieval.channels.items()},
+        "vector_plan": plan_debug(retrieved.vectors),
         "retrieve": {
             "statement": "per-channel fallback" if retrieved.retrieval.separately else "one",
             "stages_ms": {name: round(ms, 2) for name, ms in retrieved.retrieval.stages_ms.items()},
