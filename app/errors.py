@@ -35,8 +35,10 @@ class RagError(Exception):
     status_code: int = 500
     default_detail: str = "Internal server error"
 
-    def __init__(self, detail: str | None = None) -> None:
+    def __init__(self, detail: str | None = None, *, headers: dict[str, str] | None = None) -> None:
         self.detail = detail or self.default_detail
+        # response headers the answer carries all the same (a search's Server-Timing on its 404)
+        self.headers = headers
         super().__init__(self.detail)
 
 

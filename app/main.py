@@ -146,6 +146,8 @@ def install_error_handlers(app: FastAPI) -> None:
             logger.warning(
                 "%s (%s) on %s %s", type(exc).__name__, exc.status_code, request.method, request.url.path
             )
+        if exc.headers:
+            headers = {**(headers or {}), **exc.headers}
         return JSONResponse(
             _error_body(exc.detail, exc.status_code), status_code=exc.status_code, headers=headers
         )

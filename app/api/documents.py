@@ -91,7 +91,10 @@ async def query_multiple(
     scope = search.scope(read_namespaces(principal, entity), principal.namespace, allowed)
     outcome = await search.search(body.query, scope, body.k)
     if not outcome.hits:
-        raise NotFound("No documents found for the given query")
+        # the search's stages all the same: where a request that found nothing spent its time
+        raise NotFound(
+            "No documents found for the given query", headers={"Server-Timing": outcome.server_timing()}
+        )
     return _pairs(outcome)
 
 

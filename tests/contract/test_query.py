@@ -102,6 +102,8 @@ async def test_query_multiple_limits(client: httpx.AsyncClient) -> None:
     r = await client.post("/query_multiple", json={"query": "q", "file_ids": ok}, headers=h)
     assert r.status_code == 404
     assert r.json() == {"detail": "No documents found for the given query"}
+    # the body is rag_api's; the search's stages come along, as on an answer
+    assert "db;dur=" in r.headers["server-timing"]
 
 
 async def test_query_multiple_thousand_ids_with_a_real_one(client: httpx.AsyncClient) -> None:
