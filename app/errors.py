@@ -37,7 +37,8 @@ class RagError(Exception):
 
     def __init__(self, detail: str | None = None, *, headers: dict[str, str] | None = None) -> None:
         self.detail = detail or self.default_detail
-        # response headers the answer carries all the same (a search's Server-Timing on its 404)
+        # response headers the answer carries (WWW-Authenticate on a 401, Retry-After on a 429, a
+        # search's Server-Timing on its 404)
         self.headers = headers
         super().__init__(self.detail)
 
@@ -54,6 +55,9 @@ class Unauthorized(RagError):
 
     status_code = 401
     default_detail = "Missing or invalid Authorization header"
+
+    def __init__(self, detail: str | None = None) -> None:
+        super().__init__(detail, headers={"WWW-Authenticate": "Bearer"})
 
 
 class Forbidden(RagError):
@@ -169,7 +173,7 @@ class RateLimited(RagError):
 
     def __init__(self, detail: str | None = None, *, retry_after_s: int = 1) -> None:
         self.retry_after_s = max(1, retry_after_s)
-        super().__init__(detail)
+        super().__init__(detail, headers={"Retry-After": str(self.retry_after_s)})
 
 
 # asyncpg's InterfaceError also reports programming errors; only these messages mean a lost connection.

@@ -29,8 +29,6 @@ from app.errors import (
     DatabaseUnavailable,
     InvalidInput,
     RagError,
-    RateLimited,
-    Unauthorized,
     database_unavailable,
 )
 from app.ingest.limits import ParseLimits
@@ -131,9 +129,6 @@ def install_error_handlers(app: FastAPI) -> None:
     async def rag_error(request: Request, exc: RagError) -> JSONResponse:
         if isinstance(exc, DatabaseUnavailable):
             return await database_error(request, exc)
-        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
-        if isinstance(exc, RateLimited):
-            headers = {"Retry-After": str(exc.retry_after_s)}
         if isinstance(exc, InvalidInput):
             # the multipart routes check their fields themselves: the same rule as the handler below
             out_of_bounds = bounds_detail(exc.errors)
@@ -146,10 +141,8 @@ def install_error_handlers(app: FastAPI) -> None:
             logger.warning(
                 "%s (%s) on %s %s", type(exc).__name__, exc.status_code, request.method, request.url.path
             )
-        if exc.headers:
-            headers = {**(headers or {}), **exc.headers}
         return JSONResponse(
-            _error_body(exc.detail, exc.status_code), status_code=exc.status_code, headers=headers
+            _error_body(exc.detail, exc.status_code), status_code=exc.status_code, headers=exc.headers
         )
 
     async def database_error(request: Request, exc: Exception) -> JSONResponse:
