@@ -478,7 +478,8 @@ async def ab_bench(
 def run_ab(opts: Any) -> int:
     """`--ab REF`: the A/B run; prints the table, writes bench-results/ab-<UTC>.json."""
     from app.runtime.postgres import EmbeddedPostgres
-    from benchmarks.run import _raise_interrupt, data_root
+    from benchmarks.embedded import raise_interrupt
+    from benchmarks.run import data_root
 
     progress = Progress()
     started = datetime.now(UTC)
@@ -500,7 +501,7 @@ def run_ab(opts: Any) -> int:
         )
         out["sql_code_differs"] = True
     server = EmbeddedPostgres(root / "postgres")
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # a stop still cleans up
+    previous = signal.signal(signal.SIGTERM, raise_interrupt)  # a stop still cleans up
     code = 0
     try:
         with ref_worktree(commit, root / "ref-checkout") as tree:

@@ -8,7 +8,6 @@ import os
 import platform
 import secrets
 import shutil
-import signal
 import tempfile
 import time
 import uuid
@@ -27,7 +26,7 @@ from benchmarks import report
 from benchmarks.options import Options
 from benchmarks.progress import Progress
 from benchmarks.recall import VisibleRows
-from benchmarks.service import Configuration, ServiceProcess, configurations, make_token, terminate_all
+from benchmarks.service import Configuration, ServiceProcess, configurations, make_token
 from benchmarks.stats import summarize
 from benchmarks.workload import Client, Scenario, measure_fanout, measure_latency, measure_throughput, prime
 
@@ -612,7 +611,7 @@ async def bench(opts: Options, root: Path, info: Any, progress: Progress, result
 
 def run(opts: Options) -> int:
     """Run the benchmark; print the report; write JSON and markdown under `opts.out_dir`."""
-    from app.runtime.postgres import EmbeddedPostgres
+    from benchmarks.embedded import run_on_embedded_postgres
 
     progress = Progress()
     started = datetime.now(UTC)
@@ -631,39 +630,13 @@ def run(opts: Options) -> int:
     root, temporary = data_root(opts)
     result["data_dir"] = str(root)
     progress.say(f"data folder {root}{' (temporary)' if temporary else ''}")
-    server = EmbeddedPostgres(root / "postgres")
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    code = 0
-    try:
-        with progress.phase("postgres: start"):
-            info = server.start()
-        asyncio.run(bench(opts, root, info, progress, result))
-        if any(cfg.get("error") for cfg in result.get("configs", {}).values()):
-            code = 1
-    except KeyboardInterrupt:
-        progress.say("interrupted: stopping the service and the database")
-        result["interrupted"] = True
-        code = 130
-    except Exception as exc:
-        progress.say(f"failed: {type(exc).__name__}: {exc}")
-        result["error"] = f"{type(exc).__name__}: {exc}"
+    code = run_on_embedded_postgres(
+        root, temporary, progress, result, lambda info: bench(opts, root, info, progress, result)
+    )
+    if code == 0 and any(cfg.get("error") for cfg in result.get("configs", {}).values()):
         code = 1
-    finally:
-        terminate_all()
-        with progress.phase("postgres: stop"):
-            server.stop()
-        if temporary:
-            shutil.rmtree(root, ignore_errors=True)
-        signal.signal(signal.SIGTERM, previous)
-    result["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    result["phases"] = progress.phases
-    result["total_s"] = round(progress.elapsed(), 1)
     result["targets"] = report.evaluate_targets(result)
     json_path, md_path = report.write(result, opts.out_dir, stamp)
     print(report.render(result))
     progress.say(f"wrote {json_path} and {md_path} (also latest.json / latest.md)")
     return code
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt

@@ -27,11 +27,9 @@ short answer) or the run breaks.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import shutil
-import signal
 import tempfile
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -119,11 +117,10 @@ def data_root(opts: TenantOptions) -> tuple[Path, bool]:
 
 def run(opts: TenantOptions) -> int:
     """Run the benchmark; print the table; write the JSON."""
-    from app.runtime.postgres import EmbeddedPostgres
     from benchmarks import tenants_report as report
+    from benchmarks.embedded import run_on_embedded_postgres
     from benchmarks.progress import Progress
     from benchmarks.run import machine_facts
-    from benchmarks.service import terminate_all
     from benchmarks.tenants_measure import bench
 
     progress = Progress()
@@ -137,27 +134,9 @@ def run(opts: TenantOptions) -> int:
     }
     root, temporary = data_root(opts)
     progress.say(f"data folder {root}{' (temporary)' if temporary else ''}")
-    server = EmbeddedPostgres(root / "postgres")
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        with progress.phase("postgres: start"):
-            info = server.start()
-        asyncio.run(bench(opts, root, info, progress, result))
-    except KeyboardInterrupt:
-        result["interrupted"] = True
-    except Exception as exc:
-        progress.say(f"failed: {type(exc).__name__}: {exc}")
-        result["error"] = f"{type(exc).__name__}: {exc}"
-    finally:
-        terminate_all()
-        with progress.phase("postgres: stop"):
-            server.stop()
-        if temporary:
-            shutil.rmtree(root, ignore_errors=True)
-        signal.signal(signal.SIGTERM, previous)
-    result["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    result["phases"] = progress.phases
-    result["total_s"] = round(progress.elapsed(), 1)
+    run_on_embedded_postgres(
+        root, temporary, progress, result, lambda info: bench(opts, root, info, progress, result)
+    )
     result["targets"] = report.targets(result)
     text = json.dumps(result, indent=2, default=str) + "\n"
     opts.out_dir.mkdir(parents=True, exist_ok=True)
@@ -176,7 +155,3 @@ def run(opts: TenantOptions) -> int:
 def main(argv: list[str]) -> int:
     """Parse and run."""
     return run(parse(argv))
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
