@@ -42,12 +42,6 @@ def _german() -> frozenset[str]:
     return frozenset(fold(word) for word in vocabulary.german_words())
 
 
-@functools.cache
-def _english() -> frozenset[str]:
-    """The English word forms: an English word in a German text is not split ("substitutions")."""
-    return vocabulary.english_words()
-
-
 def _part(word: str, first: bool) -> bool:
     """A known German word that may stand in a compound."""
     if len(word) < (MIN_FIRST_PART_CHARS if first else MIN_PART_CHARS) or word in _FUNCTION_WORDS:
@@ -59,7 +53,8 @@ def _part(word: str, first: bool) -> bool:
 def split(token: str) -> tuple[str, ...]:
     """The words of a German compound token (normalised), () when it is not one ("oelfilter" ->
     ("oel", "filter"))."""
-    if len(token) < MIN_WORD_CHARS or not token.isalpha() or token in _english():
+    # an English word in a German text ("substitutions") is not split
+    if len(token) < MIN_WORD_CHARS or not token.isalpha() or token in vocabulary.english_words():
         return ()
     parts = _cover(token, 0, {})
     if parts and token in _german() and not _plausible(parts):
