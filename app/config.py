@@ -282,6 +282,11 @@ class Settings(BaseSettings):
     # --- search -------------------------------------------------------------------------------
     vector_index: Literal["hnsw", "none"] = Field("hnsw", validation_alias=_env("VECTOR_INDEX"))
     exact_scan_max_rows: int = Field(4000, ge=0, validation_alias=_env("EXACT_SCAN_MAX_ROWS"))
+    # V1's exact scan on vectors held in memory (app/search/vector_cache.py); 0 MB turns it off
+    vector_cache_mb: int = Field(512, ge=0, le=1_000_000, validation_alias=_env("VECTOR_CACHE_MB"))
+    vector_cache_max_rows: int = Field(
+        100_000, ge=0, le=10_000_000, validation_alias=_env("VECTOR_CACHE_MAX_ROWS")
+    )
     hnsw_ef_search: int = Field(100, ge=1, le=1000, validation_alias=_env("HNSW_EF_SEARCH"))
     hnsw_max_scan_tuples: int = Field(50_000, ge=100, validation_alias=_env("HNSW_MAX_SCAN_TUPLES"))
     hnsw_cost_factor: float = Field(20.0, ge=0.0, le=1000.0, validation_alias=_env("HNSW_COST_FACTOR"))

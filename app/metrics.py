@@ -138,6 +138,19 @@ MCP_SESSIONS_REFUSED = Counter(
     registry=REGISTRY,
 )
 
+VECTOR_CACHE_BYTES = Gauge(
+    "ragoverlay_vector_cache_bytes",
+    "Memory held by V1's vector cache (VECTOR_CACHE_MB is its limit)",
+    registry=REGISTRY,
+)
+VECTOR_CACHE_EVENTS = Counter(
+    "ragoverlay_vector_cache_events_total",
+    "V1's memory scan: files loaded (new or at a new revision), namespaces evicted (budget), and "
+    "searches handed back to the database (a file not held, or a candidate gone in between)",
+    ("event",),
+    registry=REGISTRY,
+)
+
 V2_QUERIES = Counter(
     "ragoverlay_v2_queries_total",
     "POST /query_v2 answers: answered (evidence returned) or refused (safe refusal), and degraded",

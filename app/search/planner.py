@@ -138,6 +138,8 @@ class SearchSettings:
     """The planner's configuration (see docs/configuration.md)."""
 
     exact_max_rows: int = 4000
+    # visible rows up to which the exact scan runs on vectors in the service's memory; 0: never
+    memory_max_rows: int = 0
     cost_factor: float = 20.0
     ef_search: int = 100
     max_scan_tuples: int = 50_000
@@ -148,6 +150,7 @@ class SearchSettings:
         """The planner's share of the service settings."""
         return cls(
             exact_max_rows=settings.exact_scan_max_rows,
+            memory_max_rows=settings.vector_cache_max_rows if settings.vector_cache_mb > 0 else 0,
             cost_factor=settings.hnsw_cost_factor,
             ef_search=settings.hnsw_ef_search,
             max_scan_tuples=settings.hnsw_max_scan_tuples,
@@ -168,6 +171,7 @@ class VectorSearchDecision:
     walk: str | None = None  # the HNSW walk function (index path)
     ef_search: int | None = None
     max_scan_tuples: int | None = None
+    in_memory: bool = False  # the exact scan runs on the service's vector cache (else in SQL)
 
     def call(self, query: np.ndarray) -> SearchCall:
         """The SQL call that carries this decision out for `query`."""
@@ -221,8 +225,17 @@ def plan_vector_search(
     candidates = candidate_count(k)
     walk = knowledge.walks.get(dims)
     table_rows = max(stats.table_rows, float(stats.chunks))
-    if (
+    # the memory scan needs the copy (its values and revisions) and owned rows only (legacy rows
+    # are not tracked); up to its limit it is faster than any walk, so no index is considered
+    in_memory = (
         knowledge.use_copy
+        and not settings.legacy_unowned
+        and estimate <= settings.memory_max_rows
+        and settings.memory_max_rows > 0
+    )
+    if (
+        not in_memory
+        and knowledge.use_copy
         and walk is not None
         and estimate > settings.exact_max_rows
         and index_pays_off(estimate, table_rows, candidates, settings.cost_factor)
@@ -246,4 +259,5 @@ def plan_vector_search(
         candidates=candidates if knowledge.use_copy else k,
         check_dims=check_dims,
         visible_estimate=estimate,
+        in_memory=in_memory,
     )

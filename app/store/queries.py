@@ -55,6 +55,17 @@ DELETE_FILES = f"""
 # A search channel's function returns these columns (its own arguments are named by the planner).
 SEARCH_COLUMNS = "h.uuid, h.custom_id, h.document, h.cmetadata, h.distance, h.path"
 
+# V1's exact search in the service's memory (app/store/sql/22_memory_search.sql): the visible files
+# with their revisions, then the vectors of those the service does not hold at that revision
+VISIBLE_VECTOR_FILES = f"""
+    SELECT v.owner, v.file_id, v.revision FROM ragoverlay_visible_vector_files(p_scope => {SCOPE_SQL}) AS v
+"""
+SCOPE_VECTORS = f"""
+    SELECT v.owner, v.file_id, v.revision, v.ids, v.vectors
+    FROM ragoverlay_scope_vectors(p_scope => {SCOPE_SQL}, p_dims => $7) AS v
+"""
+RANK_CANDIDATES_FUNCTION = "ragoverlay_rank_candidates"
+
 # --- ingest ----------------------------------------------------------------------------------
 # Vectors of the current version of a file, reusable only when the same model made them.
 EXISTING_VECTORS = """

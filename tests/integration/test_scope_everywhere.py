@@ -27,6 +27,7 @@ from starlette.routing import BaseRoute, Route
 
 from app.config import Settings
 from app.search.planner import VectorSearchDecision, candidate_count
+from app.search.service import SearchService
 from app.store import chunks as store
 from app.store.db import StoreInfo, bootstrap
 from app.store.ids import uuid7_batch
@@ -719,6 +720,65 @@ async def test_every_search_path_keeps_foreign_rows_out(database: Database, corp
     finally:
         await conn.close()
     assert seen_paths == {"exact", "index", "exact-fallback"}
+
+
+async def test_the_memory_scan_keeps_foreign_rows_out(
+    database: Database, corpus: Corpus, settings_factory: Callable[..., Settings]
+) -> None:
+    """V1's exact scan on vectors held in the service: the same probes, the cache warmed by everyone."""
+    pool = await asyncpg.create_pool(database.dsn, min_size=1, max_size=1, init=register_vector)
+    search = SearchService(settings_factory(), pool, corpus.info, embedder=None)  # type: ignore[arg-type]
+
+    def memory(k: int) -> VectorSearchDecision:
+        return VectorSearchDecision("exact", True, k, candidate_count(k), True, 0, in_memory=True)
+
+    base = Scope.of(corpus.info.collection_id, [CALLER], uploader=CALLER)
+    try:
+        async with pool.acquire() as conn:
+            # the foreign namespaces search first: their vectors are in memory from then on
+            for owner in {
+                AGENT,
+                *(
+                    o
+                    for o in await conn.fetchval(
+                        "SELECT array_agg(DISTINCT owner) FROM ragoverlay_vector_files"
+                    )
+                    if o != CALLER
+                ),
+            }:
+                other = Scope.of(corpus.info.collection_id, [owner])
+                everything = [*corpus.foreign.values(), corpus.shared, *corpus.mine, "my-agent-upload"]
+                await search.search_in_memory(
+                    conn, other.with_files(everything), memory(10), corpus.query, 10
+                )
+            foreign = [f for kind, f in corpus.foreign.items() if kind != "unowned"]
+            allow = [*foreign, corpus.shared, *corpus.mine]
+            result = await search.search_in_memory(conn, base.with_files(allow), memory(10), corpus.query, 10)
+            assert result is not None and result.path == "memory" and len(result.hits) == 10
+            assert all(not h.text.startswith("FOREIGN") for h in result.hits)
+            assert all(h.metadata.get("user_id") in {CALLER, AGENT} for h in result.hits)
+            assert all(
+                h.metadata.get("user_id") != AGENT or h.file_id == "my-agent-upload" for h in result.hits
+            )
+            for fid in [*corpus.foreign.values()]:
+                only = await search.search_in_memory(
+                    conn, base.with_files([fid]), memory(5), corpus.query, 10
+                )
+                assert only is not None
+                if fid == corpus.mine[0]:  # the other collection's copy; the caller's own here
+                    assert only.hits and all(not h.text.startswith("FOREIGN") for h in only.hits)
+                else:
+                    assert only.hits == [], fid
+            up = await search.search_in_memory(
+                conn, base.with_files(["my-agent-upload"]), memory(5), corpus.query, 10
+            )
+            assert up is not None and {h.file_id for h in up.hits} == {"my-agent-upload"}
+            # unowned rows are not tracked: a scope that may see them is refused, never half-answered
+            legacy = dataclasses.replace(base.with_files(allow), legacy_unowned=True)
+            with pytest.raises(asyncpg.RaiseError, match="owners only"):
+                await search.search_in_memory(conn, legacy, memory(5), corpus.query, 10)
+    finally:
+        await pool.close()
 
 
 async def test_reads_and_deletes_keep_foreign_rows(database: Database, corpus: Corpus) -> None:

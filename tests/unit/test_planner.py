@@ -243,3 +243,51 @@ def test_v2_ef_search_stays_within_pgvector_limit() -> None:
     # the largest channel limit (500) asks for 1,010 candidates; pgvector takes ef_search <= 1,000
     decision = v2_plan(v2_run(10_000, 100, 1_000_000), 10_000, limit=500)
     assert decision.plan.candidates == 1010 and decision.plan.ef_search == MAX_EF_SEARCH == 1000
+
+
+def test_the_exact_scan_runs_in_memory_up_to_its_limit_on_the_copy_only() -> None:
+    memory = SearchSettings(exact_max_rows=4, memory_max_rows=60, cost_factor=0.0)
+    knowledge = SearchKnowledge(stats(), use_copy=True, walks={384: WALK})
+
+    def plan(
+        files: list[str], owners: list[str], settings: SearchSettings = memory, **kw: object
+    ) -> VectorSearchDecision:
+        return plan_vector_search(
+            dims=384,
+            k=5,
+            file_ids=files,
+            owners=owners,
+            uploader="me",
+            knowledge=kw.get("knowledge", knowledge),
+            settings=settings,  # type: ignore[arg-type]
+        )
+
+    # within the limit: exact, in memory, even where the index would be taken without it
+    d = plan(["kb", "shared"], ["me", "agent"])
+    assert (d.path, d.in_memory, d.candidates) == ("exact", True, candidate_count(5))
+    # nothing visible by the catalogue: still the memory path (the database says so, cheaply)
+    assert plan(["kb"], ["me"]).in_memory
+    # above the limit: the rules without memory (cost factor 0: the index)
+    big = SearchSettings(exact_max_rows=4, memory_max_rows=50, cost_factor=0.0)
+    d = plan(["kb", "shared"], ["me", "agent"], big)
+    assert (d.path, d.in_memory) == ("index", False)
+    # off, without the copy, or where unowned legacy rows may be visible (not tracked)
+    assert not plan(["a"], ["me"], SearchSettings(memory_max_rows=0)).in_memory
+    assert not plan(["a"], ["me"], knowledge=SearchKnowledge(stats(), use_copy=False)).in_memory
+    legacy = SearchSettings(memory_max_rows=60, legacy_unowned=True)
+    assert not plan(["a"], ["me"], legacy).in_memory
+    # the fallback call is the database's exact scan of the copy
+    call = plan(["a"], ["me"]).call(np.zeros(384, dtype=np.float32))
+    assert call.args["p_path"] == "exact" and call.args["p_use_copy"] is True
+
+
+def test_memory_limit_comes_from_the_settings_and_is_off_with_no_cache_bytes() -> None:
+    from app.config import Settings
+
+    on = SearchSettings.from_settings(
+        Settings(_env_file=None, vector_cache_mb=64, vector_cache_max_rows=1234)
+    )  # type: ignore[call-arg]
+    off = SearchSettings.from_settings(
+        Settings(_env_file=None, vector_cache_mb=0, vector_cache_max_rows=1234)
+    )  # type: ignore[call-arg]
+    assert (on.memory_max_rows, off.memory_max_rows) == (1234, 0)

@@ -1,0 +1,69 @@
+"""The database's side of V1's exact search in memory: visible files, their vectors, the re-rank.
+
+Each statement runs inside the caller's scope (app/store/sql/22_memory_search.sql); the service's
+cache (app/search/vector_cache.py) only scores rows of the files these statements return.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import asyncpg
+import numpy as np
+
+from app.store import queries
+from app.store.chunks import SearchCall
+from app.store.scope import Scope
+
+
+@dataclass(frozen=True)
+class VisibleRevision:
+    """A visible file under one owner and its revision in the vector copy."""
+
+    owner: str
+    file_id: str
+    revision: int
+
+
+@dataclass(frozen=True)
+class PackedVectors:
+    """One file's rows of one dimension: ids and concatenated `halfvec_send` values, in uuid order."""
+
+    owner: str
+    file_id: str
+    revision: int
+    ids: Sequence[uuid.UUID]
+    packed: bytes
+
+
+async def visible_files(
+    conn: asyncpg.Connection,
+    scope: Scope,
+    *,
+    timeout: float | None = None,  # noqa: ASYNC109 - asyncpg's own per-statement timeout
+) -> list[VisibleRevision]:
+    """The files (per owner) `scope` shows in the vector copy, with their revisions."""
+    rows = await conn.fetch(queries.VISIBLE_VECTOR_FILES, *scope.for_reading().sql_args(), timeout=timeout)
+    return [VisibleRevision(r["owner"], r["file_id"], int(r["revision"])) for r in rows]
+
+
+async def scope_vectors(
+    conn: asyncpg.Connection,
+    scope: Scope,
+    dims: int,
+    *,
+    timeout: float | None = None,  # noqa: ASYNC109 - asyncpg's own per-statement timeout
+) -> list[PackedVectors]:
+    """The vectors of `dims` dimensions of the files `scope` shows, one row per file and owner."""
+    rows = await conn.fetch(queries.SCOPE_VECTORS, *scope.for_reading().sql_args(), dims, timeout=timeout)
+    return [
+        PackedVectors(r["owner"], r["file_id"], int(r["revision"]), list(r["ids"]), bytes(r["vectors"]))
+        for r in rows
+    ]
+
+
+def rank_call(query: np.ndarray, k: int, ids: Sequence[uuid.UUID]) -> SearchCall:
+    """The re-rank of memory candidates: read back in scope, ordered by the exact distance."""
+    return SearchCall(queries.RANK_CANDIDATES_FUNCTION, {"p_query": query, "p_k": k, "p_ids": list(ids)})
