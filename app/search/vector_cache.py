@@ -179,21 +179,21 @@ class VectorCache:
         self, visible: Sequence[VisibleRevision], dims: int, query: np.ndarray, n: int
     ) -> Nearest | None:
         """The `n` visible rows nearest to `query` (unit length); None when any visible file is not held."""
-        by_owner: dict[str, list[str]] = {}
+        by_owner: dict[str, list[VisibleRevision]] = {}
         for f in visible:
-            by_owner.setdefault(f.owner, []).append(f.file_id)
-        revisions = {(f.owner, f.file_id): f.revision for f in visible}
+            by_owner.setdefault(f.owner, []).append(f)
         scores: list[np.ndarray] = []
         where: list[tuple[Block, np.ndarray | None]] = []
-        for owner, file_ids in by_owner.items():
+        for owner, files in by_owner.items():
             block = self._blocks.get((owner, dims))
             if block is None:
                 return None
             self._blocks.move_to_end((owner, dims))
+            held_files = block.files
             spans = []
-            for file_id in file_ids:
-                held = block.files.get(file_id)
-                if held is None or held[0] != revisions[(owner, file_id)]:
+            for f in files:
+                held = held_files.get(f.file_id)
+                if held is None or held[0] != f.revision:
                     return None
                 spans.append(held)
             block_scores, rows = _score(block, spans, query)

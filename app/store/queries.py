@@ -57,8 +57,10 @@ SEARCH_COLUMNS = "h.uuid, h.custom_id, h.document, h.cmetadata, h.distance, h.pa
 
 # V1's exact search in the service's memory (app/store/sql/22_memory_search.sql): the visible files
 # with their revisions, then the vectors of those the service does not hold at that revision
+# (as three arrays in one row: 1,000 records cost more to send and decode than their values)
 VISIBLE_VECTOR_FILES = f"""
-    SELECT v.owner, v.file_id, v.revision FROM ragoverlay_visible_vector_files(p_scope => {SCOPE_SQL}) AS v
+    SELECT array_agg(v.owner) AS owners, array_agg(v.file_id) AS file_ids, array_agg(v.revision) AS revisions
+    FROM ragoverlay_visible_vector_files(p_scope => {SCOPE_SQL}) AS v
 """
 SCOPE_VECTORS = f"""
     SELECT v.owner, v.file_id, v.revision, v.ids, v.vectors

@@ -158,4 +158,4 @@ async def test_server_timing_reports_embedding_database_and_total(client: httpx.
     (timing,) = r.headers.get_list("server-timing")  # one header: the route's stages and the total
     assert "embed;dur=" in timing and "db;dur=" in timing and timing.count("total;dur=") == 1
     assert "pool;dur=" in timing  # the wait for a pooled connection, apart from the statement
-    assert 'desc="memory"' in timing  # a one-file search scans exactly, on the vectors held in memory
+    assert 'desc="exact"' in timing  # one file: scanned exactly, in one statement (not in memory)

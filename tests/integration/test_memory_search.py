@@ -8,10 +8,12 @@ that vanished sends the search back to the database.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
 
 import asyncpg
+import httpx
 import numpy as np
 import pytest
 
@@ -22,6 +24,9 @@ from app.search.vector_cache import Nearest
 from app.store import chunks as store
 from app.store.db import StoreInfo, bootstrap
 from app.store.scope import Scope
+from tests.contract.helpers import agent_id, upload
+from tests.contract.test_query import FACTS, paragraphs
+from tests.fixtures.service import auth, new_id
 from tests.integration.reference import exact_top_k
 from tests.integration.test_vector_copy import COLUMNS, connect, fresh_dsn, rag_api_row
 
@@ -200,3 +205,28 @@ async def test_a_candidate_gone_behind_the_cache_sends_the_search_to_the_databas
         assert await search.search_in_memory(conn, scope, decision(), q, 10) is None
         result = await store.search(conn, scope, decision().call(q))
         assert result.path == "exact" and len(result.hits) == K
+
+
+async def test_a_knowledge_base_search_over_http_takes_the_memory_path(client: httpx.AsyncClient) -> None:
+    """LibreChat's batch of 1,000 ids (most of them not stored yet): scanned in memory, same answer."""
+    state = client.app.state.services.search.state  # type: ignore[attr-defined]
+    await asyncio.wait_for(state.copy_ready.wait(), 60)  # the memory scan reads the vector copy
+    user, agent = new_id("user"), agent_id()
+    stored = [new_id() for _ in range(3)]
+    for i, fid in enumerate(stored):
+        r = await upload(client, fid, f"f{i}.txt", paragraphs(*FACTS[i::3]), auth(user), entity_id=agent)
+        assert r.status_code == 200, r.text
+    files = [*stored, *(new_id() for _ in range(997))]
+    body = {"query": "What does photosynthesis produce?", "file_ids": files, "k": 3, "entity_id": agent}
+    r = await client.post("/query_multiple", json=body, headers=auth(user))
+    assert r.status_code == 200, r.text
+    assert 'desc="memory"' in r.headers["server-timing"]
+    got = [(p[0]["metadata"]["file_id"], p[0]["page_content"]) for p in r.json()]
+    assert got and {f for f, _ in got} <= set(stored)
+    # the same question scanned in the database (a short list: one statement) agrees
+    r = await client.post("/query_multiple", json={**body, "file_ids": stored}, headers=auth(user))
+    assert 'desc="exact"' in r.headers["server-timing"]
+    assert [(p[0]["metadata"]["file_id"], p[0]["page_content"]) for p in r.json()] == got
+    # another user, the same 1,000 ids without the Agent: nothing
+    r = await client.post("/query_multiple", json={**body, "entity_id": None}, headers=auth(new_id("user")))
+    assert r.status_code == 404 and 'desc="memory"' in r.headers["server-timing"]

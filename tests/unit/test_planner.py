@@ -17,6 +17,7 @@ from app.search.planner import (
     VectorSearchDecision,
     candidate_count,
     index_pays_off,
+    memory_pays_off,
     plan_vector_search,
 )
 from app.search.v2.vectors import PlannedVectors, plan_vectors, run_knowledge
@@ -246,39 +247,63 @@ def test_v2_ef_search_stays_within_pgvector_limit() -> None:
 
 
 def test_the_exact_scan_runs_in_memory_up_to_its_limit_on_the_copy_only() -> None:
-    memory = SearchSettings(exact_max_rows=4, memory_max_rows=60, cost_factor=0.0)
-    knowledge = SearchKnowledge(stats(), use_copy=True, walks={384: WALK})
+    rows = [
+        CatalogueFile("kb", "agent", "colleague", 3000),
+        CatalogueFile("mine", "me", "me", 40),
+        *(CatalogueFile(f"kb-{i}", "agent", "colleague", 2) for i in range(600)),
+    ]
+    big = CatalogueStats.from_snapshot(CatalogueSnapshot(602, 4240, 384, rows, 50_000.0))
+    knowledge = SearchKnowledge(big, use_copy=True, walks={384: WALK})
+    memory = SearchSettings(exact_max_rows=4, memory_max_rows=4000, cost_factor=0.0)
 
     def plan(
-        files: list[str], owners: list[str], settings: SearchSettings = memory, **kw: object
+        files: list[str],
+        owners: list[str],
+        settings: SearchSettings = memory,
+        on: SearchKnowledge = knowledge,
     ) -> VectorSearchDecision:
         return plan_vector_search(
-            dims=384,
-            k=5,
-            file_ids=files,
-            owners=owners,
-            uploader="me",
-            knowledge=kw.get("knowledge", knowledge),
-            settings=settings,  # type: ignore[arg-type]
+            dims=384, k=5, file_ids=files, owners=owners, uploader="me", knowledge=on, settings=settings
         )
 
     # within the limit: exact, in memory, even where the index would be taken without it
-    d = plan(["kb", "shared"], ["me", "agent"])
-    assert (d.path, d.in_memory, d.candidates) == ("exact", True, candidate_count(5))
-    # nothing visible by the catalogue: still the memory path (the database says so, cheaply)
-    assert plan(["kb"], ["me"]).in_memory
+    d = plan(["kb", "mine"], ["me", "agent"])
+    assert (d.path, d.in_memory, d.candidates, d.visible_estimate) == (
+        "exact",
+        True,
+        candidate_count(5),
+        3040,
+    )
+    # 600 files listed, nothing visible by the catalogue (no entity_id): one range read in memory
+    # instead of 600 index searches
+    kb = [f"kb-{i}" for i in range(600)]
+    assert plan(kb, ["me"]).in_memory
+    # a few rows of a few files: one statement in the database is cheaper than three
+    d = plan(["mine"], ["me"], SearchSettings(memory_max_rows=4000))
+    assert (d.path, d.in_memory) == ("exact", False)
     # above the limit: the rules without memory (cost factor 0: the index)
-    big = SearchSettings(exact_max_rows=4, memory_max_rows=50, cost_factor=0.0)
-    d = plan(["kb", "shared"], ["me", "agent"], big)
+    d = plan(
+        ["kb", "mine"],
+        ["me", "agent"],
+        SearchSettings(exact_max_rows=4, memory_max_rows=3000, cost_factor=0.0),
+    )
     assert (d.path, d.in_memory) == ("index", False)
     # off, without the copy, or where unowned legacy rows may be visible (not tracked)
-    assert not plan(["a"], ["me"], SearchSettings(memory_max_rows=0)).in_memory
-    assert not plan(["a"], ["me"], knowledge=SearchKnowledge(stats(), use_copy=False)).in_memory
-    legacy = SearchSettings(memory_max_rows=60, legacy_unowned=True)
-    assert not plan(["a"], ["me"], legacy).in_memory
+    assert not plan(["kb"], ["agent"], SearchSettings(memory_max_rows=0)).in_memory
+    assert not plan(kb, ["me"], SearchSettings(memory_max_rows=0)).in_memory
+    assert not plan(["kb"], ["agent"], on=SearchKnowledge(big, use_copy=False)).in_memory
+    assert not plan(["kb"], ["agent"], SearchSettings(memory_max_rows=4000, legacy_unowned=True)).in_memory
     # the fallback call is the database's exact scan of the copy
-    call = plan(["a"], ["me"]).call(np.zeros(384, dtype=np.float32))
+    call = plan(["kb"], ["agent"]).call(np.zeros(384, dtype=np.float32))
     assert call.args["p_path"] == "exact" and call.args["p_use_copy"] is True
+
+
+def test_memory_pays_off_by_the_measured_costs() -> None:
+    assert not memory_pays_off(1, 4)  # an attachment
+    assert not memory_pays_off(20, 120)  # a small knowledge base
+    assert memory_pays_off(1, 2000)  # one long file
+    assert memory_pays_off(373, 2322)  # a 373-file knowledge base
+    assert memory_pays_off(1000, 0)  # a knowledge base listed without its entity_id
 
 
 def test_memory_limit_comes_from_the_settings_and_is_off_with_no_cache_bytes() -> None:
