@@ -120,6 +120,7 @@ async def build_services(
     stack.callback(ingest.close)
     stack.push_async_callback(maintenance.close)
     search = SearchService(settings, pool, info, embedder, maintenance.state, maintenance.want_index)
+    stack.push_async_callback(search.aclose)
     # files /query_v2 finds missing from the answering run: their staging goes first
     v2_search = _v2_search(settings, pool, info, embedder, stack, on_missing=v2_jobs.hurry_staging)
     jobs = build_jobs(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +28,9 @@ logger = logging.getLogger(__name__)
 # Row caps for reads that return whole files: far above any real file, low enough to protect memory.
 MAX_DOCUMENT_ROWS = 100_000
 MAX_IDS = 1_000_000
+# files a search loads into the vector cache itself (a changed file or a few new ones); more, and
+# the search runs in the database while they are loaded in the background
+INLINE_LOAD_FILES = 32
 
 
 @dataclass
@@ -69,6 +73,8 @@ class SearchService:
         self.want_index = want_index
         self.search_settings = SearchSettings.from_settings(settings)
         self.vector_cache = VectorCache(settings.vector_cache_mb * 1024 * 1024)
+        self._loading: set[tuple[str, int]] = set()  # (owner, dims) being loaded in the background
+        self._load_tasks: set[asyncio.Task[None]] = set()
         if settings.vector_cache_mb > 0:
             from threadpoolctl import threadpool_limits
 
@@ -185,11 +191,14 @@ class SearchService:
         missing = self.vector_cache.missing(visible, dims)
         if missing:
             narrowed = scope.with_files(f.file_id for f in missing)
+            if len(missing) > INLINE_LOAD_FILES:
+                # a namespace not held yet (~30 ms per 1,000 files): this search runs in the
+                # database as before, and the namespace is loaded beside it for the next ones
+                self._load_later(narrowed, dims, {f.owner for f in missing})
+                metrics.VECTOR_CACHE_EVENTS.labels("to_database").inc()
+                return None
             packed = await memory_search.scope_vectors(conn, narrowed, dims, timeout=timeout)
-            evicted = self.vector_cache.update(dims, FileVectors.decode_all(packed, dims))
-            metrics.VECTOR_CACHE_EVENTS.labels("loaded").inc(len(packed))
-            metrics.VECTOR_CACHE_EVENTS.labels("evicted").inc(evicted)
-            metrics.VECTOR_CACHE_BYTES.set(self.vector_cache.nbytes)
+            self._take(dims, packed)
         norm = float(np.linalg.norm(vector))
         unit = (vector / norm if norm > 0 else vector).astype(np.float32, copy=False)
         nearest = self.vector_cache.nearest(visible, dims, unit, decision.candidates)
@@ -204,6 +213,47 @@ class SearchService:
             metrics.VECTOR_CACHE_EVENTS.labels("to_database").inc()
             return None
         return result
+
+    def _take(self, dims: int, packed: list[memory_search.PackedVectors]) -> None:
+        """Hold freshly read files in the vector cache."""
+        evicted = self.vector_cache.update(dims, FileVectors.decode_all(packed, dims))
+        metrics.VECTOR_CACHE_EVENTS.labels("loaded").inc(len(packed))
+        metrics.VECTOR_CACHE_EVENTS.labels("evicted").inc(evicted)
+        metrics.VECTOR_CACHE_BYTES.set(self.vector_cache.nbytes)
+
+    def _load_later(self, scope: Scope, dims: int, owners: set[str]) -> None:
+        """Load the files of `scope` into the cache in the background, once per namespace at a time."""
+        keys = {(owner, dims) for owner in owners}
+        if keys <= self._loading:
+            return
+        self._loading |= keys
+
+        async def load() -> None:
+            try:
+                async with self.pool.acquire(timeout=self.settings.query_timeout_ms / 1000) as conn:
+                    packed = await memory_search.scope_vectors(conn, scope, dims)
+                self._take(dims, packed)
+            except Exception:  # a later search tries again; this one was answered by the database
+                logger.warning(
+                    "Loading %d files' vectors into memory failed", len(scope.file_ids or ()), exc_info=True
+                )
+            finally:
+                self._loading -= keys
+
+        task = asyncio.create_task(load(), name="vector-cache-load")
+        self._load_tasks.add(task)
+        task.add_done_callback(self._load_tasks.discard)
+
+    async def settle(self) -> None:
+        """Wait for the background loads of the vector cache (tests; shutdown cancels them instead)."""
+        while self._load_tasks:
+            await asyncio.gather(*self._load_tasks, return_exceptions=True)
+
+    async def aclose(self) -> None:
+        """Cancel background loads."""
+        for task in list(self._load_tasks):
+            task.cancel()
+        await asyncio.gather(*self._load_tasks, return_exceptions=True)
 
     async def documents(self, scope: Scope) -> list[store.StoredChunk]:
         """All chunks of the scope's files, grouped by file in document order."""

@@ -29,13 +29,18 @@ class VisibleRevision(NamedTuple):
 
 @dataclass(frozen=True)
 class PackedVectors:
-    """One file's rows of one dimension: ids and concatenated `halfvec_send` values, in uuid order."""
+    """One file's rows of one dimension: 16-byte ids and `halfvec_send` values, each concatenated."""
 
     owner: str
     file_id: str
     revision: int
-    ids: Sequence[uuid.UUID]
+    ids: bytes
     packed: bytes
+
+    @property
+    def rows(self) -> int:
+        """How many rows the file has."""
+        return len(self.ids) // 16
 
 
 async def visible_files(
@@ -63,7 +68,7 @@ async def scope_vectors(
     """The vectors of `dims` dimensions of the files `scope` shows, one row per file and owner."""
     rows = await conn.fetch(queries.SCOPE_VECTORS, *scope.for_reading().sql_args(), dims, timeout=timeout)
     return [
-        PackedVectors(r["owner"], r["file_id"], int(r["revision"]), list(r["ids"]), bytes(r["vectors"]))
+        PackedVectors(r["owner"], r["file_id"], int(r["revision"]), bytes(r["ids"]), bytes(r["vectors"]))
         for r in rows
     ]
 

@@ -19,7 +19,7 @@ import pytest
 
 from app.config import Settings
 from app.search.planner import VectorSearchDecision, candidate_count
-from app.search.service import SearchService
+from app.search.service import INLINE_LOAD_FILES, SearchService
 from app.search.vector_cache import Nearest
 from app.store import chunks as store
 from app.store.db import StoreInfo, bootstrap
@@ -230,3 +230,28 @@ async def test_a_knowledge_base_search_over_http_takes_the_memory_path(client: h
     # another user, the same 1,000 ids without the Agent: nothing
     r = await client.post("/query_multiple", json={**body, "entity_id": None}, headers=auth(new_id("user")))
     assert r.status_code == 404 and 'desc="memory"' in r.headers["server-timing"]
+
+
+async def test_a_namespace_not_held_is_answered_by_the_database_and_loaded_beside_it(
+    service: tuple[SearchService, StoreInfo, asyncpg.Pool],
+) -> None:
+    search, info, pool = service
+    rng = np.random.default_rng(6)
+    q = rng.normal(size=DIMS).astype(np.float32)
+    files = [f"kb-{i}" for i in range(INLINE_LOAD_FILES + 8)]
+    rows = [rag_api_row(info, f, "agent", rng.normal(size=DIMS), f"{f} {j}") for f in files for j in range(2)]
+    scope = Scope.of(info.collection_id, ["me", "agent"], file_ids=files)
+    async with pool.acquire() as conn:
+        await conn.copy_records_to_table("langchain_pg_embedding", records=rows, columns=COLUMNS)
+        assert await search.search_in_memory(conn, scope, decision(), q, 10) is None
+        # asked again at once: the database again while the load runs (or memory, once done), and
+        # never a second load of the same namespace
+        again = await search.search_in_memory(conn, scope, decision(), q, 10)
+        assert again is None or again.path == "memory"
+    await search.settle()
+    assert search.vector_cache.loads == len(files)
+    async with pool.acquire() as conn:
+        got = await search.search_in_memory(conn, scope, decision(), q, 10)
+        want = await exact_top_k(conn, info, vector=q, file_ids=files, owners=["agent"], k=K)
+    assert got is not None and got.path == "memory"
+    assert [h.id for h in got.hits] == [h.id for h in want]

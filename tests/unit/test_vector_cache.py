@@ -27,7 +27,12 @@ def packed(
     owner: str, file_id: str, revision: int, vectors: np.ndarray
 ) -> tuple[PackedVectors, list[uuid.UUID]]:
     ids = [uuid.uuid4() for _ in range(len(vectors))]
-    return PackedVectors(owner, file_id, revision, ids, halfvec_send(unit(vectors))), ids
+    return PackedVectors(owner, file_id, revision, uuid_send(ids), halfvec_send(unit(vectors))), ids
+
+
+def uuid_send(ids: list[uuid.UUID]) -> bytes:
+    """PostgreSQL's binary uuids, one after another."""
+    return b"".join(u.bytes for u in ids)
 
 
 def test_decode_reads_pgvectors_binary_format_and_renormalises() -> None:
@@ -39,14 +44,14 @@ def test_decode_reads_pgvectors_binary_format_and_renormalises() -> None:
     np.testing.assert_allclose(np.linalg.norm(got.vectors, axis=1), 1.0, atol=1e-6)
     # an id ending in zero bytes keeps all 16 of them
     zero_tail = uuid.UUID(bytes=b"\x01" * 8 + b"\x00" * 8)
-    row = PackedVectors("o", "f", 1, [zero_tail], halfvec_send(unit(v[:1])))
+    row = PackedVectors("o", "f", 1, zero_tail.bytes, halfvec_send(unit(v[:1])))
     assert FileVectors.decode(row, D).ids[0].tobytes() == zero_tail.bytes
     with pytest.raises(ValueError, match="vector bytes"):
-        FileVectors.decode(PackedVectors("o", "f", 1, ids, b"\x00" * 5), D)
+        FileVectors.decode(PackedVectors("o", "f", 1, uuid_send(ids), b"\x00" * 5), D)
     # a row claiming another dimension, of the right length
     wrong = struct.pack(">HH", D - 1, 0) + np.asarray(unit(v[0]), dtype=">f2").tobytes()
     with pytest.raises(ValueError, match="another dimension"):
-        FileVectors.decode(PackedVectors("o", "f", 1, ids[:1], wrong), D)
+        FileVectors.decode(PackedVectors("o", "f", 1, uuid_send(ids[:1]), wrong), D)
 
 
 def corpus(

@@ -41,12 +41,13 @@ BEGIN
 END;
 $$;
 
--- One row per visible file: its revision, its rows' ids and their vectors as one bytea of
--- halfvec_send values (pgvector's binary format: dimension and a reserved word as uint16, then
--- big-endian half floats), both in uuid order; a few rows instead of one per chunk.
+-- One row per visible file: its revision, its rows' ids as one bytea of 16-byte uuids and their
+-- vectors as one bytea of halfvec_send values (pgvector's binary format: dimension and a reserved
+-- word as uint16, then big-endian half floats), both in uuid order: a few rows instead of one per
+-- chunk, and nothing per chunk for the service to decode one by one.
 DROP FUNCTION IF EXISTS ragoverlay_scope_vectors;
 CREATE FUNCTION ragoverlay_scope_vectors(p_scope ragoverlay_scope, p_dims integer)
-RETURNS TABLE (owner text, file_id text, revision bigint, ids uuid[], vectors bytea)
+RETURNS TABLE (owner text, file_id text, revision bigint, ids bytea, vectors bytea)
 LANGUAGE plpgsql
 STABLE
 SET plan_cache_mode = force_generic_plan
@@ -57,7 +58,7 @@ BEGIN
     END IF;
     RETURN QUERY
         SELECT f.owner::text, f.file_id::text, f.revision,
-               coalesce(array_agg(v.uuid ORDER BY v.uuid) FILTER (WHERE v.uuid IS NOT NULL), '{}'),
+               coalesce(string_agg(uuid_send(v.uuid), ''::bytea ORDER BY v.uuid), ''::bytea),
                coalesce(string_agg(halfvec_send(v.embedding), ''::bytea ORDER BY v.uuid), ''::bytea)
         FROM unnest((p_scope).files) AS r(id)
         JOIN ragoverlay_vector_files f
