@@ -10,8 +10,11 @@ before the clock starts.
 
 `--ref REF` runs the same measurement on git ref REF (checked out under a temporary folder, its
 `app` on this interpreter) in rounds alternating with this checkout's, and prints both with B/A.
-Then each stage alone (this checkout; the fastest of repeats). The same requests over real HTTP
-against the real service and database: `scripts/bench --ab REF` (its overhead columns).
+`--http` also serves each side's app under uvicorn as `python -m app` does (httptools, uvloop, the
+access line; still no database) and times the requests from the lean client, the sides alternating
+request by request, beside the floor of the stack: a path no route matches (404). Then each stage
+alone (this checkout; the fastest of repeats). The same requests against the real service and
+database: `scripts/bench --ab REF` (its overhead columns: client time minus embed, pool and db).
 """
 
 from __future__ import annotations
@@ -95,9 +98,10 @@ def _app(k: int) -> tuple[Any, str]:
     return app, token
 
 
-async def _call_cpu_us(app: Any, path: str, raw: bytes, token: str) -> tuple[float, int]:
-    """One request through the whole ASGI app; its CPU microseconds and status."""
+async def _call_cpu_us(app: Any, path: str, raw: bytes, token: str, stack: Any = None) -> tuple[float, int]:
+    """One request through the ASGI app (or its `stack` of middleware); CPU microseconds and status."""
     scope = {
+        "app": app,
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
@@ -127,7 +131,7 @@ async def _call_cpu_us(app: Any, path: str, raw: bytes, token: str) -> tuple[flo
             status = message["status"]
 
     t0 = time.thread_time()
-    await app(scope, receive, send)
+    await (stack or app)(scope, receive, send)
     return (time.thread_time() - t0) * 1e6, status
 
 
@@ -224,20 +228,54 @@ def stages(k: int) -> list[tuple[str, float]]:
         number = 200
         best = min(timeit.repeat(fn, number=number, repeat=5)) / number * 1e6
         out.append((name, best))
+    out.extend(_middleware_share(app, token, raw))
     return out
+
+
+def _middleware_share(app: Any, token: str, raw: bytes, requests: int = 500) -> list[tuple[str, float]]:
+    """CPU µs p50 of a 1,000-id request through the whole app, and without its own middleware."""
+    full = app.build_middleware_stack()
+    saved = app.user_middleware
+    app.user_middleware = []
+    try:
+        bare = app.build_middleware_stack()
+    finally:
+        app.user_middleware = saved
+
+    async def p50(stack: Any) -> float:
+        for _ in range(50):
+            await _call_cpu_us(app, "/query_multiple", raw, token, stack)
+        samples = [
+            (await _call_cpu_us(app, "/query_multiple", raw, token, stack))[0] for _ in range(requests)
+        ]
+        return _percentile(samples, 0.5)
+
+    async def both() -> tuple[float, float]:
+        return await p50(full), await p50(bare)
+
+    with_mw, without = asyncio.run(both())
+    names = ", ".join(m.cls.__name__ for m in saved)
+    return [
+        ("1,000 ids: a whole request (p50)", with_mw),
+        (f"1,000 ids: the same without the app's middleware ({names})", without),
+    ]
+
+
+# run this file as `-c`, not as a script: a script's folder (benchmarks/) would shadow the standard
+# library's `http` with benchmarks/http.py
+_RUN_THIS = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+
+
+def _this_file_command(python: str, *argv: str) -> list[str]:
+    return [python, "-c", _RUN_THIS, str(Path(__file__).resolve()), *argv]
 
 
 def _side(python: str, app_root: Path, args: argparse.Namespace) -> dict[str, dict[str, float]]:
     """`measure` in a subprocess whose `app` comes from `app_root`."""
-    env = dict(os.environ, PYTHONPATH=str(app_root))
     argv = ["--side", "--sizes", ",".join(map(str, args.sizes)), "--requests", str(args.requests)]
-    argv += ["--k", str(args.k)]
-    # run as `-c`, not as a script: a script's folder (benchmarks/) would shadow the standard
-    # library's `http` with benchmarks/http.py
-    code = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
     done = subprocess.run(
-        [python, "-c", code, str(Path(__file__).resolve()), *argv],
-        env=env,
+        _this_file_command(python, *argv, "--k", str(args.k)),
+        env=dict(os.environ, PYTHONPATH=str(app_root)),
         check=False,
         capture_output=True,
         text=True,
@@ -249,13 +287,122 @@ def _side(python: str, app_root: Path, args: argparse.Namespace) -> dict[str, di
     return result
 
 
+def serve(port: int, k: int) -> None:
+    """The app with the canned search under uvicorn as `python -m app` runs it (no lifespan)."""
+    import uvicorn
+
+    from app.runtime.stalls import stall_guarded_protocol
+
+    app, _ = _app(k)
+    header_timeout = app.state.services.settings.request_header_timeout_s
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_config=None,
+        access_log=False,
+        proxy_headers=True,
+        server_header=False,
+        lifespan="off",  # no database: the services are the canned ones
+        http=stall_guarded_protocol(header_timeout),
+    )
+    import logging
+
+    logging.getLogger("ragoverlay.access").setLevel(logging.INFO)  # the access line, as in service
+    uvicorn.Server(config).run()
+
+
+async def _alternate_http(ports: dict[str, int], args: argparse.Namespace) -> dict[str, Any]:
+    """Each request to every server in turn; client ms per row and server."""
+    import jwt
+
+    from benchmarks.http import LeanHTTP
+
+    now = int(time.time())
+    token = jwt.encode({"id": "bench-user", "iat": now, "exp": now + 3600}, SECRET, algorithm="HS256")
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    clients = {label: LeanHTTP("127.0.0.1", port) for label, port in ports.items()}
+    loop = asyncio.get_running_loop()
+    for label, client in clients.items():  # ready: an unmatched path answers 404
+        deadline = loop.time() + 60
+        while True:
+            try:
+                if (await client.request("GET", "/no-such-route")).status == 404:
+                    break
+            except OSError:
+                if loop.time() > deadline:
+                    raise RuntimeError(f"server {label} did not start") from None
+                await asyncio.sleep(0.2)
+    rows: dict[str, Any] = {}
+    requests: list[tuple[str, str, str, bytes]] = [("GET unmatched path (404)", "GET", "/no-such-route", b"")]
+    for row, raw in _bodies(args.sizes).items():
+        requests.append((f"{row} ids", "POST", row.split(" ")[0], raw))
+    for row, method, path, raw in requests:
+        samples: dict[str, list[float]] = {label: [] for label in clients}
+        for i in range(args.requests + 50):
+            for label, client in clients.items():
+                t0 = time.perf_counter()
+                reply = await client.request(method, path, raw, headers)
+                elapsed = (time.perf_counter() - t0) * 1000
+                if reply.status not in (200, 404):
+                    raise RuntimeError(f"{row} on {label}: status {reply.status}")
+                if i >= 50:  # the first 50 warm up
+                    samples[label].append(elapsed)
+        rows[row] = {
+            label: {"p50": _percentile(v, 0.5), "p95": _percentile(v, 0.95)} for label, v in samples.items()
+        }
+    for client in clients.values():
+        await client.aclose()
+    return rows
+
+
+def http_compare(args: argparse.Namespace, roots: dict[str, Path]) -> str:
+    """The canned app of each root under uvicorn at once; requests alternate between them."""
+    from benchmarks.service import free_port
+
+    ports = {label: free_port() for label in roots}
+    servers = [
+        subprocess.Popen(
+            _this_file_command(sys.executable, "--serve", str(ports[label]), "--k", str(args.k)),
+            env=dict(os.environ, PYTHONPATH=str(root)),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,  # the access lines are written, and dropped
+            cwd=tempfile.gettempdir(),
+        )
+        for label, root in roots.items()
+    ]
+    try:
+        rows = asyncio.run(_alternate_http(ports, args))
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait(timeout=30)
+    labels = list(roots)
+    head = " | ".join(f"{label} p50 | {label} p95" for label in labels)
+    lines = [
+        f"over HTTP (uvicorn, httptools, the lean client; no database): client ms, k={args.k}, "
+        f"{args.requests} requests per row, alternating {', '.join(labels)}",
+        "",
+        f"| request | {head} |" + (" B/A p50 |" if len(labels) == 2 else ""),
+        "|---|" + "---:|" * (2 * len(labels) + (1 if len(labels) == 2 else 0)),
+    ]
+    for row, by_label in rows.items():
+        cells = " | ".join(f"{by_label[x]['p50']:.3f} | {by_label[x]['p95']:.3f}" for x in labels)
+        ratio = f" {by_label['B']['p50'] / by_label['A']['p50']:.2f}x |" if len(labels) == 2 else ""
+        lines.append(f"| {row} | {cells} |{ratio}")
+    return "\n".join(lines)
+
+
 def _median(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[len(ordered) // 2]
 
 
 def compare(args: argparse.Namespace) -> str:
-    """Rounds alternating REF (A) and this checkout (B); the median over rounds of each p50 / p95."""
+    """Rounds alternating REF (A) and this checkout (B); the median over rounds of each p50 / p95.
+
+    With `--http`, then both over HTTP at once, requests alternating.
+    """
     sys.path.insert(0, str(REPO_ROOT))
     from benchmarks.ab import ref_worktree, resolve_ref
 
@@ -266,6 +413,7 @@ def compare(args: argparse.Namespace) -> str:
             for _ in range(args.rounds):
                 rounds["A"].append(_side(sys.executable, tree, args))
                 rounds["B"].append(_side(sys.executable, REPO_ROOT, args))
+            http = http_compare(args, {"A": tree, "B": REPO_ROOT}) if args.http else ""
     lines = [
         f"A = {args.ref} ({commit[:10]})   B = this checkout   CPU µs per request in process, "
         f"k={args.k}, median of {args.rounds} rounds of {args.requests} requests",
@@ -279,6 +427,8 @@ def compare(args: argparse.Namespace) -> str:
         a95 = _median([r[row]["p95"] for r in rounds["A"]])
         b95 = _median([r[row]["p95"] for r in rounds["B"]])
         lines.append(f"| {row} ids | {a50:.0f} | {b50:.0f} | {b50 / a50:.2f}x | {a95:.0f} | {b95:.0f} |")
+    if http:
+        lines += ["", http]
     return "\n".join(lines)
 
 
@@ -290,10 +440,17 @@ def main(argv: list[str]) -> int:
     p.add_argument("--k", type=int, default=10, help="chunks in each answer (%(default)s)")
     p.add_argument("--ref", default=None, help="also measure git ref REF, alternating with this checkout")
     p.add_argument("--rounds", type=int, default=3, help="rounds per side with --ref (%(default)s)")
+    p.add_argument(
+        "--http", action="store_true", help="also over HTTP: the same app under uvicorn, no database"
+    )
     p.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.side:  # one side of a comparison: its figures as one JSON line
         print(json.dumps(measure(args.sizes, args.requests, args.k)))
+        return 0
+    if args.serve is not None:  # one server of the HTTP comparison
+        serve(args.serve, args.k)
         return 0
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"load average at start: {load}")
@@ -303,6 +460,8 @@ def main(argv: list[str]) -> int:
         print("| request | CPU µs p50 | p95 |\n|---|---:|---:|")
         for row, figures in measure(args.sizes, args.requests, args.k).items():
             print(f"| {row} ids | {figures['p50']:.0f} | {figures['p95']:.0f} |")
+        if args.http:
+            print("\n" + http_compare(args, {"B": REPO_ROOT}))
     print("\n| stage alone | µs |\n|---|---:|")
     for name, us in stages(args.k):
         print(f"| {name} | {us:.1f} |")
