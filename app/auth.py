@@ -51,6 +51,37 @@ def single_authorization(values: Sequence[str]) -> str | None:
     return values[0] if values else None
 
 
+TOKEN_CACHE_SIZE = 1024
+
+
+class TokenCache:
+    """Claims of tokens whose signature (and audience) were verified, by token, secret and audience.
+
+    LibreChat signs a token per tool call and its stock `file_search` sends the same one with every
+    per-file `/query` (hundreds at once), so a repeat skips PyJWT's ~25 µs. Only what cannot change
+    for the same text is skipped: the time claims, the string claims and the user id are checked
+    again on every use. Bounded; the oldest entry is forgotten first.
+    """
+
+    def __init__(self, size: int = TOKEN_CACHE_SIZE) -> None:
+        self.size = size
+        self._claims: dict[tuple[str, str, str | None], dict[str, Any]] = {}
+
+    def get(self, token: str, secret: str, audience: str | None) -> dict[str, Any] | None:
+        """The verified claims of `token` under `secret` and `audience`, or None when not known."""
+        return self._claims.get((token, secret, audience))
+
+    def put(self, token: str, secret: str, audience: str | None, claims: dict[str, Any]) -> None:
+        """Remember the claims of a token whose signature `secret` verified (for `audience`)."""
+        key = (token, secret, audience)
+        if len(self._claims) >= self.size and key not in self._claims:
+            del self._claims[next(iter(self._claims))]
+        self._claims[key] = claims
+
+    def __len__(self) -> int:
+        return len(self._claims)
+
+
 def verify_token(
     authorization: str | None,
     *,
@@ -58,14 +89,34 @@ def verify_token(
     audience: str | None,
     admin_user_ids: frozenset[str] | set[str] = frozenset(),
     now: float | None = None,
+    cache: TokenCache | None = None,
 ) -> Principal:
-    """Check `Authorization: Bearer <jwt>` (HS256, `exp` required) and return the principal."""
+    """Check `Authorization: Bearer <jwt>` (HS256, `exp` required) and return the principal.
+
+    `cache` spares the signature check of a token seen before (see `TokenCache`).
+    """
     if not authorization:
         raise Unauthorized("Missing or invalid Authorization header")
     scheme, _, token = authorization.partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
         raise Unauthorized("Missing or invalid Authorization header")
+    claims = cache.get(token, secret, audience) if cache is not None else None
+    if claims is None:
+        claims = _decode(token, secret, audience)
+        if cache is not None:
+            cache.put(token, secret, audience, claims)
+    check_time_claims(claims, time.time() if now is None else now)
+    check_string_claims(claims)
+    user_id = claims.get("id")
+    if not isinstance(user_id, str) or not user_id.strip():
+        raise Unauthorized("Invalid token: token has no user 'id'")
+    is_admin = user_id in admin_user_ids or str(claims.get("role", "")).upper() == "ADMIN"
+    return Principal(user_id=user_id, is_admin=is_admin, claims=claims)
+
+
+def _decode(token: str, secret: str, audience: str | None) -> dict[str, Any]:
+    """The claims of `token` once its signature, algorithm and audience are verified (401 otherwise)."""
     # PyJWT would accept `"exp": "1999999999"` or `true` (it calls int()); we check the times ourselves
     options: jwt.types.Options = {
         "require": ["exp"],
@@ -75,7 +126,7 @@ def verify_token(
         "verify_nbf": False,
     }
     try:
-        claims = jwt.decode(
+        claims: dict[str, Any] = jwt.decode(
             token,
             secret,
             algorithms=_ALGORITHMS,  # fixed list: `alg: none` and RS/HS confusion are refused
@@ -92,13 +143,7 @@ def verify_token(
         raise Unauthorized("Invalid token: algorithm not allowed (use HS256)") from None
     except jwt.InvalidTokenError:
         raise Unauthorized("Invalid token: malformed token") from None
-    check_time_claims(claims, time.time() if now is None else now)
-    check_string_claims(claims)
-    user_id = claims.get("id")
-    if not isinstance(user_id, str) or not user_id.strip():
-        raise Unauthorized("Invalid token: token has no user 'id'")
-    is_admin = user_id in admin_user_ids or str(claims.get("role", "")).upper() == "ADMIN"
-    return Principal(user_id=user_id, is_admin=is_admin, claims=claims)
+    return claims
 
 
 def check_time_claims(claims: Mapping[str, Any], now: float, leeway: float = LEEWAY_S) -> None:

@@ -44,6 +44,7 @@ async def get_principal(request: Request, services: Annotated[Services, Depends(
             secret=settings.jwt_secret,
             audience=settings.jwt_audience,
             admin_user_ids=services.admin_ids,
+            cache=getattr(request.app.state, "token_cache", None),
         )
     request.state.principal = principal
     return principal

@@ -23,6 +23,7 @@ from app.api.bounds import bounds_detail
 from app.api.guards import BodyGuardMiddleware
 from app.api.openapi import install_openapi
 from app.api.ratelimit import RateLimiter, document_rate_limits, enforce_rate_limit
+from app.auth import TokenCache
 from app.config import Settings, get_settings
 from app.deps import get_principal
 from app.errors import (
@@ -227,6 +228,7 @@ def create_app(settings: Settings | None = None, *, attach_database: bool = Fals
         }
     )
     app.state.attach_database = attach_database
+    app.state.token_cache = TokenCache()  # tokens whose signature was verified (app/auth.py)
     app.state.mcp_sessions = None
     app.state.mcp_http = settings.mcp_enabled and not attach_database
     if app.state.mcp_http:

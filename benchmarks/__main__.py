@@ -6,7 +6,8 @@ quality ...` runs the retrieval quality benchmark instead (see `scripts/bench qu
 `python -m benchmarks ocr ...` OCR of scanned pages (see `scripts/bench ocr --help`), and
 `python -m benchmarks scan-retrieval ...` retrieval on scanned against text pages, and
 `python -m benchmarks tenants ...` many Agents and users with LibreChat's query mix
-(`scripts/bench tenants --help`)."""
+(`scripts/bench tenants --help`), and `python -m benchmarks overhead ...` a search request's cost
+outside the database (`scripts/bench overhead --help`)."""
 
 from __future__ import annotations
 
@@ -156,6 +157,10 @@ if __name__ == "__main__":
         from benchmarks.tenants import main as tenants_main
 
         sys.exit(tenants_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["overhead"]:
+        from benchmarks.overhead import main as overhead_main
+
+        sys.exit(overhead_main(sys.argv[2:]))
     if sys.argv[1:2] == ["v2-query"]:
         from benchmarks.v2_query import main as v2_query_main
 

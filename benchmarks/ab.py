@@ -143,13 +143,23 @@ class SideResult:
     recalls: list[Any] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
-        """Client latency, Server-Timing entries, statuses and recall of the row."""
+        """Client latency, what of it is not the search, Server-Timing entries, statuses and recall."""
         return {
             "client_ms": summarize([r.client_ms for r in self.replies]),
+            "overhead_ms": summarize([overhead_ms(r, r.client_ms) for r in self.replies if r.timing]),
+            "server_overhead_ms": summarize(
+                [overhead_ms(r, float(r.timing["total"])) for r in self.replies if "total" in r.timing]
+            ),
             "server_timing": _timing_stats(self.replies),
             "statuses": dict(Counter(str(r.status) for r in self.replies)),
             "recall": _judgements(self.recalls),
         }
+
+
+def overhead_ms(reply: Reply, elapsed_ms: float) -> float:
+    """`elapsed_ms` minus the search's own stages (embedding, connection wait, database)."""
+    stages = sum(float(reply.timing.get(name, 0.0)) for name in ("embed", "pool", "db"))
+    return elapsed_ms - stages
 
 
 async def alternate(
@@ -194,17 +204,19 @@ def render(rows: list[dict[str, Any]], sides: tuple[Checkout, Checkout]) -> str:
         f"A = {a.name}   B = {b.name}   (p50 ms unless noted; ratio B/A)",
         "",
         "| row | files | A client p50 | B client p50 | B/A | A p95 | B p95 | A embed | B embed | B/A "
-        "| A db | B db | B/A | A recall | B recall | statuses A / B |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| A db | B db | B/A | A overhead p50 / p95 | B overhead p50 / p95 | B/A "
+        "| A recall | B recall | statuses A / B |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for row in rows:
         if "skipped" in row:
-            lines.append(f"| {row['name']} | {row['files']} | n/a: {row['skipped']} |" + " |" * 13)
+            lines.append(f"| {row['name']} | {row['files']} | n/a: {row['skipped']} |" + " |" * 16)
             continue
         sa, sb = row["A"], row["B"]
         ca, cb = _p50(sa, "client_ms", "p50"), _p50(sb, "client_ms", "p50")
         ea, eb = _p50(sa, "server_timing", "embed", "p50"), _p50(sb, "server_timing", "embed", "p50")
         da, dbb = _p50(sa, "server_timing", "db", "p50"), _p50(sb, "server_timing", "db", "p50")
+        oa, ob = _p50(sa, "overhead_ms", "p50"), _p50(sb, "overhead_ms", "p50")
 
         def cell(v: float | None) -> str:
             return "-" if v is None else f"{v:.2f}"
@@ -215,6 +227,8 @@ def render(rows: list[dict[str, Any]], sides: tuple[Checkout, Checkout]) -> str:
             f"| {row['name']} | {row['files']} | {cell(ca)} | {cell(cb)} | {ratio(ca, cb)} "
             f"| {cell(_p50(sa, 'client_ms', 'p95'))} | {cell(_p50(sb, 'client_ms', 'p95'))} "
             f"| {cell(ea)} | {cell(eb)} | {ratio(ea, eb)} | {cell(da)} | {cell(dbb)} | {ratio(da, dbb)} "
+            f"| {cell(oa)} / {cell(_p50(sa, 'overhead_ms', 'p95'))} "
+            f"| {cell(ob)} / {cell(_p50(sb, 'overhead_ms', 'p95'))} | {ratio(oa, ob)} "
             f"| {'-' if recall_a is None else recall_a} | {'-' if recall_b is None else recall_b} "
             f"| {sa['statuses']} / {sb['statuses']} |"
         )
@@ -289,21 +303,26 @@ class ABRun:
         texts: list[str],
         vectors: Any,
     ) -> list[dict[str, Any]]:
-        """Every row, A and B alternating: /query_multiple, then /query_v2 where both answer it."""
+        """Every row, A and B alternating: /query_multiple, /query (one file), then /query_v2 where both
+        answer it."""
         opts, rows = self.opts, []
         picks = [i % len(texts) for i in range(opts.timed)]
-        for s in scenarios:
-            bodies = [s.body(texts[q], opts.k) for q in picks]
-            with self.progress.phase(f"ab: /query_multiple {s.name}"):
-                a, b = await alternate(clients, "/query_multiple", bodies, s.user)
+        v1_rows = [("/query_multiple", s, [s.body(texts[q], opts.k) for q in picks]) for s in scenarios]
+        # LibreChat's stock file_search: one `/query` per file
+        single = min(scenarios, key=lambda s: len(s.file_ids))
+        query_bodies = [{"query": texts[q], "file_id": single.file_ids[0], "k": opts.k} for q in picks]
+        v1_rows.append(("/query", single, query_bodies))
+        for path, s, bodies in v1_rows:
+            with self.progress.phase(f"ab: {path} {s.name}"):
+                a, b = await alternate(clients, path, bodies, s.user)
             for side in (a, b):
                 side.recalls = [
                     judge(truth[s.name], vectors[q], r.pairs(), opts.k)
                     for q, r in zip(picks, side.replies, strict=True)
                 ]
             row = {
-                "name": f"query_multiple {s.name}",
-                "files": len(s.file_ids),
+                "name": f"{path.lstrip('/')} {s.name}",
+                "files": 1 if path == "/query" else len(s.file_ids),
                 "A": a.summary(),
                 "B": b.summary(),
             }

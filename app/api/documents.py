@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query
 from fastapi.responses import Response
 
+from app.api.jsonbody import json_bytes
 from app.auth import check_entity_id, delete_namespaces, read_namespaces
-from app.deps import AllowListDep, CurrentPrincipal, EntityIdQuery, IngestDep, SearchDep, SettingsDep
+from app.deps import AllowListDep, CurrentPrincipal, EntityIdQuery, IngestDep, SearchDep, ServicesDep
 from app.edge import safe_str
 from app.errors import BadRequest, NotFound
 from app.schemas import (
@@ -36,15 +36,17 @@ else:
 
 def _pairs(outcome: SearchOutcome) -> Response:
     """rag_api's `[[document, distance], ...]`, serialised once without a response model pass."""
+    hits = outcome.hits
     payload: list[list[Any]] = [
         [
             {"id": str(h.id), "page_content": h.text, "metadata": h.metadata, "type": "Document"},
             h.distance,
         ]
-        for h in outcome.hits
+        for h in hits
     ]
+    body = json_bytes(payload, floats=[h.distance for h in hits])
     headers = {"Server-Timing": outcome.server_timing()}
-    return Response(json.dumps(payload, ensure_ascii=False), media_type="application/json", headers=headers)
+    return Response(body, media_type="application/json", headers=headers)
 
 
 @router.post(
@@ -52,15 +54,11 @@ def _pairs(outcome: SearchOutcome) -> Response:
     response_model=None,
     responses={200: SEARCH_PAIRS_RESPONSE, **error_responses(400, 413, *AUTHED_ERRORS)},
 )
-async def query(
-    body: QueryRequest,
-    principal: CurrentPrincipal,
-    search: SearchDep,
-    settings: SettingsDep,
-    allowlist: AllowListDep,
-) -> Response:
+async def query(body: QueryRequest, principal: CurrentPrincipal, services: ServicesDep) -> Response:
     """Top-k chunks of one file; `[]` when nothing matches or the file is out of scope."""
-    entity = check_entity_id(body.entity_id, settings.entity_id_regex)
+    # the services in one dependency, not three: FastAPI spends ~15 µs on each it resolves
+    search, allowlist = services.search, services.allowlist
+    entity = check_entity_id(body.entity_id, services.settings.entity_id_regex)
     # ALLOWLIST_VERIFY: LibreChat's catalogue narrows the allow-list the SQL predicate carries
     ids = await allowlist.searchable(principal, entity, [body.file_id])
     scope = search.scope(read_namespaces(principal, entity), principal.namespace, ids)
@@ -74,19 +72,20 @@ async def query(
     responses={200: SEARCH_PAIRS_RESPONSE, **error_responses(400, 404, 413, *AUTHED_ERRORS)},
 )
 async def query_multiple(
-    body: QueryMultipleRequest,
-    principal: CurrentPrincipal,
-    search: SearchDep,
-    settings: SettingsDep,
-    allowlist: AllowListDep,
+    body: QueryMultipleRequest, principal: CurrentPrincipal, services: ServicesDep
 ) -> Response:
     """Global top-k across up to 1,000 files in one request; 404 when nothing matches."""
-    ids = list(dict.fromkeys(body.file_ids))
+    search, allowlist = services.search, services.allowlist
+    ids = body.file_ids
     if not ids:
         raise BadRequest("file_ids must not be empty")
+    # the cap counts distinct ids; up to the cap no count is needed (the scope drops repeats itself),
+    # which spares ~30 µs of hashing at 1,000 ids
     if len(ids) > MAX_FILE_IDS:
-        raise BadRequest(f"At most {MAX_FILE_IDS} file_ids are allowed")
-    entity = check_entity_id(body.entity_id, settings.entity_id_regex)
+        ids = list(dict.fromkeys(ids))
+        if len(ids) > MAX_FILE_IDS:
+            raise BadRequest(f"At most {MAX_FILE_IDS} file_ids are allowed")
+    entity = check_entity_id(body.entity_id, services.settings.entity_id_regex)
     allowed = await allowlist.searchable(principal, entity, ids)
     scope = search.scope(read_namespaces(principal, entity), principal.namespace, allowed)
     outcome = await search.search(body.query, scope, body.k)
@@ -118,7 +117,7 @@ async def get_documents(
     if any(i not in found for i in ids):
         raise NotFound("One or more IDs not found")
     payload = [{"page_content": r.text, "metadata": r.metadata} for r in rows]
-    return Response(json.dumps(payload, ensure_ascii=False), media_type="application/json")
+    return Response(json_bytes(payload), media_type="application/json")
 
 
 @router.delete(
@@ -174,7 +173,7 @@ async def document_context(
     text = await search.context(search.scope(owners, principal.namespace, allowed))
     if text is None:
         raise NotFound("One or more IDs not found")
-    return Response(json.dumps(text, ensure_ascii=False), media_type="application/json")
+    return Response(json_bytes(text), media_type="application/json")
 
 
 @router.get("/ids", response_model=list[str], responses=error_responses(400, *AUTHED_ERRORS))

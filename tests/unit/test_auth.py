@@ -12,6 +12,7 @@ import pytest
 
 from app.auth import (
     Principal,
+    TokenCache,
     anonymous,
     check_entity_id,
     check_time_claims,
@@ -256,3 +257,42 @@ def test_unsafe_string_claims_are_422(claim: str, value: str) -> None:
     assert error["loc"] == ["header", "Authorization", claim]
     assert error["type"] == "string_unsafe"
     assert f"Token claim '{claim}'" in str(error["msg"])
+
+
+def test_a_cached_token_is_still_checked_for_time_and_claims() -> None:
+    cache = TokenCache()
+    now = time.time()
+    t = token({"id": "user-1", "exp": int(now) + 60})
+    assert verify_token(bearer(t), secret=SECRET, audience=None, cache=cache).user_id == "user-1"
+    assert len(cache) == 1
+    assert verify_token(bearer(t), secret=SECRET, audience=None, cache=cache, now=now).user_id == "user-1"
+    # the same text after its expiry: refused although its signature is remembered
+    with pytest.raises(Unauthorized) as exc:
+        verify_token(bearer(t), secret=SECRET, audience=None, cache=cache, now=now + 3600)
+    assert exc.value.detail == "Invalid token: token has expired"
+
+
+def test_a_cached_token_counts_only_for_its_secret_and_audience() -> None:
+    cache = TokenCache()
+    t = token(fresh(aud="rag"))
+    assert verify_token(bearer(t), secret=SECRET, audience="rag", cache=cache).user_id == "user-1"
+    other = "another-secret-0123456789abcdef-0123456789abcdef"
+    with pytest.raises(Unauthorized) as exc:
+        verify_token(bearer(t), secret=other, audience="rag", cache=cache)
+    assert exc.value.detail == "Invalid token: signature verification failed"
+    with pytest.raises(Unauthorized) as exc:
+        verify_token(bearer(t), secret=SECRET, audience="other", cache=cache)
+    assert exc.value.detail == "Invalid token: audience does not match"
+
+
+def test_refused_tokens_are_not_remembered_and_the_cache_is_bounded() -> None:
+    cache = TokenCache(size=2)
+    with pytest.raises(Unauthorized):
+        verify_token(bearer("abc.def.ghi"), secret=SECRET, audience=None, cache=cache)
+    assert len(cache) == 0
+    first, second, third = (token(fresh(id=f"user-{i}")) for i in range(3))
+    for t in (first, second, third):
+        verify_token(bearer(t), secret=SECRET, audience=None, cache=cache)
+    assert len(cache) == 2
+    assert cache.get(first, SECRET, None) is None  # the oldest went first
+    assert cache.get(third, SECRET, None) is not None

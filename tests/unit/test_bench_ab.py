@@ -62,6 +62,8 @@ def test_the_table_puts_a_and_b_side_by_side_with_the_ratio() -> None:
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[:5] == ["query_multiple own-1", "1", "2.00", "1.00", "0.50x"]
     assert cells[7:10] == ["1.00", "0.01", "0.01x"]
+    # what is not the search: client time minus embed, pool and db (2.0 - 1.6, 1.0 - 0.61)
+    assert cells[13:16] == ["0.40 / 0.40", "0.39 / 0.39", "0.97x"]
     assert any(line.startswith("| query_v2 own-1 | 1 | n/a: A answers 404") for line in table)
     assert ab.ratio(None, 1.0) == "-" and ab.ratio(0.0, 1.0) == "-"
 
