@@ -51,6 +51,7 @@ class IngestOptions:
     seed: int = 7
     sample_ms: float = 20.0
     embedder: str = "local"
+    xlsx_rows: int = 50_000
     data_dir: Path | None = None
     out_dir: Path = Path("bench-results")
     json_path: Path | None = None
@@ -71,6 +72,12 @@ def parse(argv: list[str]) -> IngestOptions:
     p.add_argument("--big-mb", type=float, default=d.big_mb, help="big upload in MiB (%(default)s)")
     p.add_argument("--big-kind", choices=("pdf", "text"), default=d.big_kind, help="(%(default)s)")
     p.add_argument("--no-big", action="store_true", help="skip the big upload")
+    p.add_argument(
+        "--xlsx-rows",
+        type=int,
+        default=d.xlsx_rows,
+        help="rows of the workbook both XLSX readers parse in this process (%(default)s; 0 skips)",
+    )
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--sample-ms", type=float, default=d.sample_ms, help="RSS sampling interval")
     p.add_argument(
@@ -96,6 +103,7 @@ def parse(argv: list[str]) -> IngestOptions:
         seed=a.seed,
         sample_ms=a.sample_ms,
         embedder=a.embedder,
+        xlsx_rows=a.xlsx_rows,
         data_dir=a.data_dir,
         out_dir=a.out,
         json_path=a.json,
@@ -112,6 +120,14 @@ async def bench(opts: IngestOptions, root: Path, info: Any, progress: Any, resul
     from benchmarks import ingest_measure as m
     from benchmarks.service import ServiceProcess, make_token
 
+    if opts.xlsx_rows:
+        from benchmarks.ingest_xlsx import compare
+
+        with progress.phase(f"XLSX readers on {opts.xlsx_rows:,} rows"):
+            result["loadavg_before_xlsx"] = [round(x, 2) for x in os.getloadavg()]
+            result["xlsx_readers"] = await asyncio.to_thread(
+                compare, root / "xlsx", opts.xlsx_rows, opts.seed
+            )
     with progress.phase("write the files"):
         small = files.write_set(root / "files", opts.per_kind, opts.chars, opts.seed)
         warm = files.write_set(root / "warm", 1, 2000, opts.seed + 1)[0]
@@ -264,6 +280,16 @@ def render(result: dict[str, Any]) -> str:
             f"Stages of the set (s): parse+chunk {st['parse']}, embed {st['embed']}, "
             f"store {st['store']}, total in the service {st['total']}.",
         ]
+    x = result.get("xlsx_readers")
+    if x:
+        lines += [
+            "",
+            f"XLSX readers, in-process, {x['rows']:,} rows ({x['cells']:,} cells, "
+            f"{x['bytes'] / _MB:.1f} MB), "
+            f"fastest of 3 at load {result.get('loadavg_before_xlsx')}: openpyxl {x['openpyxl_s']} s "
+            f"({x['openpyxl_cells_per_s']:,} cells/s), calamine {x['calamine_s']} s "
+            f"({x['calamine_cells_per_s']:,} cells/s): {x['speedup']}x; same text: {x['same_text']}.",
+        ]
     big = result.get("big")
     if big:
         lines += [
@@ -283,7 +309,8 @@ def failed(result: dict[str, Any]) -> bool:
     statuses = [u["status"] for u in result.get("uploads", [])]
     if "big" in result:
         statuses.append(result["big"]["upload"]["status"])
-    return "error" in result or not statuses or any(s != 200 for s in statuses)
+    same_text = result.get("xlsx_readers", {}).get("same_text", True)
+    return "error" in result or not statuses or any(s != 200 for s in statuses) or not same_text
 
 
 def run(opts: IngestOptions) -> int:

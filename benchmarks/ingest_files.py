@@ -125,7 +125,7 @@ def _docx(path: Path, rng: random.Random, chars: int) -> None:
 
 
 def _xlsx(path: Path, rng: random.Random, chars: int) -> None:
-    header = ["Order", "Customer", "Region", "Product", "Quantity", "Price", "Note"]
+    header: list[object] = ["Order", "Customer", "Region", "Product", "Quantity", "Price", "Note"]
     rows: list[list[object]] = [header]
     size = 0
     while size < chars:

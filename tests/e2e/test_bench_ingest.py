@@ -16,14 +16,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+TINY = "--per-kind 1 --chars 2000 --big-mb 3 --xlsx-rows 300".split()
 
 
 @pytest.mark.timeout(300)
 def test_the_ingest_benchmark_uploads_every_kind_and_samples_the_big_upload(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "ingest", "--per-kind", "1", "--chars", "2000", "--big-mb", "3"]
-        + ["--out", str(tmp_path), "--json", str(out)],
+        [sys.executable, "-m", "benchmarks", "ingest", *TINY, "--out", str(tmp_path), "--json", str(out)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -43,4 +43,6 @@ def test_the_ingest_benchmark_uploads_every_kind_and_samples_the_big_upload(tmp_
     big = result["big"]
     assert big["upload"]["status"] == 200 and big["upload"]["size_bytes"] > 2 * 2**20
     assert big["rss_samples"] > 0 and big["peak_rss_mb"] >= big["idle_rss_mb"] > 0
+    # both XLSX readers parsed the same workbook to the same text
+    assert result["xlsx_readers"]["same_text"] and result["xlsx_readers"]["cells"] == 301 * 8
     assert "| all files | 5 |" in proc.stdout and "over idle** (target <= 500 MB" in proc.stdout
