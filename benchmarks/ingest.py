@@ -51,6 +51,7 @@ class IngestOptions:
     seed: int = 7
     sample_ms: float = 20.0
     embedder: str = "local"
+    stand_in_dims: int = 384
     xlsx_rows: int = 50_000
     data_dir: Path | None = None
     out_dir: Path = Path("bench-results")
@@ -72,6 +73,12 @@ def parse(argv: list[str]) -> IngestOptions:
     p.add_argument("--big-mb", type=float, default=d.big_mb, help="big upload in MiB (%(default)s)")
     p.add_argument("--big-kind", choices=("pdf", "text"), default=d.big_kind, help="(%(default)s)")
     p.add_argument("--no-big", action="store_true", help="skip the big upload")
+    p.add_argument(
+        "--stand-in-dims",
+        type=int,
+        default=d.stand_in_dims,
+        help="dimensions of the stand-in's vectors (%(default)s; OpenAI's text-embedding-3-small: 1536)",
+    )
     p.add_argument(
         "--xlsx-rows",
         type=int,
@@ -103,6 +110,7 @@ def parse(argv: list[str]) -> IngestOptions:
         seed=a.seed,
         sample_ms=a.sample_ms,
         embedder=a.embedder,
+        stand_in_dims=a.stand_in_dims,
         xlsx_rows=a.xlsx_rows,
         data_dir=a.data_dir,
         out_dir=a.out,
@@ -138,7 +146,7 @@ async def bench(opts: IngestOptions, root: Path, info: Any, progress: Any, resul
     if opts.embedder == "stand-in":
         from tests.fixtures.fake_providers import FakeProvider
 
-        stand_in = FakeProvider(dims=384)
+        stand_in = FakeProvider(dims=opts.stand_in_dims)
         stand_in.reverse_order = False
         stand_in.start()
         settings.update(
