@@ -7,7 +7,9 @@ quality ...` runs the retrieval quality benchmark instead (see `scripts/bench qu
 `python -m benchmarks scan-retrieval ...` retrieval on scanned against text pages, and
 `python -m benchmarks tenants ...` many Agents and users with LibreChat's query mix
 (`scripts/bench tenants --help`), and `python -m benchmarks overhead ...` a search request's cost
-outside the database (`scripts/bench overhead --help`)."""
+outside the database (`scripts/bench overhead --help`), and `python -m benchmarks ingest ...` uploads
+through `POST /embed`: throughput, the overhead beyond the embedder, peak memory
+(`scripts/bench ingest --help`)."""
 
 from __future__ import annotations
 
@@ -36,7 +38,8 @@ def parse(argv: list[str]) -> Options:
         "and memory. Prints a markdown report; writes bench-results/<UTC>.json and latest.json.",
         epilog="Other benchmarks, each with its own --help: scripts/bench quality (retrieval quality), "
         "v2-query (/query_v2 latency), tenants (many Agents and users, LibreChat's query mix), "
-        "mcp (rag_search over MCP beside the HTTP routes), pdf-text (PDF "
+        "mcp (rag_search over MCP beside the HTTP routes), ingest (uploads through POST /embed: "
+        "throughput, overhead beyond the embedder, peak memory), pdf-text (PDF "
         "text extractors). This help needs nothing installed; a run, or another benchmark's help, "
         "creates .venv first.",
     )
@@ -161,6 +164,10 @@ if __name__ == "__main__":
         from benchmarks.overhead import main as overhead_main
 
         sys.exit(overhead_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["ingest"]:
+        from benchmarks.ingest import main as ingest_main
+
+        sys.exit(ingest_main(sys.argv[2:]))
     if sys.argv[1:2] == ["v2-query"]:
         from benchmarks.v2_query import main as v2_query_main
 

@@ -40,8 +40,18 @@ def split_sections(sections: Sequence[Section], chunk_size: int, chunk_overlap: 
 def clean_text(text: str) -> str:
     """Remove NUL characters and anything UTF-8 cannot encode (lone surrogates), as rag_api does."""
     # PostgreSQL text columns reject NUL, and asyncpg cannot encode surrogates.
+    if "\x00" not in text and (text.isascii() or _encodable(text)):
+        return text  # clean already (nearly always): the same string, not a copy of every chunk
     text = text.replace("\x00", "")
     return text.encode("utf-8", "ignore").decode("utf-8")
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def md5_digest(text: str) -> str:

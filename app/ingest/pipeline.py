@@ -32,7 +32,7 @@ from app.ingest.limits import ParseLimits
 from app.ingest.loaders import safe_basename
 from app.ingest.progress import IngestProgress, Report
 from app.ingest.recent import parse_remembered, recent_parses
-from app.ingest.types import Chunk, LoadedDocument
+from app.ingest.types import Chunk, LoadedDocument, Section
 from app.ingest.worker import start_worker_server
 from app.store import chunks as store
 from app.store.db import StoreInfo
@@ -57,6 +57,14 @@ class EmbedOutcome:
     ocr_pages: tuple[int, ...] = ()
     empty_pages: tuple[int, ...] = ()
     known_type: bool = True
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """What an ingest keeps of the parsed document once it is chunked."""
+
+    content_type: str
+    pages: tuple[tuple[int, ...], tuple[int, ...]]  # OCR-read pages, pages left without text
 
 
 @dataclass(frozen=True)
@@ -163,11 +171,10 @@ class IngestService:
         tracker = IngestProgress(f"Ingest of file {file_id}", report=progress)
         tracker.stage("waiting for an ingest slot")
         async with tracker.logged(enabled=progress is None), self._slots:
-            tracker.stage("parsing")
-            doc = await self.load(source)
             source_name = safe_basename(source.filename)
-            tracker.stage("chunking")
-            texts, metas = await self._chunks(doc, file_id=file_id, owner=owner, source=source_name)
+            texts, metas, parsed = await self._parse_and_chunk(
+                source, tracker, file_id=file_id, owner=owner, source_name=source_name
+            )
             loaded_at = time.perf_counter()
             tracker.stage("embedding", 0, len(texts))
             vectors, embedded, reused = await self._vectors_for(
@@ -175,7 +182,7 @@ class IngestService:
             )
             embedded_at = time.perf_counter()
             tracker.stage("storing", len(texts), len(texts))
-            content_type = source.content_type or doc.content_type
+            content_type = source.content_type or parsed.content_type
             key = blob_key(source.sha256)
             await self.blobs.put_file(key, source.path, content_type=content_type)
             ids = uuid7_batch(len(texts))
@@ -216,20 +223,42 @@ class IngestService:
             (embedded_at - loaded_at) * 1000,
             (time.perf_counter() - started) * 1000,
         )
-        return EmbedOutcome(file_id, source.filename, len(new_chunks), embedded, reused, record, *_pages(doc))
+        return EmbedOutcome(
+            file_id, source.filename, len(new_chunks), embedded, reused, record, *parsed.pages
+        )
+
+    async def _parse_and_chunk(
+        self, source: SourceFile, tracker: IngestProgress, *, file_id: str, owner: str, source_name: str
+    ) -> tuple[list[str], list[dict[str, Any]], _Parsed]:
+        """Parse, then chunk: the chunk texts and metadata, and what the rest of the ingest needs.
+
+        Only the sections are kept past the parse: the document's blocks (V2's structure, as much
+        text again) and, once chunked, the sections themselves are freed before embedding, so a
+        large text is held about once while it is embedded and stored.
+        """
+        tracker.stage("parsing")
+        doc = await self.load(source)
+        parsed = _Parsed(doc.content_type, _pages(doc))
+        sections, warnings = doc.sections, doc.warnings
+        del doc
+        tracker.stage("chunking")
+        texts, metas = await self._chunks(
+            sections, warnings, file_id=file_id, owner=owner, source=source_name
+        )
+        return texts, metas, parsed
 
     async def _chunks(
-        self, doc: LoadedDocument, *, file_id: str, owner: str, source: str
+        self, sections: list[Section], warnings: list[str], *, file_id: str, owner: str, source: str
     ) -> tuple[list[str], list[dict[str, Any]]]:
-        """The document's chunk texts and metadata, refused when too many or none hold text."""
-        for warning in doc.warnings:
+        """The sections' chunk texts and metadata, refused when too many or none hold text."""
+        for warning in warnings:
             # the loader's own sentences (pages read by OCR or left without text, a misnamed file)
             logger.warning("File %s: %s", file_id, warning)
         loop = asyncio.get_running_loop()
         pieces = await loop.run_in_executor(
             self._executor,
             functools.partial(
-                split_sections, doc.sections, self.settings.chunk_size, self.settings.chunk_overlap
+                split_sections, sections, self.settings.chunk_size, self.settings.chunk_overlap
             ),
         )
         if len(pieces) > self.settings.max_chunks_per_file:
@@ -297,16 +326,16 @@ class IngestService:
             if digest not in known and digest not in missing:
                 missing[digest] = index
         missing_texts = await self._situated(file_id, title, texts, list(missing.values()))
-        fresh: dict[str, np.ndarray] = {}
+        result = np.zeros((0, 0), dtype=np.float32)
         if missing:
             with reporting_batches(_chunk_counter(tracker, len(texts), len(texts) - len(missing))):
-                result = await self.embedder.embed_documents(missing_texts)
+                # float32 already from every embedder: then no copy of the (chunks x dims) matrix
+                result = np.asarray(await self.embedder.embed_documents(missing_texts), dtype=np.float32)
             if result.shape[0] != len(missing):
                 raise EmbeddingProviderError(
                     "The embedding provider returned the wrong number of vectors", retryable=False
                 )
-            fresh = dict(zip(missing.keys(), result, strict=True))
-        dims = {v.shape[0] for v in fresh.values()} | {v.shape[0] for v in known.values()}
+        dims = ({result.shape[1]} if missing else set()) | {v.shape[0] for v in known.values()}
         if len(dims) > 1:
             # the model changed dimension under the same name: never mix, embed everything anew
             situated = dict(zip(missing.values(), missing_texts, strict=True))
@@ -315,9 +344,9 @@ class IngestService:
             with reporting_batches(_chunk_counter(tracker, len(texts), 0)):
                 result = await self.embedder.embed_documents([situated[i] for i in range(len(texts))])
             return np.asarray(result, dtype=np.float32), len(texts), 0
-        vectors = np.stack([fresh[d] if d in fresh else known[d] for d in digests]).astype(np.float32)
-        reused = sum(1 for d in digests if d not in fresh)
-        return vectors, len(texts) - reused, reused
+        if len(missing) == len(texts):
+            return result, len(texts), 0  # every chunk new and distinct (a new file): as embedded
+        return _assemble(digests, result, list(missing), known)
 
     async def _situated(self, file_id: str, title: str, texts: list[str], indexes: list[int]) -> list[str]:
         """What to embed for `texts[i]` of each `i` in `indexes`: situated when contextual chunking is on."""
@@ -351,6 +380,24 @@ class IngestService:
         for key in result.blob_keys:
             await self._remove_if_unreferenced(key)
         return result.found
+
+
+def _assemble(
+    digests: list[str], fresh: np.ndarray, fresh_digests: list[str], known: Mapping[str, np.ndarray]
+) -> tuple[np.ndarray, int, int]:
+    """One vector per digest, from the fresh rows or the known vectors, filled into a single matrix."""
+    row_of = {digest: row for row, digest in enumerate(fresh_digests)}
+    dim = fresh.shape[1] if fresh.size else next(iter(known.values())).shape[0]
+    vectors = np.empty((len(digests), dim), dtype=np.float32)
+    reused = 0
+    for index, digest in enumerate(digests):
+        row = row_of.get(digest)
+        if row is None:
+            vectors[index] = known[digest]
+            reused += 1
+        else:
+            vectors[index] = fresh[row]
+    return vectors, len(digests) - reused, reused
 
 
 def _pages(doc: LoadedDocument) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -226,7 +226,8 @@ async def replace_file(
         await conn.copy_records_to_table(
             "langchain_pg_embedding",
             columns=list(queries.EMBEDDING_COPY_COLUMNS),
-            records=[
+            # a generator: each row's JSON is made as COPY sends it, not all of them at once
+            records=(
                 (
                     c.id,
                     info.collection_id,
@@ -236,7 +237,7 @@ async def replace_file(
                     record.file_id,
                 )
                 for c in chunks
-            ],
+            ),
         )
     await conn.execute(
         queries.UPSERT_FILE,

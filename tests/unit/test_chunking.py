@@ -124,3 +124,11 @@ def test_short_sections_match_the_splitter_exactly() -> None:
         text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 30)))[:40]
         ours = [c.text for c in split_sections([Section(text=text)], chunk_size=40, chunk_overlap=5)]
         assert ours == splitter.split_text(text), repr(text)
+
+
+def test_clean_text_returns_clean_text_itself_not_a_copy() -> None:
+    # an ingest holds every chunk's text while it embeds: a copy of each would double that
+    for text in ("plain ascii", "Grüße 日本 🙂"):
+        assert clean_text(text) is text
+    dirty = "a\x00b"
+    assert clean_text(dirty) is not dirty

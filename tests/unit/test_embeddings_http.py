@@ -542,6 +542,17 @@ async def test_batches_complete_out_of_order(provider: FakeProvider) -> None:
     np.testing.assert_array_equal(vectors, expected(texts))
 
 
+async def test_batches_of_different_dimensions_fail_the_call(provider: FakeProvider) -> None:
+    # the batch holding "t3" answers with 5 dimensions, the others with 8: never a mixed matrix
+    provider.handler = lambda request: Reply(dims=5) if "t3" in provider.texts_of(request) else None
+    embedder = openai(provider, batch_size=2, concurrency=1)
+    try:
+        with pytest.raises(EmbeddingProviderError, match="different dimensions within one request"):
+            await embedder.embed_documents([f"t{i}" for i in range(6)])
+    finally:
+        await embedder.aclose()
+
+
 async def test_concurrency_is_bounded(provider: FakeProvider) -> None:
     provider.delay = 0.1
     embedder = openai(provider, batch_size=1, concurrency=2)

@@ -341,12 +341,19 @@ class BaseEmbedder:
             logger.info("Embedding dimension of %s/%s replies: %d", self.provider, self.model, dims)
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
-    def _join(self, parts: Sequence[np.ndarray]) -> np.ndarray:
-        """The batches of one call as one array; batches of different dimensions are refused."""
-        if len({int(part.shape[1]) for part in parts}) > 1:
+    def _place(self, out: np.ndarray | None, total: int, start: int, vectors: np.ndarray) -> np.ndarray:
+        """Write one batch's rows into the call's matrix (made by the first batch to arrive).
+
+        One matrix for the whole call, never a list of batches and a copy of them: a large upload's
+        vectors are held once. Batches of different dimensions are refused.
+        """
+        if out is None:
+            out = np.empty((total, vectors.shape[1]), dtype=np.float32)
+        elif out.shape[1] != vectors.shape[1]:
             raise EmbeddingProviderError(
                 f"{self._who} returned vectors of different dimensions within one request; check "
                 "EMBEDDINGS_MODEL",
                 retryable=False,
             )
-        return np.concatenate(parts, axis=0)
+        out[start : start + vectors.shape[0]] = vectors
+        return out

@@ -125,15 +125,21 @@ class HttpEmbedder(BaseEmbedder):
 
     async def _embed_pieces(self, texts: list[str]) -> np.ndarray:
         slices = plan_batches(texts, self._batch_size, self._batch_max_chars)
-
-        async def batch(start: int, end: int) -> np.ndarray:
-            vectors = await self._run_batch(texts[start:end], self._batch_slots)
-            batch_done(end - start, len(texts))
-            return vectors
-
         if len(slices) == 1:
-            return await batch(0, len(texts))
-        return self._join(await gather_or_cancel([batch(start, end) for start, end in slices]))
+            vectors = await self._run_batch(texts, self._batch_slots)
+            batch_done(len(texts), len(texts))
+            return vectors
+        out: np.ndarray | None = None
+
+        async def batch(start: int, end: int) -> None:
+            nonlocal out
+            vectors = await self._run_batch(texts[start:end], self._batch_slots)
+            out = self._place(out, len(texts), start, vectors)
+            batch_done(end - start, len(texts))
+
+        await gather_or_cancel([batch(start, end) for start, end in slices])
+        assert out is not None  # more than one slice: every batch put its rows in
+        return out
 
     async def _embed_query(self, text: str) -> np.ndarray:
         windows = self._split(text) if self._split is not None else None

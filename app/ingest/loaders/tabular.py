@@ -1,4 +1,5 @@
-"""CSV/TSV (stdlib csv), XLSX (openpyxl, read-only and streaming) and legacy XLS (xlrd, optional).
+"""CSV/TSV (stdlib csv), XLSX (python-calamine within measured bounds, else openpyxl read-only and
+streaming; see `workbook.py`) and legacy XLS (xlrd, optional).
 
 Rows are rendered as `header: value` lines, one row after another. A chunk cut from the middle of
 a table then still names every value it holds ("Customer: ACME / Year: 2023 / Revenue: 1200"), so a
@@ -33,6 +34,7 @@ from app.ingest.loaders.archive import check_zip
 from app.ingest.loaders.bounds import scan_package
 from app.ingest.loaders.render import render_table
 from app.ingest.loaders.text import load_text
+from app.ingest.loaders.workbook import core_title, fast_read_allowed, fast_sheets, open_fast
 from app.ingest.types import Block, LoadedDocument, Section
 
 logger = logging.getLogger(__name__)
@@ -46,7 +48,9 @@ CSV_FIELD_LIMIT = 16 * 1024 * 1024
 _SNIFF_CHARS = 64 * 1024
 _DELIMITERS = ",;\t|"
 _HEADER_SEARCH_ROWS = 10
+_EXACT_INTEGER = 2**53
 XLS_SUPPORTED = xlrd is not None
+XLSX_CONTENT_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 # Named sheets, each an iterable of rows of raw cell values.
 _Sheets = Iterable[tuple[str, Iterable[Sequence[Any]]]]
 
@@ -133,9 +137,14 @@ def _read_rows(reader: Iterable[list[str]]) -> tuple[list[str] | None, list[list
 def load_xlsx(path: Path, filename: str) -> LoadedDocument:
     """Load a workbook: one section per non-empty sheet (`{"sheet": name}`), rows as `header: value` lines."""
     check_zip(path, filename)
-    # Every part is measured before openpyxl opens it: worksheets by their cells, the shared
+    # Every part is measured before a reader opens it: worksheets by their cells, the shared
     # strings by their entries, the rest by elements. Cells are counted again as they are read.
-    scan_package(path, shared_strings=_shared_strings_part(path), worksheets=_is_worksheet)
+    shared_strings = _shared_strings_part(path)
+    scan_package(path, shared_strings=shared_strings, worksheets=_is_worksheet)
+    if fast_read_allowed(path, shared_strings, _is_worksheet, current_guard()):
+        fast = _load_fast(path, filename)
+        if fast is not None:
+            return fast
     # A file object, not the path: openpyxl refuses paths whose extension is not .xlsx/.xlsm.
     with path.open("rb") as handle:
         try:
@@ -154,8 +163,31 @@ def load_xlsx(path: Path, filename: str) -> LoadedDocument:
         sections=sections,
         blocks=blocks,
         kind="xlsx",
-        content_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        content_type=XLSX_CONTENT_TYPE,
         title=title,
+    )
+
+
+def _load_fast(path: Path, filename: str) -> LoadedDocument | None:
+    """The workbook read by calamine (`workbook.py`); None when calamine cannot read it."""
+    workbook = open_fast(path)
+    if workbook is None:
+        return None
+    try:
+        sections, blocks = _tables(fast_sheets(workbook), filename)
+    except (RagError, MemoryError):
+        raise
+    except Exception as exc:  # a part calamine cannot read: openpyxl reads it, or says what is wrong
+        logger.debug("calamine could not read a sheet: %s", type(exc).__name__)
+        return None
+    finally:
+        workbook.close()
+    return LoadedDocument(
+        sections=sections,
+        blocks=blocks,
+        kind="xlsx",
+        content_type=XLSX_CONTENT_TYPE,
+        title=core_title(path),
     )
 
 
@@ -318,7 +350,8 @@ def cell_text(value: Any) -> str:
     if isinstance(value, bool):
         return "TRUE" if value else "FALSE"
     if isinstance(value, float):
-        if value.is_integer() and abs(value) < 1e15:
+        # every integer up to 2^53 is exact in a float; calamine gives each number as a float
+        if value.is_integer() and abs(value) <= _EXACT_INTEGER:
             return str(int(value))
         return repr(value)
     if isinstance(value, dt.datetime):
