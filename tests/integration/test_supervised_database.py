@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from app.runtime.postgres import LOCK_NAME
+from app.runtime.supervisor import DatabaseSupervisor
 from tests.contract.helpers import query, upload
 from tests.fixtures.serve import free_port
 from tests.fixtures.service import SettingsFactory, auth, new_id, resources, running_app
@@ -99,10 +100,12 @@ async def test_killed_postgres_gives_fast_503s_then_recovers_without_a_restart(
                 assert took < 3.0  # fast: no waiting for a connection that cannot come
                 up = await upload(client, new_id(), "b.txt", b"Herons wait.", auth(user))
                 # still down: 503 like the query; the server may also be back by now (the restart
-                # races this request), and then the upload is simply stored
-                assert up.status_code == 503 or (
-                    up.status_code == 200 and supervisor.status.restarts > restarts_before
-                ), up.text
+                # races this request), and then the upload is simply stored. The supervisor counts
+                # a restart once the server's start returns, which the other service's upload
+                # can beat: the count must follow, not precede
+                assert up.status_code in (200, 503), up.text
+                if up.status_code == 200:
+                    await _restart_counted(supervisor, restarts_before, 10)
                 if up.status_code == 503:
                     assert "database" in up.json()["detail"].lower()
             else:
@@ -116,6 +119,14 @@ async def test_killed_postgres_gives_fast_503s_then_recovers_without_a_restart(
         await _status_until(client, 200, 10)
         r = await upload(client, new_id(), "c.txt", b"Cormorants dry their wings.", auth(user))
         assert r.status_code == 200, r.text
+
+
+async def _restart_counted(supervisor: DatabaseSupervisor, before: int, timeout_s: float) -> None:
+    """Wait until the supervisor has counted a restart since `before` (fails after `timeout_s`)."""
+    deadline = time.monotonic() + timeout_s
+    while supervisor.status.restarts <= before:
+        assert time.monotonic() < deadline, "a write succeeded but no restart was counted"
+        await asyncio.sleep(0.05)
 
 
 async def test_a_second_service_on_the_same_data_dir_refuses_to_start(
