@@ -67,16 +67,11 @@ BEGIN
         INTO hit_ids
         USING p_query, p_scope, p_candidates, p_ef_search, p_max_scan_tuples;
         IF coalesce(cardinality(hit_ids), 0) >= p_k THEN
+            -- the candidates' own rows, in scope, by exact distance: the memory scan's last step too
             RETURN QUERY
-                SELECT e.uuid, e.custom_id, e.document, e.cmetadata::text, e.embedding <=> p_query,
-                       'index'::text
-                FROM unnest(hit_ids) AS h(id)
-                JOIN langchain_pg_embedding e ON e.uuid = h.id
-                WHERE ragoverlay_in_scope(p_scope, e.collection_id, e.custom_id, e.cmetadata ->> 'user_id')
-                  AND vector_dims(e.embedding) = query_dims
-                  AND (e.cmetadata ->> 'navigation') IS NULL
-                ORDER BY e.embedding <=> p_query, e.uuid
-                LIMIT p_k;
+                SELECT r.uuid, r.custom_id, r.document, r.cmetadata, r.distance, 'index'::text
+                FROM ragoverlay_rank_candidates(p_scope, p_query, p_k, hit_ids) AS r
+                ORDER BY r.distance, r.uuid;
             RETURN;
         END IF;
         taken := 'exact-fallback';
