@@ -253,6 +253,34 @@ async def build_progress(conn: asyncpg.Connection) -> list[dict[str, Any]]:
     return [dict(r) for r in await conn.fetch(BUILD_PROGRESS)]
 
 
+# the service's namespace indexes (app/store/namespace_index.py), and the namespaces large enough for one
+NAMESPACE_INDEXES = """
+    SELECT count(*) FILTER (WHERE i.indisvalid) AS valid, count(*) AS present,
+           coalesce(sum(pg_relation_size(c.oid)) FILTER (WHERE i.indisvalid), 0) AS bytes
+    FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+    WHERE i.indrelid = 'ragoverlay_vectors'::regclass AND c.relname LIKE 'ragoverlay\\_vec\\_ns\\_%'
+"""
+LARGE_NAMESPACES = """
+    SELECT count(*) FROM (SELECT 1 FROM ragoverlay_files
+                          WHERE collection_id = $1 AND embedding_dim IS NOT NULL AND owner <> ''
+                          GROUP BY owner, embedding_dim HAVING sum(chunk_count) >= $2) AS n
+"""
+
+
+async def namespace_indexes(
+    conn: asyncpg.Connection, collection_id: uuid.UUID, min_rows: int
+) -> dict[str, int]:
+    """Valid and present namespace indexes, their bytes, and the namespaces of at least `min_rows`."""
+    row = await conn.fetchrow(NAMESPACE_INDEXES)
+    large = await conn.fetchval(LARGE_NAMESPACES, collection_id, min_rows)
+    return {
+        "valid": int(row["valid"]),
+        "present": int(row["present"]),
+        "bytes": int(row["bytes"]),
+        "large": int(large),
+    }
+
+
 ALL_ROWS = "SELECT e.uuid::text AS id, e.embedding FROM langchain_pg_embedding e WHERE e.collection_id = $1"
 _HNSW_DEF = re.compile(
     r" ON (?P<table>[\w.]+) USING hnsw \((?P<expr>.+) (?P<type>vector|halfvec)_cosine_ops\)"

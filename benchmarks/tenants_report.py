@@ -147,6 +147,7 @@ def render(result: dict[str, Any]) -> str:
         f"Load average at start {result.get('loadavg_at_start')}, before measuring "
         f"{_get(result, 'service', 'loadavg_before_measuring')}, at end {result.get('loadavg_at_end')}; "
         f"HNSW index: {_get(result, 'service', 'index', 'summary')}; "
+        f"namespace indexes: {_get(result, 'service', 'namespace_indexes')}; "
         f"GET /health p50 {_fmt(_get(result, 'health_floor_ms', 'p50'))} ms."
     )
     if result.get("error"):

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 
 from app.config import Settings
+from app.maintenance.namespace_task import NAMESPACE_INDEXES, NAMESPACE_SECONDS, NamespaceIndexTask
 from app.maintenance.registry import MaintenanceRegistry, MaintenanceTask, Pass, Report
 from app.search.planner import CatalogueStats
 from app.search.state import SearchState
@@ -157,6 +158,7 @@ class Maintenance:
         self.registry = registry or MaintenanceRegistry()
         self._specs: dict[int, IndexSpec] = {}  # dimensions with an index task
         self._refresher: asyncio.Task[None] | None = None
+        self._namespaces: NamespaceIndexTask | None = None
         self.registry.add_resolver(self._resolve)
 
     def _resolve(self, name: str) -> bool:
@@ -180,6 +182,13 @@ class Maintenance:
                 retry_interval=COPY_RECHECK_SECONDS,
             )
         )
+        if self.settings.vector_index != "none":
+            self._namespaces = NamespaceIndexTask(self.settings, self.store, self.state)
+            self.registry.add(
+                MaintenanceTask(
+                    NAMESPACE_INDEXES, self._namespaces, NAMESPACE_SECONDS, retry_interval=INDEX_RETRY_SECONDS
+                )
+            )
         if dims_hint:
             self.want_index(dims_hint)
 
@@ -221,6 +230,8 @@ class Maintenance:
             if self.state.walk(dims) is None and await self.store.index_state(spec) == "valid":
                 await self.store.ensure_walk(spec)
                 self.state.add_walk(dims, spec.function_name)
+        if self._namespaces is not None and self.state.use_copy:
+            await self._namespaces.refresh()
 
     def start_refresh(self, interval: float = CATALOGUE_SECONDS) -> None:
         """Refresh this process's search state now and then every `interval` seconds (queue mode)."""

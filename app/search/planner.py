@@ -21,6 +21,7 @@ from typing import Literal
 import numpy as np
 
 from app.config import Settings
+from app.search.namespaces import NamespaceWalk
 from app.store.catalogue import CatalogueSnapshot
 from app.store.chunks import FileRecord, SearchCall
 
@@ -131,6 +132,8 @@ class SearchKnowledge:
     stats: CatalogueStats = field(default_factory=CatalogueStats)
     use_copy: bool = False  # the compact vector copy holds every row
     walks: Mapping[int, str] = field(default_factory=dict)  # dimension -> its HNSW walk function
+    # (owner, dimension) -> the walk of that namespace's own HNSW index (app/search/namespaces.py)
+    namespaces: Mapping[tuple[str, int], NamespaceWalk] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,7 @@ class VectorSearchDecision:
     ef_search: int | None = None
     max_scan_tuples: int | None = None
     in_memory: bool = False  # the exact scan runs on the service's vector cache (else in SQL)
+    namespace: str | None = None  # index path: the owner whose own index `walk` walks
 
     def call(self, query: np.ndarray) -> SearchCall:
         """The SQL call that carries this decision out for `query`."""
@@ -187,6 +191,7 @@ class VectorSearchDecision:
                 "p_walk": self.walk,
                 "p_ef_search": self.ef_search,
                 "p_max_scan_tuples": self.max_scan_tuples,
+                "p_namespace": self.namespace,
             },
         )
 
@@ -222,6 +227,40 @@ def memory_pays_off(files: int, visible: int) -> bool:
     return in_sql > _MEMORY_FIXED_MS + files * _MEMORY_MS_PER_FILE
 
 
+def choose_namespace(
+    *,
+    dims: int,
+    file_ids: Sequence[str],
+    owners: Sequence[str],
+    estimate: int,
+    candidates: int,
+    knowledge: SearchKnowledge,
+    settings: SearchSettings,
+) -> str | None:
+    """The owner whose own index should answer this search, or None (the global index or a scan).
+
+    Its walk meets that namespace's rows only, so the cost rule weighs the visible rows of that
+    namespace against the namespace's size instead of the table's; the scope's other visible rows
+    (the caller's own files, its uploads into other namespaces) are scanned exactly beside the walk,
+    so they may be at most `exact_max_rows`. Unowned rows are in no namespace: never with legacy reads.
+    """
+    if not knowledge.namespaces or settings.legacy_unowned:
+        return None
+    best: tuple[int, str] | None = None
+    for owner in dict.fromkeys(owners):
+        walk = knowledge.namespaces.get((owner, dims))
+        if walk is None:
+            continue
+        own = knowledge.stats.estimate(file_ids, [owner])
+        if (
+            estimate - own <= settings.exact_max_rows
+            and index_pays_off(own, float(walk.rows), candidates, settings.cost_factor)
+            and (best is None or own > best[0])
+        ):
+            best = (own, owner)
+    return best[1] if best else None
+
+
 def plan_vector_search(
     *,
     dims: int,
@@ -250,7 +289,18 @@ def plan_vector_search(
         and estimate <= settings.memory_max_rows
         and memory_pays_off(len(file_ids), estimate)
     )
-    if (
+    namespace = None
+    if not in_memory and knowledge.use_copy and estimate > settings.exact_max_rows:
+        namespace = choose_namespace(
+            dims=dims,
+            file_ids=file_ids,
+            owners=owners,
+            estimate=estimate,
+            candidates=candidates,
+            knowledge=knowledge,
+            settings=settings,
+        )
+    if namespace is not None or (
         not in_memory
         and knowledge.use_copy
         and walk is not None
@@ -264,9 +314,10 @@ def plan_vector_search(
             candidates=candidates,
             check_dims=check_dims,
             visible_estimate=estimate,
-            walk=walk,
+            walk=knowledge.namespaces[(namespace, dims)].function if namespace is not None else walk,
             ef_search=min(max(settings.ef_search, candidates), MAX_EF_SEARCH),
             max_scan_tuples=settings.max_scan_tuples,
+            namespace=namespace,
         )
     return VectorSearchDecision(
         path="exact",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from app.search.namespaces import NamespaceWalk
 from app.search.planner import CatalogueStats, SearchKnowledge
 from app.store.chunks import FileRecord
 
@@ -22,12 +23,13 @@ class SearchState:
         self.stats = CatalogueStats()
         self.copy_state = "missing"  # 'backfilling', 'ready', 'disabled' or 'missing'
         self._walks: dict[int, str] = {}
+        self._namespaces: dict[tuple[str, int], NamespaceWalk] = {}  # (owner, dims) -> its own index
         self.catalogue_ready = asyncio.Event()  # statistics read at least once
         self.copy_ready = asyncio.Event()  # the compact vector copy holds every row
 
     def knowledge(self) -> SearchKnowledge:
         """The planner's inputs now."""
-        return SearchKnowledge(self.stats, self.copy_state == "ready", self._walks)
+        return SearchKnowledge(self.stats, self.copy_state == "ready", self._walks, self._namespaces)
 
     @property
     def use_copy(self) -> bool:
@@ -61,3 +63,7 @@ class SearchState:
         """An HNSW index for `dims` is valid and walked by `function`."""
         # replaced, not mutated: a knowledge() handed out earlier keeps its own view
         self._walks = {**self._walks, dims: function}
+
+    def set_namespace_walks(self, walks: dict[tuple[str, int], NamespaceWalk]) -> None:
+        """The namespaces whose own HNSW index is valid now, (owner, dims) -> walk."""
+        self._namespaces = walks

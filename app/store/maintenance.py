@@ -6,9 +6,10 @@ be run (and tested) without knowing how connections are made.
 
 from __future__ import annotations
 
-from app.store import catalogue, vector_copy, vector_index
+from app.store import catalogue, namespace_index, vector_copy, vector_index
 from app.store.catalogue import CatalogueSnapshot
 from app.store.db import StoreInfo, dedicated_connection
+from app.store.namespace_index import NamespaceSize
 from app.store.vector_index import IndexSpec
 
 
@@ -60,3 +61,32 @@ class MaintenanceStore:
         """Create the index's walk function unless it is current."""
         async with dedicated_connection(self.dsn) as conn:
             return await vector_index.ensure_walk(conn, spec)
+
+    async def namespace_sizes(self, min_rows: int) -> list[NamespaceSize]:
+        """Namespaces holding at least `min_rows` chunks of one dimension."""
+        async with dedicated_connection(self.dsn) as conn:
+            return await namespace_index.namespace_sizes(conn, self.info.collection_id, min_rows)
+
+    async def namespace_indexes(self) -> dict[str, bool]:
+        """Every namespace index that exists: name -> valid."""
+        async with dedicated_connection(self.dsn) as conn:
+            return await namespace_index.namespace_indexes(conn, self.info.collection_id)
+
+    async def build_namespace_index(
+        self, size: NamespaceSize, *, m: int, ef_construction: int, memory: str
+    ) -> bool:
+        """Build one namespace's index unless another session is; True when it is valid (with its walk)."""
+        async with dedicated_connection(self.dsn) as conn:
+            return await namespace_index.build_namespace_index(
+                conn, self.info.collection_id, size, m=m, ef_construction=ef_construction, memory=memory
+            )
+
+    async def drop_namespace_index(self, name: str) -> None:
+        """Drop one namespace index."""
+        async with dedicated_connection(self.dsn) as conn:
+            await namespace_index.drop_namespace_index(conn, self.info.collection_id, name)
+
+    async def ensure_namespace_walk(self, dims: int) -> bool:
+        """Create the namespace walk function of `dims` unless it is current."""
+        async with dedicated_connection(self.dsn) as conn:
+            return await vector_index.ensure_walk(conn, IndexSpec(dims, namespace_index.NAMESPACE_WALKS))

@@ -31,6 +31,7 @@ from app.search.service import SearchService
 from app.store import chunks as store
 from app.store.db import StoreInfo, bootstrap
 from app.store.ids import uuid7_batch
+from app.store.namespace_index import NamespaceSize, build_namespace_index, namespace_walk_name
 from app.store.scope import Scope, ScopeError
 from app.store.vector_index import IndexSpec, build_index
 from tests.contract.helpers import agent_id, query, upload
@@ -720,6 +721,57 @@ async def test_every_search_path_keeps_foreign_rows_out(database: Database, corp
     finally:
         await conn.close()
     assert seen_paths == {"exact", "index", "exact-fallback"}
+
+
+async def test_the_namespace_walk_keeps_foreign_rows_out(database: Database, corpus: Corpus) -> None:
+    """The caller's namespace walked through its own index: the same probes as every path above."""
+    conn = await asyncpg.connect(database.dsn)
+    await register_vector(conn)
+    try:
+        size = NamespaceSize(CALLER, DIMS, 319)
+        assert await build_namespace_index(
+            conn, corpus.info.collection_id, size, m=16, ef_construction=64, memory="64MB"
+        )
+        c = candidate_count(10)
+
+        def walk(k: int) -> VectorSearchDecision:
+            return VectorSearchDecision(
+                "index",
+                True,
+                k,
+                candidate_count(k),
+                True,
+                0,
+                namespace_walk_name(DIMS),
+                max(40, c),
+                50_000,
+                namespace=CALLER,
+            )
+
+        scope = Scope.of(corpus.info.collection_id, [CALLER], uploader=CALLER)
+        foreign = [f for kind, f in corpus.foreign.items() if kind != "unowned"]
+        allow = [*foreign, corpus.shared, *corpus.mine, "my-agent-upload", corpus.foreign["unowned"]]
+        result = await store.search(conn, scope.with_files(allow), walk(10).call(corpus.query))
+        assert result.path == "namespace-index" and len(result.hits) == 10
+        assert all(not h.text.startswith(("FOREIGN", "UNOWNED")) for h in result.hits)
+        assert all(h.metadata.get("user_id") in {CALLER, AGENT} for h in result.hits)
+        # the caller's upload into the Agent's namespace is outside the walked namespace: ranked beside it
+        up = await store.search(
+            conn, scope.with_files([*corpus.mine, "my-agent-upload"]), walk(400).call(corpus.query)
+        )
+        assert "my-agent-upload" in {h.file_id for h in up.hits}
+        assert {h.metadata.get("user_id") for h in up.hits} == {CALLER, AGENT}
+        for fid in foreign:
+            only = await store.search(conn, scope.with_files([fid]), walk(5).call(corpus.query))
+            assert all(not h.text.startswith("FOREIGN") for h in only.hits), fid
+            if fid != corpus.mine[0]:
+                assert only.hits == [], fid
+        # another collection's scope never reaches this collection's namespace index
+        other = Scope.of(corpus.other.collection_id, [CALLER], uploader=CALLER).with_files(corpus.mine)
+        theirs = await store.search(conn, other, walk(5).call(corpus.query))
+        assert all(h.text.startswith("FOREIGN") for h in theirs.hits)  # the other collection's own rows
+    finally:
+        await conn.close()
 
 
 async def test_the_memory_scan_keeps_foreign_rows_out(

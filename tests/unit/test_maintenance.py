@@ -11,11 +11,13 @@ import pytest
 
 from app.config import load_settings
 from app.maintenance import tasks
+from app.maintenance.namespace_task import NAMESPACE_INDEXES, NEXT_BUILD_SECONDS
 from app.maintenance.registry import MaintenanceRegistry, MaintenanceTask, Pass, Report
 from app.maintenance.tasks import CATALOGUE, HNSW_PREFIX, VECTOR_COPY, Maintenance
 from app.search.state import SearchState
 from app.store.catalogue import CatalogueFile, CatalogueSnapshot
 from app.store.db import StoreInfo
+from app.store.namespace_index import NamespaceSize, namespace_index_name
 from app.store.vector_index import IndexSpec
 
 
@@ -66,6 +68,34 @@ class FakeStore:
         self.calls.append(f"ensure_walk {spec.dims}")
         return True
 
+    # namespace indexes: `sizes` as the catalogue would count them, `namespaces` name -> valid
+    sizes: list[NamespaceSize] = []  # noqa: RUF012 - replaced per test, never mutated
+    namespaces: dict[str, bool] = {}  # noqa: RUF012
+
+    async def namespace_sizes(self, min_rows: int) -> list[NamespaceSize]:
+        self.calls.append("namespace_sizes")
+        return [s for s in self.sizes if s.rows >= min_rows]
+
+    async def namespace_indexes(self) -> dict[str, bool]:
+        self.calls.append("namespace_indexes")
+        return dict(self.namespaces)
+
+    async def build_namespace_index(self, size: NamespaceSize, **kwargs: Any) -> bool:
+        self.calls.append(f"build_namespace_index {size.owner}")
+        self.namespaces = {
+            **self.namespaces,
+            namespace_index_name(self.info.collection_id, size.owner, size.dims): True,
+        }
+        return True
+
+    async def drop_namespace_index(self, name: str) -> None:
+        self.calls.append("drop_namespace_index")
+        self.namespaces = {n: v for n, v in self.namespaces.items() if n != name}
+
+    async def ensure_namespace_walk(self, dims: int) -> bool:
+        self.calls.append(f"ensure_namespace_walk {dims}")
+        return True
+
 
 def maintenance(store: FakeStore, **settings: Any) -> Maintenance:
     cfg = load_settings(_env_file=None, **settings)
@@ -77,10 +107,10 @@ async def test_every_task_has_a_name_and_a_status_in_one_place() -> None:
     store = FakeStore()
     m = maintenance(store)
     m.start(384)
-    assert m.registry.names() == [CATALOGUE, VECTOR_COPY, f"{HNSW_PREFIX}384"]
-    assert [s.state for s in m.registry.statuses()] == ["waiting"] * 3
+    assert m.registry.names() == [CATALOGUE, VECTOR_COPY, NAMESPACE_INDEXES, f"{HNSW_PREFIX}384"]
+    assert [s.state for s in m.registry.statuses()] == ["waiting"] * 4
     m.want_index(384)  # the same dimension again: no second task
-    assert len(m.registry.names()) == 3
+    assert len(m.registry.names()) == 4
 
     first = await m.registry.run_once(CATALOGUE)
     assert first.progress == "1 files, 3 chunks"
@@ -149,7 +179,7 @@ async def test_with_the_queue_new_tasks_are_handed_over_instead_of_looping() -> 
     m = Maintenance(load_settings(_env_file=None), FakeStore(), SearchState(), registry)  # type: ignore[arg-type]
     m.start(384)
     m.want_index(768)
-    assert added == [CATALOGUE, VECTOR_COPY, f"{HNSW_PREFIX}384", f"{HNSW_PREFIX}768"]
+    assert added == [CATALOGUE, VECTOR_COPY, NAMESPACE_INDEXES, f"{HNSW_PREFIX}384", f"{HNSW_PREFIX}768"]
     assert registry.task(VECTOR_COPY).retry_interval == 30.0
     await registry.close()
 
@@ -162,17 +192,24 @@ async def test_refresh_reads_what_another_replica_did() -> None:
     await m.refresh()
     assert m.state.use_copy and m.state.walk(384) == "ragoverlay_vec_walk_384"
     assert m.state.catalogue_ready.is_set()
-    assert store.calls == ["read_catalogue", "copy_state", "index_state 384", "ensure_walk 384"]
+    assert store.calls == [
+        "read_catalogue",
+        "copy_state",
+        "index_state 384",
+        "ensure_walk 384",
+        "namespace_sizes",
+        "namespace_indexes",
+    ]
     await m.registry.run_once(CATALOGUE)  # statistics fresh from this process's own pass:
     store.calls.clear()
     await m.refresh()  # not read again, and a known walk is not checked again
-    assert store.calls == ["copy_state"]
+    assert store.calls == ["copy_state", "namespace_sizes", "namespace_indexes"]
 
 
 async def test_no_index_tasks_with_vector_index_none_or_too_many_dimensions() -> None:
     m = maintenance(FakeStore(), vector_index="none")
     m.start(384)
-    assert m.registry.names() == [CATALOGUE, VECTOR_COPY]
+    assert m.registry.names() == [CATALOGUE, VECTOR_COPY]  # no namespace indexes either
     m = maintenance(FakeStore())
     m.want_index(5000)
     result = await m.registry.run_once(f"{HNSW_PREFIX}5000")
@@ -256,3 +293,27 @@ def test_a_task_another_replica_created_is_built_from_its_name() -> None:
 
 async def _pass(report: Report) -> Pass:
     return Pass()
+
+
+async def test_namespace_indexes_are_built_one_per_pass_largest_first_and_published() -> None:
+    store = FakeStore()
+    store.state = "ready"
+    store.sizes = [
+        NamespaceSize("kb-a", 384, 80_000),
+        NamespaceSize("kb-b", 384, 120_000),
+        NamespaceSize("s", 384, 900),
+    ]
+    m = maintenance(store)
+    m.start(None)
+    first = await m.registry.run_once(NAMESPACE_INDEXES)
+    assert "build_namespace_index kb-b" in store.calls and "build_namespace_index kb-a" not in store.calls
+    assert first.again_in == NEXT_BUILD_SECONDS  # one more to build: at once
+    assert set(m.state.knowledge().namespaces) == {("kb-b", 384)}
+    second = await m.registry.run_once(NAMESPACE_INDEXES)
+    assert second.again_in is None
+    assert set(m.state.knowledge().namespaces) == {("kb-a", 384), ("kb-b", 384)}
+    # kb-a shrinks below half the threshold: dropped, and the planner no longer walks it
+    store.sizes = [NamespaceSize("kb-a", 384, 20_000), NamespaceSize("kb-b", 384, 120_000)]
+    await m.registry.run_once(NAMESPACE_INDEXES)
+    assert "drop_namespace_index" in store.calls
+    assert set(m.state.knowledge().namespaces) == {("kb-b", 384)}

@@ -186,6 +186,7 @@ def test_the_decision_is_a_call_with_named_arguments() -> None:
         "p_walk": WALK,
         "p_ef_search": 100,
         "p_max_scan_tuples": 50_000,
+        "p_namespace": None,
     }
 
 

@@ -7,6 +7,9 @@
 --   the service creates next to each index from vec_walk.template.sql), collecting p_candidates
 --   visible rows in relaxed order. Fewer than p_k met within the walk's tuple budget means only an
 --   exact scan can tell whether more exist: the exact scan of the copy answers ('exact-fallback');
+--   with p_namespace, p_walk is a ragoverlay_vec_ns_walk_<dims> function walking that namespace's
+--   own index (vec_ns_walk.template.sql), and the scope's rows in its other namespaces (the
+--   caller's own files, its uploads into an Agent's namespace) are ranked exactly beside it;
 -- - 'exact' without the copy (before its backfill, or without the TRIGGER privilege): every visible
 --   row of rag_api's table, exact.
 -- On the copy, each candidate's own row in langchain_pg_embedding is read back, checked against the
@@ -36,7 +39,8 @@ CREATE FUNCTION ragoverlay_nearest_chunks(
     p_check_dims boolean DEFAULT true,
     p_walk text DEFAULT NULL,
     p_ef_search integer DEFAULT NULL,
-    p_max_scan_tuples integer DEFAULT NULL)
+    p_max_scan_tuples integer DEFAULT NULL,
+    p_namespace text DEFAULT NULL)
 RETURNS TABLE (uuid uuid, custom_id varchar, document varchar, cmetadata text, distance double precision,
                path text)
 LANGUAGE plpgsql
@@ -58,7 +62,28 @@ BEGIN
         RAISE EXCEPTION 'ragoverlay_nearest_chunks: unknown path %', p_path;
     END IF;
 
-    IF p_path = 'index' THEN
+    IF p_path = 'index' AND p_namespace IS NOT NULL THEN
+        IF NOT p_use_copy OR p_walk IS NULL OR p_walk !~ '^ragoverlay_vec_ns_walk_[0-9]+$' THEN
+            RAISE EXCEPTION 'ragoverlay_nearest_chunks: a namespace walk needs the vector copy and its function';
+        END IF;
+        EXECUTE format('SELECT array_agg(h.id) FROM %I($1, $2, $3, $4, $5, $6) AS h', p_walk)
+        INTO hit_ids
+        USING p_query, p_scope, p_namespace, p_candidates, p_ef_search, p_max_scan_tuples;
+        IF coalesce(cardinality(hit_ids), 0) >= p_k THEN
+            -- the scope's rows outside that namespace, exactly: the walk never meets them
+            unit_query := l2_normalize(p_query)::halfvec;
+            hit_ids := hit_ids || ARRAY(
+                SELECT v.uuid
+                FROM ragoverlay_vector_files f
+                JOIN ragoverlay_vectors v
+                  ON v.collection_id = f.collection_id AND v.file_id = f.file_id AND v.owner = f.owner
+                WHERE f.collection_id = (p_scope).collection_id AND f.owner = ANY ((p_scope).reach)
+                  AND f.owner <> p_namespace AND v.dims = query_dims
+                  AND ragoverlay_in_scope(p_scope, f.collection_id, f.file_id, f.owner)
+                ORDER BY v.embedding <=> unit_query
+                LIMIT p_candidates);
+        END IF;
+    ELSIF p_path = 'index' THEN
         IF NOT p_use_copy OR p_walk IS NULL OR p_walk !~ '^ragoverlay_vec_walk_[0-9]+$' THEN
             RAISE EXCEPTION 'ragoverlay_nearest_chunks: the index path needs the vector copy and a walk function';
         END IF;
@@ -66,10 +91,13 @@ BEGIN
         EXECUTE format('SELECT array_agg(h.id) FROM %I($1, $2, $3, $4, $5) AS h', p_walk)
         INTO hit_ids
         USING p_query, p_scope, p_candidates, p_ef_search, p_max_scan_tuples;
+    END IF;
+    IF p_path = 'index' THEN
         IF coalesce(cardinality(hit_ids), 0) >= p_k THEN
             -- the candidates' own rows, in scope, by exact distance: the memory scan's last step too
             RETURN QUERY
-                SELECT r.uuid, r.custom_id, r.document, r.cmetadata, r.distance, 'index'::text
+                SELECT r.uuid, r.custom_id, r.document, r.cmetadata, r.distance,
+                       CASE WHEN p_namespace IS NULL THEN 'index' ELSE 'namespace-index' END
                 FROM ragoverlay_rank_candidates(p_scope, p_query, p_k, hit_ids) AS r
                 ORDER BY r.distance, r.uuid;
             RETURN;

@@ -1,0 +1,96 @@
+"""The maintenance of namespace indexes: build one per large namespace, drop it when it shrinks.
+
+One periodic task for the collection. A pass reads the namespaces' sizes from the catalogue, plans
+with `plan_namespace_indexes` (pure), drops what is no longer wanted, builds at most one index (a
+build of 100k rows takes minutes on two cores; the next pass follows at once while more are
+wanted) and tells the search state which namespaces have a valid index. Until then, and whenever
+the index is missing, a search walks the dimension's global index as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from app.config import Settings
+from app.maintenance.registry import Pass, Report
+from app.search.namespaces import NamespaceWalk, plan_namespace_indexes, usable_walks
+from app.search.state import SearchState
+from app.store.maintenance import MaintenanceStore
+from app.store.namespace_index import NamespaceSize
+from app.store.vector_index import MAX_INDEX_DIMS
+
+logger = logging.getLogger(__name__)
+
+NAMESPACE_INDEXES = "namespace-indexes"
+NAMESPACE_SECONDS = 600.0  # sizes change with uploads; a new large knowledge base waits at most this
+NEXT_BUILD_SECONDS = 1.0  # more to build: the next pass at once
+COPY_WAIT_SECONDS = 30.0
+BUSY_SECONDS = 30.0
+
+
+class NamespaceIndexTask:
+    """Keep an HNSW index for each large namespace of the collection, and the planner told of them."""
+
+    def __init__(self, settings: Settings, store: MaintenanceStore, state: SearchState) -> None:
+        self.settings = settings
+        self.store = store
+        self.state = state
+
+    async def __call__(self, report: Report) -> Pass:
+        """One pass: drop, build one, publish the usable walks."""
+        if not self.state.copy_ready.is_set():
+            report("waiting for the vector copy")
+            if await self.store.copy_state() == "ready":
+                self.state.set_copy_state("ready")
+            else:
+                try:
+                    await asyncio.wait_for(self.state.copy_ready.wait(), COPY_WAIT_SECONDS)
+                except TimeoutError:
+                    return Pass(progress="waiting for the vector copy", again_in=COPY_WAIT_SECONDS)
+        min_rows = self.settings.hnsw_namespace_min_rows
+        sizes = await self.store.namespace_sizes(min_rows // 2)
+        existing = await self.store.namespace_indexes()
+        plan = plan_namespace_indexes(
+            self.store.info.collection_id,
+            sizes,
+            existing,
+            min_rows=min_rows,
+            max_indexes=self.settings.hnsw_namespace_max,
+            max_dims=MAX_INDEX_DIMS,
+        )
+        for name in plan.drop:
+            report(f"dropping {name}")
+            await self.store.drop_namespace_index(name)
+        built = 0
+        if plan.build:
+            size = plan.build[0]
+            report(f"building the index of a namespace of {size.rows} rows ({size.dims} dimensions)")
+            if await self.store.build_namespace_index(
+                size,
+                m=self.settings.hnsw_m,
+                ef_construction=self.settings.hnsw_ef_construction,
+                memory=self.settings.hnsw_build_memory,
+            ):
+                built = 1
+        walks = await self.publish([*plan.keep, *plan.build])
+        left = len(plan.build) - built
+        progress = f"{len(walks)} namespace indexes valid, {left} to build, {len(plan.drop)} dropped"
+        if not left:
+            return Pass(progress=progress)
+        # more to build: at once after a build, later while another replica holds the build
+        return Pass(progress=progress, again_in=NEXT_BUILD_SECONDS if built else BUSY_SECONDS)
+
+    async def publish(self, sizes: list[NamespaceSize]) -> dict[tuple[str, int], NamespaceWalk]:
+        """Tell the search state which of `sizes` have a valid index (their walks made current)."""
+        valid = [name for name, ok in (await self.store.namespace_indexes()).items() if ok]
+        walks = usable_walks(self.store.info.collection_id, sizes, valid)
+        for dims in sorted({d for _, d in walks}):
+            await self.store.ensure_namespace_walk(dims)
+        self.state.set_namespace_walks(walks)
+        return walks
+
+    async def refresh(self) -> None:
+        """Learn the usable walks without building (a replica whose queue runs the passes elsewhere)."""
+        min_rows = self.settings.hnsw_namespace_min_rows
+        await self.publish(await self.store.namespace_sizes(min_rows // 2))
