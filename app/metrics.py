@@ -145,8 +145,9 @@ VECTOR_CACHE_BYTES = Gauge(
 )
 VECTOR_CACHE_EVENTS = Counter(
     "ragoverlay_vector_cache_events_total",
-    "V1's memory scan: files loaded (new or at a new revision), namespaces evicted (budget), and "
-    "searches handed back to the database (a file not held, or a candidate gone in between)",
+    "V1's memory scan: files loaded (new or at a new revision), namespaces evicted (budget), "
+    "searches handed back to the database (a file not held, or a candidate gone in between), and "
+    "guesses of the visible files the database refused (guess_missed: the three steps answered)",
     ("event",),
     registry=REGISTRY,
 )

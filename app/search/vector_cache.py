@@ -150,6 +150,34 @@ class VectorCache:
                 out.append(f)
         return out
 
+    def held(
+        self,
+        file_ids: Sequence[str],
+        owners: Iterable[str],
+        dims: int,
+        granted: Iterable[tuple[str, str]] = (),
+    ) -> list[VisibleRevision]:
+        """The listed files held under `owners` (and the (owner, file) `granted`), at the revision held.
+
+        A guess of what the scope shows, for the database to confirm (`ragoverlay_memory_answer`).
+        """
+        out = []
+        for owner in owners:
+            block = self._blocks.get((owner, dims))
+            if block is None:
+                continue
+            held_files = block.files
+            for file_id in file_ids:
+                held = held_files.get(file_id)
+                if held is not None:
+                    out.append(VisibleRevision(owner, file_id, held[0]))
+        for owner, file_id in granted:
+            block = self._blocks.get((owner, dims))
+            held = block.files.get(file_id) if block is not None else None
+            if held is not None:
+                out.append(VisibleRevision(owner, file_id, held[0]))
+        return out
+
     def update(self, dims: int, loaded: Sequence[FileVectors]) -> int:
         """Take in freshly loaded files (their namespaces' blocks are rebuilt); the blocks evicted."""
         by_owner: dict[str, list[FileVectors]] = {}

@@ -73,6 +73,14 @@ async def scope_vectors(
     ]
 
 
+def answer_call(query: np.ndarray, k: int, ids: Sequence[uuid.UUID], revisions: Sequence[int]) -> SearchCall:
+    """Visible files checked against the ranked `revisions` and the candidates re-read, in one statement."""
+    return SearchCall(
+        queries.MEMORY_ANSWER_FUNCTION,
+        {"p_query": query, "p_k": k, "p_ids": list(ids), "p_revisions": sorted(revisions)},
+    )
+
+
 def rank_call(query: np.ndarray, k: int, ids: Sequence[uuid.UUID]) -> SearchCall:
     """The re-rank of memory candidates: read back in scope, ordered by the exact distance."""
     return SearchCall(queries.RANK_CANDIDATES_FUNCTION, {"p_query": query, "p_k": k, "p_ids": list(ids)})

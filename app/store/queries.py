@@ -67,6 +67,7 @@ SCOPE_VECTORS = f"""
     FROM ragoverlay_scope_vectors(p_scope => {SCOPE_SQL}, p_dims => $7) AS v
 """
 RANK_CANDIDATES_FUNCTION = "ragoverlay_rank_candidates"
+MEMORY_ANSWER_FUNCTION = "ragoverlay_memory_answer"
 
 # --- ingest ----------------------------------------------------------------------------------
 # Vectors of the current version of a file, reusable only when the same model made them.

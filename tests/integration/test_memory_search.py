@@ -18,10 +18,11 @@ import numpy as np
 import pytest
 
 from app.config import Settings
-from app.search.planner import VectorSearchDecision, candidate_count
+from app.search.planner import CatalogueStats, VectorSearchDecision, candidate_count
 from app.search.service import INLINE_LOAD_FILES, SearchService
 from app.search.vector_cache import Nearest
 from app.store import chunks as store
+from app.store import memory_search
 from app.store.db import StoreInfo, bootstrap
 from app.store.scope import Scope
 from tests.contract.helpers import agent_id, upload
@@ -255,3 +256,80 @@ async def test_a_namespace_not_held_is_answered_by_the_database_and_loaded_besid
         want = await exact_top_k(conn, info, vector=q, file_ids=files, owners=["agent"], k=K)
     assert got is not None and got.path == "memory"
     assert [h.id for h in got.hits] == [h.id for h in want]
+
+
+async def test_a_held_knowledge_base_is_answered_in_one_statement(
+    service: tuple[SearchService, StoreInfo, asyncpg.Pool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files held already: ranked first, then one statement confirms the visible files and re-reads."""
+    search, info, pool = service
+    rng = np.random.default_rng(8)
+    q = rng.normal(size=DIMS).astype(np.float32)
+    files = [f"kb-{i}" for i in range(10)]
+    rows = [rag_api_row(info, f, "agent", rng.normal(size=DIMS), f"{f} {j}") for f in files for j in range(3)]
+    # the caller's own upload into the Agent's namespace, listed without naming the Agent
+    mine = [rag_api_row(info, "upload", "agent", q + 0.01 * rng.normal(size=DIMS), "my upload")]
+    scope = Scope.of(info.collection_id, ["me", "agent"], uploader="me", file_ids=files)
+    async with pool.acquire() as conn:
+        await conn.copy_records_to_table("langchain_pg_embedding", records=rows + mine, columns=COLUMNS)
+        await conn.execute(
+            "INSERT INTO ragoverlay_files (collection_id, file_id, owner, uploader, filename, chunk_count) "
+            "VALUES ($1, 'upload', 'agent', 'me', 'upload.txt', 1)",
+            info.collection_id,
+        )
+        first = await search.search_in_memory(conn, scope, decision(), q, 10)  # loads them
+        assert first is not None and first.path == "memory"
+
+        calls: list[int] = []
+        real = memory_search.visible_files
+
+        async def counted(*args: object, **kwargs: object) -> list[memory_search.VisibleRevision]:
+            calls.append(1)
+            return await real(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(memory_search, "visible_files", counted)
+        got = await search.search_in_memory(conn, scope, decision(), q, 10)
+        want = await exact_top_k(conn, info, vector=q, file_ids=files, owners=["agent"], k=K)
+        assert got is not None and [h.id for h in got.hits] == [h.id for h in want]
+        assert calls == []  # no separate read of the visible files
+
+        # a file re-embedded behind the cache's back: the guess is refused, the three steps answer
+        await conn.execute("DELETE FROM langchain_pg_embedding WHERE custom_id = 'kb-3'")
+        near = rag_api_row(info, "kb-3", "agent", q.copy(), "kb-3 new")
+        await conn.copy_records_to_table("langchain_pg_embedding", records=[near], columns=COLUMNS)
+        got = await search.search_in_memory(conn, scope, decision(), q, 10)
+        assert got is not None and got.hits[0].id == near[0] and calls == [1]
+
+        # an upload of the caller's into the Agent's namespace, listed without the Agent: the
+        # catalogue's delegated uploads name the namespace to guess in
+        upload_scope = Scope.of(info.collection_id, ["me"], uploader="me", file_ids=[*files, "upload"])
+        search.state.set_stats(CatalogueStats(delegated={"upload": {"agent": "me"}}))
+        await search.search_in_memory(conn, upload_scope, decision(), q, 10)  # loads "upload"
+        calls.clear()
+        got = await search.search_in_memory(conn, upload_scope, decision(), q, 10)
+        assert got is not None and [h.text for h in got.hits] == ["my upload"] and calls == []
+
+
+async def test_a_guess_the_database_does_not_confirm_returns_no_row(
+    service: tuple[SearchService, StoreInfo, asyncpg.Pool],
+) -> None:
+    _, info, pool = service
+    rng = np.random.default_rng(9)
+    q = rng.normal(size=DIMS).astype(np.float32)
+    rows = [
+        rag_api_row(info, f, "me", rng.normal(size=DIMS), f"{f} {j}") for f in ("a", "b") for j in range(4)
+    ]
+    ids = [r[0] for r in rows]
+    scope = Scope.of(info.collection_id, ["me"], file_ids=["a", "b"])
+    async with pool.acquire() as conn:
+        await conn.copy_records_to_table("langchain_pg_embedding", records=rows, columns=COLUMNS)
+        visible = await memory_search.visible_files(conn, scope)
+        right = [f.revision for f in visible]
+        ok = await store.search(conn, scope, memory_search.answer_call(q, K, ids, right))
+        want = await exact_top_k(conn, info, vector=q, file_ids=["a", "b"], owners=["me"], k=K)
+        assert [h.id for h in ok.hits] == [h.id for h in want]
+        # one file fewer, one revision off, one more, or another caller's scope: no row
+        for wrong in (right[:1], [right[0], right[1] + 1000], [*right, max(right) + 1]):
+            assert (await store.search(conn, scope, memory_search.answer_call(q, K, ids, wrong))).hits == []
+        other = Scope.of(info.collection_id, ["someone"], file_ids=["a", "b"])
+        assert (await store.search(conn, other, memory_search.answer_call(q, K, ids, right))).hits == []

@@ -6,6 +6,9 @@
 --   3. ragoverlay_rank_candidates: the service's nearest candidates read back from rag_api's rows,
 --      checked against the scope again and ordered by the exact float32 distance, as every other
 --      path ends (the memory holds the copy's unit-length halfvec values, as the exact scan ranks).
+-- When the service already holds the listed files, it ranks first and sends one statement instead,
+-- ragoverlay_memory_answer: 1 and 3 in one snapshot, the re-read only if the visible files are
+-- exactly the ones it ranked (else no row, and the service takes the three steps).
 -- Rows without an owner are not in ragoverlay_vector_files (migration 0016): a scope that may see
 -- them (legacy_unowned) is refused, the planner never sends one here.
 
@@ -93,5 +96,31 @@ BEGIN
           AND (e.cmetadata ->> 'navigation') IS NULL
         ORDER BY e.embedding <=> p_query, e.uuid
         LIMIT p_k;
+END;
+$$;
+
+-- The memory scan in one round trip: the service ranked the rows of the files it holds for this
+-- request's allow-list and owners, and sends their revisions (ascending). A revision is drawn from
+-- one sequence for each (collection, owner, file) version (41_vector_files.sql), so equal revision
+-- lists mean the scope shows exactly the file versions that were ranked; then the candidates are
+-- read back as in ragoverlay_rank_candidates, in the same snapshot. Anything else returns no row.
+DROP FUNCTION IF EXISTS ragoverlay_memory_answer;
+CREATE FUNCTION ragoverlay_memory_answer(
+    p_scope ragoverlay_scope, p_query vector, p_k integer, p_ids uuid[], p_revisions bigint[])
+RETURNS TABLE (uuid uuid, custom_id varchar, document varchar, cmetadata text, distance double precision,
+               path text)
+LANGUAGE plpgsql
+STABLE
+SET plan_cache_mode = force_generic_plan
+AS $$
+BEGIN
+    IF p_revisions IS DISTINCT FROM (SELECT array_agg(v.revision ORDER BY v.revision)
+                                     FROM ragoverlay_visible_vector_files(p_scope) AS v) THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+        SELECT r.uuid, r.custom_id, r.document, r.cmetadata, r.distance, r.path
+        FROM ragoverlay_rank_candidates(p_scope, p_query, p_k, p_ids) AS r
+        ORDER BY r.distance, r.uuid;
 END;
 $$;
