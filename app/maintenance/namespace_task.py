@@ -23,7 +23,8 @@ from app.store.vector_index import MAX_INDEX_DIMS
 logger = logging.getLogger(__name__)
 
 NAMESPACE_INDEXES = "namespace-indexes"
-NAMESPACE_SECONDS = 600.0  # sizes change with uploads; a new large knowledge base waits at most this
+# a cheap pass (one GROUP BY of the catalogue); a new large namespace waits at most this
+NAMESPACE_SECONDS = 120.0
 NEXT_BUILD_SECONDS = 1.0  # more to build: the next pass at once
 COPY_WAIT_SECONDS = 30.0
 BUSY_SECONDS = 30.0

@@ -386,6 +386,21 @@ async def test_duplicates_join_the_waiting_job(queue: Queue) -> None:
     assert p1.created and (p2.id, p2.created) == (p1.id, False)
 
 
+async def test_a_new_interval_reaches_an_existing_schedule(queue: Queue) -> None:
+    """A release that changes a task's interval: the waiting row takes it, and comes no later."""
+    first = await queue.service.ensure_periodic("noop", {}, key="slow", period_s=600, retry_s=5)
+    async with queue.service.pool.acquire() as conn:  # as a pass of the old release leaves it
+        await conn.execute(
+            "UPDATE ragoverlay_jobs SET run_after = now() + interval '600 s' WHERE id = $1", first.id
+        )
+    before = await queue.job(first.id)
+    again = await queue.service.ensure_periodic("noop", {}, key="slow", period_s=120, retry_s=7)
+    after = await queue.job(first.id)
+    assert again.id == first.id and not again.created
+    assert (after.period_s, after.retry_s) == (120, 7)
+    assert (after.run_after - before.run_after).total_seconds() < -400  # pulled in to ~120 s from now
+
+
 async def test_a_periodic_job_keeps_one_row_and_stops_when_asked(queue: Queue) -> None:
     passes: list[int] = []
 

@@ -54,6 +54,13 @@ BEGIN
         WHERE j.queue = p_queue AND j.dedupe_key = p_dedupe_key AND j.status IN ('queued', 'running')
         ORDER BY j.id LIMIT 1;
         IF FOUND THEN
+            -- a release with another interval: its schedule applies from now on (a waiting pass
+            -- comes no later than the new period from now)
+            UPDATE ragoverlay_jobs AS j
+            SET period_s = p_period_s, retry_s = p_retry_s,
+                run_after = least(j.run_after, now() + make_interval(secs => greatest(p_period_s, 0)))
+            WHERE j.id = v_id AND j.status = 'queued'
+              AND (j.period_s IS DISTINCT FROM p_period_s OR j.retry_s IS DISTINCT FROM p_retry_s);
             job_id := v_id;
             created := false;
             RETURN NEXT;
