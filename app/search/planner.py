@@ -22,6 +22,7 @@ import numpy as np
 
 from app.config import Settings
 from app.search.namespaces import NamespaceWalk
+from app.search.vector_cache import ROW_OVERHEAD_BYTES
 from app.store.catalogue import CatalogueSnapshot
 from app.store.chunks import FileRecord, SearchCall
 
@@ -143,6 +144,7 @@ class SearchSettings:
     exact_max_rows: int = 4000
     # visible rows up to which the exact scan runs on vectors in the service's memory; 0: never
     memory_max_rows: int = 0
+    memory_max_bytes: int = 512 * 2**20  # the vector cache's budget (a larger scope is never held)
     cost_factor: float = 20.0
     ef_search: int = 100
     max_scan_tuples: int = 50_000
@@ -154,6 +156,7 @@ class SearchSettings:
         return cls(
             exact_max_rows=settings.exact_scan_max_rows,
             memory_max_rows=settings.vector_cache_max_rows if settings.vector_cache_mb > 0 else 0,
+            memory_max_bytes=settings.vector_cache_mb * 2**20,
             cost_factor=settings.hnsw_cost_factor,
             ef_search=settings.hnsw_ef_search,
             max_scan_tuples=settings.hnsw_max_scan_tuples,
@@ -176,6 +179,8 @@ class VectorSearchDecision:
     max_scan_tuples: int | None = None
     in_memory: bool = False  # the exact scan runs on the service's vector cache (else in SQL)
     namespace: str | None = None  # index path: the owner whose own index `walk` walks
+    # in memory: what the database runs when the memory scan cannot answer (files not held yet)
+    fallback: VectorSearchDecision | None = None
 
     def call(self, query: np.ndarray) -> SearchCall:
         """The SQL call that carries this decision out for `query`."""
@@ -278,19 +283,45 @@ def plan_vector_search(
     # unowned legacy rows are not catalogued, so nothing is known of their dimension
     check_dims = stats.uniform_dims != dims or settings.legacy_unowned
     candidates = candidate_count(k)
-    walk = knowledge.walks.get(dims)
-    table_rows = max(stats.table_rows, float(stats.chunks))
     # the memory scan needs the copy (its values and revisions) and owned rows only (legacy rows
-    # are not tracked); up to its limit it is faster than any walk, so no index is considered
-    in_memory = (
+    # are not tracked), and a scope the cache's budget can hold; up to its limit it beats any walk
+    if (
         knowledge.use_copy
         and not settings.legacy_unowned
         and settings.memory_max_rows > 0
         and estimate <= settings.memory_max_rows
+        and estimate * memory_row_bytes(dims) <= settings.memory_max_bytes
         and memory_pays_off(len(file_ids), estimate)
-    )
+    ):
+        database = _in_database(dims, file_ids, owners, estimate, check_dims, k, knowledge, settings)
+        return VectorSearchDecision(
+            "exact", True, k, candidates, check_dims, estimate, in_memory=True, fallback=database
+        )
+    return _in_database(dims, file_ids, owners, estimate, check_dims, k, knowledge, settings)
+
+
+def memory_row_bytes(dims: int) -> int:
+    """What the vector cache holds per row of `dims` dimensions (float32 values, id, bookkeeping)."""
+    return 4 * dims + ROW_OVERHEAD_BYTES
+
+
+def _in_database(
+    dims: int,
+    file_ids: Sequence[str],
+    owners: Sequence[str],
+    estimate: int,
+    check_dims: bool,
+    k: int,
+    knowledge: SearchKnowledge,
+    settings: SearchSettings,
+) -> VectorSearchDecision:
+    """The decision for PostgreSQL alone: a namespace walk, the global walk or an exact scan."""
+    stats = knowledge.stats
+    candidates = candidate_count(k)
+    walk = knowledge.walks.get(dims)
+    table_rows = max(stats.table_rows, float(stats.chunks))
     namespace = None
-    if not in_memory and knowledge.use_copy and estimate > settings.exact_max_rows:
+    if knowledge.use_copy and estimate > settings.exact_max_rows:
         namespace = choose_namespace(
             dims=dims,
             file_ids=file_ids,
@@ -301,8 +332,7 @@ def plan_vector_search(
             settings=settings,
         )
     if namespace is not None or (
-        not in_memory
-        and knowledge.use_copy
+        knowledge.use_copy
         and walk is not None
         and estimate > settings.exact_max_rows
         and index_pays_off(estimate, table_rows, candidates, settings.cost_factor)
@@ -327,5 +357,4 @@ def plan_vector_search(
         candidates=candidates if knowledge.use_copy else k,
         check_dims=check_dims,
         visible_estimate=estimate,
-        in_memory=in_memory,
     )

@@ -25,7 +25,7 @@ import numpy as np
 from app.store.memory_search import PackedVectors, VisibleRevision
 
 # uuid bytes and the row's file index, per row, on top of the matrix itself
-_ROW_OVERHEAD_BYTES = 20
+ROW_OVERHEAD_BYTES = 20
 # scoring the whole namespace and masking beats gathering its visible rows above this share
 _FULL_SCAN_SHARE = 0.5
 
@@ -87,7 +87,7 @@ class Block:
     @property
     def nbytes(self) -> int:
         """Memory the block holds (matrix, ids and bookkeeping)."""
-        return int(self.matrix.nbytes) + len(self.ids) * _ROW_OVERHEAD_BYTES
+        return int(self.matrix.nbytes) + len(self.ids) * ROW_OVERHEAD_BYTES
 
     @classmethod
     def build(cls, dims: int, previous: Block | None, loaded: Iterable[FileVectors]) -> Block:
