@@ -224,6 +224,10 @@ _SQL_MS_PER_FILE = 0.004
 _SQL_MS_PER_ROW = 0.0016
 _MEMORY_FIXED_MS = 1.4
 _MEMORY_MS_PER_FILE = 0.001
+# beyond the memory_pays_off break-even (measured at 1M, in process): the memory scan's streaming
+# cost per row once a scope outgrows the CPU cache, and a namespace walk over all of its namespace
+_MEMORY_MS_PER_ROW = 0.00023
+_WALK_MS = 4.0
 
 
 def memory_pays_off(files: int, visible: int) -> bool:
@@ -241,8 +245,8 @@ def choose_namespace(
     candidates: int,
     knowledge: SearchKnowledge,
     settings: SearchSettings,
-) -> str | None:
-    """The owner whose own index should answer this search, or None (the global index or a scan).
+) -> NamespaceChoice | None:
+    """The namespace whose own index should answer this search, or None (the global index or a scan).
 
     Its walk meets that namespace's rows only, so the cost rule weighs the visible rows of that
     namespace against the namespace's size instead of the table's; the scope's other visible rows
@@ -251,7 +255,7 @@ def choose_namespace(
     """
     if not knowledge.namespaces or settings.legacy_unowned:
         return None
-    best: tuple[int, str] | None = None
+    best: NamespaceChoice | None = None
     for owner in dict.fromkeys(owners):
         walk = knowledge.namespaces.get((owner, dims))
         if walk is None:
@@ -260,10 +264,33 @@ def choose_namespace(
         if (
             estimate - own <= settings.exact_max_rows
             and index_pays_off(own, float(walk.rows), candidates, settings.cost_factor)
-            and (best is None or own > best[0])
+            and (best is None or own > best.visible)
         ):
-            best = (own, owner)
-    return best[1] if best else None
+            best = NamespaceChoice(owner, walk.function, own, walk.rows)
+    return best
+
+
+@dataclass(frozen=True)
+class NamespaceChoice:
+    """A namespace walk for one search: whose, its function, the rows it shows of it, its size."""
+
+    owner: str
+    function: str
+    visible: int
+    rows: int
+
+
+def walk_beats_memory(files: int, visible: int, choice: NamespaceChoice) -> bool:
+    """Whether a namespace walk is clearly cheaper than the exact scan in memory (measured costs).
+
+    The memory scan streams every visible row's float32 values (~0.23 us a row once they outgrow
+    the CPU's cache: 27,426 rows took ~8 ms against ~3 ms for 5,478); a walk over a whole namespace
+    took ~4 ms and costs more as the search shows less of it. The exact scan keeps the benefit of
+    the doubt (recall 1.0 by construction): the walk must win by half as much again.
+    """
+    memory_ms = _MEMORY_FIXED_MS + files * _MEMORY_MS_PER_FILE + visible * _MEMORY_MS_PER_ROW
+    walk_ms = _WALK_MS * choice.rows / max(choice.visible, 1)
+    return walk_ms * 1.5 < memory_ms
 
 
 def plan_vector_search(
@@ -285,6 +312,18 @@ def plan_vector_search(
     candidates = candidate_count(k)
     # the memory scan needs the copy (its values and revisions) and owned rows only (legacy rows
     # are not tracked), and a scope the cache's budget can hold; up to its limit it beats any walk
+    choice = None
+    if knowledge.use_copy and estimate > settings.exact_max_rows:
+        choice = choose_namespace(
+            dims=dims,
+            file_ids=file_ids,
+            owners=owners,
+            estimate=estimate,
+            candidates=candidates,
+            knowledge=knowledge,
+            settings=settings,
+        )
+    database = _in_database(dims, estimate, check_dims, k, choice, knowledge, settings)
     if (
         knowledge.use_copy
         and not settings.legacy_unowned
@@ -292,12 +331,12 @@ def plan_vector_search(
         and estimate <= settings.memory_max_rows
         and estimate * memory_row_bytes(dims) <= settings.memory_max_bytes
         and memory_pays_off(len(file_ids), estimate)
+        and not (choice is not None and walk_beats_memory(len(file_ids), estimate, choice))
     ):
-        database = _in_database(dims, file_ids, owners, estimate, check_dims, k, knowledge, settings)
         return VectorSearchDecision(
             "exact", True, k, candidates, check_dims, estimate, in_memory=True, fallback=database
         )
-    return _in_database(dims, file_ids, owners, estimate, check_dims, k, knowledge, settings)
+    return database
 
 
 def memory_row_bytes(dims: int) -> int:
@@ -307,11 +346,10 @@ def memory_row_bytes(dims: int) -> int:
 
 def _in_database(
     dims: int,
-    file_ids: Sequence[str],
-    owners: Sequence[str],
     estimate: int,
     check_dims: bool,
     k: int,
+    choice: NamespaceChoice | None,
     knowledge: SearchKnowledge,
     settings: SearchSettings,
 ) -> VectorSearchDecision:
@@ -320,17 +358,7 @@ def _in_database(
     candidates = candidate_count(k)
     walk = knowledge.walks.get(dims)
     table_rows = max(stats.table_rows, float(stats.chunks))
-    namespace = None
-    if knowledge.use_copy and estimate > settings.exact_max_rows:
-        namespace = choose_namespace(
-            dims=dims,
-            file_ids=file_ids,
-            owners=owners,
-            estimate=estimate,
-            candidates=candidates,
-            knowledge=knowledge,
-            settings=settings,
-        )
+    namespace = choice.owner if choice is not None else None
     if namespace is not None or (
         knowledge.use_copy
         and walk is not None
@@ -344,7 +372,7 @@ def _in_database(
             candidates=candidates,
             check_dims=check_dims,
             visible_estimate=estimate,
-            walk=knowledge.namespaces[(namespace, dims)].function if namespace is not None else walk,
+            walk=choice.function if choice is not None else walk,
             ef_search=min(max(settings.ef_search, candidates), MAX_EF_SEARCH),
             max_scan_tuples=settings.max_scan_tuples,
             namespace=namespace,

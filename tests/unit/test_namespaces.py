@@ -7,7 +7,14 @@ import uuid
 import numpy as np
 
 from app.search.namespaces import NamespaceWalk, plan_namespace_indexes, usable_walks
-from app.search.planner import CatalogueStats, SearchKnowledge, SearchSettings, plan_vector_search
+from app.search.planner import (
+    CatalogueStats,
+    NamespaceChoice,
+    SearchKnowledge,
+    SearchSettings,
+    plan_vector_search,
+    walk_beats_memory,
+)
 from app.store.namespace_index import (
     NamespaceSize,
     collection_prefix,
@@ -126,7 +133,32 @@ def test_no_namespace_walk_when_it_does_not_pay_or_cannot_cover_the_scope() -> N
     assert decide(FILES, ("agent",), settings=legacy).namespace is None
 
 
-def test_the_memory_scan_comes_first() -> None:
+def test_the_memory_scan_comes_first_unless_a_namespace_walk_is_clearly_cheaper() -> None:
     memory = SearchSettings(exact_max_rows=4000, memory_max_rows=100_000)
-    d = decide(FILES, ("agent",), settings=memory)
+    # a fifth of the namespace: the walk would meet five rows per visible one; exact in memory
+    d = decide(FILES[:200], ("agent",), settings=memory)
     assert d.in_memory and d.namespace is None
+    # the whole 50,000-row namespace: streaming 50,000 rows costs more than walking its own graph,
+    # and the walk is what the database does anyway when memory cannot answer
+    d = decide(FILES, ("agent",), settings=memory)
+    assert not d.in_memory and d.namespace == "agent"
+    # a smaller whole namespace (a KB of 10,000 rows, its own index at a lower threshold): memory
+    small = {("agent", 384): NamespaceWalk("ragoverlay_vec_ns_walk_384", 10_000)}
+    knowledge = SearchKnowledge(STATS, use_copy=True, namespaces=small)
+    d = plan_vector_search(
+        dims=384,
+        k=10,
+        file_ids=FILES[:200],
+        owners=("agent",),
+        uploader=None,
+        knowledge=knowledge,
+        settings=memory,
+    )
+    assert d.in_memory and d.fallback is not None and d.fallback.namespace == "agent"
+
+
+def test_walk_against_memory_costs() -> None:
+    whole = NamespaceChoice("a", "w", 27_426, 27_426)
+    assert walk_beats_memory(1000, 27_426, whole)  # the 1M corpus's 1,000-file KB
+    assert not walk_beats_memory(1000, 5_478, NamespaceChoice("a", "w", 5_478, 5_478))  # at 200k
+    assert not walk_beats_memory(1000, 30_822, NamespaceChoice("a", "w", 30_822, 152_959))  # a fifth
