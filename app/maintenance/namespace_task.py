@@ -26,8 +26,27 @@ NAMESPACE_INDEXES = "namespace-indexes"
 # a cheap pass (one GROUP BY of the catalogue); a new large namespace waits at most this
 NAMESPACE_SECONDS = 120.0
 NEXT_BUILD_SECONDS = 1.0  # more to build: the next pass at once
-COPY_WAIT_SECONDS = 30.0
+COPY_WAIT_SECONDS = 30.0  # how long a pass waits for the copy before it gives its slot back
 BUSY_SECONDS = 30.0
+
+
+async def copy_ready(store: MaintenanceStore, state: SearchState, report: Report) -> bool:
+    """Whether the vector copy holds every row, waiting up to COPY_WAIT_SECONDS for it.
+
+    Indexes live on the copy: they are built once it is complete (nothing may use them before).
+    Another replica may have filled it, so the database is asked first.
+    """
+    if state.copy_ready.is_set():
+        return True
+    report("waiting for the vector copy")
+    if await store.copy_state() == "ready":
+        state.set_copy_state("ready")
+        return True
+    try:
+        await asyncio.wait_for(state.copy_ready.wait(), COPY_WAIT_SECONDS)
+    except TimeoutError:
+        return False
+    return True
 
 
 class NamespaceIndexTask:
@@ -40,15 +59,8 @@ class NamespaceIndexTask:
 
     async def __call__(self, report: Report) -> Pass:
         """One pass: drop, build one, publish the usable walks."""
-        if not self.state.copy_ready.is_set():
-            report("waiting for the vector copy")
-            if await self.store.copy_state() == "ready":
-                self.state.set_copy_state("ready")
-            else:
-                try:
-                    await asyncio.wait_for(self.state.copy_ready.wait(), COPY_WAIT_SECONDS)
-                except TimeoutError:
-                    return Pass(progress="waiting for the vector copy", again_in=COPY_WAIT_SECONDS)
+        if not await copy_ready(self.store, self.state, report):
+            return Pass(progress="waiting for the vector copy", again_in=COPY_WAIT_SECONDS)
         min_rows = self.settings.hnsw_namespace_min_rows
         sizes = await self.store.namespace_sizes(min_rows // 2)
         existing = await self.store.namespace_indexes()

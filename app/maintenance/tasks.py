@@ -17,7 +17,12 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 
 from app.config import Settings
-from app.maintenance.namespace_task import NAMESPACE_INDEXES, NAMESPACE_SECONDS, NamespaceIndexTask
+from app.maintenance.namespace_task import (
+    NAMESPACE_INDEXES,
+    NAMESPACE_SECONDS,
+    NamespaceIndexTask,
+    copy_ready,
+)
 from app.maintenance.registry import MaintenanceRegistry, MaintenanceTask, Pass, Report
 from app.search.planner import CatalogueStats
 from app.search.state import SearchState
@@ -32,8 +37,6 @@ COPY_RECHECK_SECONDS = 30.0  # while another replica fills the copy
 RECONCILE_SECONDS = 3600.0
 INDEX_RECHECK_SECONDS = 30.0  # while another replica builds an index
 INDEX_RETRY_SECONDS = 300.0  # after a failed build (the exact path answers meanwhile)
-# how long an index pass waits for the copy before it gives its slot back (and tries again later)
-COPY_WAIT_SECONDS = 30.0
 
 CATALOGUE = "catalogue"
 VECTOR_COPY = "vector-copy"
@@ -112,16 +115,8 @@ class HnswIndexTask:
         """One pass: build (or wait for another replica's build); done once the index is usable."""
         # the index lives on the copy: build it once the copy holds every row (a build during the
         # backfill would work, but slower, and nothing may use it before then)
-        if not self.state.copy_ready.is_set():
-            report("waiting for the vector copy")
-            # another replica may have filled it: the database knows
-            if await self.store.copy_state() == "ready":
-                self.state.set_copy_state("ready")
-            else:
-                try:
-                    await asyncio.wait_for(self.state.copy_ready.wait(), COPY_WAIT_SECONDS)
-                except TimeoutError:
-                    return Pass(progress="waiting for the vector copy", again_in=INDEX_RECHECK_SECONDS)
+        if not await copy_ready(self.store, self.state, report):
+            return Pass(progress="waiting for the vector copy", again_in=INDEX_RECHECK_SECONDS)
         state = await self.store.index_state(self.spec)
         if state == "valid":
             await self.store.ensure_walk(self.spec)

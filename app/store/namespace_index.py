@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.store.db import try_advisory_lock
-from app.store.vector_index import IndexFamily, IndexSpec, ensure_walk
+from app.store.vector_index import IndexFamily, IndexSpec, ensure_walk, prepare_build
 
 logger = logging.getLogger(__name__)
 
@@ -131,8 +131,7 @@ async def build_namespace_index(
             logger.warning("Dropping invalid index %s left by an interrupted build", name)
             await conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
         if not state:
-            await conn.execute("SELECT set_config('maintenance_work_mem', $1, false)", memory)
-            await conn.execute("SET statement_timeout = 0")
+            await prepare_build(conn, memory)
             sql = await conn.fetchval(
                 CREATE_SQL, name, size.dims, int(m), int(ef_construction), collection_id, size.owner
             )

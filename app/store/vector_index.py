@@ -131,8 +131,7 @@ async def build_index(
             await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {spec.name}")
             state = "missing"
         if state == "missing":
-            await conn.execute("SELECT set_config('maintenance_work_mem', $1, false)", memory)
-            await conn.execute("SET statement_timeout = 0")
+            await prepare_build(conn, memory)
             sql = spec.create_sql.replace("$M", str(int(m))).replace("$EFC", str(int(ef_construction)))
             logger.info("Building %s (CONCURRENTLY; searches use the exact path meanwhile)", spec.name)
             await conn.execute(sql)
@@ -141,6 +140,12 @@ async def build_index(
         if valid:
             await ensure_walk(conn, spec)
         return valid
+
+
+async def prepare_build(conn: asyncpg.Connection, memory: str) -> None:
+    """Ready a dedicated connection for an index build: its memory, and no statement timeout."""
+    await conn.execute("SELECT set_config('maintenance_work_mem', $1, false)", memory)
+    await conn.execute("SET statement_timeout = 0")
 
 
 async def ensure_walk(conn: asyncpg.Connection, spec: IndexSpec) -> bool:

@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 from app.config import load_settings
-from app.maintenance import tasks
+from app.maintenance import namespace_task
 from app.maintenance.namespace_task import NAMESPACE_INDEXES, NEXT_BUILD_SECONDS
 from app.maintenance.registry import MaintenanceRegistry, MaintenanceTask, Pass, Report
 from app.maintenance.tasks import CATALOGUE, HNSW_PREFIX, VECTOR_COPY, Maintenance
@@ -161,7 +161,7 @@ async def test_hnsw_task_waits_for_the_copy_and_makes_the_index_usable() -> None
 async def test_an_index_pass_gives_its_slot_back_when_the_copy_is_not_ready(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(tasks, "COPY_WAIT_SECONDS", 0.01)
+    monkeypatch.setattr(namespace_task, "COPY_WAIT_SECONDS", 0.01)
     store = FakeStore()
     m = maintenance(store)
     m.start(384)

@@ -34,8 +34,6 @@ ALLOWED = {
     "store/db.py": {"session advisory lock", "session setting (SET)"},
     # the HNSW build: on a dedicated connection (MaintenanceStore, V2IndexTask)
     "store/vector_index.py": {"session setting (SET)", "session setting (set_config)"},
-    # a namespace index build: on a dedicated connection (MaintenanceStore)
-    "store/namespace_index.py": {"session setting (SET)", "session setting (set_config)"},
     # the migrations: bootstrap's own connection
     "store/migrate.py": {"session advisory lock"},
 }
