@@ -17,6 +17,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
+from app.config import Settings
 from benchmarks import corpus as cp
 from benchmarks import database as db
 from benchmarks.options import Options
@@ -370,8 +371,9 @@ async def wait_for_namespaces(
     opts: TenantOptions, conn: asyncpg.Connection, progress: Progress
 ) -> dict[str, Any]:
     """Wait until every namespace large enough for an index of its own has a valid one (or time out)."""
-    min_rows = int(opts.service_env.get("HNSW_NAMESPACE_MIN_ROWS", "50000"))
-    cap = int(opts.service_env.get("HNSW_NAMESPACE_MAX", "32"))
+    default_min = Settings.model_fields["hnsw_namespace_min_rows"].default
+    min_rows = int(opts.service_env.get("HNSW_NAMESPACE_MIN_ROWS", default_min))
+    cap = int(opts.service_env.get("HNSW_NAMESPACE_MAX", Settings.model_fields["hnsw_namespace_max"].default))
     collection_id = await db.collection_id_of(conn, opts.collection)
     if collection_id is None:
         return {"summary": "no collection"}
