@@ -189,12 +189,14 @@ class SearchService:
         dims = int(vector.shape[0])
         norm = float(np.linalg.norm(vector))
         unit = (vector / norm if norm > 0 else vector).astype(np.float32, copy=False)
-        held = self.vector_cache.held(scope.file_ids or (), scope.owners, dims, self._granted(scope))
-        if held:
-            # held already: rank first, then one statement checks the visible files and re-reads
-            guess = self.vector_cache.nearest(held, dims, unit, decision.candidates)
-            if guess is not None and guess.ids:
-                call = memory_search.answer_call(vector, decision.k, guess.ids, [f.revision for f in held])
+        held = self.vector_cache.rank_held(
+            scope.file_ids or (), scope.owners, dims, unit, decision.candidates, self._granted(scope)
+        )
+        if held is not None:
+            # held already: ranked first, then one statement checks the visible files and re-reads
+            guess, revisions = held
+            if guess.ids:
+                call = memory_search.answer_call(vector, decision.k, guess.ids, revisions)
                 result = await store.search(conn, scope, call, timeout=timeout)
                 if len(result.hits) >= min(decision.k, guess.visible_rows):
                     return result

@@ -150,33 +150,38 @@ class VectorCache:
                 out.append(f)
         return out
 
-    def held(
+    def rank_held(
         self,
         file_ids: Sequence[str],
         owners: Iterable[str],
         dims: int,
+        query: np.ndarray,
+        n: int,
         granted: Iterable[tuple[str, str]] = (),
-    ) -> list[VisibleRevision]:
-        """The listed files held under `owners` (and the (owner, file) `granted`), at the revision held.
+    ) -> tuple[Nearest, list[int]] | None:
+        """Rank the listed files held under `owners` (and the (owner, file) `granted`): a guess.
 
-        A guess of what the scope shows, for the database to confirm (`ragoverlay_memory_answer`).
+        Returns the ranking and the revisions it ranked, for the database to confirm that the
+        scope shows exactly those file versions (`ragoverlay_memory_answer`); None when nothing
+        listed is held. No per-file object is made: 1,000 files cost two dict lookups each.
         """
-        out = []
-        for owner in owners:
+        wanted: dict[str, list[str]] = {owner: list(file_ids) for owner in owners}
+        for owner, file_id in granted:
+            wanted.setdefault(owner, []).append(file_id)
+        parts: list[tuple[Block, list[tuple[int, int, int, int]]]] = []
+        revisions: list[int] = []
+        for owner, listed in wanted.items():
             block = self._blocks.get((owner, dims))
             if block is None:
                 continue
-            held_files = block.files
-            for file_id in file_ids:
-                held = held_files.get(file_id)
-                if held is not None:
-                    out.append(VisibleRevision(owner, file_id, held[0]))
-        for owner, file_id in granted:
-            block = self._blocks.get((owner, dims))
-            held = block.files.get(file_id) if block is not None else None
-            if held is not None:
-                out.append(VisibleRevision(owner, file_id, held[0]))
-        return out
+            spans = [span for span in map(block.files.get, listed) if span is not None]
+            if spans:
+                self._blocks.move_to_end((owner, dims))
+                parts.append((block, spans))
+                revisions.extend(span[0] for span in spans)
+        if not parts:
+            return None
+        return _rank(parts, query, n), revisions
 
     def update(self, dims: int, loaded: Sequence[FileVectors]) -> int:
         """Take in freshly loaded files (their namespaces' blocks are rebuilt); the blocks evicted."""
@@ -210,8 +215,7 @@ class VectorCache:
         by_owner: dict[str, list[VisibleRevision]] = {}
         for f in visible:
             by_owner.setdefault(f.owner, []).append(f)
-        scores: list[np.ndarray] = []
-        where: list[tuple[Block, np.ndarray | None]] = []
+        parts: list[tuple[Block, list[tuple[int, int, int, int]]]] = []
         for owner, files in by_owner.items():
             block = self._blocks.get((owner, dims))
             if block is None:
@@ -224,13 +228,24 @@ class VectorCache:
                 if held is None or held[0] != f.revision:
                     return None
                 spans.append(held)
-            block_scores, rows = _score(block, spans, query)
-            scores.append(block_scores)
-            where.append((block, rows))
-        total = sum(len(s) for s in scores)
-        if total == 0 or n <= 0:
-            return Nearest([], [], total)
-        return _top(scores, where, n, total)
+            parts.append((block, spans))
+        return _rank(parts, query, n)
+
+
+def _rank(
+    parts: Sequence[tuple[Block, Sequence[tuple[int, int, int, int]]]], query: np.ndarray, n: int
+) -> Nearest:
+    """The `n` rows nearest to `query` among the given files (spans) of each block."""
+    scores: list[np.ndarray] = []
+    where: list[tuple[Block, np.ndarray | None]] = []
+    for block, spans in parts:
+        block_scores, rows = _score(block, spans, query)
+        scores.append(block_scores)
+        where.append((block, rows))
+    total = sum(len(s) for s in scores)
+    if total == 0 or n <= 0:
+        return Nearest([], [], total)
+    return _top(scores, where, n, total)
 
 
 def _score(

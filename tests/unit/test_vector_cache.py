@@ -89,6 +89,27 @@ def test_nearest_is_the_brute_force_over_exactly_the_visible_files(share: float)
     assert set(got.file_ids) == {files[u] for u in want}
 
 
+def test_ranking_the_held_files_of_a_listing_is_the_brute_force_over_them() -> None:
+    rng = np.random.default_rng(5)
+    rows, vectors, files = corpus(rng)
+    cache = VectorCache(10**8)
+    cache.update(D, [FileVectors.decode(r, D) for r in rows])
+    q = unit(rng.normal(size=D)).astype(np.float32)
+    listed = [f"agent-{i}" for i in range(0, 40, 2)] + ["me-3", "unknown"]
+    # "agent" named, and the caller's "me-3" (a file in its own namespace) granted by pair
+    held = cache.rank_held(listed, ["agent", "nobody"], D, q, 10, granted=[("me", "me-3")])
+    assert held is not None
+    got, revisions = held
+    pool = [u for u, f in files.items() if f in set(listed) and f != "unknown"]
+    want = sorted(pool, key=lambda u: -float(vectors[u] @ q))[:10]
+    assert got.ids == want and got.visible_rows == len(pool)
+    assert sorted(revisions) == [1] * 21  # one revision per held file: 20 of the Agent's, me-3
+    # the same as ranking the same files named one by one
+    visible = [VisibleRevision("agent", f, 1) for f in listed[:20]] + [VisibleRevision("me", "me-3", 1)]
+    assert cache.nearest(visible, D, q, 10) == got
+    assert cache.rank_held(listed, ["nobody"], D, q, 10) is None  # nothing held: no guess
+
+
 def test_a_new_revision_is_missing_until_loaded_and_replaces_the_files_rows() -> None:
     rng = np.random.default_rng(1)
     cache = VectorCache(10**8)
