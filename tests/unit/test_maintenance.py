@@ -303,7 +303,7 @@ async def test_namespace_indexes_are_built_one_per_pass_largest_first_and_publis
         NamespaceSize("kb-b", 384, 120_000),
         NamespaceSize("s", 384, 900),
     ]
-    m = maintenance(store)
+    m = maintenance(store, hnsw_namespace_min_rows=50_000)
     m.start(None)
     first = await m.registry.run_once(NAMESPACE_INDEXES)
     assert "build_namespace_index kb-b" in store.calls and "build_namespace_index kb-a" not in store.calls
@@ -313,7 +313,7 @@ async def test_namespace_indexes_are_built_one_per_pass_largest_first_and_publis
     assert second.again_in is None
     assert set(m.state.knowledge().namespaces) == {("kb-a", 384), ("kb-b", 384)}
     # kb-a shrinks below half the threshold: dropped, and the planner no longer walks it
-    store.sizes = [NamespaceSize("kb-a", 384, 20_000), NamespaceSize("kb-b", 384, 120_000)]
+    store.sizes = [NamespaceSize("kb-a", 384, 5_000), NamespaceSize("kb-b", 384, 120_000)]
     await m.registry.run_once(NAMESPACE_INDEXES)
     assert "drop_namespace_index" in store.calls
     assert set(m.state.knowledge().namespaces) == {("kb-b", 384)}
