@@ -21,6 +21,9 @@ kernel then answers the unread bytes with a reset, and a client that sends its w
 reading, such as Python's http.client with `Connection: close`, saw "connection reset" instead of
 the 413), or, on a kept-alive connection, read the rest of the body with no bound and then held the
 connection open for ever.
+
+The same transport wrapper also sends an answer's header block and its body in one write (see
+`_ClosingTransport.write`).
 """
 
 from __future__ import annotations
@@ -65,9 +68,11 @@ class _ClosingTransport(asyncio.Transport):
         super().__init__()
         self.raw = raw
         self._protocol = protocol
+        self._held: bytes | None = None  # an answer's header block, waiting for its body
 
     def close(self) -> None:
         """Close now, or linger first when the client is still sending the body of an answered request."""
+        self.flush()
         if self._protocol.lingering or self.raw.is_closing() or not self._protocol.body_unread():
             self.raw.close()
         else:
@@ -92,15 +97,44 @@ class _ClosingTransport(asyncio.Transport):
         return self.raw.is_reading()
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        """Send bytes."""
-        self.raw.write(data)
+        """Send bytes; the header block of an answer of known length leaves with its body."""
+        # uvicorn writes the header block when `http.response.start` is sent and the body as a second
+        # write: two socket writes (and two TCP segments) for every small JSON answer, although the
+        # application sends both messages back to back. The header block is held here and joined to
+        # the next write (one writev): the same bytes on the wire, one write fewer. Only answers
+        # whose body follows at once are held: those declaring a Content-Length (a Response sends
+        # its body right after its start) and those without a body (HEAD, 204, 304: flushed as the
+        # answer completes). Streamed answers (chunked: server-sent events, generators) are not, so
+        # their headers and chunks leave as they come, as do the 100 Continue and the 408s, and
+        # uvicorn's write back-pressure is untouched. A held block is flushed by whatever moves the
+        # connection on first: the next write, the end of the answer, close (an error after the
+        # start), write_eof, abort, a protocol switch. No timer is armed: a `call_soon` flush costs
+        # an extra turn of the event loop (one more epoll call) per answer.
+        held = self._held
+        if held is not None:
+            self._held = None
+            self.raw.writelines((held, data))
+        elif self._protocol.answer_head_due():
+            self._held = bytes(data)
+        else:
+            self.raw.write(data)
 
     def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
         """Send several pieces."""
+        self.flush()
         self.raw.writelines(list_of_data)
+
+    def flush(self) -> None:
+        """Send a held header block now."""
+        held = self._held
+        if held is not None:
+            self._held = None
+            if not self.raw.is_closing():  # the connection was lost meanwhile
+                self.raw.write(held)
 
     def write_eof(self) -> None:
         """Half-close after what was written."""
+        self.flush()
         self.raw.write_eof()
 
     def can_write_eof(self) -> bool:
@@ -109,6 +143,7 @@ class _ClosingTransport(asyncio.Transport):
 
     def abort(self) -> None:
         """Close at once, dropping buffered data."""
+        self.flush()  # as if written at once: the kernel may have it already
         self.raw.abort()
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
@@ -117,7 +152,7 @@ class _ClosingTransport(asyncio.Transport):
 
     def get_write_buffer_size(self) -> int:
         """Bytes waiting to be sent."""
-        return self.raw.get_write_buffer_size()
+        return self.raw.get_write_buffer_size() + len(self._held or b"")
 
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         """Flow control of writes."""
@@ -129,6 +164,7 @@ class _ClosingTransport(asyncio.Transport):
 
     def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
         """Hand the connection to another protocol (a WebSocket upgrade)."""
+        self.flush()
         self.raw.set_protocol(protocol)
 
     def get_protocol(self) -> asyncio.BaseProtocol:
@@ -147,12 +183,28 @@ class _HeaderDeadlineProtocol(HttpToolsProtocol):
     _linger_timers: tuple[asyncio.TimerHandle, ...] = ()
     _linger_idle: asyncio.TimerHandle | None = None
     _shutting_down: bool = False
+    _wrapped: _ClosingTransport | None = None
+    _headed: object = None  # the request/response cycle whose header block was written last
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Start the first request's header deadline as the connection opens."""
         self._raw = transport
-        super().connection_made(_ClosingTransport(transport, self))
+        self._wrapped = _ClosingTransport(transport, self)
+        super().connection_made(self._wrapped)
         self._arm_header_deadline()
+
+    def answer_head_due(self) -> bool:
+        """True for the write of the header block of an answer that declares its length or has no body.
+
+        uvicorn marks the answer started, decides chunked or not, and writes its header block in one
+        synchronous step, so the first write after the start is that block; the 100 Continue is
+        written only before the start.
+        """
+        cycle = self.cycle
+        if cycle is None or cycle is self._headed or not cycle.response_started or cycle.response_complete:
+            return False
+        self._headed = cycle
+        return cycle.chunked_encoding is not True
 
     def data_received(self, data: bytes) -> None:
         """Parse the request; while lingering, drop what comes."""
@@ -173,6 +225,8 @@ class _HeaderDeadlineProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         """Answered before the body was read: close (lingering) instead of reading the rest unbounded."""
+        if self._wrapped is not None:  # an answer without a body (HEAD) sends its held header block now
+            self._wrapped.flush()
         if self.body_unread() and not self.transport.is_closing():
             self.transport.close()
         super().on_response_complete()
