@@ -50,7 +50,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.service import ServiceProcess, free_port, make_token, terminate_all
+from benchmarks.service import ServiceProcess, make_token, terminate_all
 from benchmarks.stats import summarize
 
 JWT_SECRET = "faults-" + secrets.token_hex(16)
@@ -166,6 +166,21 @@ class EmbeddingServer:
 
 # --- SeaweedFS (weed server -s3), as the test fixture runs it ----------------------------------------
 WEED_COMPONENTS = ("master", "volume", "filer", "s3")
+WEED_START_ATTEMPTS = 3
+
+
+def _weed_ports() -> dict[str, int]:
+    """An HTTP and a gRPC port per component: distinct, and outside the kernel's ephemeral range.
+
+    Ports from `bind(0)` came from that range, could repeat (each probe socket is closed before the
+    next: ~1 set of 8 in 430 held a port twice), and could be taken meanwhile by any outgoing
+    connection's local port (weed's components dial each other while the later ones are still to
+    bind); weed then exits with 255, "bind: address already in use".
+    """
+    from tests.fixtures.s3_server import free_ports
+
+    names = [f"{c}.{k}" for c in WEED_COMPONENTS for k in ("port", "port.grpc")]
+    return dict(zip(names, free_ports(len(names)), strict=True))
 
 
 class SeaweedFS:
@@ -178,7 +193,8 @@ class SeaweedFS:
         self.access_key = "AKIA" + secrets.token_hex(8).upper()
         self.secret_key = secrets.token_urlsafe(30)
         self.bucket = "ragoverlay-faults"
-        self.ports = {f"{c}.{k}": free_port() for c in WEED_COMPONENTS for k in ("port", "port.grpc")}
+        self.ports = _weed_ports()
+        self.started_once = False
         self.process: subprocess.Popen[bytes] | None = None
         self.config = root / "s3.json"
         identity = {
@@ -205,8 +221,28 @@ class SeaweedFS:
         return found
 
     def start(self, timeout_s: float = 60.0) -> float:
-        """Start (or start again) and wait until the bucket round-trips an object; seconds taken."""
+        """Start (or start again) and wait until the bucket round-trips an object; seconds taken.
+
+        When weed exits during its first start (a port taken after all), it is started again on
+        fresh ports; a restart keeps its ports, as the service points at them.
+        """
         started = time.monotonic()
+        failures: list[str] = []
+        for attempt in range(1 if self.started_once else WEED_START_ATTEMPTS):
+            if attempt:
+                self.kill()
+                self.ports = _weed_ports()
+            exited = self._launch_and_wait(started + timeout_s)
+            if exited is None:
+                self.started_once = True
+                return time.monotonic() - started
+            failures.append(f"attempt {attempt + 1}: {exited}")
+        raise RuntimeError("SeaweedFS did not start:\n" + "\n".join(failures))
+
+    def _launch_and_wait(self, deadline: float) -> str | None:
+        """None once the bucket round-trips an object; what weed said when it exited early."""
+        from tests.fixtures.s3_server import weed_log_summary
+
         logs = self.root / "logs"
         logs.mkdir(exist_ok=True)
         args = [
@@ -233,7 +269,9 @@ class SeaweedFS:
             "-master.resumeState=false",
             "-master.electionTimeout=1s",
         ]
-        with (self.root / "weed.log").open("ab") as log:
+        log_path = self.root / "weed.log"
+        with log_path.open("ab") as log:
+            offset = log.tell()
             self.process = subprocess.Popen(
                 args,
                 stdout=log,
@@ -246,21 +284,26 @@ class SeaweedFS:
         client = self.client()
         last = "no attempt"
         try:
-            while time.monotonic() - started < timeout_s:
+            while time.monotonic() < deadline:
                 if self.process.poll() is not None:
-                    raise RuntimeError(f"weed exited with {self.process.returncode}")
+                    return (
+                        f"weed exited with {self.process.returncode}:\n{weed_log_summary(log_path, offset)}"
+                    )
                 try:
                     with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
                         client.create_bucket(Bucket=self.bucket)
                     client.put_object(Bucket=self.bucket, Key="probe", Body=b"ok")
                     if client.get_object(Bucket=self.bucket, Key="probe")["Body"].read() == b"ok":
-                        return time.monotonic() - started
+                        return None
                 except Exception as exc:  # not up yet
                     last = type(exc).__name__
                 time.sleep(0.25)
         finally:
             client.close()
-        raise RuntimeError(f"SeaweedFS not ready after {timeout_s:.0f} s ({last})")
+        self.kill()
+        raise RuntimeError(
+            f"SeaweedFS not ready in time ({last}); weed's log:\n{weed_log_summary(log_path, offset)}"
+        )
 
     def client(self) -> Any:
         """A boto3 client for set-up and checks."""
