@@ -295,7 +295,7 @@ class Settings(BaseSettings):
     hnsw_build_memory: str = Field(
         "1GB", pattern=r"^\d+(kB|MB|GB)$", validation_alias=_env("HNSW_BUILD_MEMORY")
     )
-    hnsw_namespace_min_rows: int = Field(20_000, ge=1000, validation_alias=_env("HNSW_NAMESPACE_MIN_ROWS"))
+    hnsw_namespace_min_rows: int = Field(50_000, ge=1000, validation_alias=_env("HNSW_NAMESPACE_MIN_ROWS"))
     hnsw_namespace_max: int = Field(32, ge=0, le=1000, validation_alias=_env("HNSW_NAMESPACE_MAX"))
     rag_distance_threshold: float | None = Field(
         None, ge=0.0, le=2.0, validation_alias=_env("RAG_DISTANCE_THRESHOLD")

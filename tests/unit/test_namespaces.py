@@ -159,6 +159,7 @@ def test_the_memory_scan_comes_first_unless_a_namespace_walk_is_clearly_cheaper(
 
 def test_walk_against_memory_costs() -> None:
     whole = NamespaceChoice("a", "w", 27_426, 27_426)
-    assert walk_beats_memory(1000, 27_426, whole)  # the 1M corpus's 1,000-file KB
+    assert not walk_beats_memory(1000, 27_426, whole)  # the 1M corpus's 1,000-file KB: a tie, exact
+    assert walk_beats_memory(1000, 100_000, NamespaceChoice("a", "w", 100_000, 100_000))
     assert not walk_beats_memory(1000, 5_478, NamespaceChoice("a", "w", 5_478, 5_478))  # at 200k
     assert not walk_beats_memory(1000, 30_822, NamespaceChoice("a", "w", 30_822, 152_959))  # a fifth
