@@ -141,8 +141,6 @@ class SearchService:
             result = None
             if decision.in_memory:
                 result = await self.search_in_memory(conn, scope, decision, vector, timeout)
-                # not held (yet): the database's own best path, a walk where one pays
-                decision = decision.fallback or decision
             if result is None:
                 result = await store.search(conn, scope, decision.call(vector), timeout=timeout)
         t2 = time.perf_counter()

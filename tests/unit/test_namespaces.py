@@ -154,7 +154,7 @@ def test_the_memory_scan_comes_first_unless_a_namespace_walk_is_clearly_cheaper(
         knowledge=knowledge,
         settings=memory,
     )
-    assert d.in_memory and d.fallback is not None and d.fallback.namespace == "agent"
+    assert d.in_memory and d.namespace is None
 
 
 def test_walk_against_memory_costs() -> None:

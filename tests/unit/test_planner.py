@@ -297,11 +297,9 @@ def test_the_exact_scan_runs_in_memory_up_to_its_limit_on_the_copy_only() -> Non
     # the fallback call is the database's exact scan of the copy
     call = plan(["kb"], ["agent"]).call(np.zeros(384, dtype=np.float32))
     assert call.args["p_path"] == "exact" and call.args["p_use_copy"] is True
-    # ... and when the cache does not hold the files yet, the database's own best path answers:
-    # here the walk (cost factor 0), which the decision carries beside the memory scan
+    # ... also where the walk would be taken without memory (cost factor 0): exactness promised
     d = plan(["kb", "mine"], ["me", "agent"])
-    assert d.in_memory and d.fallback is not None
-    assert (d.fallback.path, d.fallback.in_memory, d.fallback.walk) == ("index", False, WALK)
+    assert d.in_memory and d.call(np.zeros(384, dtype=np.float32)).args["p_path"] == "exact"
     # a scope the cache's budget cannot hold (3,040 rows of 1,536 dims in 16 MB): never in memory
     tight = SearchSettings(exact_max_rows=4, memory_max_rows=4000, memory_max_bytes=16 * 2**20)
     wide = plan_vector_search(
@@ -313,7 +311,7 @@ def test_the_exact_scan_runs_in_memory_up_to_its_limit_on_the_copy_only() -> Non
         knowledge=SearchKnowledge(big, use_copy=True, walks={1536: WALK}),
         settings=tight,
     )
-    assert not wide.in_memory and wide.fallback is None
+    assert not wide.in_memory and wide.path == "exact"  # in the database
     assert plan(["kb", "mine"], ["me", "agent"], tight).in_memory  # 384 dims fit
 
 
