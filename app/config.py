@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import quote, quote_plus
@@ -28,7 +27,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.errors import ConfigError
-from app.v2_settings import ENV_DELIMITER, V2Settings, leaf_defaults
+from app.v2_settings import ENV_DELIMITER, V2Settings
 from app.v2_settings import ENV_PREFIX as V2_ENV_PREFIX
 
 Provider = Literal["openai", "azure", "ollama", "huggingfacetei", "local"]
@@ -565,29 +564,6 @@ def _env_name(loc: tuple[int | str, ...]) -> str:
     if field is not None and isinstance(field.validation_alias, AliasChoices):
         head = str(field.validation_alias.choices[0])
     return ENV_DELIMITER.join([head, *(part.upper() for part in rest)])
-
-
-def env_names(field_name: str) -> list[str]:
-    """All environment variable names a field reads, in priority order (every leaf for `v2`)."""
-    if field_name == "v2":
-        return list(leaf_defaults())
-    field = Settings.model_fields[field_name]
-    alias = field.validation_alias
-    if isinstance(alias, AliasChoices):
-        return [str(c) for c in alias.choices]
-    return [field_name.upper()]
-
-
-def all_env_names() -> list[str]:
-    """Every environment variable the service reads."""
-    return [name for field in Settings.model_fields for name in env_names(field)]
-
-
-def without_service_variables(environ: Mapping[str, str]) -> dict[str, str]:
-    """`environ` minus every variable that would configure the service (for tests and benchmarks)."""
-    read = set(all_env_names())
-    nested = V2_ENV_PREFIX + ENV_DELIMITER
-    return {k: v for k, v in environ.items() if k not in read and not k.startswith(nested)}
 
 
 @functools.lru_cache(maxsize=1)

@@ -74,7 +74,7 @@ def free_port() -> int:
 
 def service_environment(settings: dict[str, str], repo_root: Path = REPO_ROOT) -> dict[str, str]:
     """Our environment minus every variable the service reads, plus `settings`."""
-    from app.config import without_service_variables  # the service's own list of variable names
+    from app.config_env import without_service_variables  # the service's own list of variable names
 
     env = without_service_variables(os.environ)
     env["PYTHONPATH"] = str(repo_root)  # that checkout's `app`, whatever is installed

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from app.config import without_service_variables
+from app.config_env import without_service_variables
 
 # Tests must never pick up a developer's .env or shell configuration of the service: every variable
 # the service reads (the Settings class's own list) is cleared.

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from pymongo.database import Database
 
-from app.config import without_service_variables
+from app.config_env import without_service_variables
 from tests.fixtures.mongo_server import mongo_server
 from tests.fixtures.serve import free_port, serving
 from tests.operator.catalogue_seed import database

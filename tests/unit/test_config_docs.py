@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from app.config import Settings, all_env_names, env_names, load_settings
+from app.config import Settings, load_settings
+from app.config_env import all_env_names, env_names
 from app.errors import ConfigError
 from app.v2_settings import leaf_defaults
 from tests.unit.docs_text import page
@@ -162,7 +163,7 @@ def test_blank_lines_of_a_dotenv_file_mean_unset(tmp_path: Path) -> None:
 
 
 def test_the_cleared_environment_drops_every_variable_the_service_reads() -> None:
-    from app.config import without_service_variables
+    from app.config_env import without_service_variables
 
     environ = {name: "x" for name in all_env_names()}
     environ |= {"RAG_V2__FUSION__NEW_KNOB": "1", "PATH": "/bin", "HOME": "/root"}
