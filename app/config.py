@@ -27,8 +27,8 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.errors import ConfigError
-from app.v2_settings import ENV_DELIMITER, V2Settings
-from app.v2_settings import ENV_PREFIX as V2_ENV_PREFIX
+from app.evidence.settings import ENV_DELIMITER, V2Settings
+from app.evidence.settings import ENV_PREFIX as V2_ENV_PREFIX
 
 Provider = Literal["openai", "azure", "ollama", "huggingfacetei", "local"]
 
@@ -300,7 +300,7 @@ class Settings(BaseSettings):
         None, ge=0.0, le=2.0, validation_alias=_env("RAG_DISTANCE_THRESHOLD")
     )
 
-    # --- V2 index and /query_v2 (app/ingest/v2, app/search/v2) -------------------------------------
+    # --- evidence search: the V2 index and /query_v2 (app/evidence/) ------------------------------
     v2_namespace_ids: CsvList = Field(default_factory=list, validation_alias=_env("RAG_V2_NAMESPACE_IDS"))
     v2_index_version: str = Field(
         "v2",
@@ -309,7 +309,7 @@ class Settings(BaseSettings):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
         validation_alias=_env("RAG_V2_INDEX_VERSION"),
     )
-    # every V2 tuning knob, as RAG_V2__<SECTION>__<FIELD> (app/v2_settings.py has them and their defaults)
+    # every V2 tuning knob, as RAG_V2__<SECTION>__<FIELD> (app/evidence/settings.py: them and their defaults)
     v2: V2Settings = Field(default_factory=V2Settings, validation_alias=_env(V2_ENV_PREFIX))
 
     # --- LibreChat catalogue re-check (app/search/allowlist.py; CONTRACT section 7) -----------

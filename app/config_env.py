@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from pydantic import AliasChoices
 
 from app.config import Settings
-from app.v2_settings import ENV_DELIMITER, leaf_defaults
-from app.v2_settings import ENV_PREFIX as V2_ENV_PREFIX
+from app.evidence.settings import ENV_DELIMITER, leaf_defaults
+from app.evidence.settings import ENV_PREFIX as V2_ENV_PREFIX
 
 
 def env_names(field_name: str) -> list[str]:

@@ -10,17 +10,17 @@ from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Query, Request
 
-from app.admin.v2 import V2Admin
 from app.auth import Principal, anonymous, check_entity_id, require_admin, single_authorization, verify_token
 from app.config import Settings
 from app.edge import safe_str
 from app.errors import InvalidInput, ServiceUnavailable
+from app.evidence.admin import V2Admin
+from app.evidence.query.service import V2SearchService
 from app.ingest.pipeline import IngestService
 from app.jobs.setup import JobSystem
 from app.schemas import ENTITY_ID_FIELD_DESCRIPTION, MAX_ENTITY_ID_CHARS
 from app.search.allowlist import AllowList
 from app.search.service import SearchService
-from app.search.v2.service import V2SearchService
 from app.services import Services
 
 

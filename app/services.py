@@ -24,29 +24,29 @@ import asyncpg
 import httpx
 
 from app import metrics
-from app.admin.v2 import V2Admin
 from app.clients.blobs import BlobStore, build_blob_store
 from app.clients.embeddings import Embedder, build_embedder, model_identity
 from app.clients.http import build_http_client
 from app.config import Settings
 from app.errors import BlobStoreError
+from app.evidence.admin import V2Admin
+from app.evidence.index.context import V2Context
+from app.evidence.jobs import V2Jobs, V2MissingVectors
+from app.evidence.maintenance import V2Maintenance
+from app.evidence.query.service import V2SearchService, build_reranker
 from app.ingest.contextual import Contextualizer, build_contextualizer
 from app.ingest.pipeline import IngestService
 from app.ingest.recent import recent_parses
 from app.ingest.upload import sweep_stale_uploads
-from app.ingest.v2.context import V2Context
 from app.jobs.maintenance import MaintenanceSchedule, QueuedMaintenance
 from app.jobs.setup import JobSystem, build_jobs, build_queue
-from app.jobs.v2 import V2Jobs
 from app.maintenance.registry import MaintenanceRegistry
 from app.maintenance.tasks import Maintenance
-from app.maintenance.v2_tasks import V2Maintenance
 from app.runtime.postgres import EmbeddedPostgres, attach_running
 from app.runtime.supervisor import DatabaseSupervisor, FailureAlarm
 from app.search.allowlist import AllowList, build_allowlist, describe
 from app.search.service import SearchService
 from app.search.state import SearchState
-from app.search.v2.service import V2SearchService, build_reranker
 from app.store.db import PoolShare, StoreInfo, bootstrap, create_pool, pool_share, stored_dimension
 from app.store.maintenance import MaintenanceStore
 
@@ -133,7 +133,8 @@ async def build_services(
         ingest=ingest,
         search=search,
         maintenance=QueuedMaintenance(tasks, schedule),
-        v2=v2_jobs,
+        kinds=[v2_jobs],
+        missing_stores=[V2MissingVectors(v2)],
     )
     stack.push_async_callback(jobs.close)  # first to close: running jobs go back to the queue
     await _start_background_work(maintenance, v2_tasks, jobs, embedder.dimensions)

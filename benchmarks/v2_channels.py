@@ -8,7 +8,7 @@ It starts an embedded PostgreSQL in a temporary folder (or uses `--dsn`), stores
 the comment lines of the installed Python packages; every fourth chunk a table row "K <n>" with its
 identifier entity; random vectors of `--dims`), the same amount again for another owner (so every
 index holds rows the scope must skip), builds the dimension's HNSW index, and times each store
-function of app/store/v2_search.py over the run's 1,000-file allow-list: median and 95th percentile of
+function of app/evidence/store/channels.py over the run's 1,000-file allow-list: median and 95th percentile of
 `--repeat` calls after one warm-up. Query terms are picked by document frequency (the three most
 common words that are not stopwords, three in ~1 % of the chunks, three in ~0.05 %). Random vectors
 are the HNSW walk's worst case (no clusters). Nothing asserts a speed.
@@ -34,13 +34,13 @@ import asyncpg
 import numpy as np
 from pgvector.asyncpg import register_vector
 
+from app.evidence.store import channels as search
+from app.evidence.store import documents as document_store
+from app.evidence.store import runs as run_store
+from app.evidence.store import vectors as vector_store
 from app.runtime.postgres import EmbeddedPostgres
-from app.store import v2_search as search
 from app.store.db import bootstrap
 from app.store.scope import Scope
-from app.store.v2 import documents as document_store
-from app.store.v2 import runs as run_store
-from app.store.v2 import vectors as vector_store
 from app.store.vector_index import build_index, index_spec
 from app.text.chunks import ChunkKind, ChunkPlace, ChunkRecord
 from app.text.entities import Entity

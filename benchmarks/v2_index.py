@@ -36,19 +36,19 @@ from app.clients.blobs import build_blob_store
 from app.clients.embeddings import build_embedder
 from app.clients.embeddings.local import local_model_counter
 from app.config import Settings, load_settings
+from app.evidence.index.backfill import start_backfill_run
+from app.evidence.index.context import V2Context
+from app.evidence.index.lifecycle import RunStatus, describe_run
+from app.evidence.jobs import v2_worker
+from app.evidence.store import reads as read_store
 from app.ingest.limits import ParseLimits
 from app.ingest.pipeline import IngestService, SourceFile
-from app.ingest.v2.backfill import start_backfill_run
-from app.ingest.v2.context import V2Context
-from app.ingest.v2.lifecycle import RunStatus, describe_run
 from app.ingest.worker import parse_in_worker
 from app.jobs.setup import retry_policy
-from app.jobs.v2 import v2_worker
 from app.runtime.postgres import EmbeddedPostgres
 from app.store import chunks as v1_store
 from app.store.db import bootstrap, create_pool
 from app.store.scope import Scope
-from app.store.v2 import reads as read_store
 from tests.fixtures import v2_corpus
 
 MIXED = {

@@ -46,11 +46,11 @@ import numpy as np
 
 from app.clients.embeddings import model_identity
 from app.config import Settings, load_settings
+from app.evidence.store import documents as document_store
+from app.evidence.store import runs as run_store
+from app.evidence.store import vectors as vector_store
 from app.runtime.postgres import EmbeddedPostgres
 from app.store.db import bootstrap
-from app.store.v2 import documents as document_store
-from app.store.v2 import runs as run_store
-from app.store.v2 import vectors as vector_store
 from app.store.vector_index import build_index, index_spec
 from benchmarks import database as db
 from benchmarks.corpus import ChunkRow

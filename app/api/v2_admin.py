@@ -1,7 +1,7 @@
 """Admin routes of the V2 index: runs, staging, activation, backfill and status (`/v2/...`).
 
 Every route needs an admin (RAG_ADMIN_USER_IDS or a token with `role: "ADMIN"`); anyone else gets
-403. The work itself is `V2Admin` (app/admin/v2.py); this module only maps HTTP to it.
+403. The work itself is `V2Admin` (app/evidence/admin.py); this module only maps HTTP to it.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from pydantic import BaseModel, Field
 from app.deps import AdminPrincipal, SettingsDep, V2AdminDep
 from app.edge import NON_BLANK_NUL_FREE_PATTERN, SafeStr, safe_str, safe_str_list
 from app.errors import BadRequest, InvalidInput, UnsupportedFileType
+from app.evidence.index.lifecycle import RunStatus
+from app.evidence.index.sources import Derivative
+from app.evidence.index.staging import FileOutcome
 from app.ingest.upload import check_content_length, receive_multipart
-from app.ingest.v2.lifecycle import RunStatus
-from app.ingest.v2.sources import Derivative
-from app.ingest.v2.staging import FileOutcome
 from app.schemas import AUTHED_ERRORS, MAX_ENTITY_ID_CHARS, MAX_FILE_ID_CHARS, error_responses
 
 router = APIRouter(prefix="/v2", tags=["v2 index (admin)"])

@@ -14,15 +14,15 @@ from fastapi.responses import Response
 from app.auth import check_entity_id, read_namespaces
 from app.deps import AllowListDep, CurrentPrincipal, SearchDep, SettingsDep, V2SearchDep
 from app.errors import Forbidden
-from app.schemas import AUTHED_ERRORS, error_responses
-from app.search.v2.schemas import (
+from app.evidence.query.schemas import (
     QueryV2Request,
     QueryV2Response,
     ValidateV2Request,
     ValidateV2Response,
     check_query_v2,
 )
-from app.search.v2.validate import validate_v2
+from app.evidence.query.validate import validate_v2
+from app.schemas import AUTHED_ERRORS, error_responses
 
 router = APIRouter(tags=["v2 search"])
 

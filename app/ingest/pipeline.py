@@ -26,6 +26,7 @@ from app.clients.blobs import BlobStore, blob_key
 from app.clients.embeddings import Embedder, model_identity, reporting_batches
 from app.config import Settings
 from app.errors import ConfigError, EmbeddingProviderError, NoExtractableText, PayloadTooLarge
+from app.evidence.store import reads as read_store
 from app.ingest.chunking import clean_text, md5_digest, split_sections
 from app.ingest.contextual import Contextualizer, log_situated, with_context
 from app.ingest.limits import ParseLimits
@@ -38,7 +39,6 @@ from app.store import chunks as store
 from app.store.db import StoreInfo
 from app.store.ids import uuid7_batch
 from app.store.scope import Scope
-from app.store.v2 import reads as read_store
 
 logger = logging.getLogger(__name__)
 

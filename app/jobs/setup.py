@@ -3,18 +3,18 @@
 `build_queue` makes the queue (registry, worker, service) that other services are built on (the
 maintenance schedule, the V2 jobs an upload queues); `build_jobs` registers the kinds once those
 exist (app/services.py calls both); `JobSystem.start` and `close` bracket the worker. Every process
-registers every kind (`index-upload`, `maintenance`, `reembed-missing`, and the V2 index's
-`v2-backfill` and `v2-index-file`, `app/jobs/v2.py`), so any replica with a worker can run any job
-of the queue. The job gauges of `/metrics` are refreshed at each scrape from the queue itself
-(every replica sees the same counts).
+registers every kind (`index-upload`, `maintenance`, `reembed-missing`, and the kinds its callers
+install, evidence search's `v2-backfill` and `v2-index-file`, `app/evidence/jobs.py`), so any
+replica with a worker can run any job of the queue. The job gauges of `/metrics` are refreshed at
+each scrape from the queue itself (every replica sees the same counts).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 
@@ -30,7 +30,6 @@ from app.jobs.registry import JobRegistry, JobResult, Progress
 from app.jobs.service import JobService
 from app.jobs.sweep import SWEEP_RETRY_SECONDS, SWEEP_SECONDS, missing_counts, sweep_missing_vectors
 from app.jobs.uploads import UploadJobs
-from app.jobs.v2 import V2Jobs, V2MissingVectors
 from app.jobs.worker import JobWorker
 from app.search.service import SearchService
 from app.store.db import StoreInfo
@@ -63,6 +62,13 @@ def retry_policy(settings: Settings) -> RetryPolicy:
     )
 
 
+class JobKinds(Protocol):
+    """Kinds a service runs on the queue, registered by its `install`."""
+
+    def install(self, registry: JobRegistry) -> None:
+        """Register the kinds on `registry`."""
+
+
 @dataclass
 class JobSystem:
     """Everything the queue needs at run time, and what the admin routes read."""
@@ -71,7 +77,6 @@ class JobSystem:
     registry: JobRegistry
     worker: JobWorker | None
     maintenance: QueuedMaintenance
-    v2: V2Jobs
     missing_stores: list[SweepStore] = field(default_factory=list)
     _forget_metrics: Callable[[], None] | None = None
 
@@ -153,17 +158,20 @@ def build_jobs(
     ingest: IngestService,
     search: SearchService,
     maintenance: QueuedMaintenance,
-    v2: V2Jobs,
+    kinds: Sequence[JobKinds] = (),
+    missing_stores: Sequence[SweepStore] = (),
 ) -> JobSystem:
-    """Register every kind this service runs on `queue`; the system the lifespan starts and closes."""
+    """Register every kind this service runs on `queue` (the core's and `kinds`); the system the
+    lifespan starts and closes. `missing_stores` join rag_api's table in the self-healing sweep."""
     registry = queue.registry
-    system = JobSystem(queue.service, registry, queue.worker, maintenance, v2)
+    system = JobSystem(queue.service, registry, queue.worker, maintenance)
     UploadJobs(settings, ingest, blobs, search).install(registry)
     maintenance.install(registry)
-    v2.install(registry)
-    # Self-healing: rag_api's table, and the V2 index's chunks
+    for more in kinds:
+        more.install(registry)
+    # Self-healing: rag_api's table, and the stores of chunks the callers hand in (evidence search's)
     system.missing_stores.append(RagApiMissingVectors(pool, info))
-    system.missing_stores.append(V2MissingVectors(v2.ctx))
+    system.missing_stores.extend(missing_stores)
     model = model_identity(settings)
 
     async def reembed(payload: dict[str, Any], progress: Progress) -> JobResult:

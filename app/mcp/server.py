@@ -37,6 +37,7 @@ from app.errors import (
     RateLimited,
     database_unavailable,
 )
+from app.evidence.query import schemas as v2_schemas
 from app.jobs.schemas import AdminJobOut, JobOut
 from app.mcp.auth import McpCaller
 from app.mcp.describe import (
@@ -68,7 +69,6 @@ from app.mcp.describe import (
 from app.metrics import MCP_TOOL_CALLS
 from app.schemas import MAX_ENTITY_ID_CHARS, MAX_FILE_ID_CHARS, MAX_FILE_IDS
 from app.schemas import MAX_QUERY_CHARS as V1_MAX_QUERY_CHARS
-from app.search.v2 import schemas as v2_schemas
 from app.services import Services
 from app.store.chunks import ChunkHit
 
@@ -425,7 +425,7 @@ class Tools:
         res = self.services
         require_admin(caller.principal)
         check_text("namespace", namespace, max_chars=MAX_ENTITY_ID_CHARS)
-        added = await res.jobs.v2.enqueue_backfill(
+        added = await res.v2_admin.reindex(
             namespace=namespace, force=force, created_by=caller.principal.namespace
         )
         return {"job_id": added.id, "created": added.created, "namespace": namespace, "force": force}

@@ -9,7 +9,7 @@ every path runs inside the caller's scope in SQL.
 A retrieval channel is a SQL function in `app/store/sql/` that takes `p_scope` (and checks rows
 with `ragoverlay_in_scope`) and returns the chunk-hit columns, plus one planner function here that
 returns its `SearchCall`. `plan_vector_search` is V1's, and V2's vector channel asks it too, with
-what an index run holds (app/search/v2/vectors.py).
+what an index run holds (app/evidence/query/vectors.py).
 """
 
 from __future__ import annotations

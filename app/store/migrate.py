@@ -7,10 +7,11 @@ once apply each exactly once:
   `-- ragoverlay: no-transaction` runs statement by statement outside a transaction (needed for
   CREATE INDEX CONCURRENTLY); an index such a statement left INVALID after a crash is dropped and
   rebuilt on the next run.
-- SQL code (`sql/NN_name.sql`): functions and triggers, whose text is the truth. They are recorded
-  with their checksum in `ragoverlay_sql_code`; when any file's checksum differs from the record,
-  all of them are applied again, in name order, in one transaction (a changed type signature can
-  then never leave a dependent function behind).
+- SQL code (`sql/NN_name.sql` here and evidence search's in `app/evidence/store/sql/`): functions
+  and triggers, whose text is the truth. They are recorded with their checksum in
+  `ragoverlay_sql_code`; when any file's checksum differs from the record, all of them are applied
+  again, in name order across both folders, in one transaction (a changed type signature can then
+  never leave a dependent function behind).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import asyncpg
 logger = logging.getLogger(__name__)
 
 MIGRATIONS_PACKAGE = "app.store.migrations"
-CODE_PACKAGE = "app.store.sql"
+# evidence search keeps its SQL beside its store code; the names share one order (NN_ prefixes)
+CODE_PACKAGES = ("app.store.sql", "app.evidence.store.sql")
 NO_TRANSACTION_MARKER = "-- ragoverlay: no-transaction"
 _LOCK_KEY = 0x7261676F  # "rago": one constant key for the migration advisory lock
 _NAME_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
@@ -113,15 +115,23 @@ def load_code() -> list[CodeFile]:
     """All SQL code files shipped with the package, in the order they are applied (by name)."""
     found = [
         CodeFile(entry.name, entry.read_text(encoding="utf-8"))
-        for entry in resources.files(CODE_PACKAGE).iterdir()
+        for package in CODE_PACKAGES
+        for entry in resources.files(package).iterdir()
         if _CODE_RE.match(entry.name)
     ]
+    names = [f.name for f in found]
+    if len(names) != len(set(names)):
+        raise RuntimeError("two SQL code files share a name")
     return sorted(found, key=lambda f: f.name)
 
 
 def read_template(name: str) -> str:
     """A SQL template shipped next to the code files (e.g. `vec_walk.template.sql`)."""
-    return resources.files(CODE_PACKAGE).joinpath(name).read_text(encoding="utf-8")
+    for package in CODE_PACKAGES:
+        entry = resources.files(package).joinpath(name)
+        if entry.is_file():
+            return entry.read_text(encoding="utf-8")
+    raise FileNotFoundError(f"no SQL template {name!r} in {', '.join(CODE_PACKAGES)}")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ Two kinds of store speak to the sweep:
   NULL `embedding` (rag_api never writes them; another writer of the table might). The vector copy
   follows by its trigger.
 - `ReembeddingStore`: a store that embeds its own chunks, in batches the sweep asks for. The V2
-  index is one (`app/jobs/v2.py`: its chunks are embedded as its index runs embed them, and its
+  index is one (`app/evidence/jobs.py`: its chunks are embedded as its index runs embed them, and its
   documents keep their count of chunks without a vector).
 """
 

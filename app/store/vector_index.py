@@ -1,7 +1,7 @@
 """The HNSW index of each embedding dimension, on the compact vector copy, and its walk function.
 
 The same build serves V2's chunk vectors: an `IndexFamily` names the table, the index and walk
-prefixes, the walk template and the build lock key (`app/store/v2/vectors.py: V2_CHUNK_INDEX`).
+prefixes, the walk template and the build lock key (`app/evidence/store/vectors.py: V2_CHUNK_INDEX`).
 
 The index lives on `ragoverlay_vectors` (migration 0006), not on rag_api's table: its rows are small
 and inline, so each candidate the filtered walk meets is checked against plain "C"-collated columns

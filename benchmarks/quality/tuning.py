@@ -1,6 +1,6 @@
 """Offline tuning grids from the recorded `/query_v2` debug answers (pure): refusal policy and fusion.
 
-**Refusal** (`app/search/v2/refusal.py`). Hard reasons refuse whatever the knobs; soft signals are
+**Refusal** (`app/evidence/query/refusal.py`). Hard reasons refuse whatever the knobs; soft signals are
 weighed. From each query's `debug.refusal` the grid replays the decision for other knob values:
 `weak_rerank` fires when `checked.best_score < min_rerank_score`, `low_coverage` when
 `checked.coverage < min_coverage` (both recomputed), `no_agreement` and `rare_terms_missing` as
@@ -9,7 +9,7 @@ service's). A setting refuses when `Σ weights of the fired signals >= refuse_at
 query the setting does not refuse returns the reranked list (`debug.stages.reranked` is exactly
 the results before the decision), so its quality is that list's.
 
-**Fusion** (`app/search/v2/fusion.py`). `fuse` is run again on candidates rebuilt from the three
+**Fusion** (`app/evidence/query/fusion.py`). `fuse` is run again on candidates rebuilt from the three
 channel stage lists. Those lists are only k (at most 10) deep while the service fuses each
 channel's top `channel_limit` (50), so a chunk ranked 11th or lower by a channel loses that vote
 here; the replay of the service's own settings against its recorded `fused` list says how much
@@ -29,18 +29,18 @@ from typing import Any
 
 import numpy as np
 
-from app.search.v2.fusion import fuse
-from app.search.v2.records import Candidate, Scored
+from app.evidence.query.fusion import fuse
+from app.evidence.query.records import Candidate, Scored
+from app.evidence.settings import ChannelWeights, FusionSettings, RefusalSettings
 from app.text.chunks import ChunkPlace
 from app.text.normalize import normalize
-from app.v2_settings import ChannelWeights, FusionSettings, RefusalSettings
 from benchmarks.quality.metrics import file_ranking, ndcg_at_k, recall_at_k
 from benchmarks.quality.v2 import CHANNEL_STAGES, RefusalRecord, StageItem
 
 TARGET_REFUSED = 0.90
 TARGET_FALSE = 0.03
 SOFT_SIGNALS = ("weak_rerank", "no_agreement", "rare_terms_missing", "low_coverage", "low_dense")
-# the signals about words only (app/search/v2/refusal.py): one other must fire for a soft refusal
+# the signals about words only (app/evidence/query/refusal.py): one other must fire for a soft refusal
 LEXICAL_SIGNALS = frozenset({"weak_rerank", "rare_terms_missing", "low_coverage", "no_agreement"})
 
 # ---- refusal --------------------------------------------------------------------------------------

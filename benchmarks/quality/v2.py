@@ -158,7 +158,7 @@ def parse_stage_item(raw: Any, where: str) -> StageItem:
 
 
 def parse_refusal(raw: Any) -> RefusalRecord:
-    """`debug.refusal` (`app/search/v2/refusal.py` `RefusalDecision.as_debug`)."""
+    """`debug.refusal` (`app/evidence/query/refusal.py` `RefusalDecision.as_debug`)."""
     body = _mapping(raw, "debug.refusal")
     checked = body.get("checked") if isinstance(body.get("checked"), Mapping) else {}
     assert isinstance(checked, Mapping)

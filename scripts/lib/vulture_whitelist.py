@@ -18,16 +18,16 @@ _.next_before  # app/jobs/schemas.py
 _.missing_vectors  # app/jobs/schemas.py
 _.documents_missing_vectors  # app/jobs/schemas.py
 _.page_content  # app/schemas.py (rag_api's document shape)
-_.dates  # app/search/v2/analysis.py QueryAnalysis (shown in /query_v2's debug)
-_.prior  # app/v2_settings.py FeatureWeights (the reranker reads them by feature name)
-_.definition  # app/v2_settings.py FeatureWeights (the reranker reads them by feature name)
-_.chunk_kind  # app/search/v2/schemas.py
-_.safe_refusal  # app/search/v2/schemas.py
+_.dates  # app/evidence/query/analysis.py QueryAnalysis (shown in /query_v2's debug)
+_.prior  # app/evidence/settings.py FeatureWeights (the reranker reads them by feature name)
+_.definition  # app/evidence/settings.py FeatureWeights (the reranker reads them by feature name)
+_.chunk_kind  # app/evidence/query/schemas.py
+_.safe_refusal  # app/evidence/query/schemas.py
 
 # --- dataclasses serialised with asdict() or read by name -----------------------------------------
 _.missing_before  # app/jobs/sweep.py StoreSweep (the job's result is asdict())
 _.outages  # app/runtime/supervisor.py DatabaseStatus (app/metrics.py reads getattr(status, "outages"))
-_.updated_at  # app/store/v2/runs.py RunRecord, RunFileRecord (app/api/v2_admin.py: pydantic from_attributes)
+_.updated_at  # app/evidence/store/runs.py RunRecord, RunFileRecord (api/v2_admin.py: from_attributes)
 
 # --- attributes a library reads -------------------------------------------------------------------
 _.writeable  # numpy: `array.flags.writeable = False`
@@ -41,7 +41,7 @@ _.disabled  # logging.Logger.disabled (app/logs.py silences uvicorn's access log
 # --- methods a protocol or library calls ----------------------------------------------------------
 _.readinto  # io: app/ingest/limits.py's bounded zip member is a file object
 _._get_size  # openpyxl's ReadOnlyWorksheet hook, overridden in app/ingest/limits.py
-_.find_class  # pickle.Unpickler hook (app/ingest/worker.py, app/ingest/v2/parse_cache.py)
+_.find_class  # pickle.Unpickler hook (app/ingest/worker.py, app/evidence/index/parse_cache.py)
 # markdown-it token handlers, called as getattr(self, "_" + token.type) in app/ingest/loaders/markdown.py
 _._heading_open
 _._heading_close
@@ -58,7 +58,7 @@ _._tr_close
 _._table_close
 
 # --- kept on purpose, though only tests use them ---------------------------------------------------
-_.SimpleTokenCounter  # app/ingest/v2/tokens.py: the TokenCounter test double its docstring names
+_.SimpleTokenCounter  # app/evidence/index/tokens.py: the TokenCounter test double its docstring names
 _.reads  # app/search/allowlist.py: the catalogue round trips, which the caching tests count
 _.get_bytes  # app/clients/blobs: the BlobStore contract tests read blobs back with it
 _.metadata_type  # app/store/db.py StoreInfo: the rag_api compatibility test checks the detection
@@ -66,5 +66,5 @@ _.metadata_type  # app/store/db.py StoreInfo: the rag_api compatibility test che
 # --- dead, in files being restructured elsewhere: delete with them ---------------------------------
 _.trusted_dimensions  # TODO remove: app/clients/embeddings/base.py, never read
 _.is_open  # TODO remove: app/clients/embeddings/breaker.py, only tests read it
-_.RUN_STATUSES  # TODO remove: app/store/v2/runs.py, never read
-_.has_vector  # TODO remove: app/store/v2/reads.py StoredChunk, only tests read it (via run_chunks)
+_.RUN_STATUSES  # TODO remove: app/evidence/store/runs.py, never read
+_.has_vector  # TODO remove: app/evidence/store/reads.py StoredChunk, only tests read it (via run_chunks)

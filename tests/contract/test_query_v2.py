@@ -19,15 +19,15 @@ import httpx
 import pytest
 
 from app.config import Settings
-from app.jobs import v2 as v2_jobs
-from app.jobs.kinds import V2_INDEX_FILE, V2IndexFile
-from app.search.v2.records import CHANNELS
-from app.search.v2.refusal import SAFE_REFUSAL
-from app.search.v2.rerank_http import HttpReranker
-from app.search.v2.vectors import RunVectorCache
-from app.store import v2_search
-from app.store.v2 import runs as run_store
-from app.store.v2 import vectors as vector_store
+from app.evidence import jobs as v2_jobs
+from app.evidence.kinds import V2_INDEX_FILE, V2IndexFile
+from app.evidence.query.records import CHANNELS
+from app.evidence.query.refusal import SAFE_REFUSAL
+from app.evidence.query.rerank_http import HttpReranker
+from app.evidence.query.vectors import RunVectorCache
+from app.evidence.store import channels as v2_search
+from app.evidence.store import runs as run_store
+from app.evidence.store import vectors as vector_store
 from tests.contract.helpers import agent_id, upload
 from tests.fixtures import v2_corpus
 from tests.fixtures.service import auth, new_id, resources, running_app

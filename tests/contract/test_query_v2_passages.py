@@ -1,5 +1,5 @@
 """`/query_v2` results show the text around their chunk: the neighbouring chunks of the same section
-and page, up to RAG_V2__EVIDENCE__CONTEXT_CHARS, each text once (app/search/v2/passages.py)."""
+and page, up to RAG_V2__EVIDENCE__CONTEXT_CHARS, each text once (app/evidence/query/passages.py)."""
 
 from __future__ import annotations
 

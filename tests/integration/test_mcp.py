@@ -25,8 +25,8 @@ from mcp.shared.exceptions import MCPError
 
 from app.config import Settings
 from app.errors import ConfigError
+from app.evidence.query.refusal import SAFE_REFUSAL
 from app.runtime.postgres import attach_running
-from app.search.v2.refusal import SAFE_REFUSAL
 from tests.contract.helpers import agent_id, upload
 from tests.fixtures import v2_corpus
 from tests.fixtures.mongo_server import mongo_server

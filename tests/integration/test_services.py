@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from app.errors import DatabaseUnavailable
+from app.evidence.kinds import V2_INDEX_FILE
 from app.ingest.pipeline import SourceFile
-from app.jobs.kinds import MAINTENANCE, V2_INDEX_FILE
+from app.jobs.kinds import MAINTENANCE
 from app.services import Services, build_services
 from tests.contract.helpers import agent_id
 from tests.fixtures.service import SettingsFactory, new_id

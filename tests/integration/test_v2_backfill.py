@@ -22,15 +22,15 @@ import httpx
 import pytest
 
 from app.config import Settings
-from app.ingest.v2.backfill import start_backfill_run
-from app.ingest.v2.lifecycle import fail
+from app.evidence.index.backfill import start_backfill_run
+from app.evidence.index.lifecycle import fail
+from app.evidence.store import reads as read_store
+from app.evidence.store import runs as run_store
 from app.jobs.kinds import MAINTENANCE, REEMBED_MISSING
 from app.jobs.setup import JobSystem
 from app.jobs.worker import JobWorker
 from app.store.jobs import JobRow
 from app.store.scope import Scope
-from app.store.v2 import reads as read_store
-from app.store.v2 import runs as run_store
 from tests.contract.helpers import agent_id, upload
 from tests.fixtures.fake_providers import FakeProvider, RecordedRequest, Reply
 from tests.fixtures.service import (

@@ -1,4 +1,4 @@
-"""The /query_v2 channels' SQL (app/store/v2_search.py) on the real PostgreSQL: BM25 equal to the
+"""The /query_v2 channels' SQL (app/evidence/store/channels.py) on the real PostgreSQL: BM25 equal to the
 reference, the scope and allow-list around every channel and statistic, exact matches and their
 ranking, both vector paths with the exact refill, the postings table (insert, delete) and how a
 chunk is stored (its vector in the row, its terms once)."""
@@ -16,24 +16,24 @@ import numpy as np
 import pytest
 from pgvector.asyncpg import register_vector
 
-from app.ingest.v2.chunker import chunk_document
+from app.evidence.index.chunker import chunk_document
+from app.evidence.query import bm25
+from app.evidence.query.vectors import RunVectorCache, plan_vectors, run_knowledge
+from app.evidence.settings import ChannelSettings, ExactWeights
+from app.evidence.store import channels as search
+from app.evidence.store import documents as document_store
+from app.evidence.store import reads as read_store
+from app.evidence.store import runs as run_store
+from app.evidence.store import vectors as vector_store
+from app.evidence.store.channels import ChannelHit, VectorPlan
 from app.search.planner import SearchSettings
-from app.search.v2 import bm25
-from app.search.v2.vectors import RunVectorCache, plan_vectors, run_knowledge
-from app.store import v2_search as search
 from app.store.migrate import load_migrations, split_statements
 from app.store.scope import SCOPE_SQL, Scope, ScopeError
-from app.store.v2 import documents as document_store
-from app.store.v2 import reads as read_store
-from app.store.v2 import runs as run_store
-from app.store.v2 import vectors as vector_store
-from app.store.v2_search import ChannelHit, VectorPlan
 from app.store.vector_index import build_index, index_spec
 from app.text.chunks import ChunkPlace, ChunkRecord
 from app.text.normalize import normalize
 from app.text.stems import COMPOUNDS_MARKER, STEMS_MARKER, lexical_keys
 from app.text.tokens import SimpleTokenCounter
-from app.v2_settings import ChannelSettings, ExactWeights
 from tests.fixtures import v2_corpus
 from tests.fixtures.service import Database, new_id
 

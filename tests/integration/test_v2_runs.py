@@ -23,8 +23,8 @@ import pytest
 
 from app.clients.embeddings.local import local_model_counter
 from app.config import Settings
+from app.evidence.store import reads as read_store
 from app.store.scope import SCOPE_SQL, Scope
-from app.store.v2 import reads as read_store
 from tests.contract.helpers import agent_id, upload
 from tests.fixtures import v2_corpus
 from tests.fixtures.service import auth, new_id, resources, running_app

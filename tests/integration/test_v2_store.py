@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 from pgvector.asyncpg import register_vector
 
-from app.ingest.v2.chunker import chunk_document
-from app.search.v2 import bm25
+from app.evidence.index.chunker import chunk_document
+from app.evidence.query import bm25
+from app.evidence.store import documents as document_store
+from app.evidence.store import reads as read_store
+from app.evidence.store import runs as run_store
+from app.evidence.store import vectors as vector_store
 from app.store.db import StoreInfo, bootstrap
 from app.store.scope import SCOPE_SQL, Scope
-from app.store.v2 import documents as document_store
-from app.store.v2 import reads as read_store
-from app.store.v2 import runs as run_store
-from app.store.v2 import vectors as vector_store
 from app.text.chunks import ChunkRecord
 from app.text.tokens import SimpleTokenCounter
 from tests.fixtures import v2_corpus

@@ -89,19 +89,20 @@ def test_a_package_cycle_without_a_file_cycle_fails(tmp_path: Path) -> None:
     root = plant(
         tmp_path,
         {
-            "store/rows.py": "from app.search.v2.terms import split\n",
-            "search/v2/terms.py": "def split(): ...\n",
-            "search/v2/plan.py": "import app.store.rows\n",
-            # top-level modules are nodes of their own; search.v2 is apart from search
+            "store/rows.py": "from app.evidence.query.terms import split\n",
+            "evidence/query/terms.py": "def split(): ...\n",
+            "evidence/query/plan.py": "import app.store.rows\n",
+            # top-level modules are nodes of their own; evidence.query is apart from evidence
             "config.py": "from app.search import service\n",
             "search/service.py": "",
+            "evidence/jobs.py": "from app.evidence.query import plan\n",
         },
     )
     [found] = problems(root)
     assert found.splitlines() == [
-        "import cycle between packages: search.v2 -> store -> search.v2",
-        "    search.v2 -> store  at app/search/v2/plan.py:1",
-        "    store -> search.v2  at app/store/rows.py:1",
+        "import cycle between packages: evidence.query -> store -> evidence.query",
+        "    evidence.query -> store  at app/evidence/query/plan.py:1",
+        "    store -> evidence.query  at app/store/rows.py:1",
     ]
 
 

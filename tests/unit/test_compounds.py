@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.config import load_settings
-from app.ingest.v2.profile import build_profile
+from app.evidence.index.profile import build_profile
 from app.text.compounds import split, with_parts
 from app.text.normalize import normalize
 from app.text.stems import (

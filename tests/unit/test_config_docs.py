@@ -8,7 +8,7 @@ import pytest
 from app.config import Settings, load_settings
 from app.config_env import all_env_names, env_names
 from app.errors import ConfigError
-from app.v2_settings import leaf_defaults
+from app.evidence.settings import leaf_defaults
 from tests.unit.docs_text import page
 
 

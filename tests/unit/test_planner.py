@@ -8,6 +8,10 @@ import uuid
 import numpy as np
 import pytest
 
+from app.evidence.query.vectors import PlannedVectors, plan_vectors, run_knowledge
+from app.evidence.settings import V2Settings
+from app.evidence.store.channels import VectorPlan
+from app.evidence.store.vectors import RunVectors
 from app.search.planner import (
     MAX_EF_SEARCH,
     VECTOR_SEARCH_FUNCTION,
@@ -20,13 +24,9 @@ from app.search.planner import (
     memory_pays_off,
     plan_vector_search,
 )
-from app.search.v2.vectors import PlannedVectors, plan_vectors, run_knowledge
 from app.store.catalogue import CatalogueFile, CatalogueSnapshot
 from app.store.chunks import FileRecord
 from app.store.scope import Scope
-from app.store.v2.vectors import RunVectors
-from app.store.v2_search import VectorPlan
-from app.v2_settings import V2Settings
 
 WALK = "ragoverlay_vec_walk_384"
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from app.evidence.jobs import embedding_progress
 from app.ingest import progress as progress_module
 from app.ingest.pipeline import _chunk_counter
 from app.ingest.progress import IngestProgress, describe
-from app.jobs.v2 import embedding_progress
 from app.jobs.worker import _Run
 from app.terminal import ProgressDisplay, write_line
 

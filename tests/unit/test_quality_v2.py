@@ -321,7 +321,7 @@ def case(
 
 
 def test_policy_setting_mirrors_the_service_defaults() -> None:
-    from app.v2_settings import RefusalSettings
+    from app.evidence.settings import RefusalSettings
 
     s = tuning.policy_setting()
     p = RefusalSettings()
@@ -418,7 +418,7 @@ FUSION_STAGES = {
 
 
 def test_fuse_replay_arithmetic() -> None:
-    from app.v2_settings import FusionSettings
+    from app.evidence.settings import FusionSettings
 
     c = tuning.fusion_case("q", "man", ["f1"], {**FUSION_STAGES, "fused": stage_items(("c1", "f1", 1.0))})
     # k 60: c1 = exact 1/61 + lexical 1/62 + boost 1 * 1.0 / 61 = 0.04892; c2 = 1/61 + 1/62 = 0.03252;
@@ -431,7 +431,7 @@ def test_fuse_replay_arithmetic() -> None:
 
 
 def test_fusion_case_dedupes_by_location() -> None:
-    from app.v2_settings import FusionSettings
+    from app.evidence.settings import FusionSettings
 
     same_place = {
         "lexical": [
@@ -446,7 +446,7 @@ def test_fusion_case_dedupes_by_location() -> None:
 
 
 def test_fusion_grid_fidelity_and_the_channel_comparison() -> None:
-    from app.v2_settings import FusionSettings
+    from app.evidence.settings import FusionSettings
 
     replayed = tuning.fused_ids(tuning.fusion_case("q", "man", ["f2"], FUSION_STAGES), FusionSettings(), 10)
     recorded_items = [StageItem(c, f"f{c[1]}", 1, 0.0, "") for c in replayed]

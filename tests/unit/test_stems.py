@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.config import load_settings
-from app.ingest.v2.profile import build_profile
+from app.evidence.index.profile import build_profile
 from app.text.stems import STEMS_MARKER, lexical_key, lexical_keys, stems_in_lexical
 
 

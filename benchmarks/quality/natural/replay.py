@@ -93,11 +93,11 @@ async def capture(
     through the address it records, as scripts/mcp does, and ask only `corpora`'s questions.
     """
     from app.config import Settings
+    from app.evidence.query.analysis import analyze_query
+    from app.evidence.query.plan import plan_channels
+    from app.evidence.query.schemas import QueryV2Request
+    from app.evidence.query.service import QUERY_CONFIG
     from app.main import create_app
-    from app.search.v2.analysis import analyze_query
-    from app.search.v2.plan import plan_channels
-    from app.search.v2.schemas import QueryV2Request
-    from app.search.v2.service import QUERY_CONFIG
 
     opts = _options(others)
     progress = Progress()
@@ -158,8 +158,8 @@ async def capture(
 
 async def _neighbours(v2: Any, scope: Any, retrieved: Any, reach: int) -> dict[tuple[int, int], Any]:
     """The chunks around every candidate of every list, read as the service reads a result's."""
-    from app.search.v2.passages import Neighbour, neighbour_keys
-    from app.search.v2.records import Fused
+    from app.evidence.query.passages import Neighbour, neighbour_keys
+    from app.evidence.query.records import Fused
 
     candidates = {id(s.candidate): s.candidate for hits in retrieved.lists.values() for s in hits}
     items = [Fused(c, 0.0, (), {}) for c in candidates.values()]
@@ -183,7 +183,7 @@ def _coerce(text: str) -> Any:
 
 def settings_with(pairs: Sequence[str]) -> Any:
     """V2Settings() with `a.b.c=value` overrides (validated as the service validates them)."""
-    from app.v2_settings import V2Settings
+    from app.evidence.settings import V2Settings
 
     data: dict[str, Any] = {}
     for pair in pairs:
@@ -197,10 +197,10 @@ def settings_with(pairs: Sequence[str]) -> Any:
 
 
 async def _rank_all(cases: Sequence[Case], tuning: Any) -> list[tuple[Case, list[Any], Any]]:
-    from app.search.v2.evidence import build_evidence
-    from app.search.v2.passages import widen
-    from app.search.v2.rerank import FeatureReranker
-    from app.search.v2.service import rank
+    from app.evidence.query.evidence import build_evidence
+    from app.evidence.query.passages import widen
+    from app.evidence.query.rerank import FeatureReranker
+    from app.evidence.query.service import rank
 
     reranker = FeatureReranker(tuning.rerank.features)
     policy = tuning.evidence
@@ -208,7 +208,7 @@ async def _rank_all(cases: Sequence[Case], tuning: Any) -> list[tuple[Case, list
     for case in cases:
         ranking = await rank(case.analysis, case.lists, case.statistics, tuning, reranker)
         items = ranking.items
-        if policy.context_chars > 0:  # as the service widens its results (app/search/v2/passages.py)
+        if policy.context_chars > 0:  # as the service widens its results (app/evidence/query/passages.py)
             items = widen(
                 items, 10, case.neighbours, context_chars=policy.context_chars, reach=policy.context_reach
             )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from app.search.v2.records import Candidate, DocumentInfo, Fused
+from app.evidence.query.records import Candidate, DocumentInfo, Fused
 from app.text.chunks import ChunkPlace, ChunkRecord
 from app.text.normalize import normalize
 

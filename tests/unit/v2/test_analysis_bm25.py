@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from app.search.v2 import bm25
-from app.search.v2.analysis import (
+from app.evidence.query import bm25
+from app.evidence.query.analysis import (
     CITATION_REQUEST,
     DOCUMENT_LOOKUP,
     TABLE_LOOKUP,
@@ -111,7 +111,7 @@ def test_idf_is_never_negative() -> None:
 
 
 def test_qualified_names_also_count_in_their_shortened_forms() -> None:
-    from app.search.v2.analysis import name_variants
+    from app.evidence.query.analysis import name_variants
 
     query = analyze_query("pathlib.PurePath.as_uri")
     [name] = query.identifiers

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 import pytest
 
 from app.clients.embeddings.local import local_model_counter
+from app.evidence.index.boilerplate import block_fingerprint
+from app.evidence.index.chunk_writer import ChunkerConfig
+from app.evidence.index.chunker import chunk_document
 from app.ingest.types import Block, LoadedDocument
-from app.ingest.v2.boilerplate import block_fingerprint
-from app.ingest.v2.chunk_writer import ChunkerConfig
-from app.ingest.v2.chunker import chunk_document
 from app.text.chunks import ChunkPlace, ChunkRecord
 from app.text.entities import EntityExtractor, split_header_unit
 from app.text.normalize import normalize

@@ -15,10 +15,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from app.evidence.index.boilerplate import block_fingerprint
+from app.evidence.index.chunk_writer import ChunkerConfig
+from app.evidence.index.chunker import chunk_document
 from app.ingest.types import Block, LoadedDocument
-from app.ingest.v2.boilerplate import block_fingerprint
-from app.ingest.v2.chunk_writer import ChunkerConfig
-from app.ingest.v2.chunker import chunk_document
 from app.text.tokens import SimpleTokenCounter
 
 GOLDEN = Path(__file__).with_name("golden") / "chunker_mixed.json"

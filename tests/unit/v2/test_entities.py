@@ -139,8 +139,8 @@ def test_language_detection() -> None:
 
 
 def test_document_metadata() -> None:
+    from app.evidence.index.metadata import document_metadata
     from app.ingest.types import Block, LoadedDocument
-    from app.ingest.v2.metadata import document_metadata
 
     blocks = [
         Block("paragraph", "Doc. No. 4711-A Rev. C", 0, boilerplate="footer"),

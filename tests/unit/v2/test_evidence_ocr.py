@@ -3,8 +3,8 @@ stays out of the answer."""
 
 from __future__ import annotations
 
-from app.search.v2.evidence import OCR_PAGES, build_evidence, ocr_confidence
-from app.search.v2.records import Candidate, DocumentInfo, Fused
+from app.evidence.query.evidence import OCR_PAGES, build_evidence, ocr_confidence
+from app.evidence.query.records import Candidate, DocumentInfo, Fused
 from app.text.chunks import ChunkPlace
 from tests.unit.v2.helpers import cand, fused
 

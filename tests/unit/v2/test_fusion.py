@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from app.search.v2.fusion import apply_caps, fuse, normalized_prefix
-from app.search.v2.records import Scored
+from app.evidence.query.fusion import apply_caps, fuse, normalized_prefix
+from app.evidence.query.records import Scored
+from app.evidence.settings import FusionSettings
 from app.text.normalize import normalize
-from app.v2_settings import FusionSettings
 from tests.unit.v2.helpers import cand, fused
 
 A, B, C = cand("A"), cand("B", "f2"), cand("C", "f3")

@@ -1,4 +1,4 @@
-"""A result's passage widened by its neighbouring chunks (app/search/v2/passages.py), without a database."""
+"""A result's passage widened by its neighbouring chunks (app/evidence/query/passages.py), no database."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from app.search.v2.passages import Neighbour, neighbour_keys, widen, widen_results
+from app.evidence.query.passages import Neighbour, neighbour_keys, widen, widen_results
+from app.evidence.settings import EvidenceSettings
 from app.store.scope import ScopeError
 from app.text.chunks import ChunkPlace
-from app.v2_settings import EvidenceSettings
 from tests.unit.v2.helpers import cand, fused
 
 PLACE = ChunkPlace(kind="prose", page=3, section=("Install", "Options"))

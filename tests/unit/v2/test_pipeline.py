@@ -10,18 +10,18 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from app.ingest.v2.chunker import chunk_document
-from app.search.v2 import bm25
-from app.search.v2.analysis import analyze_query
-from app.search.v2.evidence import build_evidence
-from app.search.v2.fusion import fuse
-from app.search.v2.records import Candidate, Scored
-from app.search.v2.refusal import SAFE_REFUSAL, decide_refusal
-from app.search.v2.rerank import FeatureReranker, rerank_window
-from app.search.v2.schemas import EvidenceInput, QueryV2Response
-from app.search.v2.validate import validate_v2
+from app.evidence.index.chunker import chunk_document
+from app.evidence.query import bm25
+from app.evidence.query.analysis import analyze_query
+from app.evidence.query.evidence import build_evidence
+from app.evidence.query.fusion import fuse
+from app.evidence.query.records import Candidate, Scored
+from app.evidence.query.refusal import SAFE_REFUSAL, decide_refusal
+from app.evidence.query.rerank import FeatureReranker, rerank_window
+from app.evidence.query.schemas import EvidenceInput, QueryV2Response
+from app.evidence.query.validate import validate_v2
+from app.evidence.settings import RefusalSettings
 from app.text.tokens import SimpleTokenCounter
-from app.v2_settings import RefusalSettings
 from tests.fixtures import v2_corpus
 from tests.unit.v2.helpers import from_chunk
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.search.v2.analysis import analyze_query
-from app.search.v2.plan import MAX_PHRASES, exact_phrases, identifier_like, plan_channels
+from app.evidence.query.analysis import analyze_query
+from app.evidence.query.plan import MAX_PHRASES, exact_phrases, identifier_like, plan_channels
 from app.text.lexicon import STOPWORDS_DE, STOPWORDS_EN
 
 STOP = STOPWORDS_EN | STOPWORDS_DE

@@ -6,15 +6,15 @@ from collections.abc import Sequence
 
 import pytest
 
-from app.search.v2.analysis import QueryAnalysis, analyze_query
-from app.search.v2.evidence import build_evidence
-from app.search.v2.records import CHANNELS, Fused, Scored
-from app.search.v2.rerank import FeatureReranker
-from app.search.v2.service import Statistics, candidate_lists, rank
-from app.store import v2_search
-from app.store.v2_search import ChannelHit, ChannelResult, ChunkDetail, Retrieval, Visible
+from app.evidence.query.analysis import QueryAnalysis, analyze_query
+from app.evidence.query.evidence import build_evidence
+from app.evidence.query.records import CHANNELS, Fused, Scored
+from app.evidence.query.rerank import FeatureReranker
+from app.evidence.query.service import Statistics, candidate_lists, rank
+from app.evidence.settings import FusionSettings, V2Settings
+from app.evidence.store import channels as v2_search
+from app.evidence.store.channels import ChannelHit, ChannelResult, ChunkDetail, Retrieval, Visible
 from app.text.chunks import ChunkPlace
-from app.v2_settings import FusionSettings, V2Settings
 from tests.unit.v2.helpers import cand
 
 ROW = cand("row", "f1", "K 28 length 14 mm weight 4 kg", kind="table_row", row_label="K 28", page=2)
@@ -203,7 +203,7 @@ async def test_a_plain_word_question_leans_on_the_vector_channel() -> None:
 
 
 def test_an_exact_hit_on_an_everyday_one_word_row_label_weighs_less() -> None:
-    from app.search.v2.statistics import discount_common_labels
+    from app.evidence.query.statistics import discount_common_labels
 
     glossary = cand("open", "g", "open: to begin using a file", kind="table_row", row_label="Open")
     code = cand("k28", "t", "K 28 weight 14 kg", kind="table_row", row_label="K28")

@@ -8,13 +8,13 @@ import pytest
 from pydantic import ValidationError
 
 from app.errors import BadRequest
-from app.search.v2.analysis import analyze_query
-from app.search.v2.evidence import build_evidence, display_page
-from app.search.v2.records import Fused
-from app.search.v2.refusal import SAFE_REFUSAL, _quoted_spans, decide_refusal, written_identifiers
-from app.search.v2.schemas import QueryV2Request, QueryV2Response, check_query_v2
+from app.evidence.query.analysis import analyze_query
+from app.evidence.query.evidence import build_evidence, display_page
+from app.evidence.query.records import Fused
+from app.evidence.query.refusal import SAFE_REFUSAL, _quoted_spans, decide_refusal, written_identifiers
+from app.evidence.query.schemas import QueryV2Request, QueryV2Response, check_query_v2
+from app.evidence.settings import RefusalSettings
 from app.text import vocabulary
-from app.v2_settings import RefusalSettings
 from tests.unit.v2.helpers import cand, fused
 
 ROW = cand(
@@ -361,8 +361,8 @@ def test_request_checks_dedupe_and_bounds() -> None:
 
 
 def test_a_qualified_name_is_found_in_its_shortened_form_and_a_mutated_option_is_not() -> None:
-    from app.search.v2.analysis import analyze_query as analyze
-    from app.search.v2.records import Candidate
+    from app.evidence.query.analysis import analyze_query as analyze
+    from app.evidence.query.records import Candidate
     from app.text.normalize import normalize
 
     def item(text: str) -> Fused:

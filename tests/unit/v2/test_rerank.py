@@ -10,11 +10,11 @@ from collections.abc import Sequence
 import httpx
 import pytest
 
-from app.search.v2.analysis import QueryAnalysis, analyze_query
-from app.search.v2.records import Fused
-from app.search.v2.rerank import FeatureReranker, rerank_window
-from app.search.v2.rerank_http import HttpReranker, parse_reply
-from app.v2_settings import FeatureWeights
+from app.evidence.query.analysis import QueryAnalysis, analyze_query
+from app.evidence.query.records import Fused
+from app.evidence.query.rerank import FeatureReranker, rerank_window
+from app.evidence.query.rerank_http import HttpReranker, parse_reply
+from app.evidence.settings import FeatureWeights
 from tests.unit.v2.helpers import cand, fused
 
 ONLY_COVERAGE_AND_PRIOR = FeatureWeights(

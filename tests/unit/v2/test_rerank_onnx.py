@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from app.errors import ConfigError
-from app.search.v2.analysis import analyze_query
-from app.search.v2.rerank import rerank_window
-from app.search.v2.rerank_onnx import OnnxCrossEncoder
+from app.evidence.query.analysis import analyze_query
+from app.evidence.query.rerank import rerank_window
+from app.evidence.query.rerank_onnx import OnnxCrossEncoder
 from tests.unit.v2.helpers import cand, fused
 
 onnx = pytest.importorskip("onnx")

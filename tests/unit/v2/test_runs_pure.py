@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from app.config import load_settings
+from app.evidence.index.embedding import embed_texts
+from app.evidence.index.profile import CONTEXT_RESERVE_TOKENS, CharCounter, build_profile
+from app.evidence.index.sources import clean_document, rebuild_v1_text
 from app.ingest.contextual import SENTENCE_CHARS
 from app.ingest.types import Block, LoadedDocument
-from app.ingest.v2.embedding import embed_texts
-from app.ingest.v2.profile import CONTEXT_RESERVE_TOKENS, CharCounter, build_profile
-from app.ingest.v2.sources import clean_document, rebuild_v1_text
 from app.text.tokens import SimpleTokenCounter
 
 

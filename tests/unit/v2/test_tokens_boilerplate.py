@@ -6,12 +6,13 @@ import numpy as np
 import pytest
 
 from app.clients.embeddings.local import local_model_counter
-from app.ingest.types import Block
-from app.ingest.v2.boilerplate import (
+from app.evidence.index.boilerplate import (
     block_fingerprint,
     document_fingerprints,
     repeated_fingerprints,
 )
+from app.evidence.settings import BoilerplateSettings
+from app.ingest.types import Block
 from app.text.tokens import (
     SimpleTokenCounter,
     fits,
@@ -19,7 +20,6 @@ from app.text.tokens import (
     window_texts,
     window_weights,
 )
-from app.v2_settings import BoilerplateSettings
 
 
 def words(n: int) -> str:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from app.search.v2.refusal import SAFE_REFUSAL
-from app.search.v2.schemas import EvidenceInput, ValidateV2Request
-from app.search.v2.validate import is_refusal, validate_v2
+from app.evidence.query.refusal import SAFE_REFUSAL
+from app.evidence.query.schemas import EvidenceInput, ValidateV2Request
+from app.evidence.query.validate import is_refusal, validate_v2
 
 EVIDENCE = [
     EvidenceInput(

@@ -1,0 +1,168 @@
+"""Reciprocal rank fusion of the exact, lexical and vector channels.
+
+    fused(d) = Σ_c  w_c / (k + rank_c(d))   +   exact_boost · exact(d) / (k + 1)
+
+`rank_c(d)` is d's 1-based rank in channel c (channels that did not find d add nothing) and
+`exact(d)` the exact channel's match weight in 0..1 (a row label match weighs more than a title
+match; the channel decides). The boost is counted in first-place votes: `exact_boost = 1` adds as
+much as one more channel ranking d first. `Fused.score = fused / best possible` puts it in 0..1, where
+the best possible is every channel that returned anything ranking d first, plus the full boost.
+
+After fusion: candidates at the same location (file, page, table, row, section and the first
+characters of normalised content) collapse into the best one, which keeps every channel that
+found any of them; candidates under `min_score` are dropped; then diversity caps demote (never
+drop) candidates beyond `per_file_cap` per file and `per_page_cap` per page, so one long document
+cannot fill the top of the list while others have evidence, and a single-file request still gets k.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+
+from app.evidence.query.records import CHANNELS, Candidate, Fused, Scored
+from app.evidence.settings import FusionSettings
+from app.text.normalize import normalize
+
+
+def location_key(candidate: Candidate, prefix_chars: int) -> Hashable:
+    """Where a candidate sits: two candidates with the same key are the same evidence."""
+    return (
+        candidate.file_id,
+        candidate.place.page,
+        candidate.place.table_index,
+        candidate.place.row_index,
+        candidate.place.section,
+        normalized_prefix(candidate.content, prefix_chars),
+    )
+
+
+def normalized_prefix(text: str, chars: int) -> str:
+    """`normalize(text)[:chars]`, normalising only as much of `text` as that needs.
+
+    No token spans a space, and NFKC and case folding never join a character with a space before
+    it, so the text before a space normalises to a token prefix of the whole: once that prefix is
+    `chars` long it is the answer. Fusion keys every candidate by this; normalising whole chunks
+    took most of its time.
+    """
+    cut = chars + chars // 4  # raw text a little longer than wanted: punctuation drops out
+    while cut < len(text):
+        space = text.find(" ", cut)
+        if space < 0:
+            break
+        head = normalize(text[:space])
+        if len(head) >= chars:
+            return head[:chars]
+        cut = space + 1 + chars
+    return normalize(text)[:chars]
+
+
+def fuse(channels: Mapping[str, Sequence[Scored]], config: FusionSettings | None = None) -> list[Fused]:
+    """Fuse ranked channel lists into one list (see the module docstring)."""
+    config = config or FusionSettings()
+    k = config.rrf_k
+    totals: dict[str, float] = {}
+    ranks: dict[str, dict[str, int]] = {}
+    exact: dict[str, float] = {}
+    dense: dict[str, float] = {}
+    candidates: dict[str, Candidate] = {}
+    for channel, hits in channels.items():
+        weight = config.weights.of(channel)
+        rank = 0
+        seen: set[str] = set()
+        for hit in hits:
+            chunk = hit.candidate.chunk_id
+            if chunk in seen:  # a channel votes once per chunk, at its best rank
+                continue
+            seen.add(chunk)
+            rank += 1
+            candidates.setdefault(chunk, hit.candidate)
+            totals[chunk] = totals.get(chunk, 0.0) + weight / (k + rank)
+            ranks.setdefault(chunk, {})[channel] = rank
+            if channel == "exact":
+                exact[chunk] = max(exact.get(chunk, 0.0), min(max(hit.score, 0.0), 1.0))
+            elif channel == "vector":
+                dense[chunk] = max(dense.get(chunk, -1.0), hit.score)
+    # the best possible: every channel that found anything ranks it first (a channel with nothing
+    # to say, such as exact for a question without names, does not deflate everyone's score)
+    answered = [c for c, hits in channels.items() if hits]
+    best = sum(max(config.weights.of(c), 0.0) for c in answered) / (k + 1)
+    best += config.exact_boost / (k + 1) if "exact" in answered else 0.0
+    values = {
+        chunk: total + config.exact_boost * exact.get(chunk, 0.0) / (k + 1) for chunk, total in totals.items()
+    }
+    # best fused value first; ties go to the better best rank, then the id (deterministic)
+    order = sorted(values, key=lambda chunk: (-values[chunk], min(ranks[chunk].values()), chunk))
+    fused = [
+        Fused(
+            candidate=candidates[chunk],
+            score=min(values[chunk] / best, 1.0) if best > 0 else 0.0,
+            channels=_provenance(ranks[chunk]),
+            ranks=dict(ranks[chunk]),
+            exact=exact.get(chunk, 0.0),
+            dense=dense.get(chunk),
+        )
+        for chunk in order
+    ]
+    fused = dedupe(fused, config.dedupe_prefix_chars)
+    fused = [item for item in fused if item.score >= config.min_score]
+    return apply_caps(fused, config.per_file_cap, config.per_page_cap, config.diverse_head)
+
+
+def _provenance(ranks: Mapping[str, int]) -> tuple[str, ...]:
+    known = [c for c in CHANNELS if c in ranks]
+    return (*known, *sorted(c for c in ranks if c not in CHANNELS))
+
+
+def dedupe(items: Sequence[Fused], prefix_chars: int) -> list[Fused]:
+    """Keep the best item per location; it inherits the channels and best ranks of the others."""
+    kept: dict[Hashable, Fused] = {}
+    for item in items:
+        key = location_key(item.candidate, prefix_chars)
+        first = kept.get(key)
+        if first is None:
+            kept[key] = item
+            continue
+        ranks = dict(first.ranks)
+        for channel, rank in item.ranks.items():
+            ranks[channel] = min(rank, ranks.get(channel, rank))
+        kept[key] = Fused(
+            candidate=first.candidate,
+            score=first.score,
+            channels=_provenance(ranks),
+            ranks=ranks,
+            exact=max(first.exact, item.exact),
+            dense=_best(first.dense, item.dense),
+            rerank=first.rerank,
+        )
+    return list(kept.values())
+
+
+def _best(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def apply_caps(items: Sequence[Fused], per_file: int, per_page: int, head: int = 0) -> list[Fused]:
+    """The items in order, those beyond a file's or a page's cap moved behind the others.
+
+    `head` > 0: the caps only shape the first `head` places (the answer's first passages come
+    from several files); behind them everything follows in its own order, so a knowledge base of
+    one long manual still returns that manual's best passages instead of far weaker ones.
+    """
+    files: dict[str, int] = {}
+    pages: dict[tuple[str, int | None], int] = {}
+    within: list[Fused] = []
+    beyond: list[int] = []
+    for index, item in enumerate(items):
+        if head and len(within) >= head:
+            rest = sorted([*beyond, *range(index, len(items))])
+            return within + [items[i] for i in rest]
+        file_id = item.candidate.file_id
+        page = (file_id, item.candidate.place.page)
+        page_full = item.candidate.place.page is not None and pages.get(page, 0) >= per_page
+        if files.get(file_id, 0) >= per_file or page_full:
+            beyond.append(index)
+            continue
+        files[file_id] = files.get(file_id, 0) + 1
+        pages[page] = pages.get(page, 0) + 1
+        within.append(item)
+    return within + [items[i] for i in beyond]
