@@ -14,8 +14,7 @@ from app.auth import Principal, anonymous, check_entity_id, require_admin, singl
 from app.config import Settings
 from app.edge import safe_str
 from app.errors import InvalidInput, ServiceUnavailable
-from app.evidence.admin import V2Admin
-from app.evidence.query.service import V2SearchService
+from app.evidence.service import Evidence
 from app.ingest.pipeline import IngestService
 from app.jobs.setup import JobSystem
 from app.schemas import ENTITY_ID_FIELD_DESCRIPTION, MAX_ENTITY_ID_CHARS
@@ -81,14 +80,9 @@ async def get_jobs(services: ServicesDep) -> JobSystem:
     return services.jobs
 
 
-async def get_v2_search(services: ServicesDep) -> V2SearchService:
-    """The `/query_v2` service."""
-    return services.v2_search
-
-
-async def get_v2_admin(services: ServicesDep) -> V2Admin:
-    """The V2 index's admin service (runs, backfills, status)."""
-    return services.v2_admin
+async def get_evidence(services: ServicesDep) -> Evidence:
+    """Evidence search: `/query_v2` and its index runs, backfills and status."""
+    return services.evidence
 
 
 async def get_allowlist(services: ServicesDep) -> AllowList:
@@ -101,8 +95,7 @@ SearchDep = Annotated[SearchService, Depends(get_search)]
 IngestDep = Annotated[IngestService, Depends(get_ingest)]
 JobsDep = Annotated[JobSystem, Depends(get_jobs)]
 AllowListDep = Annotated[AllowList, Depends(get_allowlist)]
-V2SearchDep = Annotated[V2SearchService, Depends(get_v2_search)]
-V2AdminDep = Annotated[V2Admin, Depends(get_v2_admin)]
+EvidenceDep = Annotated[Evidence, Depends(get_evidence)]
 
 
 if TYPE_CHECKING:  # built at run time; to a type checker it is a str

@@ -5,10 +5,10 @@
 
 Read it top to bottom for the start-up order: the database (embedded or external), its schema, the
 pool and its supervisor; the HTTP client, the embedder and the blob store; the job queue, the
-maintenance tasks, the V2 index, ingestion and search built on them; then the background work
+maintenance tasks, evidence search, ingestion and search built on them; then the background work
 starts. Every service gets what it reports to in its constructor (the pool its failure alarm, the
-maintenance registry its job schedule, the V2 context its index tasks, ingestion the V2 jobs), so
-nothing is attached after construction and no service is missing once this returns. Each close
+maintenance registry its job schedule, ingestion evidence search), so nothing is attached after
+construction and no service is missing once this returns. Each close
 goes on `stack`, which unwinds in reverse: the job worker first, the embedded server last.
 """
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import asyncpg
@@ -29,11 +28,7 @@ from app.clients.embeddings import Embedder, build_embedder, model_identity
 from app.clients.http import build_http_client
 from app.config import Settings
 from app.errors import BlobStoreError
-from app.evidence.admin import V2Admin
-from app.evidence.index.context import V2Context
-from app.evidence.jobs import V2Jobs, V2MissingVectors
-from app.evidence.maintenance import V2Maintenance
-from app.evidence.query.service import V2SearchService, build_reranker
+from app.evidence.service import Evidence, build_evidence
 from app.ingest.contextual import Contextualizer, build_contextualizer
 from app.ingest.pipeline import IngestService
 from app.ingest.recent import recent_parses
@@ -47,7 +42,7 @@ from app.runtime.supervisor import DatabaseSupervisor, FailureAlarm
 from app.search.allowlist import AllowList, build_allowlist, describe
 from app.search.service import SearchService
 from app.search.state import SearchState
-from app.store.db import PoolShare, StoreInfo, bootstrap, create_pool, pool_share, stored_dimension
+from app.store.db import StoreInfo, bootstrap, create_pool, stored_dimension
 from app.store.maintenance import MaintenanceStore
 
 logger = logging.getLogger(__name__)
@@ -67,10 +62,7 @@ class Services:
     search: SearchService
     ingest: IngestService
     maintenance: Maintenance
-    v2: V2Context
-    v2_tasks: V2Maintenance
-    v2_search: V2SearchService
-    v2_admin: V2Admin
+    evidence: Evidence  # evidence search (/query_v2, its index runs): app/evidence/
     jobs: JobSystem
     # ALLOWLIST_VERIFY: LibreChat's catalogue narrows file ids before they enter a Scope
     allowlist: AllowList
@@ -107,22 +99,27 @@ async def build_services(
     # the job queue runs the maintenance passes (app/jobs/maintenance.py), not loops
     tasks = MaintenanceRegistry(run_loops=False, on_add=schedule.task_added)
     maintenance = Maintenance(settings, MaintenanceStore(db.dsn, info), SearchState(), tasks)
-    v2_tasks = V2Maintenance(settings, pool, info, embedder, db.dsn, tasks)
     situate = _contextualizer(settings, stack)  # one chat client situates the chunks of both indexes
-    v2 = V2Context(
-        settings, pool, info, embedder, blobs, on_dimension=v2_tasks.want_index, contextualizer=situate
+    evidence = build_evidence(
+        settings,
+        stack,
+        dsn=db.dsn,
+        pool=pool,
+        info=info,
+        embedder=embedder,
+        blobs=blobs,
+        queue=queue.service,
+        tasks=tasks,
+        contextualizer=situate,
     )
-    v2_jobs = V2Jobs(v2, queue.service)
-    # new uploads of RAG_V2_NAMESPACE_IDS: their V2 staging is a job of the queue
+    # new uploads of RAG_V2_NAMESPACE_IDS: their evidence staging is a job of the queue
     ingest = IngestService(
-        settings, pool, info, embedder, blobs, on_stored=v2_jobs.note_upload, contextualizer=situate
+        settings, pool, info, embedder, blobs, on_stored=evidence.note_upload, contextualizer=situate
     )
     stack.callback(ingest.close)
     stack.push_async_callback(maintenance.close)
     search = SearchService(settings, pool, info, embedder, maintenance.state, maintenance.want_index)
     stack.push_async_callback(search.aclose)
-    # files /query_v2 finds missing from the answering run: their staging goes first
-    v2_search = _v2_search(settings, pool, info, embedder, stack, on_missing=v2_jobs.hurry_staging)
     jobs = build_jobs(
         settings,
         queue,
@@ -133,11 +130,11 @@ async def build_services(
         ingest=ingest,
         search=search,
         maintenance=QueuedMaintenance(tasks, schedule),
-        kinds=[v2_jobs],
-        missing_stores=[V2MissingVectors(v2)],
+        kinds=[evidence],
+        missing_stores=[evidence.missing_vectors],
     )
     stack.push_async_callback(jobs.close)  # first to close: running jobs go back to the queue
-    await _start_background_work(maintenance, v2_tasks, jobs, embedder.dimensions)
+    await _start_background_work(maintenance, evidence, jobs, embedder.dimensions)
     return Services(
         settings=settings,
         pool=pool,
@@ -149,10 +146,7 @@ async def build_services(
         search=search,
         ingest=ingest,
         maintenance=maintenance,
-        v2=v2,
-        v2_tasks=v2_tasks,
-        v2_search=v2_search,
-        v2_admin=V2Admin(v2, v2_tasks, v2_jobs),
+        evidence=evidence,
         jobs=jobs,
         allowlist=_allowlist(settings, stack),
         admin_ids=frozenset(settings.admin_user_ids),
@@ -248,34 +242,13 @@ async def _open_blobs(settings: Settings, stack: contextlib.AsyncExitStack) -> B
     return blobs
 
 
-def _v2_search(
-    settings: Settings,
-    pool: asyncpg.Pool,
-    info: StoreInfo,
-    embedder: Embedder,
-    stack: contextlib.AsyncExitStack,
-    *,
-    on_missing: Callable[[str, list[str]], None],
-) -> V2SearchService:
-    tuning = settings.v2
-    rerank_http: httpx.AsyncClient | None = None
-    if tuning.rerank.backend == "http":
-        # its own client: the embedding client may carry RAG_OPENAI_PROXY, which is for OpenAI only
-        rerank_http = build_http_client(timeout_s=tuning.rerank.timeout_seconds)
-        stack.push_async_callback(rerank_http.aclose)
-    reranker = build_reranker(tuning, rerank_http, api_key=tuning.rerank.api_key)
-    # V2's statements hold their connection longest: all but a reserve, so they never take all of it
-    connections = PoolShare(pool, pool_share(settings.db_pool_max_size))
-    return V2SearchService(settings, connections, info, embedder, tuning, reranker, on_missing=on_missing)
-
-
 async def _start_background_work(
-    maintenance: Maintenance, v2_tasks: V2Maintenance, jobs: JobSystem, dims: int | None
+    maintenance: Maintenance, evidence: Evidence, jobs: JobSystem, dims: int | None
 ) -> None:
-    """The maintenance tasks (as periodic jobs), the V2 index tasks, the refresh and the worker."""
+    """The maintenance tasks (as periodic jobs), evidence search's index tasks, the refresh and the worker."""
     maintenance.start(dims)
     try:
-        await v2_tasks.start()  # the vector index of the dimensions already stored
+        await evidence.start()  # the vector index of the dimensions already stored
     except (OSError, asyncpg.PostgresError) as exc:
         logger.error("V2 index tasks could not start (%s); they start with the next stored vector", exc)
     maintenance.start_refresh()

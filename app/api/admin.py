@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 
 from app.api.jobs import JobIdPath
-from app.deps import AdminPrincipal, JobsDep, V2AdminDep
+from app.deps import AdminPrincipal, EvidenceDep, JobsDep
 from app.edge import safe_str
 from app.errors import NotFound, RagError
 from app.jobs.schemas import (
@@ -169,7 +169,7 @@ async def admin_retry(job_id: JobIdPath, principal: AdminPrincipal, jobs: JobsDe
 async def admin_reindex(
     principal: AdminPrincipal,
     jobs: JobsDep,
-    v2_admin: V2AdminDep,
+    evidence: EvidenceDep,
     namespace: Annotated[_Namespace, Query(description="the owner whose files to index: a user or Agent id")],
     force: Annotated[
         bool,
@@ -184,7 +184,7 @@ async def admin_reindex(
 
     Without `force`, unchanged files link the documents they already have (no parsing, no embedding)
     and changed ones are rebuilt; with `force`, every file is parsed and embedded again."""
-    added = await v2_admin.reindex(namespace=namespace, force=force, created_by=principal.namespace)
+    added = await evidence.reindex(namespace=namespace, force=force, created_by=principal.namespace)
     row = await jobs.service.get(added.id)
     if row is None:
         raise NotFound("The job was removed before it could be read")

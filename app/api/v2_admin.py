@@ -1,7 +1,8 @@
 """Admin routes of the V2 index: runs, staging, activation, backfill and status (`/v2/...`).
 
 Every route needs an admin (RAG_ADMIN_USER_IDS or a token with `role: "ADMIN"`); anyone else gets
-403. The work itself is `V2Admin` (app/evidence/admin.py); this module only maps HTTP to it.
+403. The work itself is evidence search's (`Evidence`, app/evidence/service.py); this module only
+maps HTTP to it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import BaseModel, Field
 
-from app.deps import AdminPrincipal, SettingsDep, V2AdminDep
+from app.deps import AdminPrincipal, EvidenceDep, SettingsDep
 from app.edge import NON_BLANK_NUL_FREE_PATTERN, SafeStr, safe_str, safe_str_list
 from app.errors import BadRequest, InvalidInput, UnsupportedFileType
 from app.evidence.index.lifecycle import RunStatus
@@ -253,9 +254,9 @@ _ADMIN = (403, *AUTHED_ERRORS)
 
 
 @router.get("/status", response_model=V2StatusOut, responses=error_responses(*_ADMIN))
-async def v2_status(principal: AdminPrincipal, admin: V2AdminDep, settings: SettingsDep) -> V2StatusOut:
+async def v2_status(principal: AdminPrincipal, evidence: EvidenceDep, settings: SettingsDep) -> V2StatusOut:
     """Whether V2 is enabled and ready, the active run of each namespace, and how the index is built."""
-    seen = await admin.overview()
+    seen = await evidence.overview()
     profile, tuning = seen.profile, settings.v2
     return V2StatusOut(
         enabled=bool(settings.v2_namespace_ids),
@@ -291,9 +292,9 @@ async def v2_status(principal: AdminPrincipal, admin: V2AdminDep, settings: Sett
 @router.post(
     "/runs", status_code=201, response_model=RunStatusOut, responses=error_responses(400, 413, *_ADMIN)
 )
-async def start_run(body: StartRunRequest, principal: AdminPrincipal, admin: V2AdminDep) -> RunStatusOut:
+async def start_run(body: StartRunRequest, principal: AdminPrincipal, evidence: EvidenceDep) -> RunStatusOut:
     """Start a run of a namespace that must contain exactly `file_ids`; stage them, then activate it."""
-    status = await admin.start_run(
+    status = await evidence.start_run(
         namespace=body.namespace,
         index_version=body.index_version,
         file_ids=body.file_ids,
@@ -305,19 +306,19 @@ async def start_run(body: StartRunRequest, principal: AdminPrincipal, admin: V2A
 @router.get("/runs", response_model=list[RunOut], responses=error_responses(*_ADMIN))
 async def list_runs(
     principal: AdminPrincipal,
-    admin: V2AdminDep,
+    evidence: EvidenceDep,
     namespace: Annotated[NamespaceQuery | None, Query()] = None,
     status: Annotated[Literal["running", "active", "failed", "abandoned"] | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[RunOut]:
     """Runs, newest first (optionally of one namespace or status)."""
-    return [_run_out(r) for r in await admin.list_runs(namespace=namespace, status=status, limit=limit)]
+    return [_run_out(r) for r in await evidence.list_runs(namespace=namespace, status=status, limit=limit)]
 
 
 @router.get("/runs/{run_id}", response_model=RunStatusOut, responses=error_responses(404, *_ADMIN))
-async def get_run(run_id: RunIdPath, principal: AdminPrincipal, admin: V2AdminDep) -> RunStatusOut:
+async def get_run(run_id: RunIdPath, principal: AdminPrincipal, evidence: EvidenceDep) -> RunStatusOut:
     """A run with the progress of each of its files."""
-    return _status_out(await admin.run(run_id))
+    return _status_out(await evidence.run(run_id))
 
 
 @router.post(
@@ -326,14 +327,14 @@ async def get_run(run_id: RunIdPath, principal: AdminPrincipal, admin: V2AdminDe
     responses=error_responses(404, 409, 413, 415, 502, *_ADMIN, file_errors=True),
 )
 async def stage_file(
-    run_id: RunIdPath, body: StageRequest, principal: AdminPrincipal, admin: V2AdminDep
+    run_id: RunIdPath, body: StageRequest, principal: AdminPrincipal, evidence: EvidenceDep
 ) -> StagedFileOut:
     """Stage one expected file from its stored original (a file rag_api stored without one: its V1 chunks).
 
     404 when the run or the file is unknown, 409 when the run is not running or active; a file that
     cannot be read answers as an upload would (413, 415, 422) and is recorded as failed on the run.
     """
-    return _staged_out(await admin.stage(run_id, body.file_id))
+    return _staged_out(await evidence.stage(run_id, body.file_id))
 
 
 def _derivative_schema() -> dict[str, Any]:
@@ -387,7 +388,7 @@ def _field(fields: dict[str, str], name: str) -> str:
     responses=error_responses(400, 404, 409, 413, 415, *_ADMIN, file_errors=True),
 )
 async def stage_derivative(
-    request: Request, principal: AdminPrincipal, admin: V2AdminDep, settings: SettingsDep
+    request: Request, principal: AdminPrincipal, evidence: EvidenceDep, settings: SettingsDep
 ) -> StagedFileOut:
     """Stage an expected file from an uploaded text or Markdown version of it (multipart `run_id`,
     `file_id`, `sha256`, `file`): the bytes must have that SHA-256 (400 otherwise)."""
@@ -418,7 +419,7 @@ async def stage_derivative(
         if not upload.filename.lower().endswith(_DERIVATIVE_SUFFIXES):
             raise UnsupportedFileType("A derivative must be a text (.txt) or Markdown (.md) file")
         derivative = Derivative(upload.path, upload.filename, upload.content_type, upload.sha256)
-        return _staged_out(await admin.stage(int(raw_run), file_id, derivative))
+        return _staged_out(await evidence.stage(int(raw_run), file_id, derivative))
     finally:
         upload.cleanup()
 
@@ -429,7 +430,7 @@ async def stage_derivative(
 async def activate_run(
     run_id: RunIdPath,
     principal: AdminPrincipal,
-    admin: V2AdminDep,
+    evidence: EvidenceDep,
     force: Annotated[
         bool,
         Query(
@@ -442,29 +443,29 @@ async def activate_run(
     409 while a file is not staged, or, without `force`, when the run holds fewer of the namespace's
     files than the run that answers its queries now (it would become their default).
     """
-    return _status_out(await admin.activate(run_id, force=force))
+    return _status_out(await evidence.activate(run_id, force=force))
 
 
 @router.post(
     "/runs/{run_id}/fail", response_model=RunStatusOut, responses=error_responses(404, 409, 413, *_ADMIN)
 )
 async def fail_run(
-    run_id: RunIdPath, principal: AdminPrincipal, admin: V2AdminDep, body: FailRequest | None = None
+    run_id: RunIdPath, principal: AdminPrincipal, evidence: EvidenceDep, body: FailRequest | None = None
 ) -> RunStatusOut:
     """Give a running run up: it never becomes active, and what queries read does not change."""
-    return _status_out(await admin.fail(run_id, (body or FailRequest()).reason))
+    return _status_out(await evidence.fail(run_id, (body or FailRequest()).reason))
 
 
 @router.post(
     "/backfill", status_code=202, response_model=BackfillOut, responses=error_responses(400, 413, *_ADMIN)
 )
 async def backfill(
-    body: BackfillRequest, principal: AdminPrincipal, admin: V2AdminDep, response: Response
+    body: BackfillRequest, principal: AdminPrincipal, evidence: EvidenceDep, response: Response
 ) -> BackfillOut:
     """Build a run of a namespace from the originals `/embed` stored (files without one: their V1 chunks),
     as jobs of the queue (one per file); it is activated when every file is staged. A backfill of the
     namespace and index version still running gives way to this one. Progress: `GET /v2/runs/{run_id}`."""
-    started = await admin.backfill(
+    started = await evidence.backfill(
         namespace=body.namespace,
         index_version=body.index_version,
         file_ids=body.file_ids,

@@ -250,8 +250,8 @@ class Tools:
             check_text("entity_id", entity_id, max_chars=MAX_ENTITY_ID_CHARS, required=False)
         entity = caller.entity(entity_id, settings)
         namespace = caller.home(entity)
-        v2 = res.v2_search
-        chosen = mode or ("v2" if v2 is not None and namespace in v2.enabled_namespaces else "v1")
+        v2 = res.evidence
+        chosen = mode or ("v2" if namespace in v2.enabled_namespaces else "v1")
         max_query = v2_schemas.MAX_QUERY_CHARS if chosen == "v2" else V1_MAX_QUERY_CHARS
         check_text("query", query, max_chars=max_query)
         if chosen == "v2":
@@ -374,8 +374,7 @@ class Tools:
         caller = self.caller(ctx)
         res = self.services
         owners = caller.owners(None)
-        v2 = res.v2_search
-        enabled = v2.enabled_namespaces
+        enabled = res.evidence.enabled_namespaces
         out: dict[str, Any] = {
             "principal": caller.principal.namespace,
             "auth": caller.mode,
@@ -425,7 +424,7 @@ class Tools:
         res = self.services
         require_admin(caller.principal)
         check_text("namespace", namespace, max_chars=MAX_ENTITY_ID_CHARS)
-        added = await res.v2_admin.reindex(
+        added = await res.evidence.reindex(
             namespace=namespace, force=force, created_by=caller.principal.namespace
         )
         return {"job_id": added.id, "created": added.created, "namespace": namespace, "force": force}

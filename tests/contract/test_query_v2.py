@@ -176,7 +176,7 @@ async def test_a_run_activated_or_removed_since_the_last_question_is_seen_by_the
     """The service remembers each namespace's active run and its statement checks it: a run made
     active elsewhere (as by another replica) is served by the very next question, a removed one never."""
     found = resources(world.client)
-    collection = found.v2_search.info.collection_id
+    collection = found.evidence.parts.search.info.collection_id
 
     async def served() -> tuple[int, str]:
         r = await world.ask("weight of the K 28", user=ADMIN, debug=True)
@@ -391,7 +391,7 @@ async def test_one_failing_channel_degrades_the_answer(world: World, monkeypatch
     # the one statement fails as a whole: the channels run one by one, and the exact one fails
     monkeypatch.setattr(v2_search, "retrieve", _fail)
     monkeypatch.setattr(v2_search, "exact", _fail)
-    service = resources(world.client).v2_search
+    service = resources(world.client).evidence.parts.search
     assert service is not None
     monkeypatch.setattr(service, "pool", CountingPool(service.pool))
     held = [0, 0, 0]
@@ -417,7 +417,7 @@ async def test_one_failing_channel_degrades_the_answer(world: World, monkeypatch
 async def test_the_vector_plan_without_its_inputs_scans_exactly(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    service = resources(world.client).v2_search
+    service = resources(world.client).evidence.parts.search
     assert service is not None
     r = await world.ask("What is the weight of the K 28 in kg?", user=ADMIN, debug=True)
     assert r.status_code == 200, r.text
@@ -506,7 +506,7 @@ async def test_all_channels_failing_is_503(world: World, monkeypatch: pytest.Mon
 async def test_twenty_concurrent_queries_share_the_default_pool(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    service = resources(world.client).v2_search
+    service = resources(world.client).evidence.parts.search
     assert service is not None
     assert world.settings.db_pool_max_size == 30  # the default; /query_v2 takes at most 20
     monkeypatch.setattr(service, "pool", CountingPool(service.pool))
@@ -563,7 +563,7 @@ async def test_a_remote_reranker_that_fails_falls_back_to_the_features(
 ) -> None:
     url, handler = rerank_server
     handler.mode = mode
-    service = resources(world.client).v2_search
+    service = resources(world.client).evidence.parts.search
     assert service is not None
     async with httpx.AsyncClient() as http:
         monkeypatch.setattr(service, "reranker", HttpReranker(http, url, timeout=0.3))

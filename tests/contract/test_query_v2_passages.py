@@ -51,7 +51,7 @@ async def test_a_result_shows_its_neighbours_within_its_section_and_each_text_on
         assert r.status_code == 200, r.text
         await wait_active(client, agent, 1)
         body = {"query": "How often is the valve of stage 3 replaced?", "file_ids": [fid], "entity_id": agent}
-        service = resources(client).v2_search
+        service = resources(client).evidence.parts.search
         shipped = service.tuning
         service.tuning = shipped.model_copy(
             update={"evidence": shipped.evidence.model_copy(update={"context_chars": 0})}

@@ -62,7 +62,7 @@ async def test_build_services_wires_each_report_at_construction(
         assert [(r.payload["file_id"], r.payload["owner"]) for r in staged] == [(file_id, namespace)]
 
         # a dimension a V2 run stores: its index task is registered and scheduled on the queue
-        services.v2.on_dimension(8)  # type: ignore[misc]
+        services.evidence.parts.context.on_dimension(8)  # type: ignore[misc]
         assert "v2-hnsw-index-8" in services.maintenance.registry
 
         async def scheduled() -> bool:

@@ -220,7 +220,7 @@ async def test_reindex_is_one_job_per_file_activated_once_and_force_rebuilds_eve
             )
 
         # a new backfill of the namespace (and index version) replaces one still running
-        ctx = res.v2
+        ctx = res.evidence.parts.context
         assert ctx is not None
         older = await start_backfill_run(ctx, namespace=agent, activate_when_done=False)
         newer = await start_backfill_run(ctx, namespace=agent, activate_when_done=False)
@@ -503,7 +503,7 @@ async def test_scripts_v2_backfill_queues_the_jobs_runs_them_and_reports_progres
         again = await asyncio.to_thread(run, "--resume", str(run_id), "--json")  # active: nothing to do
         assert again.returncode == 0 and json.loads(again.stdout)["status"] == "active"
         assert (await asyncio.to_thread(run)).returncode == 2  # nothing to do: a usage error
-        ctx = resources(client).v2
+        ctx = resources(client).evidence.parts.context
         assert ctx is not None
         async with ctx.pool.acquire() as conn:
             active = await run_store.active_run(conn, ctx.info.collection_id, agent)

@@ -117,7 +117,7 @@ async def capture(
     cases: list[Case] = []
     async with app.router.lifespan_context(app):
         services = app.state.services
-        v2 = services.v2_search
+        v2 = services.evidence.parts.search
         search = services.search
         queries = [q for q in corpus.queries if not corpora or q.set in corpora]
         for n, q in enumerate(sorted(queries, key=lambda q: q.qid), start=1):
