@@ -17,6 +17,7 @@ from app.errors import InvalidInput, ServiceUnavailable
 from app.evidence.service import Evidence
 from app.ingest.pipeline import IngestService
 from app.jobs.setup import JobSystem
+from app.jobs.uploads import Uploads
 from app.schemas import ENTITY_ID_FIELD_DESCRIPTION, MAX_ENTITY_ID_CHARS
 from app.search.allowlist import AllowList
 from app.search.service import SearchService
@@ -80,6 +81,11 @@ async def get_jobs(services: ServicesDep) -> JobSystem:
     return services.jobs
 
 
+async def get_uploads(services: ServicesDep) -> Uploads:
+    """Uploads, indexed at once or as jobs."""
+    return services.jobs.uploads
+
+
 async def get_evidence(services: ServicesDep) -> Evidence:
     """Evidence search: `/query_v2` and its index runs, backfills and status."""
     return services.evidence
@@ -94,6 +100,7 @@ SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 SearchDep = Annotated[SearchService, Depends(get_search)]
 IngestDep = Annotated[IngestService, Depends(get_ingest)]
 JobsDep = Annotated[JobSystem, Depends(get_jobs)]
+UploadsDep = Annotated[Uploads, Depends(get_uploads)]
 AllowListDep = Annotated[AllowList, Depends(get_allowlist)]
 EvidenceDep = Annotated[Evidence, Depends(get_evidence)]
 

@@ -112,9 +112,16 @@ async def build_services(
         tasks=tasks,
         contextualizer=situate,
     )
-    # new uploads of RAG_V2_NAMESPACE_IDS: their evidence staging is a job of the queue
+    # each stored file: V1's search statistics count it; evidence search stages it, deletes with it
     ingest = IngestService(
-        settings, pool, info, embedder, blobs, on_stored=evidence.note_upload, contextualizer=situate
+        settings,
+        pool,
+        info,
+        embedder,
+        blobs,
+        listeners=[maintenance.state],
+        derived=[evidence],
+        contextualizer=situate,
     )
     stack.callback(ingest.close)
     stack.push_async_callback(maintenance.close)
@@ -128,7 +135,6 @@ async def build_services(
         embedder=embedder,
         blobs=blobs,
         ingest=ingest,
-        search=search,
         maintenance=QueuedMaintenance(tasks, schedule),
         kinds=[evidence],
         missing_stores=[evidence.missing_vectors],

@@ -126,7 +126,7 @@ async def store_until(app: Any, have: list[str], size: int, rng: random.Random) 
         )
         async with res.pool.acquire() as conn, conn.transaction():
             await replace_file(conn, res.info, record, [NewChunk(uuid.uuid4(), vector, text, meta)])
-        res.search.note_stored(record)
+        await res.maintenance.state.file_stored(record)
         have.append(file_id)
 
 

@@ -15,20 +15,13 @@ from fastapi.responses import JSONResponse
 
 from app.auth import Principal, check_entity_id, write_owner
 from app.config import Settings
-from app.deps import (
-    CurrentPrincipal,
-    EntityIdQuery,
-    IngestDep,
-    SearchDep,
-    ServicesDep,
-    SettingsDep,
-)
+from app.deps import CurrentPrincipal, EntityIdQuery, IngestDep, SettingsDep, UploadsDep
 from app.edge import NON_BLANK_NUL_FREE_PATTERN, NUL_FREE_PATTERN, UNSAFE_ERROR_TYPE, unsafe_in_json
 from app.errors import BadRequest, InvalidInput, NotFound, PayloadTooLarge
-from app.ingest.pipeline import IngestService, SourceFile
+from app.ingest.pipeline import SourceFile
 from app.ingest.upload import MAX_FIELD_BYTES, SavedUpload, check_content_length, receive_multipart
 from app.jobs.schemas import JobAccepted
-from app.jobs.uploads import accept_upload, wants_job
+from app.jobs.uploads import Queued, Uploads
 from app.schemas import (
     AUTHED_ERRORS,
     ENTITY_ID_FIELD_DESCRIPTION,
@@ -39,8 +32,6 @@ from app.schemas import (
     TextResponse,
     error_responses,
 )
-from app.search.service import SearchService
-from app.services import Services
 
 router = APIRouter(tags=["upload"])
 
@@ -169,12 +160,10 @@ def _storage_metadata(fields: dict[str, str]) -> dict[str, Any] | None:
 async def _embed_multipart(
     request: Request,
     principal: Principal,
-    ingest: IngestService,
-    search: SearchService,
+    uploads: Uploads,
     settings: Settings,
     file_field: str,
     *,
-    services: Services,
     run_async: bool = False,
 ) -> EmbedResponse | JSONResponse:
     upload = await _receive(request, settings, file_field, _EMBED_FIELDS)
@@ -182,34 +171,23 @@ async def _embed_multipart(
         file_id = _file_id(upload.fields)
         entity_id = _entity_id(upload.fields, settings)
         storage_metadata = _storage_metadata(upload.fields)
-        owner = write_owner(principal, entity_id)
-        source = SourceFile(upload.path, upload.filename, upload.content_type, upload.size, upload.sha256)
-        if wants_job(settings, asked=run_async, size=upload.size):
-            # opt-in only: LibreChat's /embed stays synchronous unless the operator asks otherwise
-            added = await accept_upload(
-                services.jobs.service,
-                services.blobs,
-                source,
-                file_id=file_id,
-                owner=owner,
-                uploader=principal.namespace,
-                storage_metadata=storage_metadata,
-            )
-            status_url = f"/jobs/{added.id}"
-            accepted = JobAccepted(
-                job_id=added.id, file_id=file_id, filename=upload.filename, status_url=status_url
-            )
-            return JSONResponse(accepted.model_dump(), status_code=202, headers={"Location": status_url})
-        outcome = await ingest.ingest(
-            source,
+        outcome = await uploads.accept(
+            SourceFile(upload.path, upload.filename, upload.content_type, upload.size, upload.sha256),
             file_id=file_id,
-            owner=owner,
+            owner=write_owner(principal, entity_id),
             uploader=principal.namespace,
             storage_metadata=storage_metadata,
+            # opt-in only: LibreChat's /embed stays synchronous unless the operator asks otherwise
+            background=run_async,
         )
     finally:
         upload.cleanup()
-    search.note_stored(outcome.record)
+    if isinstance(outcome, Queued):
+        status_url = f"/jobs/{outcome.job_id}"
+        accepted = JobAccepted(
+            job_id=outcome.job_id, file_id=file_id, filename=upload.filename, status_url=status_url
+        )
+        return JSONResponse(accepted.model_dump(), status_code=202, headers={"Location": status_url})
     return EmbedResponse.of(outcome, upload.filename)
 
 
@@ -241,16 +219,12 @@ AsyncQuery = Annotated[
 async def embed(
     request: Request,
     principal: CurrentPrincipal,
-    ingest: IngestDep,
-    search: SearchDep,
+    uploads: UploadsDep,
     settings: SettingsDep,
-    services: ServicesDep,
     run_async: AsyncQuery = False,
 ) -> EmbedResponse | JSONResponse:
     """Upload a file (multipart `file_id`, `file`, `entity_id?`, `storage_metadata?`) and index it."""
-    return await _embed_multipart(
-        request, principal, ingest, search, settings, "file", services=services, run_async=run_async
-    )
+    return await _embed_multipart(request, principal, uploads, settings, "file", run_async=run_async)
 
 
 @router.post(
@@ -263,23 +237,12 @@ async def embed(
 async def embed_upload(
     request: Request,
     principal: CurrentPrincipal,
-    ingest: IngestDep,
-    search: SearchDep,
+    uploads: UploadsDep,
     settings: SettingsDep,
-    services: ServicesDep,
     run_async: AsyncQuery = False,
 ) -> EmbedResponse | JSONResponse:
     """Same as `/embed`, with the file part named `uploaded_file`."""
-    return await _embed_multipart(
-        request,
-        principal,
-        ingest,
-        search,
-        settings,
-        "uploaded_file",
-        services=services,
-        run_async=run_async,
-    )
+    return await _embed_multipart(request, principal, uploads, settings, "uploaded_file", run_async=run_async)
 
 
 @router.post(
@@ -360,7 +323,6 @@ async def embed_local(
     body: LocalEmbedRequest,
     principal: CurrentPrincipal,
     ingest: IngestDep,
-    search: SearchDep,
     settings: SettingsDep,
     entity_id: EntityIdQuery,
 ) -> EmbedResponse:
@@ -373,5 +335,4 @@ async def embed_local(
         owner=write_owner(principal, entity_id),
         uploader=principal.namespace,
     )
-    search.note_stored(outcome.record)
     return EmbedResponse.of(outcome, body.filename)

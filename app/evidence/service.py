@@ -1,10 +1,11 @@
 """Evidence search behind one face: `Evidence`, built by `build_evidence`.
 
 The rest of the service talks to evidence search only through this object: the composition root
-builds it and hands its `note_upload` to ingestion and its kinds and store of unembedded chunks to
-the job queue; the routers and the MCP tools ask it questions and the admin routes manage its
-runs. What it is made of (the index context, the query service, the jobs, the index tasks, the
-admin work) stays inside the package.
+builds it and hands it to ingestion (a derived index of the stored files: told of each stored file,
+deleting with them) and to the job queue (its kinds, its store of chunks without a vector); the
+routers and the MCP tools ask it questions and the admin routes manage its runs. What it is made
+of (the index context, the query service, the jobs, the index tasks, the admin work) stays inside
+the package.
 
     evidence = build_evidence(settings, stack, dsn=dsn, pool=pool, info=info, embedder=embedder,
                               blobs=blobs, queue=queue.service, tasks=tasks, contextualizer=None)
@@ -33,12 +34,14 @@ from app.evidence.jobs import V2Jobs, V2MissingVectors
 from app.evidence.maintenance import V2Maintenance
 from app.evidence.query.schemas import QueryV2Request, QueryV2Response
 from app.evidence.query.service import V2SearchService, build_reranker
+from app.evidence.store import reads as read_store
 from app.evidence.store import runs as run_store
 from app.evidence.store.runs import RunRecord
 from app.ingest.contextual import Contextualizer
 from app.jobs.registry import JobRegistry
 from app.jobs.service import JobService
 from app.maintenance.registry import MaintenanceRegistry
+from app.store.chunks import FileRecord
 from app.store.db import PoolShare, StoreInfo, pool_share
 from app.store.jobs import Enqueued
 from app.store.missing_vectors import SweepStore
@@ -90,10 +93,14 @@ class Evidence:
         """The evidence for `request` inside `scope`, and its Server-Timing header value."""
         return await self._search.query(request, scope, namespace, debug=debug)
 
-    # --- what the rest of the service tells it ----------------------------------------------------
-    async def note_upload(self, file_id: str, owner: str) -> None:
-        """Ingestion stored `file_id` of `owner`: queue its staging when the namespace is served."""
-        await self._jobs.note_upload(file_id, owner)
+    # --- what ingestion tells it (a derived index of the stored files) ---------------------------
+    async def file_stored(self, record: FileRecord) -> None:
+        """Ingestion stored a file: queue its staging when its namespace is served (never raises)."""
+        await self._jobs.note_upload(record.file_id, record.owner)
+
+    async def delete_files(self, conn: asyncpg.Connection, scope: Scope) -> None:
+        """Delete the evidence rows of the scope's files, inside ingestion's delete transaction."""
+        await read_store.delete_files(conn, scope)
 
     def install(self, registry: JobRegistry) -> None:
         """Register the evidence job kinds (`v2-backfill`, `v2-index-file`) on the queue."""

@@ -4,6 +4,11 @@ Nothing is visible until the final transaction commits: the original goes to the
 its SHA-256 first (idempotent), then one transaction swaps the file's chunks and catalogue row.
 Any failure before that leaves the previous version intact and searchable. Chunks whose text did
 not change keep their vectors (same digest, same model: no second embedding call).
+
+Ingestion reports its own results: every `StoredListener` it was built with hears of each stored
+file once the commit is done (V1's search statistics, evidence search's indexing), and every
+`DerivedIndex` deletes its rows of deleted files in the same transaction as the core rows. No
+caller of `ingest` or `delete` has anything left to tell anyone.
 """
 
 from __future__ import annotations
@@ -12,11 +17,11 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 import numpy as np
@@ -26,7 +31,6 @@ from app.clients.blobs import BlobStore, blob_key
 from app.clients.embeddings import Embedder, model_identity, reporting_batches
 from app.config import Settings
 from app.errors import ConfigError, EmbeddingProviderError, NoExtractableText, PayloadTooLarge
-from app.evidence.store import reads as read_store
 from app.ingest.chunking import clean_text, md5_digest, split_sections
 from app.ingest.contextual import Contextualizer, log_situated, with_context
 from app.ingest.limits import ParseLimits
@@ -91,6 +95,20 @@ def chunk_metadata(chunk: Chunk, *, file_id: str, owner: str, source: str, text:
     return meta
 
 
+class StoredListener(Protocol):
+    """Told of every file an ingest stored, after its commit (it must never raise: the upload succeeded)."""
+
+    async def file_stored(self, record: store.FileRecord) -> None:
+        """`record` is the catalogue row the ingest committed."""
+
+
+class DerivedIndex(StoredListener, Protocol):
+    """An index built from the stored files (evidence search's): it deletes with them."""
+
+    async def delete_files(self, conn: asyncpg.Connection, scope: Scope) -> None:
+        """Delete the index's rows of the scope's files, inside the caller's transaction."""
+
+
 class IngestService:
     """Turns uploaded files into stored, searchable chunks."""
 
@@ -102,7 +120,8 @@ class IngestService:
         embedder: Embedder,
         blobs: BlobStore,
         *,
-        on_stored: Callable[[str, str], Awaitable[None]] | None = None,
+        listeners: Sequence[StoredListener] = (),
+        derived: Sequence[DerivedIndex] = (),
         contextualizer: Contextualizer | None = None,
     ) -> None:
         if settings.contextual_chunking_enabled and contextualizer is None:
@@ -123,9 +142,9 @@ class IngestService:
         self._slots = asyncio.Semaphore(settings.ingest_concurrency)
         self._limits = ParseLimits.from_settings(settings)
         self._recent = recent_parses(settings.data_dir)
-        # told (file_id, owner) after every stored upload: the V2 index queues its staging (it must
-        # never raise: the upload has succeeded)
-        self.on_stored = on_stored
+        # told of every stored file (the derived indexes too: evidence search queues its staging)
+        self.listeners: tuple[StoredListener, ...] = (*listeners, *derived)
+        self.derived = tuple(derived)
         # CONTEXTUAL_CHUNKING_ENABLED: a sentence situating each new chunk goes before its embedded text
         self.contextualizer = contextualizer
         start_worker_server()
@@ -210,8 +229,8 @@ class IngestService:
         metrics.observe_ingest(
             loaded_at - started, embedded_at - loaded_at, time.perf_counter() - embedded_at
         )
-        if self.on_stored is not None:
-            await self.on_stored(file_id, owner)
+        for listener in self.listeners:
+            await listener.file_stored(record)
         logger.info(
             "Ingested file %s: %d chunks (%d embedded, %d reused), load %.0f ms, embed %.0f ms, "
             "total %.0f ms",
@@ -374,8 +393,9 @@ class IngestService:
     async def delete(self, scope: Scope) -> set[str]:
         """Delete the scope's files (chunks, catalogue rows, unreferenced originals); return those found."""
         async with self.pool.acquire() as conn, conn.transaction():
-            # V2 rows first: the scope's uploader rule reads the catalogue rows the V1 delete removes
-            await read_store.delete_files(conn, scope)
+            # derived rows first: the scope's uploader rule reads the catalogue rows the V1 delete removes
+            for index in self.derived:
+                await index.delete_files(conn, scope)
             result = await store.delete_files(conn, scope)
         for key in result.blob_keys:
             await self._remove_if_unreferenced(key)

@@ -29,9 +29,8 @@ from app.jobs.policy import RetryPolicy, stale_timeout_warning
 from app.jobs.registry import JobRegistry, JobResult, Progress
 from app.jobs.service import JobService
 from app.jobs.sweep import SWEEP_RETRY_SECONDS, SWEEP_SECONDS, missing_counts, sweep_missing_vectors
-from app.jobs.uploads import UploadJobs
+from app.jobs.uploads import Uploads
 from app.jobs.worker import JobWorker
-from app.search.service import SearchService
 from app.store.db import StoreInfo
 from app.store.jobs import JOB_STATUSES
 from app.store.missing_vectors import MissingCount, RagApiMissingVectors, SweepStore
@@ -77,6 +76,7 @@ class JobSystem:
     registry: JobRegistry
     worker: JobWorker | None
     maintenance: QueuedMaintenance
+    uploads: Uploads
     missing_stores: list[SweepStore] = field(default_factory=list)
     _forget_metrics: Callable[[], None] | None = None
 
@@ -156,7 +156,6 @@ def build_jobs(
     embedder: Embedder,
     blobs: BlobStore,
     ingest: IngestService,
-    search: SearchService,
     maintenance: QueuedMaintenance,
     kinds: Sequence[JobKinds] = (),
     missing_stores: Sequence[SweepStore] = (),
@@ -164,8 +163,9 @@ def build_jobs(
     """Register every kind this service runs on `queue` (the core's and `kinds`); the system the
     lifespan starts and closes. `missing_stores` join rag_api's table in the self-healing sweep."""
     registry = queue.registry
-    system = JobSystem(queue.service, registry, queue.worker, maintenance)
-    UploadJobs(settings, ingest, blobs, search).install(registry)
+    uploads = Uploads(settings, ingest, blobs, queue.service)
+    system = JobSystem(queue.service, registry, queue.worker, maintenance, uploads)
+    uploads.install(registry)
     maintenance.install(registry)
     for more in kinds:
         more.install(registry)

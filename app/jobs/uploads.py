@@ -1,30 +1,37 @@
-"""Uploads accepted as jobs (`202`): the original goes to the blob store, a worker indexes it.
+"""Uploads: indexed at once (`200`), or accepted as jobs (`202`) that a worker indexes.
 
-Opt-in only (`?async=true`, or `EMBED_ASYNC_OVER_BYTES` for large files): LibreChat expects the
-synchronous `200` of `/embed`, and gets it unless the operator chose otherwise. The original is
-stored first, under its SHA-256, so any replica can fetch it; the job then runs the same ingest as
-a synchronous upload, so a failure leaves the file's previous version as it was.
+`Uploads.accept(..., background=)` chooses. A job is opt-in only (`?async=true`, or
+`EMBED_ASYNC_OVER_BYTES` for large files): LibreChat expects the synchronous `200` of `/embed`, and
+gets it unless the operator chose otherwise. For a job the original is stored first, under its
+SHA-256, so any replica can fetch it; the job then runs the same ingest as a synchronous upload, so
+a failure leaves the file's previous version as it was.
 """
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from app.clients.blobs import BlobNotFound, BlobStore, blob_key
 from app.config import Settings
-from app.ingest.pipeline import IngestService, SourceFile
+from app.ingest.pipeline import EmbedOutcome, IngestService, SourceFile
 from app.jobs.kinds import INDEX_UPLOAD, IndexUpload
 from app.jobs.registry import JobRegistry, PermanentJobError, Progress
 from app.jobs.service import JobService
-from app.search.service import SearchService
-from app.store.jobs import Enqueued
 
 UPLOAD_PRIORITY = 10  # uploads somebody waits for come before background work
 
 
+@dataclass(frozen=True)
+class Queued:
+    """An upload accepted as a job: follow it at `/jobs/{job_id}`."""
+
+    job_id: int
+
+
 def wants_job(settings: Settings, *, asked: bool, size: int) -> bool:
-    """True when an upload is to be indexed as a job: asked for, or larger than the set size."""
+    """True when an upload is to be a job: asked for, or larger than EMBED_ASYNC_OVER_BYTES (when set)."""
     limit = settings.embed_async_over_bytes
     return asked or (limit > 0 and size > limit)
 
@@ -34,49 +41,57 @@ def upload_key(owner: str, file_id: str) -> str:
     return f"upload:{owner}\x1f{file_id}"
 
 
-async def accept_upload(
-    jobs: JobService,
-    blobs: BlobStore,
-    source: SourceFile,
-    *,
-    file_id: str,
-    owner: str,
-    uploader: str,
-    storage_metadata: dict[str, Any] | None,
-) -> Enqueued:
-    """Store the original, then queue its indexing; the job's id."""
-    await blobs.put_file(
-        blob_key(source.sha256), source.path, content_type=source.content_type or "application/octet-stream"
-    )
-    payload = IndexUpload(
-        file_id=file_id,
-        owner=owner,
-        uploader=uploader,
-        filename=source.filename,
-        content_type=source.content_type,
-        size=source.size,
-        sha256=source.sha256,
-        storage_metadata=storage_metadata,
-    ).model_dump()
-    return await jobs.enqueue(
-        INDEX_UPLOAD, payload, dedupe_key=upload_key(owner, file_id), mode="replace", created_by=uploader
-    )
+class Uploads:
+    """Accepts uploads, indexed now or as `index-upload` jobs, and runs those jobs."""
 
-
-class UploadJobs:
-    """The `index-upload` handler: fetch the original, ingest it, note it for the search planner."""
-
-    def __init__(
-        self, settings: Settings, ingest: IngestService, blobs: BlobStore, search: SearchService
-    ) -> None:
+    def __init__(self, settings: Settings, ingest: IngestService, blobs: BlobStore, jobs: JobService) -> None:
         self.settings = settings
         self.ingest = ingest
         self.blobs = blobs
-        self.search = search
+        self.jobs = jobs
 
     def install(self, registry: JobRegistry) -> None:
         """Register the kind."""
         registry.register(INDEX_UPLOAD, self.run, payload=IndexUpload, priority=UPLOAD_PRIORITY)
+
+    async def accept(
+        self,
+        source: SourceFile,
+        *,
+        file_id: str,
+        owner: str,
+        uploader: str,
+        storage_metadata: dict[str, Any] | None = None,
+        background: bool = False,
+    ) -> EmbedOutcome | Queued:
+        """Index `source` now (its outcome), or store the original and queue its indexing (the job).
+
+        `background`: the caller asked for a job (`?async=true`); a file over EMBED_ASYNC_OVER_BYTES
+        becomes one anyway.
+        """
+        if not wants_job(self.settings, asked=background, size=source.size):
+            return await self.ingest.ingest(
+                source, file_id=file_id, owner=owner, uploader=uploader, storage_metadata=storage_metadata
+            )
+        await self.blobs.put_file(
+            blob_key(source.sha256),
+            source.path,
+            content_type=source.content_type or "application/octet-stream",
+        )
+        payload = IndexUpload(
+            file_id=file_id,
+            owner=owner,
+            uploader=uploader,
+            filename=source.filename,
+            content_type=source.content_type,
+            size=source.size,
+            sha256=source.sha256,
+            storage_metadata=storage_metadata,
+        ).model_dump()
+        added = await self.jobs.enqueue(
+            INDEX_UPLOAD, payload, dedupe_key=upload_key(owner, file_id), mode="replace", created_by=uploader
+        )
+        return Queued(added.id)
 
     async def run(self, payload: dict[str, Any], progress: Progress) -> dict[str, Any]:
         """Index one accepted upload."""
@@ -103,7 +118,6 @@ class UploadJobs:
             )
         finally:
             path.unlink(missing_ok=True)
-        self.search.note_stored(outcome.record)
         progress(outcome.chunk_count, outcome.chunk_count, "stored")
         result: dict[str, Any] = {
             "file_id": outcome.file_id,

@@ -106,10 +106,6 @@ class SearchService:
             any_owner=self.settings.delete_scope == "caller",
         )
 
-    def note_stored(self, stored: store.FileRecord) -> None:
-        """Account for a file an ingest just stored (its return value), until the next refresh."""
-        self.state.note_stored(stored)
-
     def plan(self, dims: int, scope: Scope, k: int) -> VectorSearchDecision:
         """The planner's decision for a query vector of `dims` dimensions within `scope`."""
         return plan_vector_search(

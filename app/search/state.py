@@ -15,7 +15,7 @@ logger = logging.getLogger(__name__)
 class SearchState:
     """Catalogue statistics, the vector copy's state and the usable HNSW walks, kept current.
 
-    Written by the maintenance tasks (and by `note_stored` after each ingest), read by every search
+    Written by the maintenance tasks (and by `file_stored` after each ingest), read by every search
     through `knowledge()`. Requests and tasks share the event loop, so plain attributes suffice.
     """
 
@@ -45,9 +45,9 @@ class SearchState:
         self.stats = stats
         self.catalogue_ready.set()
 
-    def note_stored(self, stored: FileRecord) -> None:
+    async def file_stored(self, record: FileRecord) -> None:
         """Account for a file this process just stored, until the next statistics refresh."""
-        self.stats = self.stats.with_file(stored)
+        self.stats = self.stats.with_file(record)
 
     def set_copy_state(self, state: str) -> None:
         """The vector copy's state, as the database records it."""

@@ -20,6 +20,7 @@ from app.errors import DatabaseUnavailable
 from app.evidence.kinds import V2_INDEX_FILE
 from app.ingest.pipeline import SourceFile
 from app.jobs.kinds import MAINTENANCE
+from app.jobs.uploads import Queued
 from app.services import Services, build_services
 from tests.contract.helpers import agent_id
 from tests.fixtures.service import SettingsFactory, new_id
@@ -90,3 +91,44 @@ async def test_build_services_wires_each_report_at_construction(
 
             await until(woken, "a supervisor check right after the pool's failure")
         assert services.database.up
+
+
+async def test_ingestion_reports_every_stored_file_itself(
+    settings_factory: SettingsFactory, tmp_path: Path
+) -> None:
+    """No caller of `ingest` has anything left to tell: an upload stored at once and one stored by its
+    job both reach V1's search statistics and evidence search (which queues their staging)."""
+    namespace = agent_id()
+    settings = settings_factory(v2_namespace_ids=[namespace], db_check_interval_s=3600)
+    async with contextlib.AsyncExitStack() as stack:
+        services = await build_services(settings, stack)
+        uploads = services.jobs.uploads
+        files_before = services.maintenance.state.stats.files
+        sources = []
+        for n, text in enumerate((b"Puffins nest in burrows.", b"Gannets plunge from a height.")):
+            path = tmp_path / f"note-{n}.txt"
+            path.write_bytes(text)
+            sources.append(
+                SourceFile(path, path.name, "text/plain", len(text), hashlib.sha256(text).hexdigest())
+            )
+        now, later = new_id("now"), new_id("later")
+        stored = await uploads.accept(sources[0], file_id=now, owner=namespace, uploader=namespace)
+        assert not isinstance(stored, Queued) and stored.chunk_count == 1
+        queued = await uploads.accept(
+            sources[1], file_id=later, owner=namespace, uploader=namespace, background=True
+        )
+        assert isinstance(queued, Queued)
+
+        async def finished() -> bool:
+            row = await services.jobs.service.get(queued.job_id)
+            return row is not None and row.status == "done"
+
+        await until(finished, "the upload's job", within=120)
+        # both counted for the search planner, by ingestion itself
+        assert services.maintenance.state.stats.files == files_before + 2
+
+        async def staged() -> set[str]:
+            rows = await services.jobs.service.list_jobs(kind=V2_INDEX_FILE)
+            return {r.payload["file_id"] for r in rows} if len(rows) >= 2 else set()
+
+        assert await until(staged, "both files' evidence staging queued") == {now, later}

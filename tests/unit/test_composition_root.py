@@ -38,7 +38,7 @@ def attribute_assignments(source: str) -> list[str]:
 
 
 def test_the_composition_root_sets_no_attribute_of_what_it_built() -> None:
-    # a callback attached after construction (`ingest.on_stored = ...`) is an attribute assignment
+    # a listener attached after construction (`ingest.listeners = ...`) is an attribute assignment
     assert attribute_assignments(ROOT.read_text(encoding="utf-8")) == []
-    planted = "ingest = IngestService()\ningest.on_stored = jobs.v2.note_upload\n"
-    assert attribute_assignments(planted) == ["line 2: ingest.on_stored"]
+    planted = "ingest = IngestService()\ningest.listeners = [evidence]\n"
+    assert attribute_assignments(planted) == ["line 2: ingest.listeners"]
