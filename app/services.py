@@ -32,7 +32,7 @@ from app.evidence.service import Evidence, build_evidence
 from app.ingest.contextual import Contextualizer, build_contextualizer
 from app.ingest.pipeline import IngestService
 from app.ingest.recent import recent_parses
-from app.ingest.upload import sweep_stale_uploads
+from app.ingest.tempfiles import sweep_stale_uploads
 from app.jobs.maintenance import MaintenanceSchedule, QueuedMaintenance
 from app.jobs.setup import JobSystem, build_jobs, build_queue
 from app.maintenance.registry import MaintenanceRegistry

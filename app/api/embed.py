@@ -13,13 +13,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
+from app.api.multipart import MAX_FIELD_BYTES, SavedUpload, check_content_length, receive_multipart
 from app.auth import Principal, check_entity_id, write_owner
 from app.config import Settings
 from app.deps import CurrentPrincipal, EntityIdQuery, IngestDep, SettingsDep, UploadsDep
 from app.edge import NON_BLANK_NUL_FREE_PATTERN, NUL_FREE_PATTERN, UNSAFE_ERROR_TYPE, unsafe_in_json
 from app.errors import BadRequest, InvalidInput, NotFound, PayloadTooLarge
 from app.ingest.pipeline import SourceFile
-from app.ingest.upload import MAX_FIELD_BYTES, SavedUpload, check_content_length, receive_multipart
 from app.jobs.schemas import JobAccepted
 from app.jobs.uploads import Queued, Uploads
 from app.schemas import (

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 WRITER = """
 import sys, time
 from pathlib import Path
-from app.ingest.upload import process_temp_dir
+from app.ingest.tempfiles import process_temp_dir
 folder = process_temp_dir(Path(sys.argv[1]))
 (folder / "upload-partial").write_bytes(b"x" * 4096)
 print(folder, flush=True)

@@ -7,13 +7,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.api.multipart import FORM_OVERHEAD_BYTES, check_content_length, receive_multipart
 from app.errors import InvalidInput, PayloadTooLarge
-from app.ingest.upload import (
-    FORM_OVERHEAD_BYTES,
-    PROCESS_LOCK_NAME,
-    check_content_length,
-    receive_multipart,
-)
+from app.ingest.tempfiles import PROCESS_LOCK_NAME
 
 
 def leftovers(folder: Path) -> list[Path]:

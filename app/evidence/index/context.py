@@ -20,7 +20,7 @@ from app.evidence.index.parse_cache import ParseCache
 from app.evidence.index.profile import IndexProfile, build_profile
 from app.ingest.contextual import Contextualizer
 from app.ingest.limits import ParseLimits
-from app.ingest.upload import process_temp_dir
+from app.ingest.tempfiles import process_temp_dir
 from app.store.db import StoreInfo
 
 
