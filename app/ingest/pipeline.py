@@ -30,7 +30,8 @@ from app import metrics
 from app.clients.blobs import BlobStore, blob_key
 from app.clients.embeddings import Embedder, model_identity, reporting_batches
 from app.config import Settings
-from app.errors import ConfigError, EmbeddingProviderError, NoExtractableText, PayloadTooLarge
+from app.errors import ConfigError, NoExtractableText, PayloadTooLarge
+from app.ingest.checkpointed import CHECKPOINT_BATCH, CheckpointedEmbedding
 from app.ingest.chunking import clean_text, md5_digest, split_sections
 from app.ingest.contextual import Contextualizer, log_situated, with_context
 from app.ingest.limits import ParseLimits
@@ -133,6 +134,10 @@ class IngestService:
         self.embedder = embedder
         self.blobs = blobs
         self.model_id = model_identity(settings)
+        # vectors of an upload that has not committed yet, kept batch by batch for its next attempt
+        self.checkpoints = CheckpointedEmbedding(
+            pool, info.collection_id, self.model_id, batch=settings.embedding_batch_size or CHECKPOINT_BATCH
+        )
         # Parsing runs in a worker process per upload (memory and time limits); chunking is CPU
         # work in threads. The semaphore bounds whole ingests so a burst of uploads cannot hold
         # dozens of parsed documents in memory at once.
@@ -196,7 +201,7 @@ class IngestService:
             )
             loaded_at = time.perf_counter()
             tracker.stage("embedding", 0, len(texts))
-            vectors, embedded, reused = await self._vectors_for(
+            vectors, embedded, reused, spent = await self._vectors_for(
                 file_id, owner, texts, metas, tracker, title=source_name
             )
             embedded_at = time.perf_counter()
@@ -221,7 +226,7 @@ class IngestService:
                 embedding_dim=dim,
                 storage_metadata=dict(storage_metadata) if storage_metadata else None,
             )
-            previous = await self._commit(record, new_chunks, key, source.path, content_type)
+            previous = await self._commit(record, new_chunks, key, source.path, content_type, spent)
             if dim:
                 self._note_dimension(dim)
             if previous:
@@ -300,15 +305,21 @@ class IngestService:
         key: str,
         path: Path,
         content_type: str,
+        spent: Sequence[str] = (),
     ) -> str | None:
-        """Replace the file's rows in one transaction; returns the previous version's blob key."""
+        """Replace the file's rows in one transaction; returns the previous version's blob key.
+
+        The embedding checkpoints of `spent` (the texts embedded for it) go in the same transaction.
+        """
         async with self.pool.acquire() as conn, conn.transaction():
             # shared: other uploads of the same content go on; a removal of it waits for our commit
             await store.lock_blob(conn, key, shared=True)
             if not await self.blobs.exists(key):
                 # a delete of another file with this content removed it after our put: store again
                 await self.blobs.put_file(key, path, content_type=content_type)
-            return await store.replace_file(conn, self.info, record, chunks)
+            previous = await store.replace_file(conn, self.info, record, chunks)
+            await self.checkpoints.consume(conn, spent)
+            return previous
 
     def _note_dimension(self, dim: int) -> None:
         """Committed: the dimension of this model's stored vectors, known from now on without a read."""
@@ -325,15 +336,16 @@ class IngestService:
         tracker: IngestProgress | None = None,
         *,
         title: str = "",
-    ) -> tuple[np.ndarray, int, int]:
-        """Vectors for `texts`, reusing those of unchanged chunks; returns (vectors, embedded, reused).
+    ) -> tuple[np.ndarray, int, int, list[str]]:
+        """Vectors for `texts`, reusing those of unchanged chunks; (vectors, embedded, reused, the texts
+        embedded: their checkpoints go with the commit).
 
         With contextual chunking each new chunk is embedded behind its situating sentence (the
         stored text stays the chunk's own); reused vectors were made under the same identity, so
         they were situated too.
         """
         if not texts:
-            return np.zeros((0, self.embedder.dimensions or 0), dtype=np.float32), 0, 0
+            return np.zeros((0, self.embedder.dimensions or 0), dtype=np.float32), 0, 0, []
         async with self.pool.acquire() as conn:
             known = await store.existing_vectors(
                 conn, self.info, file_id=file_id, owner=owner, model=self.model_id
@@ -348,12 +360,8 @@ class IngestService:
         result = np.zeros((0, 0), dtype=np.float32)
         if missing:
             with reporting_batches(_chunk_counter(tracker, len(texts), len(texts) - len(missing))):
-                # float32 already from every embedder: then no copy of the (chunks x dims) matrix
-                result = np.asarray(await self.embedder.embed_documents(missing_texts), dtype=np.float32)
-            if result.shape[0] != len(missing):
-                raise EmbeddingProviderError(
-                    "The embedding provider returned the wrong number of vectors", retryable=False
-                )
+                # checkpointed batch by batch: an attempt that stops before its commit loses none
+                result, _ = await self.checkpoints.embed(self.embedder, missing_texts)
         dims = ({result.shape[1]} if missing else set()) | {v.shape[0] for v in known.values()}
         if len(dims) > 1:
             # the model changed dimension under the same name: never mix, embed everything anew
@@ -362,10 +370,11 @@ class IngestService:
             situated.update(zip(rest, await self._situated(file_id, title, texts, rest), strict=True))
             with reporting_batches(_chunk_counter(tracker, len(texts), 0)):
                 result = await self.embedder.embed_documents([situated[i] for i in range(len(texts))])
-            return np.asarray(result, dtype=np.float32), len(texts), 0
+            return np.asarray(result, dtype=np.float32), len(texts), 0, missing_texts
         if len(missing) == len(texts):
-            return result, len(texts), 0  # every chunk new and distinct (a new file): as embedded
-        return _assemble(digests, result, list(missing), known)
+            # every chunk new and distinct (a new file): as embedded
+            return result, len(texts), 0, missing_texts
+        return (*_assemble(digests, result, list(missing), known), missing_texts)
 
     async def _situated(self, file_id: str, title: str, texts: list[str], indexes: list[int]) -> list[str]:
         """What to embed for `texts[i]` of each `i` in `indexes`: situated when contextual chunking is on."""

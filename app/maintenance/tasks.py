@@ -39,6 +39,7 @@ INDEX_RECHECK_SECONDS = 30.0  # while another replica builds an index
 INDEX_RETRY_SECONDS = 300.0  # after a failed build (the exact path answers meanwhile)
 
 CATALOGUE = "catalogue"
+CHECKPOINTS = "embedding-checkpoints"
 VECTOR_COPY = "vector-copy"
 HNSW_PREFIX = "hnsw-index-"
 
@@ -69,6 +70,14 @@ class CatalogueTask:
         snapshot = await self.store.read_catalogue()
         self.state.set_stats(CatalogueStats.from_snapshot(snapshot))
         return Pass(progress=f"{snapshot.files} files, {snapshot.chunks} chunks{note}")
+
+
+async def _prune_checkpoints(store: MaintenanceStore) -> Pass:
+    """Delete the embedding checkpoints of uploads that never committed (a week or older)."""
+    removed = await store.prune_checkpoints()
+    if removed:
+        logger.info("Removed %d embedding checkpoints left by uploads that never completed", removed)
+    return Pass(progress=f"{removed} old checkpoints removed")
 
 
 class VectorCopyTask:
@@ -184,6 +193,10 @@ class Maintenance:
                     NAMESPACE_INDEXES, self._namespaces, NAMESPACE_SECONDS, retry_interval=INDEX_RETRY_SECONDS
                 )
             )
+        store = self.store
+        self.registry.add(
+            MaintenanceTask(CHECKPOINTS, lambda report: _prune_checkpoints(store), RECONCILE_SECONDS)
+        )
         if dims_hint:
             self.want_index(dims_hint)
 

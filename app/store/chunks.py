@@ -18,7 +18,7 @@ import asyncpg
 import numpy as np
 
 from app.store import queries
-from app.store.db import StoreInfo
+from app.store.db import StoreInfo, vector_array
 from app.store.scope import SCOPE_PARAMS, SCOPE_SQL, Scope
 
 
@@ -116,13 +116,6 @@ def _call_sql(function: str, arg_names: tuple[str, ...]) -> str:
     return f"SELECT {queries.SEARCH_COLUMNS} FROM {function}(p_scope => {SCOPE_SQL}{named}) AS h"
 
 
-def _to_numpy(value: Any) -> np.ndarray:
-    """pgvector's codec yields a `Vector`; older versions yield ndarray."""
-    if hasattr(value, "to_numpy"):
-        return np.asarray(value.to_numpy(), dtype=np.float32)
-    return np.asarray(value, dtype=np.float32)
-
-
 def _meta(raw: str | None) -> dict[str, Any]:
     if not raw:
         return {}
@@ -206,8 +199,12 @@ async def existing_vectors(
     out: dict[str, np.ndarray] = {}
     for r in rows:
         if r["digest"] and r["embedding"] is not None:
-            out[r["digest"]] = _to_numpy(r["embedding"])
+            out[r["digest"]] = vector_array(r["embedding"])
     return out
+
+
+# rows per COPY statement when a file's chunks are written: one statement per piece, never per file
+COPY_BATCH_ROWS = 1000
 
 
 async def replace_file(
@@ -222,7 +219,9 @@ async def replace_file(
         queries.PREVIOUS_BLOB_KEY, info.collection_id, record.file_id, record.owner
     )
     await conn.execute(queries.DELETE_FILE_CHUNKS_OF_OWNER, info.collection_id, record.file_id, record.owner)
-    if chunks:
+    # in pieces: each COPY (and the vector copy's trigger it fires) is one statement, whose cost must
+    # stay bounded whatever the file's size (DB_STATEMENT_TIMEOUT_MS holds for each)
+    for start in range(0, len(chunks), COPY_BATCH_ROWS):
         await conn.copy_records_to_table(
             "langchain_pg_embedding",
             columns=list(queries.EMBEDDING_COPY_COLUMNS),
@@ -236,7 +235,7 @@ async def replace_file(
                     json.dumps(c.metadata, ensure_ascii=False),
                     record.file_id,
                 )
-                for c in chunks
+                for c in chunks[start : start + COPY_BATCH_ROWS]
             ),
         )
     await conn.execute(

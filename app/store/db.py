@@ -13,6 +13,7 @@ from typing import Any
 
 import asyncpg
 import asyncpg.pool
+import numpy as np
 from pgvector.asyncpg import register_vector
 
 from app.errors import DatabaseUnavailable, database_unavailable
@@ -31,6 +32,13 @@ class StoreInfo:
     collection_id: uuid.UUID
     collection_name: str
     metadata_type: str  # "jsonb" (rag_api default) or "json" (older deployments)
+
+
+def vector_array(value: Any) -> np.ndarray:
+    """A vector column's value as float32: pgvector's codec yields a `Vector`, older versions ndarray."""
+    if hasattr(value, "to_numpy"):
+        return np.asarray(value.to_numpy(), dtype=np.float32)
+    return np.asarray(value, dtype=np.float32)
 
 
 def rows_affected(status: str | None) -> int:

@@ -6,7 +6,7 @@ be run (and tested) without knowing how connections are made.
 
 from __future__ import annotations
 
-from app.store import catalogue, namespace_index, vector_copy, vector_index
+from app.store import catalogue, checkpoints, namespace_index, vector_copy, vector_index
 from app.store.catalogue import CatalogueSnapshot
 from app.store.db import StoreInfo, dedicated_connection
 from app.store.namespace_index import NamespaceSize
@@ -29,6 +29,11 @@ class MaintenanceStore:
         """The collection's catalogue statistics now."""
         async with dedicated_connection(self.dsn) as conn:
             return await catalogue.read_catalogue(conn, self.info.collection_id)
+
+    async def prune_checkpoints(self) -> int:
+        """Delete embedding checkpoints that uploads left a week ago or more; returns how many."""
+        async with dedicated_connection(self.dsn) as conn:
+            return await checkpoints.prune(conn)
 
     async def copy_state(self) -> str:
         """The vector copy's state: 'backfilling', 'ready', 'disabled' or 'missing'."""

@@ -27,6 +27,7 @@ from app.evidence.store import runs as run_store
 from app.evidence.store import vectors as vector_store
 from app.evidence.store.channels import ChannelHit, VectorPlan
 from app.search.planner import SearchSettings
+from app.store.db import vector_array
 from app.store.migrate import load_migrations, split_statements
 from app.store.scope import SCOPE_SQL, Scope, ScopeError
 from app.store.vector_index import build_index, index_spec
@@ -543,7 +544,7 @@ async def test_vector_paths_return_as_many_rows_as_are_visible(world: World) -> 
     visible = sum(len(d.chunks) for d in world.docs.values())
     query = np.random.default_rng(3).normal(size=DIMS).astype(np.float32)
     stored = {
-        (r["document_id"], r["ordinal"]): vector_store._vector(r["embedding"]).astype(np.float64)
+        (r["document_id"], r["ordinal"]): vector_array(r["embedding"]).astype(np.float64)
         for r in await conn.fetch(
             "SELECT document_id, ordinal, embedding FROM ragoverlay_v2_chunks "
             "WHERE document_id = ANY ($1::bigint[])",
@@ -711,7 +712,7 @@ async def test_vectors_stay_in_their_rows_and_no_dead_storage_is_left(world: Wor
         await conn.execute(rewrite)
         row = await conn.fetchrow(out_of_line, document_id)
         assert row["vector"] is False
-        assert np.array_equal(vector_store._vector(row["embedding"]), vector)
+        assert np.array_equal(vector_array(row["embedding"]), vector)
     finally:
         await transaction.rollback()
 

@@ -13,7 +13,7 @@ from app.config import load_settings
 from app.maintenance import namespace_task
 from app.maintenance.namespace_task import NAMESPACE_INDEXES, NEXT_BUILD_SECONDS
 from app.maintenance.registry import MaintenanceRegistry, MaintenanceTask, Pass, Report
-from app.maintenance.tasks import CATALOGUE, HNSW_PREFIX, VECTOR_COPY, Maintenance
+from app.maintenance.tasks import CATALOGUE, CHECKPOINTS, HNSW_PREFIX, VECTOR_COPY, Maintenance
 from app.search.state import SearchState
 from app.store.catalogue import CatalogueFile, CatalogueSnapshot
 from app.store.db import StoreInfo
@@ -38,6 +38,10 @@ class FakeStore:
         if self.fail_catalogue_backfill:
             raise asyncpg.PostgresError("no such table")
         return 2
+
+    async def prune_checkpoints(self) -> int:
+        self.calls.append("prune_checkpoints")
+        return 3
 
     async def read_catalogue(self) -> CatalogueSnapshot:
         self.calls.append("read_catalogue")
@@ -107,10 +111,14 @@ async def test_every_task_has_a_name_and_a_status_in_one_place() -> None:
     store = FakeStore()
     m = maintenance(store)
     m.start(384)
-    assert m.registry.names() == [CATALOGUE, VECTOR_COPY, NAMESPACE_INDEXES, f"{HNSW_PREFIX}384"]
-    assert [s.state for s in m.registry.statuses()] == ["waiting"] * 4
+    assert m.registry.names() == [CATALOGUE, VECTOR_COPY, NAMESPACE_INDEXES, CHECKPOINTS, f"{HNSW_PREFIX}384"]
+    assert [s.state for s in m.registry.statuses()] == ["waiting"] * 5
     m.want_index(384)  # the same dimension again: no second task
-    assert len(m.registry.names()) == 4
+    assert len(m.registry.names()) == 5
+    # the checkpoint prune: one statement, its count in the status
+    pruned = await m.registry.run_once(CHECKPOINTS)
+    assert store.calls == ["prune_checkpoints"] and pruned.progress == "3 old checkpoints removed"
+    store.calls.clear()
 
     first = await m.registry.run_once(CATALOGUE)
     assert first.progress == "1 files, 3 chunks"
@@ -179,7 +187,14 @@ async def test_with_the_queue_new_tasks_are_handed_over_instead_of_looping() -> 
     m = Maintenance(load_settings(_env_file=None), FakeStore(), SearchState(), registry)  # type: ignore[arg-type]
     m.start(384)
     m.want_index(768)
-    assert added == [CATALOGUE, VECTOR_COPY, NAMESPACE_INDEXES, f"{HNSW_PREFIX}384", f"{HNSW_PREFIX}768"]
+    assert added == [
+        CATALOGUE,
+        VECTOR_COPY,
+        NAMESPACE_INDEXES,
+        CHECKPOINTS,
+        f"{HNSW_PREFIX}384",
+        f"{HNSW_PREFIX}768",
+    ]
     assert registry.task(VECTOR_COPY).retry_interval == 30.0
     await registry.close()
 
@@ -209,7 +224,7 @@ async def test_refresh_reads_what_another_replica_did() -> None:
 async def test_no_index_tasks_with_vector_index_none_or_too_many_dimensions() -> None:
     m = maintenance(FakeStore(), vector_index="none")
     m.start(384)
-    assert m.registry.names() == [CATALOGUE, VECTOR_COPY]  # no namespace indexes either
+    assert m.registry.names() == [CATALOGUE, VECTOR_COPY, CHECKPOINTS]  # no namespace indexes either
     m = maintenance(FakeStore())
     m.want_index(5000)
     result = await m.registry.run_once(f"{HNSW_PREFIX}5000")

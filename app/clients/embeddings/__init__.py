@@ -17,7 +17,14 @@ from typing import Any
 
 import httpx
 
-from app.clients.embeddings.base import BaseEmbedder, Embedder, QueryCache, plan_batches, reporting_batches
+from app.clients.embeddings.base import (
+    BaseEmbedder,
+    Embedder,
+    QueryCache,
+    batch_progress,
+    plan_batches,
+    reporting_batches,
+)
 from app.clients.embeddings.http import (
     OPENAI_DEFAULT_BASE_URL,
     AzureEmbedder,
@@ -44,6 +51,7 @@ __all__ = [
     "OpenAIEmbedder",
     "QueryCache",
     "TEIEmbedder",
+    "batch_progress",
     "build_embedder",
     "build_http_client",
     "model_identity",

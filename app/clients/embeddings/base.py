@@ -82,6 +82,11 @@ def reporting_batches(callback: BatchProgress) -> Iterator[None]:
         _batch_progress.reset(token)
 
 
+def batch_progress() -> BatchProgress | None:
+    """The callback `reporting_batches` installed for the current task, if any."""
+    return _batch_progress.get()
+
+
 def batch_done(count: int, of: int) -> None:
     """An embedder finished a batch of `count` texts of a call of `of` (its caller may be told)."""
     callback = _batch_progress.get()

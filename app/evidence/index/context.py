@@ -18,6 +18,7 @@ from app.config import Settings
 from app.errors import ConfigError
 from app.evidence.index.parse_cache import ParseCache
 from app.evidence.index.profile import IndexProfile, build_profile
+from app.ingest.checkpointed import CHECKPOINT_BATCH, CheckpointedEmbedding
 from app.ingest.contextual import Contextualizer
 from app.ingest.limits import ParseLimits
 from app.ingest.tempfiles import process_temp_dir
@@ -52,6 +53,14 @@ class V2Context:
         if self._profile is None:
             self._profile = self.profile_override or build_profile(self.settings)
         return self._profile
+
+    @property
+    def checkpoints(self) -> CheckpointedEmbedding:
+        """Vectors embedded for a staging that has not stored its document yet, kept batch by batch."""
+        batch = self.settings.embedding_batch_size or CHECKPOINT_BATCH
+        return CheckpointedEmbedding(
+            self.pool, self.info.collection_id, self.profile.embedding_model, batch=batch
+        )
 
     @property
     def limits(self) -> ParseLimits:

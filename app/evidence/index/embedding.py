@@ -18,6 +18,7 @@ from app.evidence.index.profile import IndexProfile
 from app.evidence.store import documents as document_store
 from app.evidence.store import runs as run_store
 from app.evidence.store import vectors as vector_store
+from app.ingest.checkpointed import CheckpointedEmbedding
 from app.ingest.contextual import log_situated, with_context
 from app.text.chunks import ChunkRecord
 from app.text.normalize import normalize
@@ -26,12 +27,16 @@ from app.text.tokens import pool_windows, window_texts, window_weights
 logger = logging.getLogger(__name__)
 
 
-async def embed_texts(embedder: Embedder, profile: IndexProfile, texts: Sequence[str]) -> list[np.ndarray]:
-    """One unit vector per text; a text longer than the window is embedded by its pooled windows.
+@dataclass(frozen=True)
+class Pieces:
+    """What the model is given for some texts: each text, or its windows when it is longer than one."""
 
-    The chunker keeps every V2 text inside the window, so pooling is the safety net that makes sure
-    no text is ever cut silently by the model.
-    """
+    texts: list[str]
+    spans: list[tuple[int, int, list[float] | None]]  # per text: its pieces [start, end), window weights
+
+
+def plan_pieces(profile: IndexProfile, texts: Sequence[str]) -> Pieces:
+    """Each text as one piece, or as its windows (weighted by their tokens) when past the window."""
     pieces: list[str] = []
     spans: list[tuple[int, int, list[float] | None]] = []
     for text in texts:
@@ -42,7 +47,28 @@ async def embed_texts(embedder: Embedder, profile: IndexProfile, texts: Sequence
         windows = window_texts(text, profile.counter, profile.window) or [text]
         spans.append((len(pieces), len(pieces) + len(windows), window_weights(windows, profile.counter)))
         pieces.extend(windows)
-    vectors = np.asarray(await embedder.embed_documents(pieces), dtype=np.float32) if pieces else None
+    return Pieces(pieces, spans)
+
+
+async def embed_texts(
+    embedder: Embedder,
+    profile: IndexProfile,
+    texts: Sequence[str],
+    checkpoints: CheckpointedEmbedding | None = None,
+) -> list[np.ndarray]:
+    """One unit vector per text; a text longer than the window is embedded by its pooled windows.
+
+    The chunker keeps every V2 text inside the window, so pooling is the safety net that makes sure
+    no text is ever cut silently by the model. With `checkpoints`, each batch is kept as soon as it
+    is embedded (a staging that stops loses none of it).
+    """
+    plan = plan_pieces(profile, texts)
+    pieces, spans = plan.texts, plan.spans
+    vectors: np.ndarray | None = None
+    if pieces and checkpoints is not None:
+        vectors, _ = await checkpoints.embed(embedder, pieces)
+    elif pieces:
+        vectors = np.asarray(await embedder.embed_documents(pieces), dtype=np.float32)
     out: list[np.ndarray] = []
     for start, end, weights in spans:
         assert vectors is not None
@@ -116,7 +142,7 @@ async def embed_rows(
     error: str | None = None
     if missing:
         try:
-            vectors = await embed_texts(ctx.embedder, profile, list(missing.values()))
+            vectors = await embed_texts(ctx.embedder, profile, list(missing.values()), ctx.checkpoints)
             fresh = dict(zip(missing, vectors, strict=True))
         except UpstreamUnavailable as exc:
             # stored without vectors: the lexical channels find them, the sweep embeds them later

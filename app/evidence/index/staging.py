@@ -332,6 +332,8 @@ async def _store_document(
     """
     async with ctx.pool.acquire() as conn, conn.transaction():
         document_id = await document_store.insert_document(conn, ctx.info.collection_id, row, rows)
+        # the checkpoints its embedding kept (a text past the window left its windows' to the prune)
+        await ctx.checkpoints.consume(conn, [r.chunk.embed_text for r in rows if r.embedding is not None])
         await run_store.link_file(
             conn,
             run.run_id,

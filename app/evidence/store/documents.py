@@ -26,6 +26,8 @@ DocumentSource = Literal["original", "derivative", "v1_chunks"]
 
 # a stored term is at most this long (the lexical channel cuts query terms the same way, in SQL)
 MAX_TERM_CHARS = 200
+# chunks per COPY statement (with their entities and postings) when a document is written
+COPY_BATCH_CHUNKS = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,23 +288,26 @@ async def insert_document(
     document_id = int(
         await conn.fetchval(INSERT_DOCUMENT, *_document_values(collection_id, document, chunks))
     )
-    if not chunks:
-        return document_id
-    await conn.copy_records_to_table(
-        "ragoverlay_v2_chunks",
-        columns=list(CHUNK_COPY_COLUMNS),
-        records=[_chunk_record(document_id, collection_id, document, c) for c in chunks],
-    )
-    entities = _entity_records(document_id, collection_id, document, chunks)
-    if entities:
+    # in pieces of COPY_BATCH_CHUNKS chunks: each COPY is one statement whose cost (the HNSW and GIN
+    # index inserts of its rows) stays bounded whatever the document's size; a 14,000-chunk manual
+    # written in one statement per table ran past DB_STATEMENT_TIMEOUT_MS
+    for start in range(0, len(chunks), COPY_BATCH_CHUNKS):
+        piece = chunks[start : start + COPY_BATCH_CHUNKS]
         await conn.copy_records_to_table(
-            "ragoverlay_v2_entities", columns=list(ENTITY_COPY_COLUMNS), records=entities
+            "ragoverlay_v2_chunks",
+            columns=list(CHUNK_COPY_COLUMNS),
+            records=[_chunk_record(document_id, collection_id, document, c) for c in piece],
         )
-    await conn.copy_records_to_table(
-        "ragoverlay_v2_postings",
-        columns=list(POSTING_COPY_COLUMNS),
-        records=_posting_records(document_id, chunks, document.language, document.extractor_version),
-    )
+        entities = _entity_records(document_id, collection_id, document, piece)
+        if entities:
+            await conn.copy_records_to_table(
+                "ragoverlay_v2_entities", columns=list(ENTITY_COPY_COLUMNS), records=entities
+            )
+        await conn.copy_records_to_table(
+            "ragoverlay_v2_postings",
+            columns=list(POSTING_COPY_COLUMNS),
+            records=_posting_records(document_id, piece, document.language, document.extractor_version),
+        )
     return document_id
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import asyncpg
 import numpy as np
 
+from app.store.db import vector_array
 from app.store.vector_index import IndexFamily, IndexSpec
 
 # The HNSW index of each dimension on `ragoverlay_v2_chunks` (partial on `dims`, like V1's copy),
@@ -49,12 +49,6 @@ class RunVectors:
     files: dict[str, dict[str, int]]
     table_rows: float
     walk: str | None
-
-
-def _vector(value: Any) -> np.ndarray:
-    if hasattr(value, "to_numpy"):
-        return np.asarray(value.to_numpy(), dtype=np.float32)
-    return np.asarray(value, dtype=np.float32)
 
 
 # --- statements ----------------------------------------------------------------------------------
@@ -148,7 +142,7 @@ async def reusable_vectors(
     rows = await conn.fetch(
         REUSABLE_VECTORS, collection_id, embedding_model, checksum, owner, file_id, list(set(digests))
     )
-    return {r["embed_digest"]: _vector(r["embedding"]) for r in rows}
+    return {r["embed_digest"]: vector_array(r["embedding"]) for r in rows}
 
 
 # --- vectors the provider could not make ---------------------------------------------------------
