@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -75,6 +76,8 @@ class _Stored(Protocol):
     def ocr_pages(self) -> tuple[int, ...]: ...
     @property
     def empty_pages(self) -> tuple[int, ...]: ...
+    @property
+    def derived(self) -> Mapping[str, Mapping[str, object]]: ...
 
 
 class EmbedResponse(BaseModel):
@@ -97,16 +100,24 @@ class EmbedResponse(BaseModel):
         description="pages (1-based) that show a picture but gave no text: OCR off, nothing found, or "
         "a limit reached (the service log says which)",
     )
+    evidence: dict[str, Any] | None = Field(
+        None,
+        description="for a namespace evidence search serves: `searchable` true when /query_v2 answers from "
+        "this version already (with its `chunks`), else false with `queued` and the `reason` its "
+        "staging job does it instead",
+    )
 
     @classmethod
     def of(cls, outcome: _Stored, filename: str) -> EmbedResponse:
         """The answer for a stored upload."""
+        evidence = outcome.derived.get("evidence")
         return cls(
             file_id=outcome.file_id,
             filename=filename,
             known_type=outcome.known_type,
             ocr_pages=list(outcome.ocr_pages) or None,
             empty_pages=list(outcome.empty_pages) or None,
+            evidence=dict(evidence) if evidence is not None else None,
         )
 
 

@@ -112,7 +112,7 @@ async def build_services(
         tasks=tasks,
         contextualizer=situate,
     )
-    # each stored file: V1's search statistics count it; evidence search stages it, deletes with it
+    # each stored file: V1's search statistics count it; evidence search stages it in the upload
     ingest = IngestService(
         settings,
         pool,

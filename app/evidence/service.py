@@ -1,11 +1,11 @@
 """Evidence search behind one face: `Evidence`, built by `build_evidence`.
 
 The rest of the service talks to evidence search only through this object: the composition root
-builds it and hands it to ingestion (a derived index of the stored files: told of each stored file,
-deleting with them) and to the job queue (its kinds, its store of chunks without a vector); the
-routers and the MCP tools ask it questions and the admin routes manage its runs. What it is made
-of (the index context, the query service, the jobs, the index tasks, the admin work) stays inside
-the package.
+builds it and hands it to ingestion (a derived index of the uploads: staged from each upload's own
+parse and written in its commit, deleting with the files) and to the job queue (its kinds, its
+store of chunks without a vector); the routers and the MCP tools ask it questions and the admin
+routes manage its runs. What it is made of (the index context, the query service, the jobs, the
+index tasks, the admin work) stays inside the package.
 
     evidence = build_evidence(settings, stack, dsn=dsn, pool=pool, info=info, embedder=embedder,
                               blobs=blobs, queue=queue.service, tasks=tasks, contextualizer=None)
@@ -30,6 +30,7 @@ from app.evidence.index.lifecycle import RunStatus
 from app.evidence.index.profile import IndexProfile
 from app.evidence.index.sources import Derivative
 from app.evidence.index.staging import FileOutcome
+from app.evidence.index.upload import EvidenceUpload, prepare_upload
 from app.evidence.jobs import V2Jobs, V2MissingVectors
 from app.evidence.maintenance import V2Maintenance
 from app.evidence.query.schemas import QueryV2Request, QueryV2Response
@@ -38,10 +39,10 @@ from app.evidence.store import reads as read_store
 from app.evidence.store import runs as run_store
 from app.evidence.store.runs import RunRecord
 from app.ingest.contextual import Contextualizer
+from app.ingest.derived import StageReport, UploadDraft
 from app.jobs.registry import JobRegistry
 from app.jobs.service import JobService
 from app.maintenance.registry import MaintenanceRegistry
-from app.store.chunks import FileRecord
 from app.store.db import PoolShare, StoreInfo, pool_share
 from app.store.jobs import Enqueued
 from app.store.missing_vectors import SweepStore
@@ -93,10 +94,18 @@ class Evidence:
         """The evidence for `request` inside `scope`, and its Server-Timing header value."""
         return await self._search.query(request, scope, namespace, debug=debug)
 
-    # --- what ingestion tells it (a derived index of the stored files) ---------------------------
-    async def file_stored(self, record: FileRecord) -> None:
-        """Ingestion stored a file: queue its staging when its namespace is served (never raises)."""
-        await self._jobs.note_upload(record.file_id, record.owner)
+    # --- a derived index of the uploads (app/ingest/derived.py) ------------------------------------
+    name = "evidence"
+
+    def wants(self, owner: str) -> bool:
+        """Uploads of a namespace evidence search serves are staged with the upload itself."""
+        return owner in self.enabled_namespaces
+
+    async def prepare(self, draft: UploadDraft, report: StageReport) -> EvidenceUpload | None:
+        """The upload's evidence documents, from its own parse, to be written in its commit."""
+        if not self.wants(draft.owner):
+            return None
+        return await prepare_upload(self._ctx, draft, report=report, queue_job=self._jobs.note_upload)
 
     async def delete_files(self, conn: asyncpg.Connection, scope: Scope) -> None:
         """Delete the evidence rows of the scope's files, inside ingestion's delete transaction."""

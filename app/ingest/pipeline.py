@@ -5,21 +5,24 @@ its SHA-256 first (idempotent), then one transaction swaps the file's chunks and
 Any failure before that leaves the previous version intact and searchable. Chunks whose text did
 not change keep their vectors (same digest, same model: no second embedding call).
 
-Ingestion reports its own results: every `StoredListener` it was built with hears of each stored
-file once the commit is done (V1's search statistics, evidence search's indexing), and every
-`DerivedIndex` deletes its rows of deleted files in the same transaction as the core rows. No
-caller of `ingest` or `delete` has anything left to tell anyone.
+One parse feeds every index: a `DerivedIndex` (evidence search, `app/ingest/derived.py`) that
+wants the upload's owner prepares its part from the same parsed document, before the V1 chunks are
+embedded, and writes it inside the same transaction (under a savepoint: its failure never fails the
+upload). Ingestion reports its own results: every `StoredListener` (V1's search statistics) hears of
+each stored file once the commit is done, and every derived index deletes its rows of deleted files
+in the delete's transaction. No caller of `ingest` or `delete` has anything left to tell anyone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,10 +33,11 @@ from app import metrics
 from app.clients.blobs import BlobStore, blob_key
 from app.clients.embeddings import Embedder, model_identity, reporting_batches
 from app.config import Settings
-from app.errors import ConfigError, NoExtractableText, PayloadTooLarge
+from app.errors import ConfigError, NoExtractableText, PayloadTooLarge, RagError
 from app.ingest.checkpointed import CHECKPOINT_BATCH, CheckpointedEmbedding
 from app.ingest.chunking import clean_text, md5_digest, split_sections
 from app.ingest.contextual import Contextualizer, log_situated, with_context
+from app.ingest.derived import DerivedIndex, DerivedWork, UploadDraft
 from app.ingest.limits import ParseLimits
 from app.ingest.loaders import safe_basename
 from app.ingest.progress import IngestProgress, Report
@@ -62,6 +66,8 @@ class EmbedOutcome:
     ocr_pages: tuple[int, ...] = ()
     empty_pages: tuple[int, ...] = ()
     known_type: bool = True
+    # what each derived index (by name) did with the upload: searchable now, or queued, and why
+    derived: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -103,13 +109,6 @@ class StoredListener(Protocol):
         """`record` is the catalogue row the ingest committed."""
 
 
-class DerivedIndex(StoredListener, Protocol):
-    """An index built from the stored files (evidence search's): it deletes with them."""
-
-    async def delete_files(self, conn: asyncpg.Connection, scope: Scope) -> None:
-        """Delete the index's rows of the scope's files, inside the caller's transaction."""
-
-
 class IngestService:
     """Turns uploaded files into stored, searchable chunks."""
 
@@ -147,9 +146,8 @@ class IngestService:
         self._slots = asyncio.Semaphore(settings.ingest_concurrency)
         self._limits = ParseLimits.from_settings(settings)
         self._recent = recent_parses(settings.data_dir)
-        # told of every stored file (the derived indexes too: evidence search queues its staging)
-        self.listeners: tuple[StoredListener, ...] = (*listeners, *derived)
-        self.derived = tuple(derived)
+        self.listeners = tuple(listeners)  # told of every stored file, after its commit
+        self.derived = tuple(derived)  # prepared with each upload of an owner they want, written in it
         # CONTEXTUAL_CHUNKING_ENABLED: a sentence situating each new chunk goes before its embedded text
         self.contextualizer = contextualizer
         start_worker_server()
@@ -194,82 +192,123 @@ class IngestService:
         started = time.perf_counter()
         tracker = IngestProgress(f"Ingest of file {file_id}", report=progress)
         tracker.stage("waiting for an ingest slot")
+        name = safe_basename(source.filename)
+        derived = [index for index in self.derived if index.wants(owner)]
         async with tracker.logged(enabled=progress is None), self._slots:
-            source_name = safe_basename(source.filename)
-            texts, metas, parsed = await self._parse_and_chunk(
-                source, tracker, file_id=file_id, owner=owner, source_name=source_name
+            texts, metas, parsed, document = await self._parse_and_chunk(
+                source, tracker, file_id=file_id, owner=owner, source_name=name, keep=bool(derived)
             )
+            works: list[tuple[DerivedIndex, DerivedWork]] = []
+            if document is not None:
+                draft = UploadDraft(
+                    file_id,
+                    owner,
+                    name,
+                    source.content_type,
+                    source.sha256,
+                    blob_key(source.sha256),
+                    document,
+                )
+                works = await self._prepare_derived(derived, draft, tracker)
+                del draft, document  # its blocks are as much text again: not held while V1 embeds
             loaded_at = time.perf_counter()
             tracker.stage("embedding", 0, len(texts))
             vectors, embedded, reused, spent = await self._vectors_for(
-                file_id, owner, texts, metas, tracker, title=source_name
+                file_id, owner, texts, metas, tracker, title=name
             )
             embedded_at = time.perf_counter()
             tracker.stage("storing", len(texts), len(texts))
             content_type = source.content_type or parsed.content_type
-            key = blob_key(source.sha256)
-            await self.blobs.put_file(key, source.path, content_type=content_type)
-            ids = uuid7_batch(len(texts))
-            new_chunks = [store.NewChunk(ids[i], vectors[i], texts[i], metas[i]) for i in range(len(texts))]
             dim = int(vectors.shape[1]) if len(texts) else self.embedder.dimensions
-            record = store.FileRecord(
-                file_id=file_id,
-                owner=owner,
-                uploader=uploader,
-                filename=source_name,
-                content_type=content_type,
-                size_bytes=source.size,
-                sha256=source.sha256,
-                blob_key=key,
-                chunk_count=len(new_chunks),
-                embedding_model=self.model_id,
-                embedding_dim=dim,
-                storage_metadata=dict(storage_metadata) if storage_metadata else None,
+            record = _file_record(
+                source, file_id, owner, uploader, name, content_type, len(texts), self.model_id, dim
             )
-            previous = await self._commit(record, new_chunks, key, source.path, content_type, spent)
-            if dim:
-                self._note_dimension(dim)
-            if previous:
-                await self._remove_if_unreferenced(previous)
-        metrics.observe_ingest(
-            loaded_at - started, embedded_at - loaded_at, time.perf_counter() - embedded_at
-        )
+            if storage_metadata:
+                record = dataclasses.replace(record, storage_metadata=dict(storage_metadata))
+            ids = uuid7_batch(len(texts))
+            chunks = [store.NewChunk(ids[i], vectors[i], texts[i], metas[i]) for i in range(len(texts))]
+            written = await self._store(record, chunks, source.path, spent, [w for _, w in works])
+        for (_, work), ok in zip(works, written, strict=True):
+            await work.written(ok=ok)
         for listener in self.listeners:
             await listener.file_stored(record)
+        done = time.perf_counter()
+        metrics.observe_ingest(loaded_at - started, embedded_at - loaded_at, done - embedded_at)
         logger.info(
             "Ingested file %s: %d chunks (%d embedded, %d reused), load %.0f ms, embed %.0f ms, "
             "total %.0f ms",
+            *(file_id, len(chunks), embedded, reused),
+            *((loaded_at - started) * 1000, (embedded_at - loaded_at) * 1000, (done - started) * 1000),
+        )
+        derived_states = {index.name: work.summary() for index, work in works}
+        return EmbedOutcome(
             file_id,
-            len(new_chunks),
+            source.filename,
+            len(chunks),
             embedded,
             reused,
-            (loaded_at - started) * 1000,
-            (embedded_at - loaded_at) * 1000,
-            (time.perf_counter() - started) * 1000,
+            record,
+            *parsed.pages,
+            derived=derived_states,
         )
-        return EmbedOutcome(
-            file_id, source.filename, len(new_chunks), embedded, reused, record, *parsed.pages
-        )
+
+    async def _store(
+        self,
+        record: store.FileRecord,
+        chunks: list[store.NewChunk],
+        path: Path,
+        spent: Sequence[str],
+        derived: Sequence[DerivedWork],
+    ) -> list[bool]:
+        """Keep the original, commit the file's rows (and the derived parts), note what it changed."""
+        key, content_type = record.blob_key or blob_key(record.sha256 or ""), record.content_type or ""
+        await self.blobs.put_file(key, path, content_type=content_type)
+        previous, written = await self._commit(record, chunks, key, path, content_type, spent, derived)
+        if record.embedding_dim:
+            self._note_dimension(record.embedding_dim)
+        if previous:
+            await self._remove_if_unreferenced(previous)
+        return written
+
+    async def _prepare_derived(
+        self, derived: Sequence[DerivedIndex], draft: UploadDraft, tracker: IngestProgress
+    ) -> list[tuple[DerivedIndex, DerivedWork]]:
+        """Each derived index's part of the upload, from its parse (reported as stages of the upload)."""
+        works: list[tuple[DerivedIndex, DerivedWork]] = []
+        for index in derived:
+            work = await index.prepare(draft, tracker.stage)
+            if work is not None:
+                works.append((index, work))
+        return works
 
     async def _parse_and_chunk(
-        self, source: SourceFile, tracker: IngestProgress, *, file_id: str, owner: str, source_name: str
-    ) -> tuple[list[str], list[dict[str, Any]], _Parsed]:
-        """Parse, then chunk: the chunk texts and metadata, and what the rest of the ingest needs.
+        self,
+        source: SourceFile,
+        tracker: IngestProgress,
+        *,
+        file_id: str,
+        owner: str,
+        source_name: str,
+        keep: bool = False,
+    ) -> tuple[list[str], list[dict[str, Any]], _Parsed, LoadedDocument | None]:
+        """Parse, then chunk: the chunk texts and metadata, what the rest of the ingest needs, and the
+        parsed document itself when `keep` (a derived index prepares its part from it).
 
-        Only the sections are kept past the parse: the document's blocks (V2's structure, as much
-        text again) and, once chunked, the sections themselves are freed before embedding, so a
-        large text is held about once while it is embedded and stored.
+        Otherwise only the sections are kept past the parse: the document's blocks (the evidence
+        index's structure, as much text again) and, once chunked, the sections themselves are freed
+        before embedding, so a large text is held about once while it is embedded and stored.
         """
         tracker.stage("parsing")
         doc = await self.load(source)
         parsed = _Parsed(doc.content_type, _pages(doc))
         sections, warnings = doc.sections, doc.warnings
+        kept = doc if keep else None
         del doc
         tracker.stage("chunking")
         texts, metas = await self._chunks(
             sections, warnings, file_id=file_id, owner=owner, source=source_name
         )
-        return texts, metas, parsed
+        return texts, metas, parsed, kept
 
     async def _chunks(
         self, sections: list[Section], warnings: list[str], *, file_id: str, owner: str, source: str
@@ -306,11 +345,16 @@ class IngestService:
         path: Path,
         content_type: str,
         spent: Sequence[str] = (),
-    ) -> str | None:
-        """Replace the file's rows in one transaction; returns the previous version's blob key.
+        derived: Sequence[DerivedWork] = (),
+    ) -> tuple[str | None, list[bool]]:
+        """Replace the file's rows in one transaction: (the previous version's blob key, and for
+        each derived part whether it was written with them).
 
         The embedding checkpoints of `spent` (the texts embedded for it) go in the same transaction.
+        Each derived part is written under a savepoint: one that fails is rolled back alone, the
+        file's V1 rows still commit, and the part is told so (it catches up on its own).
         """
+        written: list[bool] = []
         async with self.pool.acquire() as conn, conn.transaction():
             # shared: other uploads of the same content go on; a removal of it waits for our commit
             await store.lock_blob(conn, key, shared=True)
@@ -319,7 +363,21 @@ class IngestService:
                 await self.blobs.put_file(key, path, content_type=content_type)
             previous = await store.replace_file(conn, self.info, record, chunks)
             await self.checkpoints.consume(conn, spent)
-            return previous
+            for part in derived:
+                try:
+                    async with conn.transaction():
+                        await part.write(conn)
+                except (asyncpg.PostgresError, OSError, RagError) as exc:
+                    logger.error(
+                        # the type only: a database error can quote the rows it refused
+                        "File %s: a derived index could not store its part (%s)",
+                        record.file_id,
+                        type(exc).__name__,
+                    )
+                    written.append(False)
+                else:
+                    written.append(True)
+        return previous, written
 
     def _note_dimension(self, dim: int) -> None:
         """Committed: the dimension of this model's stored vectors, known from now on without a read."""
@@ -409,6 +467,33 @@ class IngestService:
         for key in result.blob_keys:
             await self._remove_if_unreferenced(key)
         return result.found
+
+
+def _file_record(
+    source: SourceFile,
+    file_id: str,
+    owner: str,
+    uploader: str,
+    filename: str,
+    content_type: str,
+    chunk_count: int,
+    model: str,
+    dim: int | None,
+) -> store.FileRecord:
+    """The catalogue row of an upload about to be stored (its storage metadata apart)."""
+    return store.FileRecord(
+        file_id=file_id,
+        owner=owner,
+        uploader=uploader,
+        filename=filename,
+        content_type=content_type,
+        size_bytes=source.size,
+        sha256=source.sha256,
+        blob_key=blob_key(source.sha256),
+        chunk_count=chunk_count,
+        embedding_model=model,
+        embedding_dim=dim,
+    )
 
 
 def _assemble(

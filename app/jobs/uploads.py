@@ -125,6 +125,9 @@ class Uploads:
             "embedded": outcome.embedded,
             "reused": outcome.reused,
         }
+        # each derived index's state: evidence search searchable now, or queued and why
+        for name, state in outcome.derived.items():
+            result[name] = dict(state)
         # what /embed answers synchronously about a scan, when there is something to say
         if outcome.ocr_pages:
             result["ocr_pages"] = list(outcome.ocr_pages)

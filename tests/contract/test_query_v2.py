@@ -28,7 +28,7 @@ from app.evidence.query.vectors import RunVectorCache
 from app.evidence.store import channels as v2_search
 from app.evidence.store import runs as run_store
 from app.evidence.store import vectors as vector_store
-from app.store.chunks import FileRecord
+from app.ingest.derived import UploadDraft
 from tests.contract.helpers import agent_id, upload
 from tests.fixtures import v2_corpus
 from tests.fixtures.service import auth, new_id, resources, running_app
@@ -450,9 +450,9 @@ async def test_a_stored_file_the_run_lacks_degrades_the_answer_and_is_staged_fir
     assert jobs is not None
     queued: list[int] = []
 
-    async def staging_waits(record: FileRecord) -> None:
+    async def staging_waits(draft: UploadDraft, report: object) -> None:
         # the staging job of the upload, held back for an hour: the file is stored, not in the run
-        file_id, owner = record.file_id, record.owner
+        file_id, owner = draft.file_id, draft.owner
         added = await jobs.service.enqueue(
             V2_INDEX_FILE,
             V2IndexFile(file_id=file_id, owner=owner).model_dump(),
@@ -462,8 +462,8 @@ async def test_a_stored_file_the_run_lacks_degrades_the_answer_and_is_staged_fir
         )
         queued.append(added.id)
 
-    # evidence search hears of the upload from ingestion: here its staging is held back
-    monkeypatch.setattr(found.evidence, "file_stored", staging_waits)
+    # evidence search stages an upload with it: here it leaves it to a job held back for an hour
+    monkeypatch.setattr(found.evidence, "prepare", staging_waits)
     late = new_id("late")
     text = b"Late arrivals: the gearbox G 77 needs 3.5 litres of oil."
     r = await upload(world.client, late, "late.txt", text, auth(UPLOADER), entity_id=world.agent)

@@ -111,7 +111,7 @@ async def _record_failure(ctx: V2Context, run_id: int, file_id: str, reason: str
             await run_store.fail_file(conn, run_id, file_id, reason)
 
 
-def _repeated(
+def repeated_blocks(
     policy: BoilerplateSettings, others: Iterable[frozenset[str]], own: frozenset[str]
 ) -> frozenset[str]:
     return repeated_fingerprints([*others, own], policy)
@@ -132,8 +132,8 @@ async def _stage_file(
     source = await resolve_source(ctx, run, file_id, derivative)
     # what the survey of this file parsed in this process, if it was the same bytes
     parsed = await asyncio.to_thread(cache.take, file_id, source.checksum) if cache is not None else None
-    others, candidates = await _fingerprints_and_candidates(ctx, run, file_id, source.checksum, force=force)
-    unchanged = _unchanged_document(profile.boilerplate, candidates, others.values())
+    others, candidates = await fingerprints_and_candidates(ctx, run, file_id, source.checksum, force=force)
+    unchanged = unchanged_document(profile.boilerplate, candidates, others.values())
     if unchanged is not None:
         return await _link_unchanged(ctx, run, file_id, unchanged, started)
     if parsed is None:
@@ -142,8 +142,8 @@ async def _stage_file(
     for warning in document.warnings:
         logger.info("V2 file %s: %s", file_id, warning)
     fingerprints = document_fingerprints(document.blocks, profile.boilerplate)
-    repeated = _repeated(profile.boilerplate, others.values(), fingerprints)
-    chunked, meta = await asyncio.to_thread(_chunk, profile, document, source, repeated)
+    repeated = repeated_blocks(profile.boilerplate, others.values(), fingerprints)
+    chunked, meta = await asyncio.to_thread(chunk_file, profile, document, source, repeated)
     # a file that is only navigation pages (a Sphinx index, a contents file) is staged without
     # chunks: it holds nothing to cite, and failing it would leave the run short of a stored file
     navigation = sum(chunked.stats.boilerplate_by_kind.get(kind, 0) for kind in ("toc", "index"))
@@ -155,7 +155,7 @@ async def _stage_file(
     )
     missing = sum(1 for row in rows if row.embedding is None)
     stats = chunked.stats
-    row = _document_row(profile, run, file_id, source, document, meta, stats, fingerprints, repeated, error)
+    row = document_row(profile, run, file_id, source, document, meta, stats, fingerprints, repeated, error)
     document_id = await _store_document(ctx, run, file_id, source, row, rows)
     outcome = FileOutcome(
         file_id=file_id,
@@ -176,11 +176,11 @@ async def _stage_file(
         over_window=stats.over_window,
         seconds=time.perf_counter() - started,
     )
-    _log_staged(run, outcome)
+    log_staged(run, outcome)
     return outcome
 
 
-async def _fingerprints_and_candidates(
+async def fingerprints_and_candidates(
     ctx: V2Context, run: run_store.RunRecord, file_id: str, checksum: str, *, force: bool
 ) -> tuple[dict[str, frozenset[str]], list[document_store.ReusableDocument]]:
     """The fingerprints of the run's other files, and the stored documents of these bytes (unless forced)."""
@@ -204,7 +204,7 @@ async def _fingerprints_and_candidates(
     return others, candidates
 
 
-def _unchanged_document(
+def unchanged_document(
     policy: BoilerplateSettings,
     candidates: Iterable[document_store.ReusableDocument],
     others: Collection[frozenset[str]],
@@ -213,7 +213,7 @@ def _unchanged_document(
     for candidate in candidates:
         if candidate.vectors_missing:
             continue  # built while the provider was down: rebuild it (its vectors are reused)
-        repeated = _repeated(policy, others, candidate.fingerprints)
+        repeated = repeated_blocks(policy, others, candidate.fingerprints)
         if repeated & candidate.fingerprints == candidate.repeated_removed:
             # the same bytes, extractor and model, and the same blocks removed: the very same chunks
             return candidate
@@ -264,7 +264,7 @@ async def _parse_or_rebuild(
         return source, await parse_source(ctx, source, tmp_dir)
 
 
-def _document_row(
+def document_row(
     profile: IndexProfile,
     run: run_store.RunRecord,
     file_id: str,
@@ -352,7 +352,7 @@ async def _store_document(
     return document_id
 
 
-def _log_staged(run: run_store.RunRecord, outcome: FileOutcome) -> None:
+def log_staged(run: run_store.RunRecord, outcome: FileOutcome) -> None:
     logger.info(
         "V2 run %d: staged %s (%s): %d chunks, %d table rows, %d embedded, %d reused, %d without vector, "
         "%.0f ms",
@@ -368,7 +368,7 @@ def _log_staged(run: run_store.RunRecord, outcome: FileOutcome) -> None:
     )
 
 
-def _chunk(
+def chunk_file(
     profile: IndexProfile, document: LoadedDocument, source: Source, repeated: frozenset[str]
 ) -> tuple[ChunkedDocument, DocumentMetadata]:
     """Metadata and chunks of one document (CPU work: run in a thread)."""

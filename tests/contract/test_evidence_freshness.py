@@ -1,0 +1,101 @@
+"""A re-upload never leaves `/query_v2` citing the replaced version while saying all is well.
+
+The namespace has an active run; a file is uploaded again with one table cell changed while a
+client asks about that cell in a loop, one question after the other. Until the upload commits the
+old value is the current one (V1 serves it too); from the commit on, no answer may cite the old
+value with `degraded: false`: once an answer has cited the new value, no later one cites the old,
+and every question asked after `/embed` answered gets the new value. The upload's own answer says
+evidence search serves the new version already.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+
+from tests.contract.helpers import agent_id, upload
+from tests.contract.test_query_v2 import ADMIN, wait_active
+from tests.fixtures.service import SettingsFactory, auth, new_id, running_app
+
+USER = "user-fresh"
+QUESTION = "What is the weight of the K 28 in kg?"
+
+
+def manual(weight: int) -> bytes:
+    """A small manual whose ratings table gives the K 28 the weight `weight`."""
+    lines = [
+        "# K series heaters",
+        "",
+        "The K series heats workshops and garages.",
+        "",
+        "## 2 Ratings",
+        "",
+        "| Model | Power (kW) | Weight (kg) |",
+        "| --- | --- | --- |",
+        f"| K 28 | 2.8 | {weight} |",
+        "| K 35 | 3.5 | 14 |",
+    ]
+    return "\n".join(lines).encode()
+
+
+def cited_weight(answer: dict[str, Any]) -> str | None:
+    """The weight the answer's K 28 row says, if one of its results is that row."""
+    for item in answer["results"]:
+        if item.get("row_label") == "K 28" and item.get("row_values"):
+            return str(item["row_values"][2])
+    return None
+
+
+async def ask(client: httpx.AsyncClient, agent: str, file_id: str) -> dict[str, Any]:
+    body = {"query": QUESTION, "file_ids": [file_id], "entity_id": agent, "k": 3}
+    r = await client.post("/query_v2", json=body, headers=auth(USER))
+    assert r.status_code == 200, r.text
+    answer: dict[str, Any] = r.json()
+    return answer
+
+
+async def test_a_re_upload_is_never_answered_from_the_replaced_version_without_saying_so(
+    settings_factory: SettingsFactory,
+) -> None:
+    agent = agent_id()
+    settings = settings_factory(v2_namespace_ids=[agent], admin_user_ids=[ADMIN])
+    async with running_app(settings) as client:
+        file_id = new_id("heaters")
+        r = await upload(client, file_id, "heaters.md", manual(12), auth(USER), entity_id=agent)
+        assert r.status_code == 200, r.text
+        await wait_active(client, agent, 1)  # the namespace's first upload queued its first run
+        before = await ask(client, agent, file_id)
+        assert cited_weight(before) == "12" and before["degraded"] is False, before
+
+        answers: list[dict[str, Any]] = []
+        uploaded = asyncio.Event()
+
+        async def keep_asking() -> None:
+            # until a few answers after the upload returned
+            after = 0
+            ceiling = time.monotonic() + 300
+            while after < 5 and time.monotonic() < ceiling:
+                answers.append(await ask(client, agent, file_id))
+                if uploaded.is_set():
+                    after += 1
+
+        asking = asyncio.create_task(keep_asking())
+        await asyncio.sleep(0)
+        r = await upload(client, file_id, "heaters.md", manual(19), auth(USER), entity_id=agent)
+        uploaded.set()
+        assert r.status_code == 200, r.text
+        # the upload's own answer: evidence search serves this version already
+        assert r.json()["evidence"]["searchable"] is True, r.json()
+        first_after = await ask(client, agent, file_id)
+        await asking
+        assert cited_weight(first_after) == "19" and first_after["degraded"] is False, first_after
+        assert len(answers) >= 5
+        weights = [cited_weight(a) if a["degraded"] is False else "degraded" for a in answers]
+        assert set(weights) <= {"12", "19", "degraded"}, weights
+        assert "19" in weights, weights
+        # asked one after the other: once the new value was cited, the old one never again
+        switched = weights.index("19")
+        assert "12" not in weights[switched:], weights
