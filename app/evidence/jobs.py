@@ -138,17 +138,21 @@ class V2Jobs:
             priority=BACKFILL_PRIORITY,
         )
 
-    async def note_upload(self, file_id: str, owner: str) -> None:
-        """After /embed stored a file of an enabled namespace: queue its V2 staging (never raises)."""
+    async def note_upload(self, file_id: str, owner: str, created_by: str | None = None) -> int | None:
+        """Queue the V2 staging of a stored file of an enabled namespace; the job's id (never raises).
+
+        `created_by`: the uploader, who may then follow the job at `/jobs/{id}` like the upload's own.
+        """
         if owner not in self.ctx.enabled_namespaces:
-            return
+            return None
         try:
             async with asyncio.timeout(NOTE_UPLOAD_TIMEOUT_S):
-                await self.jobs.enqueue(
+                added = await self.jobs.enqueue(
                     V2_INDEX_FILE,
                     V2IndexFile(file_id=file_id, owner=owner).model_dump(),
                     dedupe_key=upload_key(owner, file_id),
                     priority=UPLOAD_PRIORITY,
+                    created_by=created_by,
                 )
         except Exception as exc:  # the V1 upload has succeeded; a reindex picks the file up later
             logger.error(
@@ -156,6 +160,8 @@ class V2Jobs:
                 file_id,
                 type(exc).__name__,
             )
+            return None
+        return added.id
 
     def hurry_staging(self, namespace: str, file_ids: list[str]) -> None:
         """/query_v2 found these stored files missing from the answering run: stage them first.

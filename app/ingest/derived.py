@@ -30,6 +30,7 @@ class UploadDraft:
 
     file_id: str
     owner: str
+    uploader: str
     filename: str
     content_type: str | None
     sha256: str

@@ -203,6 +203,7 @@ class IngestService:
                 draft = UploadDraft(
                     file_id,
                     owner,
+                    uploader,
                     name,
                     source.content_type,
                     source.sha256,

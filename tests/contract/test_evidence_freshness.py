@@ -99,3 +99,29 @@ async def test_a_re_upload_is_never_answered_from_the_replaced_version_without_s
         # asked one after the other: once the new value was cited, the old one never again
         switched = weights.index("19")
         assert "12" not in weights[switched:], weights
+
+
+async def test_the_uploader_follows_a_staging_left_to_a_job(settings_factory: SettingsFactory) -> None:
+    """A namespace's first upload cannot be staged with itself (no run yet): `/embed` names the job
+    that does it, and the uploader (no admin) can follow that job to its end."""
+    agent = agent_id()
+    settings = settings_factory(v2_namespace_ids=[agent], admin_user_ids=[ADMIN])
+    async with running_app(settings) as client:
+        r = await upload(client, new_id("heaters"), "heaters.md", manual(12), auth(USER), entity_id=agent)
+        assert r.status_code == 200, r.text
+        evidence = r.json()["evidence"]
+        assert evidence["searchable"] is False and evidence["queued"] is True, evidence
+        assert "no index run" in evidence["reason"]
+        ceiling = time.monotonic() + 300  # generous: the machine may be busy
+        while True:
+            job = await client.get(f"/jobs/{evidence['job_id']}", headers=auth(USER))
+            assert job.status_code == 200, job.text  # the uploader's own, not only an admin's
+            if job.json()["status"] in ("done", "failed"):
+                break
+            assert time.monotonic() < ceiling, job.json()
+            await asyncio.sleep(0.2)
+        assert job.json()["status"] == "done", job.json()
+        assert job.json()["kind"] == "v2-index-file"
+        # someone else cannot see it
+        other = await client.get(f"/jobs/{evidence['job_id']}", headers=auth("someone-else"))
+        assert other.status_code == 404

@@ -71,10 +71,13 @@ class EvidenceUpload:
     ctx: V2Context
     file_id: str
     owner: str
+    uploader: str
     staged: list[_Staged] = field(default_factory=list)
     deferred: str | None = None  # why the file's staging job does it instead
-    queue_job: Callable[[str, str], Awaitable[None]] | None = None
+    # queues that job: (file id, owner, uploader) -> its id (None: it could not be queued)
+    queue_job: Callable[[str, str, str], Awaitable[int | None]] | None = None
     written_ok: bool = False
+    job_id: int | None = None
 
     @property
     def chunks(self) -> int:
@@ -84,7 +87,13 @@ class EvidenceUpload:
     def summary(self) -> dict[str, object]:
         """What the upload's job result says of evidence search."""
         if self.deferred is not None or not self.written_ok:
-            return {"searchable": False, "queued": True, "reason": self.deferred or "staging failed"}
+            reason = self.deferred or "staging failed"
+            return {
+                "searchable": False,
+                "queued": self.job_id is not None,
+                "job_id": self.job_id,
+                "reason": reason,
+            }
         return {
             "searchable": True,
             "runs": sorted(r.run_id for s in self.staged for r in s.runs),
@@ -134,7 +143,7 @@ class EvidenceUpload:
                 if self.deferred is None:
                     self.deferred = "staging with the upload failed"
                 if self.queue_job is not None:
-                    await self.queue_job(self.file_id, self.owner)
+                    self.job_id = await self.queue_job(self.file_id, self.owner, self.uploader)
                 return
             await self._after_commit()
         except Exception as exc:  # the upload has succeeded; a reindex catches up
@@ -163,14 +172,14 @@ async def prepare_upload(
     draft: UploadDraft,
     *,
     report: StageReport | None = None,
-    queue_job: Callable[[str, str], Awaitable[None]] | None = None,
+    queue_job: Callable[[str, str, str], Awaitable[int | None]] | None = None,
 ) -> EvidenceUpload:
     """The evidence documents of an upload for every open run of its namespace, ready to write.
 
     Never raises for the upload's sake: what cannot be staged here is `deferred` to the file's
     staging job (the upload itself goes on).
     """
-    work = EvidenceUpload(ctx, draft.file_id, draft.owner, queue_job=queue_job)
+    work = EvidenceUpload(ctx, draft.file_id, draft.owner, draft.uploader, queue_job=queue_job)
     try:
         async with ctx.pool.acquire() as conn:
             runs = await run_store.open_runs(conn, ctx.info.collection_id, draft.owner)
