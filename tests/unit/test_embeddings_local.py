@@ -252,3 +252,47 @@ async def test_each_finished_slice_is_reported_to_the_caller(local: LocalEmbedde
         await local.embed_documents(texts)
     assert sum(count for count, _ in seen) == 40 and {of for _, of in seen} == {40}
     assert len(seen) > 1  # slices: progress comes before the call ends
+
+
+class _GatedRuntime:
+    """A runtime whose texts starting with "big" wait for `gate` (a big upload's slices held running)."""
+
+    dims = LOCAL_DIMENSIONS
+    loaded = True
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.running_big = threading.Event()
+
+    def load(self) -> None:
+        """Nothing to load."""
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if any(t.startswith("big") for t in texts):
+            self.running_big.set()
+            assert self.gate.wait(60), "the test never released the big upload"
+        vectors = np.zeros((len(texts), LOCAL_DIMENSIONS), dtype=np.float32)
+        vectors[:, 0] = 1.0
+        return vectors
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        return self.embed(texts)
+
+
+async def test_a_small_upload_is_not_queued_behind_a_big_ones_slices() -> None:
+    runtime = _GatedRuntime()
+    embedder = LocalEmbedder(threads=2, runtime=runtime)
+    try:
+        # a big upload occupies every document thread (its slices wait on the gate)
+        big = asyncio.create_task(embedder.embed_documents([f"big {i}" for i in range(64)]))
+        while not runtime.running_big.is_set():
+            await asyncio.sleep(0.01)
+        # a small one finishes while every slice of the big one is still held: its own lane
+        small = await asyncio.wait_for(embedder.embed_documents(["a short note", "one more line"]), 30)
+        assert small.shape == (2, LOCAL_DIMENSIONS)
+        assert not big.done()
+        runtime.gate.set()
+        assert (await big).shape == (64, LOCAL_DIMENSIONS)
+    finally:
+        runtime.gate.set()
+        await embedder.aclose()

@@ -15,7 +15,9 @@ Measured on 2 cores: one text per `session.run` is faster than padded batches (p
 attention work on pad tokens), and running each text alone means a vector never depends on what
 else was in its batch. Inference runs in threads, never on the event loop: documents in a pool whose
 threads run at a lower OS priority (Linux), in small slices, and queries in a pool of their own, so
-a search is not queued behind an ingest.
+a search is not queued behind an ingest. A small document call (a short upload: at most
+SMALL_CALL_TEXTS texts) has a lane of its own at normal priority, so it is not queued behind the
+slices of a big upload and the OS runs it before them.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ logger = logging.getLogger(__name__)
 LOCAL_MODEL = DEFAULT_MODELS["local"]
 MAX_TOKENS = 256  # the model's trained max_seq_length (the shipped tokenizer.json says 128)
 DEFAULT_SLICE = 8  # texts per thread-pool job: small, so concurrent ingests interleave
+SMALL_CALL_TEXTS = 16  # a document call of at most this many texts takes the small-upload lane
 MAX_SLICE = 32
 DOC_THREAD_NICE = 10
 TOKENIZER_RELPATH = Path("embeddings", "data", "all-MiniLM-L6-v2-onnx-int8", "tokenizer.json")
@@ -320,6 +323,8 @@ class LocalEmbedder(BaseEmbedder):
             initargs=(doc_thread_nice,),
         )
         self._query_pool = ThreadPoolExecutor(1, thread_name_prefix="embed-query")
+        # a small upload beside a big one: its few texts skip the big one's slices (normal priority)
+        self._small_pool = ThreadPoolExecutor(1, thread_name_prefix="embed-small")
         self._closed = False
 
     async def warmup(self) -> None:
@@ -327,6 +332,12 @@ class LocalEmbedder(BaseEmbedder):
         await self._in_thread(self._query_pool, self._runtime.embed_queries, ["warm up"], convert=False)
 
     async def _embed_documents(self, texts: list[str]) -> np.ndarray:
+        if len(texts) <= SMALL_CALL_TEXTS:
+            vectors = self._accept(
+                await self._in_thread(self._small_pool, self._runtime.embed, texts), len(texts)
+            )
+            batch_done(len(texts), len(texts))
+            return vectors
         out = np.empty((len(texts), self._runtime.dims), dtype=np.float32)
         planned = plan_batches(texts, self._slice, self._max_chars)
         slices = iter(planned)
@@ -383,6 +394,7 @@ class LocalEmbedder(BaseEmbedder):
         await super().aclose()
         self._doc_pool.shutdown(wait=False, cancel_futures=True)
         self._query_pool.shutdown(wait=False, cancel_futures=True)
+        self._small_pool.shutdown(wait=False, cancel_futures=True)
 
 
 def local_model_counter() -> tuple[ModelTokenCounter, int]:
