@@ -24,6 +24,7 @@ from app.api.guards import BodyGuardMiddleware
 from app.api.openapi import install_openapi
 from app.api.ratelimit import RateLimiter, document_rate_limits, enforce_rate_limit
 from app.auth import TokenCache
+from app.clients.embeddings import WarmsUp
 from app.config import Settings, get_settings
 from app.deps import get_principal
 from app.errors import (
@@ -53,9 +54,8 @@ def _warm_up(embedder: object, v2_enabled: bool, stack: contextlib.AsyncExitStac
     """Load the local model, and with V2 on the refusal's word lists, in the background, so /health
     answers at once and no question waits for them."""
     loads: list[Coroutine[Any, Any, None]] = []
-    warmup = getattr(embedder, "warmup", None)
-    if warmup is not None:
-        loads.append(warmup())
+    if isinstance(embedder, WarmsUp):
+        loads.append(embedder.warmup())
     if v2_enabled:
         loads.append(asyncio.to_thread(vocabulary.warm_up))
     for load in loads:

@@ -24,7 +24,7 @@ import httpx
 
 from app import metrics
 from app.clients.blobs import BlobStore, build_blob_store
-from app.clients.embeddings import Embedder, build_embedder, model_identity
+from app.clients.embeddings import Embedder, KnowsStoredDimensions, build_embedder, model_identity
 from app.clients.http import build_http_client
 from app.config import Settings
 from app.errors import BlobStoreError
@@ -217,8 +217,7 @@ async def _trust_stored_dimensions(
     embedder: Embedder, pool: asyncpg.Pool, info: StoreInfo, settings: Settings
 ) -> None:
     """Before any reply is trusted: the dimension of the vectors already stored for this model."""
-    use = getattr(embedder, "use_stored_dimensions", None)
-    if use is None or getattr(embedder, "trusted_dimensions", None):
+    if not isinstance(embedder, KnowsStoredDimensions) or embedder.trusted_dimensions:
         return  # EMBEDDINGS_DIMENSIONS or the model itself decides: nothing to read
     model_id = model_identity(settings)
 
@@ -226,7 +225,7 @@ async def _trust_stored_dimensions(
         return await stored_dimension(pool, info, model_id)
 
     # read once here; ingests of this process keep it current (never read per request)
-    use(lookup, await lookup(), looked_up=True)
+    embedder.use_stored_dimensions(lookup, await lookup(), looked_up=True)
 
 
 def _contextualizer(settings: Settings, stack: contextlib.AsyncExitStack) -> Contextualizer | None:

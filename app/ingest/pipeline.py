@@ -31,7 +31,7 @@ import numpy as np
 
 from app import metrics
 from app.clients.blobs import BlobStore, blob_key
-from app.clients.embeddings import Embedder, model_identity, reporting_batches
+from app.clients.embeddings import Embedder, KnowsStoredDimensions, model_identity, reporting_batches
 from app.config import Settings
 from app.errors import ConfigError, NoExtractableText, PayloadTooLarge, RagError
 from app.ingest.checkpointed import CHECKPOINT_BATCH, CheckpointedEmbedding
@@ -382,9 +382,8 @@ class IngestService:
 
     def _note_dimension(self, dim: int) -> None:
         """Committed: the dimension of this model's stored vectors, known from now on without a read."""
-        note = getattr(self.embedder, "note_stored_dimension", None)
-        if note is not None:
-            note(dim)
+        if isinstance(self.embedder, KnowsStoredDimensions):
+            self.embedder.note_stored_dimension(dim)
 
     async def _vectors_for(
         self,

@@ -45,6 +45,35 @@ class Embedder(Protocol):
         ...
 
 
+@runtime_checkable
+class KnowsStoredDimensions(Protocol):
+    """An embedder that judges replies by the dimension of the vectors already stored (`BaseEmbedder`)."""
+
+    @property
+    def trusted_dimensions(self) -> int | None:
+        """The dimension every reply must have, or None while nothing decides it."""
+        ...
+
+    def use_stored_dimensions(
+        self, source: DimensionSource, known: int | None = None, *, looked_up: bool = False
+    ) -> None:
+        """Judge replies by the stored vectors' dimension, read from `source`."""
+        ...
+
+    def note_stored_dimension(self, dims: int) -> None:
+        """This process just stored vectors of `dims` for this model."""
+        ...
+
+
+@runtime_checkable
+class WarmsUp(Protocol):
+    """An embedder with something to load before its first call (the offline model)."""
+
+    async def warmup(self) -> None:
+        """Load it (off the event loop); raises ConfigError when it is unusable."""
+        ...
+
+
 def plan_batches(texts: Sequence[str], max_count: int, max_chars: int) -> list[tuple[int, int]]:
     """Split `texts` into contiguous [start, end) slices of at most `max_count` texts and `max_chars`.
 
