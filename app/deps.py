@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Query, Request
 
-from app.auth import Principal, anonymous, check_entity_id, require_admin, single_authorization, verify_token
+from app.access.allowlist import AllowList
+from app.access.namespaces import check_entity_id
+from app.access.principal import Principal, anonymous, require_admin, single_authorization, verify_token
 from app.config import Settings
 from app.edge import safe_str
 from app.errors import InvalidInput, ServiceUnavailable
@@ -18,7 +20,6 @@ from app.evidence.service import Evidence
 from app.ingest.pipeline import IngestService
 from app.jobs.setup import JobSystem
 from app.schemas import ENTITY_ID_FIELD_DESCRIPTION, MAX_ENTITY_ID_CHARS
-from app.search.allowlist import AllowList
 from app.search.service import SearchService
 from app.services import Services
 

@@ -23,6 +23,7 @@ import asyncpg
 import httpx
 
 from app import metrics
+from app.access.allowlist import AllowList, build_allowlist, describe
 from app.clients.blobs import BlobStore, build_blob_store
 from app.clients.embeddings import Embedder, build_embedder, model_identity
 from app.clients.http import build_http_client
@@ -39,7 +40,6 @@ from app.maintenance.registry import MaintenanceRegistry
 from app.maintenance.tasks import Maintenance
 from app.runtime.postgres import EmbeddedPostgres, attach_running
 from app.runtime.supervisor import DatabaseSupervisor, FailureAlarm
-from app.search.allowlist import AllowList, build_allowlist, describe
 from app.search.service import SearchService
 from app.search.state import SearchState
 from app.store.db import StoreInfo, bootstrap, create_pool, stored_dimension

@@ -83,9 +83,9 @@ def _app(k: int) -> tuple[Any, str]:
 
     import jwt
 
+    from app.access.allowlist import OpenAllowList
     from app.config import load_settings
     from app.main import create_app
-    from app.search.allowlist import OpenAllowList
 
     settings = load_settings(JWT_SECRET=SECRET, EMBEDDINGS_PROVIDER="local")
     app = create_app(settings)
@@ -172,7 +172,7 @@ def stages(k: int) -> list[tuple[str, float]]:
     """Each stage alone, µs (the fastest of five repeats)."""
     import orjson
 
-    from app.auth import TokenCache, verify_token
+    from app.access.principal import TokenCache, verify_token
     from app.schemas import QueryMultipleRequest
     from app.search.planner import SearchSettings, plan_vector_search
     from app.search.state import SearchState

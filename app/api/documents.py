@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import APIRouter, Body, Path, Query
 from fastapi.responses import Response
 
+from app.access.namespaces import check_entity_id, delete_namespaces, read_namespaces
 from app.api.jsonbody import json_bytes
-from app.auth import check_entity_id, delete_namespaces, read_namespaces
 from app.deps import AllowListDep, CurrentPrincipal, EntityIdQuery, IngestDep, SearchDep, ServicesDep
 from app.edge import safe_str
 from app.errors import BadRequest, NotFound

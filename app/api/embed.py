@@ -13,7 +13,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
-from app.auth import Principal, check_entity_id, write_owner
+from app.access.namespaces import check_entity_id, write_owner
+from app.access.principal import Principal
 from app.config import Settings
 from app.deps import (
     CurrentPrincipal,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from app.auth import check_entity_id, read_namespaces
+from app.access.namespaces import check_entity_id, read_namespaces
 from app.deps import AllowListDep, CurrentPrincipal, EvidenceDep, SearchDep, SettingsDep
 from app.errors import Forbidden
 from app.evidence.query.schemas import (

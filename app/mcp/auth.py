@@ -2,7 +2,7 @@
 
 Four ways in, each failing closed:
 
-- `jwt`: LibreChat's token as `Authorization: Bearer`, verified by `app.auth.verify_token` (the
+- `jwt`: LibreChat's token as `Authorization: Bearer`, verified by `app.access.principal.verify_token` (the
   code every HTTP route uses), with the same `ENTITY_ID_PATTERN` and allow-list re-check;
 - `api_key`: a key listed in `MCP_API_KEYS` as `sha256hex:principal[:ns1|ns2]`; only its hash is
   configured, compared in constant time; it reads exactly its namespace set (the principal's own
@@ -26,19 +26,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from app.auth import (
-    PUBLIC_NAMESPACE,
-    Principal,
-    anonymous,
-    check_entity_id,
-    read_namespaces,
-    single_authorization,
-    verify_token,
-)
+from app.access.allowlist import AllowList
+from app.access.namespaces import check_entity_id, read_namespaces
+from app.access.principal import PUBLIC_NAMESPACE, Principal, anonymous, single_authorization, verify_token
 from app.config import Settings
 from app.edge import unsafe_reason
 from app.errors import BadRequest, Unauthorized
-from app.search.allowlist import AllowList
 
 Mode = Literal["jwt", "api_key", "gateway", "stdio", "anonymous"]
 MAX_GATEWAY_USER_CHARS = 200

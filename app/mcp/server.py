@@ -27,8 +27,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, ToolAnnotations
 
+from app.access.principal import require_admin
 from app.api.ratelimit import RateLimiter
-from app.auth import require_admin
 from app.edge import unsafe_reason
 from app.errors import (
     BadRequest,
