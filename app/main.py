@@ -23,7 +23,7 @@ from app.api import metrics as metrics_route
 from app.api.bounds import bounds_detail
 from app.api.guards import BodyGuardMiddleware
 from app.api.openapi import install_openapi
-from app.api.ratelimit import RateLimiter, document_rate_limits, enforce_rate_limit
+from app.api.ratelimit import document_rate_limits, enforce_rate_limit
 from app.config import Settings, get_settings
 from app.deps import get_principal
 from app.errors import (
@@ -37,6 +37,7 @@ from app.ingest.loaders.ocr import startup_note as ocr_startup_note
 from app.logs import RequestContextMiddleware, configure_logging, request_id_var
 from app.mcp.http import SESSION_LIMIT, mcp_route, open_sessions
 from app.mcp.server import build_server as build_mcp_server
+from app.ratelimit import RateLimiter
 from app.runtime.stalls import BodyTimeoutMiddleware
 from app.services import build_services
 from app.text import vocabulary

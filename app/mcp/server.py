@@ -28,7 +28,6 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, ToolAnnotations
 
 from app.access.principal import require_admin
-from app.api.ratelimit import RateLimiter
 from app.edge import unsafe_reason
 from app.errors import (
     BadRequest,
@@ -67,6 +66,7 @@ from app.mcp.describe import (
     ReadLimitArg,
 )
 from app.metrics import MCP_TOOL_CALLS
+from app.ratelimit import RateLimiter
 from app.schemas import MAX_ENTITY_ID_CHARS, MAX_FILE_ID_CHARS, MAX_FILE_IDS
 from app.schemas import MAX_QUERY_CHARS as V1_MAX_QUERY_CHARS
 from app.services import Services
