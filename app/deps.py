@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Query, Request
 
-from app.access.allowlist import AllowList
 from app.access.namespaces import check_entity_id
 from app.access.principal import Principal, anonymous, require_admin, single_authorization, verify_token
+from app.access.scope import Access
 from app.config import Settings
 from app.edge import safe_str
 from app.errors import InvalidInput, ServiceUnavailable
@@ -86,16 +86,16 @@ async def get_evidence(services: ServicesDep) -> Evidence:
     return services.evidence
 
 
-async def get_allowlist(services: ServicesDep) -> AllowList:
-    """The allow-list re-check (a pass-through unless ALLOWLIST_VERIFY=mongo)."""
-    return services.allowlist
+async def get_access(services: ServicesDep) -> Access:
+    """The access rules: every read and delete scope, the allow-list re-check inside them."""
+    return services.access
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 SearchDep = Annotated[SearchService, Depends(get_search)]
 IngestDep = Annotated[IngestService, Depends(get_ingest)]
 JobsDep = Annotated[JobSystem, Depends(get_jobs)]
-AllowListDep = Annotated[AllowList, Depends(get_allowlist)]
+AccessDep = Annotated[Access, Depends(get_access)]
 EvidenceDep = Annotated[Evidence, Depends(get_evidence)]
 
 

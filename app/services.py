@@ -24,6 +24,7 @@ import httpx
 
 from app import metrics
 from app.access.allowlist import AllowList, build_allowlist, describe
+from app.access.scope import Access
 from app.clients.blobs import BlobStore, build_blob_store
 from app.clients.embeddings import Embedder, build_embedder, model_identity
 from app.clients.http import build_http_client
@@ -64,8 +65,8 @@ class Services:
     maintenance: Maintenance
     evidence: Evidence  # evidence search (/query_v2, its index runs): app/evidence/
     jobs: JobSystem
-    # ALLOWLIST_VERIFY: LibreChat's catalogue narrows file ids before they enter a Scope
-    allowlist: AllowList
+    # every door's Scope, with LibreChat's catalogue narrowing file ids first (ALLOWLIST_VERIFY)
+    access: Access
     admin_ids: frozenset[str]
 
 
@@ -148,7 +149,7 @@ async def build_services(
         maintenance=maintenance,
         evidence=evidence,
         jobs=jobs,
-        allowlist=_allowlist(settings, stack),
+        access=Access.of(settings, info.collection_id, _allowlist(settings, stack)),
         admin_ids=frozenset(settings.admin_user_ids),
     )
 

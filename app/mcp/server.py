@@ -4,8 +4,9 @@
 
 Every tool resolves its caller (`app/mcp/auth.py`: put on the request by `app/mcp/http.py`, or the
 one stdio principal), checks its arguments the way the HTTP edge does (NUL, lone surrogates,
-bounds), builds the same `Scope` the routes build (`read_namespaces`, the allow-list re-check) and
-calls `SearchService`, `V2SearchService` or the job service. No tool calls a router or holds SQL.
+bounds), gets its `Scope` where the routes get theirs (`Access.read_scope`: the `entity_id` check,
+the allow-list re-check) and calls the search service, evidence search or the job service. No tool
+calls a router or holds SQL.
 
 Errors: arguments the caller must change are JSON-RPC errors (INVALID_PARAMS) whose message says
 what to change; refusals the model should read (not allowed, not found, V2 off, rate limited,
@@ -248,7 +249,8 @@ class Tools:
         ids = check_ids(file_ids)
         if entity_id is not None:
             check_text("entity_id", entity_id, max_chars=MAX_ENTITY_ID_CHARS, required=False)
-        entity = caller.entity(entity_id, settings)
+        access = res.access
+        entity = access.entity(caller, entity_id)
         namespace = caller.home(entity)
         v2 = res.evidence
         chosen = mode or ("v2" if namespace in v2.enabled_namespaces else "v1")
@@ -259,17 +261,16 @@ class Tools:
         else:
             k_value = check_int("k", k, default=V1_DEFAULT_K, low=1, high=V1_MAX_K)
         self.limit_search(caller)
-        owners = caller.owners(entity)
         search = res.search
         note: str | None = None
         if ids is None:
             # every file the caller can read; the allow-list below narrows them like any list
-            ids = await search.file_ids(search.scope(owners, caller.uploader))
+            ids = await search.file_ids(await access.read_scope(caller, entity, None))
             if chosen == "v2" and len(ids) > MAX_FILE_IDS:
                 note = f"searched the first {MAX_FILE_IDS} of {len(ids)} files; pass file_ids to choose"
                 ids = ids[:MAX_FILE_IDS]
-        allowed = await caller.searchable(res.allowlist, entity, ids)
-        scope = search.scope(owners, caller.uploader, allowed)
+        scope = await access.read_scope(caller, entity, ids)
+        allowed = list(scope.file_ids or ())
         limit = settings.search_snippet_max_chars
         if chosen == "v2":
             v2.require_enabled(namespace)
@@ -310,10 +311,7 @@ class Tools:
             check_text("entity_id", entity_id, max_chars=MAX_ENTITY_ID_CHARS, required=False)
         start = check_int("offset", offset, default=0, low=0, high=2**31 - 1)
         size = check_int("limit", limit, default=READ_DEFAULT_CHARS, low=1, high=READ_MAX_CHARS)
-        entity = caller.entity(entity_id, res.settings)
-        allowed = await caller.searchable(res.allowlist, entity, [file_id])
-        search = res.search
-        text = await search.context(search.scope(caller.owners(entity), caller.uploader, allowed))
+        text = await res.search.context(await res.access.read_scope(caller, entity_id, [file_id]))
         if text is None:
             # a file outside the caller's scope reads exactly like a file that does not exist
             raise ToolError(f"No file {file_id!r} among the files you can read (see rag_list)")
@@ -340,18 +338,11 @@ class Tools:
         if entity_id is not None:
             check_text("entity_id", entity_id, max_chars=MAX_ENTITY_ID_CHARS, required=False)
         size = check_int("limit", limit, default=LIST_DEFAULT, low=1, high=LIST_MAX)
-        entity = caller.entity(entity_id, res.settings)
-        if (
-            entity
-            and caller.uses_catalogue
-            and not await res.allowlist.agent_visible(caller.principal, entity)
-        ):
-            entity = None  # an Agent the caller may not use lists as if not named (as GET /ids)
-        search = res.search
-        rows = await search.files(
-            search.scope(caller.owners(entity), caller.uploader), after=cursor, limit=size
-        )
-        allowed = set(await caller.searchable(res.allowlist, entity, [r.file_id for r in rows]))
+        access = res.access
+        # an Agent the caller may not use lists as if not named (as GET /ids)
+        entity = await access.listed_entity(caller, entity_id)
+        rows = await res.search.files(await access.read_scope(caller, entity, None), after=cursor, limit=size)
+        allowed = set(await access.searchable(caller, entity, [r.file_id for r in rows]))
         return {
             "files": [
                 {
@@ -381,7 +372,7 @@ class Tools:
             "admin": caller.principal.is_admin,
             "namespaces": owners,
             "v2_namespaces": [n for n in owners if n in enabled],
-            "catalogue_check": caller.uses_catalogue and res.allowlist.enabled,
+            "catalogue_check": caller.uses_catalogue and res.access.allowlist.enabled,
             "database_up": res.database.up,
         }
         if caller.principal.is_admin:

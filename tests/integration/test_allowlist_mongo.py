@@ -73,7 +73,7 @@ class World:
 
     @property
     def allowlist(self) -> CatalogueAllowList:
-        found = resources(self.client).allowlist
+        found = resources(self.client).access.allowlist
         assert isinstance(found, CatalogueAllowList)
         return found
 
@@ -133,13 +133,13 @@ async def _search(world: World, who: str, file_ids: list[str], entity_id: str | 
 @contextlib.asynccontextmanager
 async def recheck_off(world: World) -> AsyncIterator[None]:
     """The same app with ALLOWLIST_VERIFY=off: what the claimed entity_id alone grants."""
-    res = resources(world.client)
-    saved = res.allowlist
-    res.allowlist = OpenAllowList()
+    access = resources(world.client).access
+    saved = access.allowlist
+    access.allowlist = OpenAllowList()
     try:
         yield
     finally:
-        res.allowlist = saved
+        access.allowlist = saved
 
 
 async def test_owner_author_and_acl_principals_may_search(world: World) -> None:
