@@ -20,7 +20,6 @@ from app import metrics
 from app.access.principal import TokenCache
 from app.api import admin, documents, embed, health, jobs, v2_admin, v2_query
 from app.api import metrics as metrics_route
-from app.api.bounds import bounds_detail
 from app.api.guards import BodyGuardMiddleware
 from app.api.openapi import install_openapi
 from app.api.ratelimit import document_rate_limits, enforce_rate_limit
@@ -41,6 +40,7 @@ from app.ratelimit import RateLimiter
 from app.runtime.stalls import BodyTimeoutMiddleware
 from app.services import build_services
 from app.text import vocabulary
+from app.validation import bounds_detail
 
 logger = logging.getLogger(__name__)
 
