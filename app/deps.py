@@ -6,7 +6,7 @@ and three thread hops per request cost more than the work itself (HS256 verifica
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 from fastapi import Depends, Query, Request
 
@@ -14,12 +14,11 @@ from app.access.namespaces import check_entity_id
 from app.access.principal import Principal, anonymous, require_admin, single_authorization, verify_token
 from app.access.scope import Access
 from app.config import Settings
-from app.edge import safe_str
 from app.errors import InvalidInput, ServiceUnavailable
 from app.evidence.service import Evidence
 from app.ingest.pipeline import IngestService
 from app.jobs.setup import JobSystem
-from app.schemas import ENTITY_ID_FIELD_DESCRIPTION, MAX_ENTITY_ID_CHARS
+from app.schemas import ENTITY_ID_FIELD_DESCRIPTION, EntityId
 from app.search.service import SearchService
 from app.services import Services
 
@@ -99,16 +98,10 @@ AccessDep = Annotated[Access, Depends(get_access)]
 EvidenceDep = Annotated[Evidence, Depends(get_evidence)]
 
 
-if TYPE_CHECKING:  # built at run time; to a type checker it is a str
-    _EntityIdParam = str
-else:
-    _EntityIdParam = safe_str(max_length=MAX_ENTITY_ID_CHARS)
-
-
 async def get_entity_id(
     request: Request,
     settings: SettingsDep,
-    entity_id: Annotated[_EntityIdParam | None, Query(description=ENTITY_ID_FIELD_DESCRIPTION)] = None,
+    entity_id: Annotated[EntityId | None, Query(description=ENTITY_ID_FIELD_DESCRIPTION)] = None,
 ) -> str | None:
     """The `?entity_id=` query parameter, checked against ENTITY_ID_PATTERN (400) or None."""
     if len(request.query_params.getlist("entity_id")) > 1:
