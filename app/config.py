@@ -312,7 +312,7 @@ class Settings(BaseSettings):
     # every V2 tuning knob, as RAG_V2__<SECTION>__<FIELD> (app/evidence/settings.py: them and their defaults)
     v2: V2Settings = Field(default_factory=V2Settings, validation_alias=_env(V2_ENV_PREFIX))
 
-    # --- LibreChat catalogue re-check (app/search/allowlist.py; CONTRACT section 7) -----------
+    # --- LibreChat catalogue re-check (app/access/allowlist.py; CONTRACT section 7) -----------
     allowlist_verify: Literal["off", "mongo"] = Field("off", validation_alias=_env("ALLOWLIST_VERIFY"))
     librechat_mongo_uri: str | None = Field(None, validation_alias=_env("LIBRECHAT_MONGO_URI"))
     librechat_mongo_db: str | None = Field(None, validation_alias=_env("LIBRECHAT_MONGO_DB"))

@@ -6,20 +6,20 @@ and three thread hops per request cost more than the work itself (HS256 verifica
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 from fastapi import Depends, Query, Request
 
-from app.auth import Principal, anonymous, check_entity_id, require_admin, single_authorization, verify_token
+from app.access.namespaces import check_entity_id
+from app.access.principal import Principal, anonymous, require_admin, single_authorization, verify_token
+from app.access.scope import Access
 from app.config import Settings
-from app.edge import safe_str
 from app.errors import InvalidInput, ServiceUnavailable
 from app.evidence.service import Evidence
 from app.ingest.pipeline import IngestService
 from app.jobs.setup import JobSystem
 from app.jobs.uploads import Uploads
-from app.schemas import ENTITY_ID_FIELD_DESCRIPTION, MAX_ENTITY_ID_CHARS
-from app.search.allowlist import AllowList
+from app.schemas import ENTITY_ID_FIELD_DESCRIPTION, EntityId
 from app.search.service import SearchService
 from app.services import Services
 
@@ -91,9 +91,9 @@ async def get_evidence(services: ServicesDep) -> Evidence:
     return services.evidence
 
 
-async def get_allowlist(services: ServicesDep) -> AllowList:
-    """The allow-list re-check (a pass-through unless ALLOWLIST_VERIFY=mongo)."""
-    return services.allowlist
+async def get_access(services: ServicesDep) -> Access:
+    """The access rules: every read and delete scope, the allow-list re-check inside them."""
+    return services.access
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
@@ -101,20 +101,14 @@ SearchDep = Annotated[SearchService, Depends(get_search)]
 IngestDep = Annotated[IngestService, Depends(get_ingest)]
 JobsDep = Annotated[JobSystem, Depends(get_jobs)]
 UploadsDep = Annotated[Uploads, Depends(get_uploads)]
-AllowListDep = Annotated[AllowList, Depends(get_allowlist)]
+AccessDep = Annotated[Access, Depends(get_access)]
 EvidenceDep = Annotated[Evidence, Depends(get_evidence)]
-
-
-if TYPE_CHECKING:  # built at run time; to a type checker it is a str
-    _EntityIdParam = str
-else:
-    _EntityIdParam = safe_str(max_length=MAX_ENTITY_ID_CHARS)
 
 
 async def get_entity_id(
     request: Request,
     settings: SettingsDep,
-    entity_id: Annotated[_EntityIdParam | None, Query(description=ENTITY_ID_FIELD_DESCRIPTION)] = None,
+    entity_id: Annotated[EntityId | None, Query(description=ENTITY_ID_FIELD_DESCRIPTION)] = None,
 ) -> str | None:
     """The `?entity_id=` query parameter, checked against ENTITY_ID_PATTERN (400) or None."""
     if len(request.query_params.getlist("entity_id")) > 1:

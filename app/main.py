@@ -17,13 +17,12 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app import metrics
+from app.access.principal import TokenCache
 from app.api import admin, documents, embed, health, jobs, v2_admin, v2_query
 from app.api import metrics as metrics_route
-from app.api.bounds import bounds_detail
 from app.api.guards import BodyGuardMiddleware
 from app.api.openapi import install_openapi
-from app.api.ratelimit import RateLimiter, document_rate_limits, enforce_rate_limit
-from app.auth import TokenCache
+from app.api.ratelimit import document_rate_limits, enforce_rate_limit
 from app.clients.embeddings import WarmsUp
 from app.config import Settings, get_settings
 from app.deps import get_principal
@@ -38,9 +37,11 @@ from app.ingest.loaders.ocr import startup_note as ocr_startup_note
 from app.logs import RequestContextMiddleware, configure_logging, request_id_var
 from app.mcp.http import SESSION_LIMIT, mcp_route, open_sessions
 from app.mcp.server import build_server as build_mcp_server
+from app.ratelimit import RateLimiter
 from app.runtime.stalls import BodyTimeoutMiddleware
 from app.services import build_services
 from app.text import vocabulary
+from app.validation import bounds_detail
 
 logger = logging.getLogger(__name__)
 
@@ -228,7 +229,7 @@ def create_app(settings: Settings | None = None, *, attach_database: bool = Fals
         }
     )
     app.state.attach_database = attach_database
-    app.state.token_cache = TokenCache()  # tokens whose signature was verified (app/auth.py)
+    app.state.token_cache = TokenCache()  # tokens whose signature was verified (app/access/principal.py)
     app.state.mcp_sessions = None
     app.state.mcp_http = settings.mcp_enabled and not attach_database
     if app.state.mcp_http:

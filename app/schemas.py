@@ -7,20 +7,27 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.edge import SafeStr, safe_str_list
+from app.edge import SafeStr, safe_str, safe_str_list
+from app.errors import BadRequest
 
 MAX_QUERY_CHARS = 20_000
 MAX_FILE_ID_CHARS = 512
 MAX_ENTITY_ID_CHARS = 512
 MAX_FILE_IDS = 1000
+DEFAULT_K = 4  # rag_api's
+MAX_K = 100
 
 ENTITY_ID_FIELD_DESCRIPTION = (
     "A LibreChat Agent id (agent_...) whose files the caller may also read; it must match "
     "ENTITY_ID_PATTERN (400 otherwise). Empty or null means absent."
 )
-if TYPE_CHECKING:  # the validated alias is built at run time; to a type checker it is a list of str
+if TYPE_CHECKING:  # the validated aliases are built at run time; to a type checker str and list of str
+    FileId = str
+    EntityId = str
     FileIdList = list[str]
 else:
+    FileId = safe_str(min_length=1, max_length=MAX_FILE_ID_CHARS)
+    EntityId = safe_str(max_length=MAX_ENTITY_ID_CHARS)
     FileIdList = safe_str_list(min_length=1, max_length=MAX_FILE_ID_CHARS)
 
 
@@ -34,7 +41,7 @@ class QueryRequest(_Body):
 
     query: SafeStr = Field(max_length=MAX_QUERY_CHARS)
     file_id: SafeStr = Field(min_length=1, max_length=MAX_FILE_ID_CHARS)
-    k: int = Field(4, ge=1, le=100)
+    k: int = Field(DEFAULT_K, ge=1, le=MAX_K)
     entity_id: SafeStr | None = Field(
         None, max_length=MAX_ENTITY_ID_CHARS, description=ENTITY_ID_FIELD_DESCRIPTION
     )
@@ -50,10 +57,23 @@ class QueryMultipleRequest(_Body):
         json_schema_extra={"minItems": 1},
         description=f"1 to {MAX_FILE_IDS} distinct file ids (400 when empty or more)",
     )
-    k: int = Field(4, ge=1, le=100)
+    k: int = Field(DEFAULT_K, ge=1, le=MAX_K)
     entity_id: SafeStr | None = Field(
         None, max_length=MAX_ENTITY_ID_CHARS, description=ENTITY_ID_FIELD_DESCRIPTION
     )
+
+
+def capped_file_ids(file_ids: list[str]) -> list[str]:
+    """`file_ids` as a search takes them: 400 beyond MAX_FILE_IDS distinct ids.
+
+    The cap counts distinct ids; up to the cap no count is needed (the scope drops repeats itself),
+    which spares ~30 µs of hashing at 1,000 ids. Past it the repeats are dropped.
+    """
+    if len(file_ids) > MAX_FILE_IDS:
+        file_ids = list(dict.fromkeys(file_ids))
+        if len(file_ids) > MAX_FILE_IDS:
+            raise BadRequest(f"At most {MAX_FILE_IDS} file_ids are allowed")
+    return file_ids
 
 
 class LocalEmbedRequest(_Body):

@@ -23,6 +23,8 @@ import asyncpg
 import httpx
 
 from app import metrics
+from app.access.allowlist import AllowList, build_allowlist, describe
+from app.access.scope import Access
 from app.clients.blobs import BlobStore, build_blob_store
 from app.clients.embeddings import Embedder, KnowsStoredDimensions, build_embedder, model_identity
 from app.clients.http import build_http_client
@@ -39,7 +41,6 @@ from app.maintenance.registry import MaintenanceRegistry
 from app.maintenance.tasks import Maintenance
 from app.runtime.postgres import EmbeddedPostgres, attach_running
 from app.runtime.supervisor import DatabaseSupervisor, FailureAlarm
-from app.search.allowlist import AllowList, build_allowlist, describe
 from app.search.service import SearchService
 from app.search.state import SearchState
 from app.store.db import StoreInfo, bootstrap, create_pool, stored_dimension
@@ -64,8 +65,8 @@ class Services:
     maintenance: Maintenance
     evidence: Evidence  # evidence search (/query_v2, its index runs): app/evidence/
     jobs: JobSystem
-    # ALLOWLIST_VERIFY: LibreChat's catalogue narrows file ids before they enter a Scope
-    allowlist: AllowList
+    # every door's Scope, with LibreChat's catalogue narrowing file ids first (ALLOWLIST_VERIFY)
+    access: Access
     admin_ids: frozenset[str]
 
 
@@ -154,7 +155,7 @@ async def build_services(
         maintenance=maintenance,
         evidence=evidence,
         jobs=jobs,
-        allowlist=_allowlist(settings, stack),
+        access=Access.of(settings, info.collection_id, _allowlist(settings, stack)),
         admin_ids=frozenset(settings.admin_user_ids),
     )
 

@@ -58,17 +58,10 @@ def _hits(k: int) -> list[Any]:
 
 
 class _CannedSearch:
-    """The search service minus the database: the real scope, k ready hits."""
+    """The search service minus the database: k ready hits."""
 
     def __init__(self, k: int) -> None:
         self._hits = _hits(k)
-        self._collection = uuid.uuid4()
-
-    def scope(self, owners: Any, uploader: Any, file_ids: Any = None) -> Any:
-        """The caller's scope, built as the service builds it."""
-        from app.store.scope import Scope
-
-        return Scope.of(self._collection, owners, uploader=uploader, file_ids=file_ids)
 
     async def search(self, query: str, scope: Any, k: int) -> Any:
         """k canned hits, whatever was asked."""
@@ -83,15 +76,18 @@ def _app(k: int) -> tuple[Any, str]:
 
     import jwt
 
+    from app.access.allowlist import OpenAllowList
+    from app.access.scope import Access
     from app.config import load_settings
     from app.main import create_app
-    from app.search.allowlist import OpenAllowList
 
     settings = load_settings(JWT_SECRET=SECRET, EMBEDDINGS_PROVIDER="local")
     app = create_app(settings)
     logging.getLogger("ragoverlay.access").setLevel(logging.WARNING)  # one line per request
+    # the real access rules (the caller's scope, built as every route builds it) over a made-up collection
+    access = Access.of(settings, uuid.uuid4(), OpenAllowList())
     app.state.services = SimpleNamespace(
-        settings=settings, search=_CannedSearch(k), allowlist=OpenAllowList(), admin_ids=frozenset()
+        settings=settings, search=_CannedSearch(k), access=access, admin_ids=frozenset()
     )
     now = int(time.time())
     token = jwt.encode({"id": "bench-user", "iat": now, "exp": now + 3600}, SECRET, algorithm="HS256")
@@ -172,7 +168,7 @@ def stages(k: int) -> list[tuple[str, float]]:
     """Each stage alone, µs (the fastest of five repeats)."""
     import orjson
 
-    from app.auth import TokenCache, verify_token
+    from app.access.principal import TokenCache, verify_token
     from app.schemas import QueryMultipleRequest
     from app.search.planner import SearchSettings, plan_vector_search
     from app.search.state import SearchState

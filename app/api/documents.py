@@ -8,20 +8,19 @@ from fastapi import APIRouter, Body, Path, Query
 from fastapi.responses import Response
 
 from app.api.jsonbody import json_bytes
-from app.auth import check_entity_id, delete_namespaces, read_namespaces
-from app.deps import AllowListDep, CurrentPrincipal, EntityIdQuery, IngestDep, SearchDep, ServicesDep
-from app.edge import safe_str
+from app.deps import AccessDep, CurrentPrincipal, EntityIdQuery, IngestDep, SearchDep, ServicesDep
 from app.errors import BadRequest, NotFound
 from app.schemas import (
     AUTHED_ERRORS,
-    MAX_FILE_ID_CHARS,
     MAX_FILE_IDS,
     SEARCH_PAIRS_RESPONSE,
     DocumentOut,
+    FileId,
     FileIdList,
     MessageResponse,
     QueryMultipleRequest,
     QueryRequest,
+    capped_file_ids,
     error_responses,
 )
 from app.search.service import SearchOutcome
@@ -31,7 +30,7 @@ router = APIRouter(tags=["documents"])
 if TYPE_CHECKING:  # built at run time; to a type checker it is a str
     FileIdPath = str
 else:
-    FileIdPath = Annotated[safe_str(min_length=1, max_length=MAX_FILE_ID_CHARS), Path()]
+    FileIdPath = Annotated[FileId, Path()]
 
 
 def _pairs(outcome: SearchOutcome) -> Response:
@@ -57,12 +56,9 @@ def _pairs(outcome: SearchOutcome) -> Response:
 async def query(body: QueryRequest, principal: CurrentPrincipal, services: ServicesDep) -> Response:
     """Top-k chunks of one file; `[]` when nothing matches or the file is out of scope."""
     # the services in one dependency, not three: FastAPI spends ~15 µs on each it resolves
-    search, allowlist = services.search, services.allowlist
-    entity = check_entity_id(body.entity_id, services.settings.entity_id_regex)
     # ALLOWLIST_VERIFY: LibreChat's catalogue narrows the allow-list the SQL predicate carries
-    ids = await allowlist.searchable(principal, entity, [body.file_id])
-    scope = search.scope(read_namespaces(principal, entity), principal.namespace, ids)
-    outcome = await search.search(body.query, scope, body.k)
+    scope = await services.access.read_scope(principal, body.entity_id, [body.file_id])
+    outcome = await services.search.search(body.query, scope, body.k)
     return _pairs(outcome)
 
 
@@ -75,20 +71,11 @@ async def query_multiple(
     body: QueryMultipleRequest, principal: CurrentPrincipal, services: ServicesDep
 ) -> Response:
     """Global top-k across up to 1,000 files in one request; 404 when nothing matches."""
-    search, allowlist = services.search, services.allowlist
-    ids = body.file_ids
-    if not ids:
+    if not body.file_ids:
         raise BadRequest("file_ids must not be empty")
-    # the cap counts distinct ids; up to the cap no count is needed (the scope drops repeats itself),
-    # which spares ~30 µs of hashing at 1,000 ids
-    if len(ids) > MAX_FILE_IDS:
-        ids = list(dict.fromkeys(ids))
-        if len(ids) > MAX_FILE_IDS:
-            raise BadRequest(f"At most {MAX_FILE_IDS} file_ids are allowed")
-    entity = check_entity_id(body.entity_id, services.settings.entity_id_regex)
-    allowed = await allowlist.searchable(principal, entity, ids)
-    scope = search.scope(read_namespaces(principal, entity), principal.namespace, allowed)
-    outcome = await search.search(body.query, scope, body.k)
+    ids = capped_file_ids(body.file_ids)
+    scope = await services.access.read_scope(principal, body.entity_id, ids)
+    outcome = await services.search.search(body.query, scope, body.k)
     if not outcome.hits:
         # the search's stages all the same: where a request that found nothing spent its time
         raise NotFound(
@@ -105,14 +92,12 @@ async def query_multiple(
 async def get_documents(
     principal: CurrentPrincipal,
     search: SearchDep,
-    allowlist: AllowListDep,
+    access: AccessDep,
     ids: Annotated[FileIdList, Query(min_length=1, max_length=MAX_FILE_IDS)],
     entity_id: EntityIdQuery,
 ) -> Response:
     """All chunks of the given files, in order; 404 if any file is not in scope."""
-    owners = read_namespaces(principal, entity_id)
-    allowed = await allowlist.searchable(principal, entity_id, ids)
-    rows = await search.documents(search.scope(owners, principal.namespace, allowed))
+    rows = await search.documents(await access.read_scope(principal, entity_id, ids))
     found = {r.file_id for r in rows}
     if any(i not in found for i in ids):
         raise NotFound("One or more IDs not found")
@@ -128,8 +113,7 @@ async def get_documents(
 async def delete_documents(
     principal: CurrentPrincipal,
     ingest: IngestDep,
-    search: SearchDep,
-    allowlist: AllowListDep,
+    access: AccessDep,
     file_ids: Annotated[FileIdList, Body(max_length=MAX_FILE_IDS)],
     entity_id: EntityIdQuery,
 ) -> MessageResponse:
@@ -141,14 +125,7 @@ async def delete_documents(
     namespaces of Agents the caller may edit in LibreChat (author or EDIT bit).
     """
     ids = list(dict.fromkeys(file_ids))
-    found = await ingest.delete(search.delete_scope(delete_namespaces(principal), principal.namespace, ids))
-    missing = [i for i in ids if i not in found]
-    if missing and allowlist.enabled:
-        # LibreChat detaches a file from its Agent before it asks us to delete it, so the Agent
-        # is found through the editor's rights, not through the file
-        editable = await allowlist.editable_agents(principal)
-        if editable:
-            found |= await ingest.delete(search.delete_scope(editable, principal.namespace, missing))
+    found = await access.delete(principal, ids, ingest.delete)
     if any(i not in found for i in ids):
         raise NotFound("One or more IDs not found")
     count = len(ids)
@@ -164,13 +141,11 @@ async def document_context(
     file_id: FileIdPath,
     principal: CurrentPrincipal,
     search: SearchDep,
-    allowlist: AllowListDep,
+    access: AccessDep,
     entity_id: EntityIdQuery,
 ) -> Response:
     """The file's text for the model: name, then text with page markers (a JSON string)."""
-    owners = read_namespaces(principal, entity_id)
-    allowed = await allowlist.searchable(principal, entity_id, [file_id])
-    text = await search.context(search.scope(owners, principal.namespace, allowed))
+    text = await search.context(await access.read_scope(principal, entity_id, [file_id]))
     if text is None:
         raise NotFound("One or more IDs not found")
     return Response(json_bytes(text), media_type="application/json")
@@ -178,9 +153,9 @@ async def document_context(
 
 @router.get("/ids", response_model=list[str], responses=error_responses(400, *AUTHED_ERRORS))
 async def list_ids(
-    principal: CurrentPrincipal, search: SearchDep, allowlist: AllowListDep, entity_id: EntityIdQuery
+    principal: CurrentPrincipal, search: SearchDep, access: AccessDep, entity_id: EntityIdQuery
 ) -> list[str]:
     """File ids in the caller's scope. **Decision**: rag_api lists every id in the collection."""
-    if entity_id and not await allowlist.agent_visible(principal, entity_id):
-        entity_id = None  # an Agent the caller may not use in LibreChat lists as if not named
-    return await search.file_ids(search.scope(read_namespaces(principal, entity_id), principal.namespace))
+    # an Agent the caller may not use in LibreChat lists as if not named
+    entity = await access.listed_entity(principal, entity_id)
+    return await search.file_ids(await access.read_scope(principal, entity, None))

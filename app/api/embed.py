@@ -13,8 +13,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
+from app.access.namespaces import check_entity_id, write_owner
+from app.access.principal import Principal
 from app.api.multipart import MAX_FIELD_BYTES, SavedUpload, check_content_length, receive_multipart
-from app.auth import Principal, check_entity_id, write_owner
 from app.config import Settings
 from app.deps import CurrentPrincipal, EntityIdQuery, IngestDep, SettingsDep, UploadsDep
 from app.edge import NON_BLANK_NUL_FREE_PATTERN, NUL_FREE_PATTERN, UNSAFE_ERROR_TYPE, unsafe_in_json

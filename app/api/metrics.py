@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from app import metrics
-from app.auth import Principal, single_authorization
+from app.access.principal import Principal, single_authorization
 from app.deps import ServicesDep, get_admin, get_principal
 from app.errors import Forbidden
 from app.schemas import AUTHED_ERRORS, error_responses

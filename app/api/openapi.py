@@ -48,7 +48,7 @@ OUT_OF_BOUNDS_DESCRIPTION = (
 
 
 def document_out_of_bounds(document: dict[str, Any]) -> None:
-    """Give every operation that validates its input (it lists 422) the 400 that app/api/bounds.py answers."""
+    """Give every operation that validates its input (it lists 422) the 400 that app/validation.py answers."""
     for operations in document.get("paths", {}).values():
         for operation in operations.values():
             responses = operation.get("responses") if isinstance(operation, dict) else None

@@ -11,8 +11,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from app.auth import check_entity_id, read_namespaces
-from app.deps import AllowListDep, CurrentPrincipal, EvidenceDep, SearchDep, SettingsDep
+from app.deps import AccessDep, CurrentPrincipal, EvidenceDep
 from app.errors import Forbidden
 from app.evidence.query.schemas import (
     QueryV2Request,
@@ -36,22 +35,19 @@ router = APIRouter(tags=["v2 search"])
 async def query_v2(
     body: QueryV2Request,
     principal: CurrentPrincipal,
-    settings: SettingsDep,
-    search: SearchDep,
     evidence: EvidenceDep,
-    allowlist: AllowListDep,
+    access: AccessDep,
 ) -> Response:
     """Cited evidence from the namespace's active V2 run, or `safe_refusal` when nothing supports one."""
     request = check_query_v2(body)
-    entity = check_entity_id(request.entity_id, settings.entity_id_regex)
+    entity = access.entity(principal, request.entity_id)
     namespace = entity or principal.namespace
     evidence.require_enabled(namespace)
     if request.debug and not principal.is_admin:
         raise Forbidden("debug output needs an admin token (RAG_ADMIN_USER_IDS or role ADMIN)")
-    allowed = await allowlist.searchable(principal, entity, request.file_ids)
+    scope = await access.read_scope(principal, entity, request.file_ids)
     # evidence is re-checked against what LibreChat allows, not only against what was asked
-    request = request.model_copy(update={"file_ids": allowed})
-    scope = search.scope(read_namespaces(principal, entity), principal.namespace, allowed)
+    request = request.model_copy(update={"file_ids": list(scope.file_ids or ())})
     answer, timing = await evidence.query(request, scope, namespace, debug=request.debug)
     payload = answer.model_dump_json(exclude={"debug"} if answer.debug is None else set())
     return Response(payload, media_type="application/json", headers={"Server-Timing": timing})

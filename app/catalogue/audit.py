@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from itertools import combinations
 from typing import Any
 
-from app.catalogue.access import (
+from app.catalogue.documents import (
     AGENT_RESOURCE,
     PRINCIPAL_PUBLIC,
     VIEW,

@@ -1,9 +1,9 @@
-"""Who is calling the MCP server, and which namespaces each call may read (CONTRACT.md section 9).
+"""Who is calling the MCP server and how it proved it (CONTRACT.md section 9); what it reads: `Caller`.
 
 Four ways in, each failing closed:
 
-- `jwt`: LibreChat's token as `Authorization: Bearer`, verified by `app.auth.verify_token` (the
-  code every HTTP route uses), with the same `ENTITY_ID_PATTERN` and allow-list re-check;
+- `jwt`: LibreChat's token as `Authorization: Bearer`, verified by `app.access.principal.verify_token`
+  (the code every HTTP route uses), with the same `ENTITY_ID_PATTERN` and allow-list re-check;
 - `api_key`: a key listed in `MCP_API_KEYS` as `sha256hex:principal[:ns1|ns2]`; only its hash is
   configured, compared in constant time; it reads exactly its namespace set (the principal's own
   when none is listed);
@@ -26,19 +26,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from app.auth import (
-    PUBLIC_NAMESPACE,
-    Principal,
-    anonymous,
-    check_entity_id,
-    read_namespaces,
-    single_authorization,
-    verify_token,
-)
+from app.access.namespaces import Caller
+from app.access.principal import PUBLIC_NAMESPACE, Principal, anonymous, single_authorization, verify_token
 from app.config import Settings
 from app.edge import unsafe_reason
-from app.errors import BadRequest, Unauthorized
-from app.search.allowlist import AllowList
+from app.errors import Unauthorized
 
 Mode = Literal["jwt", "api_key", "gateway", "stdio", "anonymous"]
 MAX_GATEWAY_USER_CHARS = 200
@@ -68,66 +60,20 @@ def key_digest(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
 
 
-@dataclass(frozen=True)
-class McpCaller:
-    """The caller of one MCP request: a principal, how it proved itself, and what it may read.
+@dataclass(frozen=True, kw_only=True)
+class McpCaller(Caller):
+    """The caller of one MCP request: a principal, what it may read (`Caller`), and how it proved itself.
 
-    `namespaces` is the fixed set of an API key or of stdio (None: the HTTP rules of
-    `read_namespaces`, the caller's own namespace plus a checked `entity_id`).
+    `namespaces` is the fixed set of an API key or of stdio (None: the HTTP rules, the caller's own
+    namespace plus a checked `entity_id`).
     """
 
-    principal: Principal
     mode: Mode
-    namespaces: tuple[str, ...] | None = None
 
     @property
     def identity(self) -> str:
         """What an MCP session is bound to: the mode and the principal (a new JWT keeps its session)."""
         return f"{self.mode}:{self.principal.namespace}"
-
-    @property
-    def uses_catalogue(self) -> bool:
-        """True when LibreChat's catalogue re-checks this caller's file ids (a LibreChat user)."""
-        return self.namespaces is None
-
-    def entity(self, entity_id: str | None, settings: Settings) -> str | None:
-        """The checked `entity_id` of a call: the HTTP shape rule, or membership of the fixed set."""
-        if entity_id is None or not entity_id.strip():
-            return None
-        if self.namespaces is None:
-            return check_entity_id(entity_id, settings.entity_id_regex)
-        if entity_id not in self.namespaces:
-            raise BadRequest(
-                f"entity_id must be one of this caller's namespaces ({', '.join(self.namespaces)}); "
-                "leave it out to read all of them"
-            )
-        return entity_id
-
-    def owners(self, entity: str | None) -> list[str]:
-        """The namespaces a read may touch, for a checked `entity` (from `entity`)."""
-        if self.namespaces is None:
-            return read_namespaces(self.principal, entity)
-        return [entity] if entity else list(self.namespaces)
-
-    @property
-    def uploader(self) -> str | None:
-        """The uploader the scope honours: a LibreChat user's own id; none for a fixed namespace set."""
-        # a fixed set is exactly what the operator granted: uploads elsewhere do not widen it
-        return self.principal.namespace if self.namespaces is None else None
-
-    def home(self, entity: str | None) -> str:
-        """The namespace a V2 search asks for: `entity`, else the caller's own (first of a fixed set)."""
-        if entity:
-            return entity
-        return self.namespaces[0] if self.namespaces else self.principal.namespace
-
-    async def searchable(
-        self, allowlist: AllowList, entity: str | None, file_ids: Sequence[str]
-    ) -> list[str]:
-        """The file ids LibreChat's catalogue lets a LibreChat caller use (a fixed set: unchanged)."""
-        if not self.uses_catalogue:
-            return list(dict.fromkeys(file_ids))
-        return await allowlist.searchable(self.principal, entity, file_ids)
 
 
 class McpAuthenticator:
@@ -150,7 +96,7 @@ class McpAuthenticator:
         """The caller behind these `Authorization` and gateway user id header values."""
         authorization = single_authorization(authorizations)
         if self.open:
-            return McpCaller(anonymous(), "anonymous")
+            return McpCaller(anonymous(), mode="anonymous")
         if not authorization:
             raise Unauthorized("Missing or invalid Authorization header")
         scheme, _, token = authorization.partition(" ")
@@ -166,7 +112,7 @@ class McpAuthenticator:
                 matched = key
         if matched is not None:
             principal = Principal(user_id=matched.principal, is_admin=matched.principal in self.admin_ids)
-            return McpCaller(principal, "api_key", matched.namespaces)
+            return McpCaller(principal, matched.namespaces, mode="api_key")
         if not self.settings.auth_enabled:
             raise Unauthorized("Invalid token: not a configured MCP key")
         assert self.settings.jwt_secret is not None
@@ -176,7 +122,7 @@ class McpAuthenticator:
             audience=self.settings.jwt_audience,
             admin_user_ids=self.admin_ids,
         )
-        return McpCaller(principal, "jwt")
+        return McpCaller(principal, mode="jwt")
 
     def _gateway(self, user_headers: Sequence[str]) -> McpCaller:
         name = self.settings.mcp_gateway_user_header
@@ -185,7 +131,7 @@ class McpAuthenticator:
         user = user_headers[0].strip()
         if len(user) > MAX_GATEWAY_USER_CHARS or unsafe_reason(user) is not None or user == PUBLIC_NAMESPACE:
             raise Unauthorized(f"The {name} header does not hold a LibreChat user id")
-        return McpCaller(Principal(user_id=user, is_admin=user in self.admin_ids), "gateway")
+        return McpCaller(Principal(user_id=user, is_admin=user in self.admin_ids), mode="gateway")
 
 
 def stdio_caller(settings: Settings, principal: str, namespaces: Sequence[str]) -> McpCaller:
@@ -197,4 +143,4 @@ def stdio_caller(settings: Settings, principal: str, namespaces: Sequence[str]) 
             raise ValueError("every --namespace must be a non-empty name")
     chosen = tuple(dict.fromkeys(namespaces)) or (principal,)
     is_admin = principal in frozenset(settings.admin_user_ids)
-    return McpCaller(Principal(user_id=principal, is_admin=is_admin), "stdio", chosen)
+    return McpCaller(Principal(user_id=principal, is_admin=is_admin), chosen, mode="stdio")

@@ -7,8 +7,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-V1_DEFAULT_K = 5
-V1_MAX_K = 100
+from app.evidence.query import schemas as v2_schemas
+from app.schemas import MAX_K as V1_MAX_K
+from app.schemas import MAX_QUERY_CHARS as V1_MAX_QUERY_CHARS
+
+V1_DEFAULT_K = 5  # one more than /query's 4: a tool call is one search, not one per file
 READ_DEFAULT_CHARS = 20_000
 READ_MAX_CHARS = 100_000
 LIST_DEFAULT = 100
@@ -57,7 +60,11 @@ DESCRIPTIONS: dict[str, str] = {
 
 # --- what a model reads: descriptions and argument schemas ------------------------------------------
 QueryArg = Annotated[
-    str, Field(description="What to look for, in natural language or exact terms (1..4000 chars)")
+    str,
+    Field(
+        description="What to look for, in natural language or exact terms (1.."
+        f"{v2_schemas.MAX_QUERY_CHARS} chars in v2, 1..{V1_MAX_QUERY_CHARS} in v1)"
+    ),
 ]
 FileIdsArg = Annotated[
     list[str] | None,
@@ -82,7 +89,11 @@ ModeArg = Annotated[
     ),
 ]
 KArg = Annotated[
-    int | None, Field(description="How many results: 1..10 for v2 (default 8), 1..100 for v1 (default 5)")
+    int | None,
+    Field(
+        description=f"How many results: 1..{v2_schemas.MAX_K} for v2 (default {v2_schemas.DEFAULT_K}), "
+        f"1..{V1_MAX_K} for v1 (default {V1_DEFAULT_K})"
+    ),
 ]
 FileIdArg = Annotated[str, Field(description="The file to read (a file id from rag_list or rag_search)")]
 OffsetArg = Annotated[

@@ -3,9 +3,10 @@
     server = build_server(services, limiter=app.state.rate_limiter)
 
 Every tool resolves its caller (`app/mcp/auth.py`: put on the request by `app/mcp/http.py`, or the
-one stdio principal), checks its arguments the way the HTTP edge does (NUL, lone surrogates,
-bounds), builds the same `Scope` the routes build (`read_namespaces`, the allow-list re-check) and
-calls `SearchService`, `V2SearchService` or the job service. No tool calls a router or holds SQL.
+one stdio principal), checks its arguments with the routes' own request models and checks
+(`app/mcp/arguments.py`), gets its `Scope` where the routes get theirs (`Access.read_scope`: the
+`entity_id` check, the allow-list re-check) and calls the search service, evidence search or the
+job service. No tool calls a router or holds SQL.
 
 Errors: arguments the caller must change are JSON-RPC errors (INVALID_PARAMS) whose message says
 what to change; refusals the model should read (not allowed, not found, V2 off, rate limited,
@@ -18,18 +19,16 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal, ParamSpec, TypeVar
 
 import asyncpg
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, ToolAnnotations
+from mcp_types import ToolAnnotations
 
-from app.api.ratelimit import RateLimiter
-from app.auth import require_admin
-from app.edge import unsafe_reason
+from app.access.principal import require_admin
 from app.errors import (
     BadRequest,
     InvalidInput,
@@ -39,17 +38,20 @@ from app.errors import (
 )
 from app.evidence.query import schemas as v2_schemas
 from app.jobs.schemas import AdminJobOut, JobOut
+from app.mcp.arguments import (
+    JobsArguments,
+    ListArguments,
+    ReadArguments,
+    ReindexArguments,
+    build,
+    invalid,
+    present,
+)
 from app.mcp.auth import McpCaller
 from app.mcp.describe import (
     DESCRIPTIONS,
     INSTRUCTIONS,
-    JOBS_MAX,
-    LIST_DEFAULT,
-    LIST_MAX,
-    READ_DEFAULT_CHARS,
-    READ_MAX_CHARS,
     V1_DEFAULT_K,
-    V1_MAX_K,
     BeforeArg,
     CursorArg,
     EntityArg,
@@ -67,8 +69,8 @@ from app.mcp.describe import (
     ReadLimitArg,
 )
 from app.metrics import MCP_TOOL_CALLS
-from app.schemas import MAX_ENTITY_ID_CHARS, MAX_FILE_ID_CHARS, MAX_FILE_IDS
-from app.schemas import MAX_QUERY_CHARS as V1_MAX_QUERY_CHARS
+from app.ratelimit import RateLimiter
+from app.schemas import MAX_FILE_IDS, QueryMultipleRequest, capped_file_ids
 from app.services import Services
 from app.store.chunks import ChunkHit
 
@@ -81,48 +83,27 @@ CALLER_SCOPE_KEY = "ragoverlay.mcp_caller"  # where app/mcp/http.py puts the cal
 UNEXPECTED = "The tool failed unexpectedly; nothing was changed. Try again, or ask the operator (server log)"
 
 
-def _invalid(message: str) -> MCPError:
-    return MCPError(INVALID_PARAMS, message)
-
-
-def check_text(name: str, value: str, *, max_chars: int, required: bool = True) -> str:
-    """A string argument as the HTTP edge accepts it: storable, within its length (INVALID_PARAMS)."""
-    reason = unsafe_reason(value)
-    if reason is not None:
-        raise _invalid(f"{name} {reason}")
-    if required and not value.strip():
-        raise _invalid(f"{name} must not be empty")
-    if len(value) > max_chars:
-        raise _invalid(f"{name} must be at most {max_chars} characters (it has {len(value)}); shorten it")
-    return value
-
-
-def check_ids(file_ids: Sequence[str] | None, *, max_chars: int = MAX_FILE_ID_CHARS) -> list[str] | None:
-    """Distinct file ids in first-seen order, each storable and 1..max_chars; at most 1,000."""
-    if file_ids is None:
-        return None
-    ids = list(dict.fromkeys(file_ids))
-    if len(ids) > MAX_FILE_IDS:
-        raise _invalid(
-            f"At most {MAX_FILE_IDS} file_ids are allowed ({len(ids)} distinct given); split them into "
-            f"batches of {MAX_FILE_IDS}, or leave file_ids out to search every file you can read"
+def search_arguments(
+    mode: Literal["v1", "v2"], query: str, file_ids: list[str] | None, entity_id: str | None, k: int | None
+) -> tuple[list[str] | None, int]:
+    """A search's file ids (None: every file) and k, checked as `/query_multiple` or `/query_v2` would."""
+    if mode == "v2":
+        request = build(
+            v2_schemas.QueryV2Request,
+            **present(query=query, file_ids=file_ids or [], entity_id=entity_id, k=k),
         )
-    for index, file_id in enumerate(ids):
-        reason = unsafe_reason(file_id)
-        if reason is not None:
-            raise _invalid(f"file_ids[{index}] {reason}")
-        if not 1 <= len(file_id) <= max_chars:
-            raise _invalid(f"file_ids[{index}] must be 1 to {max_chars} characters")
-    return ids
-
-
-def check_int(name: str, value: int | None, *, default: int, low: int, high: int) -> int:
-    """An integer argument within low..high (INVALID_PARAMS naming the bounds)."""
-    if value is None:
-        return default
-    if isinstance(value, bool) or not low <= value <= high:
-        raise _invalid(f"{name} must be an integer between {low} and {high} (got {value}); change it")
-    return value
+        request = v2_schemas.check_query_v2(request, files_later=not file_ids)
+        return (None if file_ids is None else request.file_ids), request.k
+    v1 = build(
+        QueryMultipleRequest,
+        **present(
+            query=query, file_ids=file_ids or [], entity_id=entity_id, k=V1_DEFAULT_K if k is None else k
+        ),
+    )
+    # the route answers a blank query with nothing found (rag_api's way); a tool says what to change
+    if not v1.query.strip():
+        raise BadRequest("query must not be empty")
+    return (None if file_ids is None else capped_file_ids(v1.file_ids)), v1.k
 
 
 def snippet(text: str, limit: int) -> tuple[str, bool]:
@@ -244,33 +225,24 @@ class Tools:
         """Search the caller's files (V1 vectors or V2 cited evidence)."""
         caller = self.caller(ctx)
         res = self.services
-        settings = res.settings
-        ids = check_ids(file_ids)
-        if entity_id is not None:
-            check_text("entity_id", entity_id, max_chars=MAX_ENTITY_ID_CHARS, required=False)
-        entity = caller.entity(entity_id, settings)
+        access = res.access
+        entity = access.entity(caller, entity_id)
         namespace = caller.home(entity)
         v2 = res.evidence
         chosen = mode or ("v2" if namespace in v2.enabled_namespaces else "v1")
-        max_query = v2_schemas.MAX_QUERY_CHARS if chosen == "v2" else V1_MAX_QUERY_CHARS
-        check_text("query", query, max_chars=max_query)
-        if chosen == "v2":
-            k_value = check_int("k", k, default=v2_schemas.DEFAULT_K, low=1, high=v2_schemas.MAX_K)
-        else:
-            k_value = check_int("k", k, default=V1_DEFAULT_K, low=1, high=V1_MAX_K)
+        ids, k_value = search_arguments(chosen, query, file_ids, entity_id, k)
         self.limit_search(caller)
-        owners = caller.owners(entity)
         search = res.search
         note: str | None = None
         if ids is None:
             # every file the caller can read; the allow-list below narrows them like any list
-            ids = await search.file_ids(search.scope(owners, caller.uploader))
+            ids = await search.file_ids(await access.read_scope(caller, entity, None))
             if chosen == "v2" and len(ids) > MAX_FILE_IDS:
                 note = f"searched the first {MAX_FILE_IDS} of {len(ids)} files; pass file_ids to choose"
                 ids = ids[:MAX_FILE_IDS]
-        allowed = await caller.searchable(res.allowlist, entity, ids)
-        scope = search.scope(owners, caller.uploader, allowed)
-        limit = settings.search_snippet_max_chars
+        scope = await access.read_scope(caller, entity, ids)
+        allowed = list(scope.file_ids or ())
+        limit = res.settings.search_snippet_max_chars
         if chosen == "v2":
             v2.require_enabled(namespace)
             request = v2_schemas.QueryV2Request(query=query, file_ids=allowed, entity_id=entity, k=k_value)
@@ -305,15 +277,11 @@ class Tools:
         """A page of a file's full text, as the model reads it in LibreChat (page markers included)."""
         caller = self.caller(ctx)
         res = self.services
-        check_text("file_id", file_id, max_chars=MAX_FILE_ID_CHARS)
-        if entity_id is not None:
-            check_text("entity_id", entity_id, max_chars=MAX_ENTITY_ID_CHARS, required=False)
-        start = check_int("offset", offset, default=0, low=0, high=2**31 - 1)
-        size = check_int("limit", limit, default=READ_DEFAULT_CHARS, low=1, high=READ_MAX_CHARS)
-        entity = caller.entity(entity_id, res.settings)
-        allowed = await caller.searchable(res.allowlist, entity, [file_id])
-        search = res.search
-        text = await search.context(search.scope(caller.owners(entity), caller.uploader, allowed))
+        args = build(
+            ReadArguments, **present(file_id=file_id, entity_id=entity_id, offset=offset, limit=limit)
+        )
+        start, size = args.offset, args.limit
+        text = await res.search.context(await res.access.read_scope(caller, args.entity_id, [file_id]))
         if text is None:
             # a file outside the caller's scope reads exactly like a file that does not exist
             raise ToolError(f"No file {file_id!r} among the files you can read (see rag_list)")
@@ -335,23 +303,13 @@ class Tools:
         """A page of the files the caller can search."""
         caller = self.caller(ctx)
         res = self.services
-        if cursor is not None:
-            check_text("cursor", cursor, max_chars=MAX_FILE_ID_CHARS)
-        if entity_id is not None:
-            check_text("entity_id", entity_id, max_chars=MAX_ENTITY_ID_CHARS, required=False)
-        size = check_int("limit", limit, default=LIST_DEFAULT, low=1, high=LIST_MAX)
-        entity = caller.entity(entity_id, res.settings)
-        if (
-            entity
-            and caller.uses_catalogue
-            and not await res.allowlist.agent_visible(caller.principal, entity)
-        ):
-            entity = None  # an Agent the caller may not use lists as if not named (as GET /ids)
-        search = res.search
-        rows = await search.files(
-            search.scope(caller.owners(entity), caller.uploader), after=cursor, limit=size
-        )
-        allowed = set(await caller.searchable(res.allowlist, entity, [r.file_id for r in rows]))
+        args = build(ListArguments, **present(cursor=cursor, entity_id=entity_id, limit=limit))
+        size = args.limit
+        access = res.access
+        # an Agent the caller may not use lists as if not named (as GET /ids)
+        entity = await access.listed_entity(caller, args.entity_id)
+        rows = await res.search.files(await access.read_scope(caller, entity, None), after=cursor, limit=size)
+        allowed = set(await access.searchable(caller, entity, [r.file_id for r in rows]))
         return {
             "files": [
                 {
@@ -381,7 +339,7 @@ class Tools:
             "admin": caller.principal.is_admin,
             "namespaces": owners,
             "v2_namespaces": [n for n in owners if n in enabled],
-            "catalogue_check": caller.uses_catalogue and res.allowlist.enabled,
+            "catalogue_check": caller.uses_catalogue and res.access.allowlist.enabled,
             "database_up": res.database.up,
         }
         if caller.principal.is_admin:
@@ -405,9 +363,7 @@ class Tools:
         """The caller's own jobs (admins: every job), newest first."""
         caller = self.caller(ctx)
         res = self.services
-        size = check_int("limit", limit, default=50, low=1, high=JOBS_MAX)
-        if before is not None:
-            check_int("before", before, default=0, low=1, high=2**63 - 1)
+        size = build(JobsArguments, **present(before=before, limit=limit)).limit
         admin = caller.principal.is_admin
         rows = await res.jobs.service.list_jobs(
             status=status,
@@ -423,7 +379,7 @@ class Tools:
         caller = self.caller(ctx)
         res = self.services
         require_admin(caller.principal)
-        check_text("namespace", namespace, max_chars=MAX_ENTITY_ID_CHARS)
+        build(ReindexArguments, namespace=namespace)
         added = await res.evidence.reindex(
             namespace=namespace, force=force, created_by=caller.principal.namespace
         )
@@ -450,7 +406,7 @@ def counted(name: str, fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T
             raise
         except (BadRequest, InvalidInput) as exc:
             MCP_TOOL_CALLS.labels(tool=name, outcome="invalid").inc()
-            raise _invalid(_detail(exc)) from None
+            raise invalid(_detail(exc)) from None
         except RateLimited as exc:
             MCP_TOOL_CALLS.labels(tool=name, outcome="limited").inc()
             raise ToolError(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -53,7 +53,7 @@ class SearchOutcome:
 
 
 class SearchService:
-    """Searches and reads chunks for one collection, always inside the caller's `Scope`."""
+    """Searches and reads chunks for one collection, always inside the caller's `Scope` (`app.access`)."""
 
     def __init__(
         self,
@@ -82,29 +82,6 @@ class SearchService:
             # takes ~0.1 ms on one core, while a pool of spinning threads on two busy cores took
             # 16 ms (measured with concurrent requests; the multilingual model sets the same)
             threadpool_limits(limits=1, user_api="blas")
-
-    def scope(
-        self, owners: Sequence[str], uploader: str | None, file_ids: Sequence[str] | None = None
-    ) -> Scope:
-        """The read scope of a caller: `owners` (from `read_namespaces`), the files it uploaded."""
-        return Scope.of(
-            self.info.collection_id,
-            owners,
-            uploader=uploader,
-            file_ids=file_ids,
-            legacy_unowned=self.settings.legacy_unowned_readable,
-        )
-
-    def delete_scope(self, owners: Sequence[str], uploader: str | None, file_ids: Sequence[str]) -> Scope:
-        """The delete scope: the read scope, or any owner under DELETE_SCOPE=caller."""
-        return Scope.of(
-            self.info.collection_id,
-            owners,
-            uploader=uploader,
-            file_ids=file_ids,
-            legacy_unowned=self.settings.legacy_unowned_readable,
-            any_owner=self.settings.delete_scope == "caller",
-        )
 
     def plan(self, dims: int, scope: Scope, k: int) -> VectorSearchDecision:
         """The planner's decision for a query vector of `dims` dimensions within `scope`."""

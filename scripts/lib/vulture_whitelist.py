@@ -59,7 +59,7 @@ _._table_close
 
 # --- kept on purpose, though only tests use them ---------------------------------------------------
 _.SimpleTokenCounter  # app/evidence/index/tokens.py: the TokenCounter test double its docstring names
-_.reads  # app/search/allowlist.py: the catalogue round trips, which the caching tests count
+_.reads  # app/access/allowlist.py: the catalogue round trips, which the caching tests count
 _.get_bytes  # app/clients/blobs: the BlobStore contract tests read blobs back with it
 _.metadata_type  # app/store/db.py StoreInfo: the rag_api compatibility test checks the detection
 

@@ -393,7 +393,7 @@ async def test_local_embed_paths_the_os_refuses_are_4xx(client: httpx.AsyncClien
     r = await client.post(
         "/local/embed", json={"filepath": "x" * 5000, "filename": "a", "file_id": "f"}, headers=h
     )
-    assert r.status_code == 400  # longer than the schema allows: a bound (app/api/bounds.py)
+    assert r.status_code == 400  # longer than the schema allows: a bound (app/validation.py)
     assert "filepath must have at most 4096 characters" in r.json()["detail"]
 
 

@@ -22,7 +22,7 @@ import pytest
 from bson import ObjectId
 from pymongo.database import Database as MongoDatabase
 
-from app.search.allowlist import UNAVAILABLE_DETAIL, CatalogueAllowList, OpenAllowList
+from app.access.allowlist import UNAVAILABLE_DETAIL, CatalogueAllowList, OpenAllowList
 from tests.contract.helpers import file_ids_of, upload
 from tests.fixtures.mongo_server import mongo_server
 from tests.fixtures.serve import free_port
@@ -73,7 +73,7 @@ class World:
 
     @property
     def allowlist(self) -> CatalogueAllowList:
-        found = resources(self.client).allowlist
+        found = resources(self.client).access.allowlist
         assert isinstance(found, CatalogueAllowList)
         return found
 
@@ -133,13 +133,13 @@ async def _search(world: World, who: str, file_ids: list[str], entity_id: str | 
 @contextlib.asynccontextmanager
 async def recheck_off(world: World) -> AsyncIterator[None]:
     """The same app with ALLOWLIST_VERIFY=off: what the claimed entity_id alone grants."""
-    res = resources(world.client)
-    saved = res.allowlist
-    res.allowlist = OpenAllowList()
+    access = resources(world.client).access
+    saved = access.allowlist
+    access.allowlist = OpenAllowList()
     try:
         yield
     finally:
-        res.allowlist = saved
+        access.allowlist = saved
 
 
 async def test_owner_author_and_acl_principals_may_search(world: World) -> None:
@@ -302,7 +302,7 @@ async def test_mongo_down_fail_open_searches_unchecked_with_a_warning(
     user = str(ObjectId())
     async with running_app(settings) as client:
         await upload(client, "mine", "mine.txt", b"My own notes about leave policy.", auth(user))
-        with caplog.at_level(logging.WARNING, logger="app.search.allowlist"):
+        with caplog.at_level(logging.WARNING, logger="app.access.allowlist"):
             response = await client.post(
                 "/query_multiple", json={"query": "leave", "file_ids": ["mine"]}, headers=auth(user)
             )

@@ -221,8 +221,11 @@ async def test_bad_input_gets_an_error_that_says_what_to_change(served: Served) 
         )
     cases: list[tuple[str, dict[str, object], str]] = [
         ("rag_search", {"query": "heron", "file_ids": [f"f{i}" for i in range(1001)]}, "At most 1000"),
-        ("rag_search", {"query": "heron", "k": 0}, "between 1 and 100"),
-        ("rag_search", {"query": "heron", "k": 101}, "between 1 and 100"),
+        # the words /query_multiple answers with (400): one place for limits and wording
+        ("rag_search", {"query": "heron", "k": 0}, "k must be at least 1"),
+        ("rag_search", {"query": "heron", "k": 101}, "k must be at most 100"),
+        ("rag_search", {"query": "x" * 20_001}, "query must have at most 20000 characters"),
+        ("rag_search", {"query": "heron", "file_ids": ["f" * 513]}, "file_ids[0] must have at most 512"),
         ("rag_search", {"query": "heron", "entity_id": served.other}, "ENTITY_ID_PATTERN"),
         ("rag_search", {"query": "   "}, "must not be empty"),
         ("rag_read", {"file_id": served.mine, "limit": 10**6}, "limit must be"),
@@ -421,7 +424,7 @@ async def test_stdio_serves_one_principal_on_the_services_database(
         ]
         gone = await client.call_tool("rag_read", {"file_id": served.theirs})
         assert "Nightingale" not in error_text(gone)
-        with pytest.raises(MCPError, match="between 1 and 100"):
+        with pytest.raises(MCPError, match="k must be at most 100"):
             await client.call_tool("rag_search", {"query": "heron", "k": 500})
 
 

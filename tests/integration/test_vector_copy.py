@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from pgvector.asyncpg import register_vector
 
+from app.access.principal import Principal
 from app.config import Settings
 from app.search.planner import VectorSearchDecision
 from app.store import chunks as store
@@ -272,7 +273,9 @@ async def test_the_service_backfills_the_copy_then_searches_it_through_its_index
             assert await conn.fetchval("SELECT count(*) FROM ragoverlay_vectors") == len(rows)
             query = "anything at all"
             vector = await resources.embedder.embed_query(query)
-            choice = resources.search.plan(384, resources.search.scope([user], user, files), 7)
+            choice = resources.search.plan(
+                384, await resources.access.read_scope(Principal(user), None, files), 7
+            )
             assert choice.use_copy
             want = await exact_top_k(conn, info, vector=vector, file_ids=files, owners=[user], k=7)
         finally:

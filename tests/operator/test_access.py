@@ -6,18 +6,14 @@ from datetime import UTC, datetime, timedelta
 
 from bson import ObjectId
 
-from app.catalogue.access import (
-    EDIT,
-    VIEW,
-    Principal,
-    attached_file_ids,
-    file_search_ids,
+from app.access.librechat_rule import (
     is_ephemeral_agent_id,
     permission_bits,
     searchable_file_ids,
     user_principals,
 )
 from app.catalogue.audit import audit_catalogue
+from app.catalogue.documents import EDIT, VIEW, Principal, attached_file_ids, file_search_ids
 
 AUTHOR, ALICE, BOB = ObjectId(), ObjectId(), ObjectId()
 GROUP = ObjectId()

@@ -1,4 +1,4 @@
-"""app.catalogue.mongo against a real MongoDB wire-protocol server (nx-27017) with LibreChat documents."""
+"""app.catalogue.mongo, and the viewer app.access reads with it, against a MongoDB wire-protocol server."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 from pymongo.database import Database
 
+from app.access.viewer import read_viewer
 from app.catalogue import mongo
 from app.catalogue.audit import audit_catalogue
 from tests.operator.catalogue_seed import Catalogue
@@ -31,7 +32,7 @@ def test_searchable_files_by_librechat_rule(mongo_db: Database[dict[str, Any]]) 
         wanted = files if files is not None else [*kb, orphan, alice_own]
         # what the allow-list does per request: the viewer, then the requested files' documents
         requested = sorted(set(wanted))
-        viewer = mongo.read_viewer(cat.db, user_id=str(user), agent_id=agent_id)
+        viewer = read_viewer(cat.db, user_id=str(user), agent_id=agent_id)
         return viewer.searchable(requested, mongo.read_files(cat.db, requested), None)
 
     everything_attached = {*kb, orphan}

@@ -7,12 +7,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from bson import ObjectId
 
-from app.auth import Principal as Caller
-from app.catalogue.access import DELETE, EDIT, SHARE, VIEW, agent_bits, editable_agent_ids, user_principals
-from app.catalogue.mongo import Viewer
+from app.access.allowlist import Grant, GrantCache, OpenAllowList, describe
+from app.access.librechat_rule import agent_bits, editable_agent_ids, user_principals
+from app.access.principal import Principal as Caller
+from app.access.viewer import Viewer
+from app.catalogue.documents import DELETE, EDIT, SHARE, VIEW
 from app.config import load_settings
 from app.errors import ConfigError
-from app.search.allowlist import Grant, GrantCache, OpenAllowList, describe
 
 NOW = datetime(2026, 7, 1, tzinfo=UTC)
 

@@ -10,18 +10,15 @@ import time
 import jwt
 import pytest
 
-from app.auth import (
+from app.access.namespaces import check_entity_id, delete_namespaces, read_namespaces, write_owner
+from app.access.principal import (
     Principal,
     TokenCache,
     anonymous,
-    check_entity_id,
     check_time_claims,
-    delete_namespaces,
-    read_namespaces,
     require_admin,
     single_authorization,
     verify_token,
-    write_owner,
 )
 from app.config import DEFAULT_ENTITY_ID_PATTERN
 from app.errors import BadRequest, Forbidden, InvalidInput, Unauthorized

@@ -285,8 +285,7 @@ async def test_a_small_upload_is_not_queued_behind_a_big_ones_slices() -> None:
     try:
         # a big upload occupies every document thread (its slices wait on the gate)
         big = asyncio.create_task(embedder.embed_documents([f"big {i}" for i in range(64)]))
-        while not runtime.running_big.is_set():
-            await asyncio.sleep(0.01)
+        assert await asyncio.to_thread(runtime.running_big.wait, 30), "the big upload never started"
         # a small one finishes while every slice of the big one is still held: its own lane
         small = await asyncio.wait_for(embedder.embed_documents(["a short note", "one more line"]), 30)
         assert small.shape == (2, LOCAL_DIMENSIONS)

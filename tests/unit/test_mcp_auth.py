@@ -58,9 +58,9 @@ def test_a_configured_key_closes_the_open_door() -> None:
         auth.authenticate(["Bearer wrong"], [])
     caller = auth.authenticate([f"Bearer {KEY}"], [])
     assert caller.mode == "api_key" and caller.owners(None) == ["ns1", "ns2"] and caller.uploader is None
-    assert caller.owners(caller.entity("ns2", auth.settings)) == ["ns2"]
+    assert caller.owners(caller.entity("ns2", auth.settings.entity_id_regex)) == ["ns2"]
     with pytest.raises(BadRequest, match="one of this caller's namespaces"):
-        caller.entity("agent_elsewhere", auth.settings)
+        caller.entity("agent_elsewhere", auth.settings.entity_id_regex)
 
 
 def test_jwt_mode_uses_the_http_rules() -> None:
@@ -73,7 +73,9 @@ def test_jwt_mode_uses_the_http_rules() -> None:
     with pytest.raises(Unauthorized):
         auth.authenticate(["Bearer a", "Bearer b"], [])  # two headers: which one would count?
     with pytest.raises(BadRequest, match="ENTITY_ID_PATTERN"):
-        caller.entity("bob", auth.settings)  # a user id cannot be named to read another user's files
+        caller.entity(
+            "bob", auth.settings.entity_id_regex
+        )  # a user id cannot be named to read another user's files
 
 
 def test_gateway_mode_needs_exactly_one_user_header() -> None:

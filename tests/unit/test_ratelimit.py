@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.api.ratelimit import IDLE_FORGET_S, RateLimiter
 from app.metrics import parse_server_timing
+from app.ratelimit import IDLE_FORGET_S, RateLimiter
 
 
 class Clock:

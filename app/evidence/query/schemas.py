@@ -45,14 +45,18 @@ class QueryV2Request(_Body):
     debug: bool = Field(False, strict=True)
 
 
-def check_query_v2(request: QueryV2Request) -> QueryV2Request:
-    """The request with distinct file ids in first-seen order; BadRequest naming what to change."""
+def check_query_v2(request: QueryV2Request, *, files_later: bool = False) -> QueryV2Request:
+    """The request with distinct file ids in first-seen order; BadRequest naming what to change.
+
+    `files_later`: the request names no files yet (MCP's `rag_search` without file ids searches
+    every file the caller can read, listed afterwards), so an empty list is not refused.
+    """
     query = request.query
     if not query.strip():
         raise BadRequest("query must not be empty")
     if len(query) > MAX_QUERY_CHARS:
         raise BadRequest(f"query must be at most {MAX_QUERY_CHARS} characters")
-    if not request.file_ids:
+    if not request.file_ids and not files_later:
         raise BadRequest("file_ids must not be empty")
     distinct = list(dict.fromkeys(request.file_ids))
     if len(distinct) > MAX_FILE_IDS:

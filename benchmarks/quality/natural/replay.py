@@ -92,6 +92,7 @@ async def capture(
     `attach`: the benchmark's service is still running (uploading another corpus): use its database
     through the address it records, as scripts/mcp does, and ask only `corpora`'s questions.
     """
+    from app.access.principal import anonymous
     from app.config import Settings
     from app.evidence.query.analysis import analyze_query
     from app.evidence.query.plan import plan_channels
@@ -123,7 +124,7 @@ async def capture(
         for n, q in enumerate(sorted(queries, key=lambda q: q.qid), start=1):
             ids = sorted(files[q.kb])
             request = QueryV2Request(query=q.text, file_ids=ids, entity_id=q.kb, k=10)
-            scope = search.scope(["public", q.kb], "public", ids)
+            scope = await services.access.read_scope(anonymous(), q.kb, ids)
             analysis = analyze_query(q.text, QUERY_CONFIG)
             plan = plan_channels(analysis, QUERY_CONFIG.stopwords)
             retrieved = await v2.retrieve(request, scope, q.kb, plan)

@@ -1,54 +1,42 @@
 """LibreChat's rule for which of an Agent's files a user may search (CONTRACT.md section 7).
 
 Pure functions on plain mappings shaped like LibreChat's MongoDB documents (`users`, `groups`,
-`agents`, `aclentries`, `files`), so the rule is tested without a database. Ids may be bson
-`ObjectId`s or strings: they are compared by their string form, as LibreChat does with `toString()`.
+`agents`, `aclentries`, `files`; their names and fields in `app/catalogue/documents.py`), so the
+rule is tested without a database.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-VIEW = 1
-EDIT = 2
-DELETE = 4
-SHARE = 8
-
-AGENT_RESOURCE = "agent"
-PRINCIPAL_USER = "user"
-PRINCIPAL_GROUP = "group"
-PRINCIPAL_ROLE = "role"
-PRINCIPAL_PUBLIC = "public"
+from app.catalogue.documents import (
+    AGENT_RESOURCE,
+    DELETE,
+    EDIT,
+    PRINCIPAL_GROUP,
+    PRINCIPAL_PUBLIC,
+    PRINCIPAL_ROLE,
+    PRINCIPAL_USER,
+    SHARE,
+    VIEW,
+    Document,
+    Principal,
+    attached_file_ids,
+    entry_active,
+    entry_principal,
+    id_text,
+)
 
 # LibreChat names the per-chat agent it builds from the chat's own settings "ephemeral"
 # (Constants.EPHEMERAL_AGENT_ID); it has no catalogue record, so nothing is checked for it.
 EPHEMERAL_AGENT_PREFIX = "ephemeral"
 
-Document = Mapping[str, Any]
-
-
-def id_text(value: Any) -> str | None:
-    """The string form of an ObjectId or string id; None for a missing one."""
-    if value is None:
-        return None
-    text = str(value).strip()
-    return text or None
-
 
 def is_ephemeral_agent_id(agent_id: str | None) -> bool:
     """True for LibreChat's per-chat ephemeral agent ids, which have no catalogue record."""
     return bool(agent_id) and str(agent_id).startswith(EPHEMERAL_AGENT_PREFIX)
-
-
-@dataclass(frozen=True)
-class Principal:
-    """One identity an ACL entry can name: (`user`, id), (`group`, id), (`role`, name), (`public`, None)."""
-
-    type: str
-    id: str | None
 
 
 def user_principals(
@@ -75,24 +63,6 @@ def user_principals(
     return frozenset(principals)
 
 
-def entry_principal(entry: Document) -> Principal:
-    """The principal an ACL entry grants to (`public` entries carry no id)."""
-    kind = str(entry.get("principalType") or "")
-    if kind == PRINCIPAL_PUBLIC:
-        return Principal(PRINCIPAL_PUBLIC, None)
-    return Principal(kind, id_text(entry.get("principalId")))
-
-
-def entry_active(entry: Document, now: datetime) -> bool:
-    """False once an entry's `expiredAt` has passed."""
-    expired_at = entry.get("expiredAt")
-    if not isinstance(expired_at, datetime):
-        return True
-    if expired_at.tzinfo is None:  # pymongo returns naive UTC datetimes by default
-        expired_at = expired_at.replace(tzinfo=UTC)
-    return expired_at > now
-
-
 def permission_bits(
     entries: Iterable[Document],
     principals: frozenset[Principal],
@@ -115,27 +85,6 @@ def permission_bits(
         except (TypeError, ValueError):
             continue
     return bits
-
-
-def attached_file_ids(agent: Document) -> set[str]:
-    """Every file id attached to an Agent, over all of its `tool_resources`."""
-    found: set[str] = set()
-    resources = agent.get("tool_resources") or {}
-    if not isinstance(resources, Mapping):
-        return found
-    for resource in resources.values():
-        ids = resource.get("file_ids") if isinstance(resource, Mapping) else None
-        if isinstance(ids, list):
-            found.update(str(i) for i in ids if i is not None)
-    return found
-
-
-def file_search_ids(agent: Document) -> list[str]:
-    """The Agent's knowledge base: `tool_resources.file_search.file_ids`, in order."""
-    resources = agent.get("tool_resources") or {}
-    resource = resources.get("file_search") if isinstance(resources, Mapping) else None
-    ids = resource.get("file_ids") if isinstance(resource, Mapping) else None
-    return [str(i) for i in ids if i is not None] if isinstance(ids, list) else []
 
 
 def searchable_file_ids(

@@ -2,7 +2,7 @@
 
 LibreChat is the primary authorisation boundary: it sends only file ids the user passed its checks
 for. With the re-check on, every route that reads file contents narrows its file ids to those the
-token's user may search by LibreChat's rule (`app/catalogue/access.py`, read with
+token's user may search by LibreChat's rule (`librechat_rule`, read with `viewer` and
 `app/catalogue/mongo.py`) *before* they become the `Scope`'s allow-list, so the SQL predicate carries
 the narrowed list; nothing is filtered after ranking.
 
@@ -39,9 +39,11 @@ import pymongo
 from pymongo.database import Database
 from pymongo.errors import ConfigurationError, PyMongoError
 
-from app.auth import Principal
+from app.access.librechat_rule import agent_bits, is_ephemeral_agent_id
+from app.access.principal import Principal
+from app.access.viewer import Viewer, read_viewer, user_editable_agents
 from app.catalogue import mongo
-from app.catalogue.access import VIEW, Document, agent_bits, is_ephemeral_agent_id
+from app.catalogue.documents import VIEW, Document
 from app.config import Settings
 from app.errors import ConfigError, ServiceUnavailable
 
@@ -114,7 +116,7 @@ class OpenAllowList:
 class Grant:
     """What was read for one (user, Agent): the viewer and the file records looked up since."""
 
-    viewer: mongo.Viewer
+    viewer: Viewer
     expires_at: float
     # file id -> its record (`file_id`, `user` only), or None when the catalogue has no such file
     records: dict[str, Document | None] = field(default_factory=dict)
@@ -295,7 +297,7 @@ class CatalogueAllowList:
             grant, key = await self._grant(user, None)
             if grant.editable is None:
                 grant.editable = await self._read(
-                    mongo.user_editable_agents, user_id=user, principals=grant.viewer.principals
+                    user_editable_agents, user_id=user, principals=grant.viewer.principals
                 )
                 self._reweigh(key, grant)
         except (PyMongoError, TimeoutError) as exc:
@@ -335,7 +337,7 @@ class CatalogueAllowList:
 
     async def _load(self, key: tuple[str, str], user: str, agent_id: str | None) -> Grant:
         started = self.cache.clock()
-        viewer = await self._read(mongo.read_viewer, user_id=user, agent_id=agent_id)
+        viewer = await self._read(read_viewer, user_id=user, agent_id=agent_id)
         grant = Grant(viewer, expires_at=started + self.cache.ttl_s)
         self.cache.put(key, grant)
         return grant
