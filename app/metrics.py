@@ -164,6 +164,13 @@ V2_CHANNEL_FAILURES = Counter(
     ("channel",),
     registry=REGISTRY,
 )
+V2_RETRIEVE_FALLBACKS = Counter(
+    "ragoverlay_v2_retrieve_fallbacks_total",
+    "/query_v2 questions whose one retrieve statement failed as a whole (timeout, connection, error) "
+    "and that the same statement answered once per channel",
+    ("reason",),
+    registry=REGISTRY,
+)
 V2_RERANK_FALLBACKS = Counter(
     "ragoverlay_v2_rerank_fallbacks_total",
     "Reranker failures (timeout, bad reply) answered by the feature reranker instead",

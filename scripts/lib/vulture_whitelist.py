@@ -29,6 +29,17 @@ _.missing_before  # app/jobs/sweep.py StoreSweep (the job's result is asdict())
 _.outages  # app/runtime/supervisor.py DatabaseStatus (app/metrics.py reads getattr(status, "outages"))
 _.updated_at  # app/evidence/store/runs.py RunRecord, RunFileRecord (api/v2_admin.py: from_attributes)
 
+# --- record fields bound into SQL by name (app/evidence/store/calls.py reads them with getattr) ----
+_.row_label_weight  # app/evidence/store/channels.py ExactArgs
+_.entity_weight  # app/evidence/store/channels.py ExactArgs
+_.number_weight  # app/evidence/store/channels.py ExactArgs
+_.title_weight  # app/evidence/store/channels.py ExactArgs
+_.filename_weight  # app/evidence/store/channels.py ExactArgs
+_.term_total  # app/evidence/store/documents.py DocumentValues
+_.title_key  # app/evidence/store/documents.py DocumentValues
+_.filename_key  # app/evidence/store/documents.py DocumentValues
+_.number_key  # app/evidence/store/documents.py DocumentValues
+
 # --- attributes a library reads -------------------------------------------------------------------
 _.writeable  # numpy: `array.flags.writeable = False`
 _.graph_optimization_level  # onnxruntime.SessionOptions

@@ -18,6 +18,7 @@ import asyncpg
 import httpx
 import pytest
 
+from app import metrics
 from app.config import Settings
 from app.evidence import jobs as v2_jobs
 from app.evidence.kinds import V2_INDEX_FILE, V2IndexFile
@@ -25,7 +26,7 @@ from app.evidence.query.records import CHANNELS
 from app.evidence.query.refusal import SAFE_REFUSAL
 from app.evidence.query.rerank_http import HttpReranker
 from app.evidence.query.vectors import RunVectorCache
-from app.evidence.store import channels as v2_search
+from app.evidence.store import retrieve as retrieve_store
 from app.evidence.store import runs as run_store
 from app.evidence.store import vectors as vector_store
 from app.ingest.derived import UploadDraft
@@ -40,7 +41,7 @@ UPLOADER = "uploader-qv2"
 STRANGER = "stranger-qv2"
 FOREIGN_TEXT = v2_corpus.FOREIGN_TEXT
 CORPUS = v2_corpus.MIXED_CORPUS
-EXACT = v2_search.exact
+RETRIEVE = retrieve_store.retrieve
 
 
 @dataclass
@@ -388,10 +389,28 @@ async def _fail(*args: Any, **kwargs: Any) -> Any:
     raise RuntimeError("down")
 
 
+def failing(*channels: str) -> Callable[..., Any]:
+    """The retrieve statement, failing as a whole when asked for several channels or for one of `channels`."""
+
+    async def retrieve(conn: Any, scope: Any, run_id: int, ask: Any, **kwargs: Any) -> Any:
+        asked = retrieve_store.alone(ask)
+        if len(asked) > 1 or set(asked) & set(channels):
+            raise RuntimeError("down")
+        return await RETRIEVE(conn, scope, run_id, ask, **kwargs)
+
+    return retrieve
+
+
+def fallbacks(reason: str) -> float:
+    """ragoverlay_v2_retrieve_fallbacks_total{reason} so far."""
+    found = metrics.REGISTRY.get_sample_value("ragoverlay_v2_retrieve_fallbacks_total", {"reason": reason})
+    return found or 0.0
+
+
 async def test_one_failing_channel_degrades_the_answer(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    # the one statement fails as a whole: the channels run one by one, and the exact one fails
-    monkeypatch.setattr(v2_search, "retrieve", _fail)
-    monkeypatch.setattr(v2_search, "exact", _fail)
+    # the one statement fails as a whole: it is asked once per channel, and the exact one fails
+    monkeypatch.setattr(retrieve_store, "retrieve", failing("exact"))
+    counted = fallbacks("error")
     service = resources(world.client).evidence.parts.search
     assert service is not None
     monkeypatch.setattr(service, "pool", CountingPool(service.pool))
@@ -408,11 +427,32 @@ async def test_one_failing_channel_degrades_the_answer(world: World, monkeypatch
     assert body["debug"]["channels"]["exact"]["error"] == "RuntimeError"
     assert body["debug"]["channels"]["lexical"]["error"] is None
     assert any(item["row_label"] == "K 28" for item in body["results"])
+    assert fallbacks("error") == counted + 1
     # the fallback alone, every channel answering: not degraded
-    monkeypatch.setattr(v2_search, "exact", EXACT)
+    monkeypatch.setattr(retrieve_store, "retrieve", failing())
     r = await world.ask("What is the weight of the K 28 in kg?")
     assert r.status_code == 200 and r.json()["degraded"] is False
     assert r.json()["results"][0]["row_label"] == "K 28"
+    assert fallbacks("error") == counted + 2
+
+
+async def test_the_fallback_gives_the_same_answer_as_the_one_statement(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The statement asked once per channel answers what the one statement answers, refusals included."""
+    questions = [
+        "What is the weight of the K 28 in kg?",
+        "Power of model H 20",
+        "pump pressure relief valve",
+        "What is the weight of the K 99?",
+    ]
+    one = [(await world.ask(q)).json() for q in questions]
+    monkeypatch.setattr(retrieve_store, "retrieve", failing())
+    counted = fallbacks("error")
+    apart = [(await world.ask(q)).json() for q in questions]
+    assert fallbacks("error") == counted + len(questions)
+    assert apart == one
+    assert any(body["results"] for body in one) and any(body["safe_refusal"] for body in one)
 
 
 async def test_the_vector_plan_without_its_inputs_scans_exactly(
@@ -499,8 +539,7 @@ async def test_a_stored_file_the_run_lacks_degrades_the_answer_and_is_staged_fir
 
 
 async def test_all_channels_failing_is_503(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("retrieve", "exact", "lexical", "vector"):
-        monkeypatch.setattr(v2_search, name, _fail)
+    monkeypatch.setattr(retrieve_store, "retrieve", _fail)
     r = await world.ask("What is the weight of the K 28 in kg?")
     assert r.status_code == 503, r.text
     assert "Every V2 search channel failed" in r.json()["detail"]

@@ -23,6 +23,7 @@ from app.evidence.settings import ChannelSettings, ExactWeights
 from app.evidence.store import channels as search
 from app.evidence.store import documents as document_store
 from app.evidence.store import reads as read_store
+from app.evidence.store import retrieve as retrieve_store
 from app.evidence.store import runs as run_store
 from app.evidence.store import vectors as vector_store
 from app.evidence.store.channels import ChannelHit, VectorPlan
@@ -173,10 +174,10 @@ class World:
         )
 
     async def retrieve(self, ask: search.ChannelQuery, *, scope: Scope | None = None) -> search.Retrieval:
-        return await search.retrieve(self.conn, scope or self.scope(), self.run_id, ask)
+        return await retrieve_store.retrieve(self.conn, scope or self.scope(), self.run_id, ask)
 
     async def separately(self, ask: search.ChannelQuery, *, scope: Scope | None = None) -> search.Retrieval:
-        return await search.retrieve_separately(self.conn, scope or self.scope(), self.run_id, ask)
+        return await retrieve_store.retrieve_per_channel(self.conn, scope or self.scope(), self.run_id, ask)
 
     def search_texts(self, file_ids: Sequence[str]) -> dict[tuple[int, int], list[str]]:
         """(document_id, ordinal) -> terms of the chunks of these files (the reference's corpus)."""
@@ -722,7 +723,33 @@ def answered(retrieval: search.Retrieval) -> dict[str, tuple[list[ChannelHit], s
     return {name: (r.hits, r.path, r.error) for name, r in retrieval.channels.items()}
 
 
+async def each_channel(
+    world: World, question: search.ChannelQuery, scope: Scope
+) -> dict[str, list[ChannelHit]]:
+    """Each asked channel's hits from its own SQL function (ragoverlay_v2_exact, _lexical, _nearest)."""
+    hits = {
+        "exact": await search.exact(
+            world.conn,
+            scope,
+            world.run_id,
+            keys=question.keys,
+            phrases=question.phrases,
+            limit=question.limit,
+        ),
+        "lexical": await world.lexical(
+            question.terms, scope=scope, limit=question.limit, trigram=question.trigram_text
+        ),
+    }
+    if question.query is not None:
+        hits["vector"], _ = await search.vector(
+            world.conn, scope, world.run_id, question.query, limit=question.limit, plan=question.vector_plan
+        )
+    return hits
+
+
 async def test_the_one_statement_returns_what_each_channel_returns(world: World) -> None:
+    """The statement, the statement asked once per channel (the service's fallback) and each
+    channel's own SQL function give the same hits, statistics and details on the same data."""
     conn, run = world.conn, world.run_id
     query = np.random.default_rng(5).normal(size=DIMS).astype(np.float32)
     asks = [
@@ -744,6 +771,8 @@ async def test_the_one_statement_returns_what_each_channel_returns(world: World)
                 conn, scope, run, question.terms
             )
             assert one.details == apart.details
+            own = await each_channel(world, question, scope)
+            assert {name: one.channels[name].hits for name in own} == own, question
             keys = {(h.document_id, h.ordinal) for r in one.channels.values() for h in r.hits}
             assert set(one.details) == keys
             assert set(one.stages_ms) >= {"visible", "statistics", "details"}
@@ -792,10 +821,8 @@ async def test_the_one_statement_keeps_foreign_rows_out(world: World) -> None:
     with pytest.raises(ScopeError):
         await world.retrieve(question, scope=deleting)
     with pytest.raises(asyncpg.RaiseError, match="any-owner"):
-        await world.conn.fetch(
-            search.RETRIEVE, *deleting.sql_args(), world.run_id, 5, [], [], 3, 1.0, 0.9, 0.85, 0.7, 0.6,
-            ["pump"], K1, B, None, 0.6, None, "exact", None, 20, None, None, None, None, None, None,
-        )  # fmt: skip
+        args = retrieve_store.retrieve_args(world.run_id, ask(terms=["pump"], limit=5))
+        await world.conn.fetch(retrieve_store.RETRIEVE, *retrieve_store.RETRIEVE_CALL.bind(args, deleting))
 
 
 async def test_a_channel_failing_inside_the_statement_fails_alone(world: World) -> None:
@@ -856,6 +883,43 @@ async def test_a_channel_failing_inside_the_statement_fails_alone(world: World) 
         await transaction.rollback()
 
 
+async def test_a_channel_too_slow_for_the_timeout_fails_alone_once_asked_per_channel(world: World) -> None:
+    """The statement timeout fails the one statement as a whole; asked once per channel (the service's
+    fallback), the slow channel fails alone and the others answer as before."""
+    conn = world.conn
+    question = ask(terms=["pump", "water"], keys=["k 28"], phrases=["k 28"], query=unit(1.0))
+    before = await world.retrieve(question)
+    assert before.failed == [] and all(r.hits for r in before.channels.values())
+    transaction = conn.transaction()
+    await transaction.start()
+    try:
+        # the vector channel's core made slow inside this transaction only (rolled back below)
+        await conn.execute(
+            """
+            CREATE OR REPLACE FUNCTION ragoverlay_v2_nearest_in(
+                p_scope ragoverlay_scope, p_run bigint, p_docs bigint[], p_visible bigint, p_query vector,
+                p_limit integer, p_path text, p_walk text, p_candidates integer, p_ef_search integer,
+                p_max_scan_tuples integer)
+            RETURNS TABLE (document_id bigint, ordinal integer, distance double precision, path text)
+            LANGUAGE plpgsql STABLE AS $$ BEGIN PERFORM pg_sleep(5); END; $$
+            """
+        )
+        await conn.execute("SET LOCAL statement_timeout = '300ms'")
+        with pytest.raises(asyncpg.QueryCanceledError):
+            async with conn.transaction():
+                await world.retrieve(question)
+        apart = await world.separately(question)
+        assert apart.separately and apart.failed == ["vector"]
+        assert apart.channels["vector"].error == "QueryCanceledError" and apart.channels["vector"].hits == []
+        for name in ("exact", "lexical"):
+            assert apart.channels[name].hits == before.channels[name].hits
+        assert apart.visible == before.visible and apart.document_frequency == before.document_frequency
+        found = {(h.document_id, h.ordinal) for n in ("exact", "lexical") for h in before.channels[n].hits}
+        assert set(apart.details) == found
+    finally:
+        await transaction.rollback()
+
+
 async def test_the_one_statement_reads_nothing_of_a_remembered_run_no_longer_active(world: World) -> None:
     conn = world.conn
     question = ask(terms=["pump", "water"], keys=["k 28"], phrases=["k 28"], query=unit(1.0))
@@ -866,8 +930,8 @@ async def test_the_one_statement_reads_nothing_of_a_remembered_run_no_longer_act
         model: str = "test:channels",
         extractor: str = "test-1",
     ) -> search.Retrieval:
-        check = search.RunCheck(namespace, index_version, model, extractor)
-        return await search.retrieve(conn, world.scope(), world.run_id, question, check=check)
+        check = retrieve_store.RunCheck(namespace, index_version, model, extractor)
+        return await retrieve_store.retrieve(conn, world.scope(), world.run_id, question, check=check)
 
     transaction = conn.transaction()
     await transaction.start()

@@ -1,7 +1,7 @@
 """The active index run of each namespace a `/query_v2` reads, remembered between queries.
 
 A query plans with the remembered run, and its one statement checks that the run is still the
-namespace's active one (`app.evidence.store.channels.RunCheck`, in the same snapshot as the channels): a run
+namespace's active one (`app.evidence.store.retrieve.RunCheck`, in the same snapshot as the channels): a run
 activated, abandoned or deleted by any replica is seen by the first statement that begins after,
 which then reads nothing; the query forgets the run, looks it up again and asks once more. So
 remembering costs no staleness, and saves the look-up's round trip while the query holds its

@@ -5,11 +5,13 @@
 1. retrieve (the I/O): the query's embedding, then on one pool connection the namespace's active
    index run (pinned by `index_version`, else the newest; remembered, app/evidence/query/active_runs.py),
    the vector channel's path (V1's planner, app/evidence/query/vectors.py) and ONE statement
-   (app/evidence/store/channels.py `retrieve`): a check that the run is still the active one (else it is
-   looked up again and asked again), the run's documents the `Scope` allows, computed once, the
+   (app/evidence/store/retrieve.py `retrieve`): a check that the run is still the active one (else it
+   is looked up again and asked again), the run's documents the `Scope` allows, computed once, the
    exact, lexical and vector channels over them, the BM25 statistics of the query terms, and the
-   details of every chunk found. When that statement fails as a whole, the per-channel functions
-   answer one after another on a fresh connection. A query holds one connection at a time.
+   details of every chunk found. When that statement fails as a whole (a timeout, a lost
+   connection), the same statement is asked once per channel on a fresh connection, so that the
+   channel at fault fails alone (counted: ragoverlay_v2_retrieve_fallbacks_total). A query holds one
+   connection at a time.
 2. rank (no I/O but the reranker's): fusion, the reranker over a bounded window (a failing remote
    or local model falls back to the feature reranker) and the refusal decision.
 3. respond: the evidence, re-checked against the allow-list, and the response; its debug output,
@@ -56,8 +58,9 @@ from app.evidence.query.vectors import PlannedVectors, RunVectorCache, plan_vect
 from app.evidence.settings import V2Settings
 from app.evidence.store import channels as channels_sql
 from app.evidence.store import gaps as v2_gaps
+from app.evidence.store import retrieve as retrieve_sql
 from app.evidence.store import runs as v2_index
-from app.metrics import V2_CHANNEL_FAILURES, V2_QUERIES, V2_RERANK_FALLBACKS
+from app.metrics import V2_CHANNEL_FAILURES, V2_QUERIES, V2_RERANK_FALLBACKS, V2_RETRIEVE_FALLBACKS
 from app.search.planner import SearchSettings
 from app.store.db import PoolShare, StoreInfo
 from app.store.scope import Scope, ScopeError
@@ -252,6 +255,15 @@ def count_channel_failures(retrieved: Retrieved) -> None:
         V2_CHANNEL_FAILURES.labels(channel=name).inc()
 
 
+def fallback_reason(exc: BaseException) -> str:
+    """Why the one statement failed as a whole, as ragoverlay_v2_retrieve_fallbacks_total's `reason`."""
+    if isinstance(exc, TimeoutError | asyncpg.QueryCanceledError):
+        return "timeout"
+    if isinstance(exc, OSError | asyncpg.InterfaceError | asyncpg.PostgresConnectionError):
+        return "connection"
+    return "error"
+
+
 def count_answer(answer: Answer, reranker: str) -> None:
     """The query and reranker fallback counters."""
     if answer.ranking.reranked.fallback_reason is not None:
@@ -414,7 +426,7 @@ class V2SearchService:
             async with self.pool.acquire(timeout=self.timeout) as conn:
                 waited += time.perf_counter() - t1
                 found = await self._read(conn, request, scope, namespace, plan, vector, separately=True)
-        assert found is not None  # the per-channel functions catch each channel's failure
+        assert found is not None  # asked once per channel, each channel's failure is caught
         run, ready, retrieval, missing = found.run, found.ready, found.retrieval, found.missing
         vector_error = ready.vector_error or embed_error
         if vector_error is not None:
@@ -438,33 +450,34 @@ class V2SearchService:
         separately: bool = False,
     ) -> _Read | None:
         """The run, what was asked of it, its retrieval and missing files; None when the one statement
-        failed as a whole (`separately`: the per-channel functions instead, which cannot)."""
+        failed as a whole (`separately`: the statement once per channel instead, which cannot)."""
         for _ in range(RUN_ATTEMPTS):
             run = await self.active_runs.run(conn, namespace, request.index_version)
             ready = await self._prepare(conn, run, scope, plan, vector)
+            check = retrieve_sql.RunCheck(
+                namespace, request.index_version, run.embedding_model, run.extractor_version
+            )
             if separately:
-                retrieval = await channels_sql.retrieve_separately(
-                    conn, scope, run.run_id, ready.ask, timeout=self.timeout
+                retrieval = await retrieve_sql.retrieve_per_channel(
+                    conn, scope, run.run_id, ready.ask, timeout=self.timeout, check=check
                 )
             else:
-                check = channels_sql.RunCheck(
-                    namespace, request.index_version, run.embedding_model, run.extractor_version
-                )
                 try:
-                    retrieval = await channels_sql.retrieve(
+                    retrieval = await retrieve_sql.retrieve(
                         conn, scope, run.run_id, ready.ask, timeout=self.timeout, check=check
                     )
                 except ScopeError:
                     raise  # a programming error: a fallback cannot help
                 except Exception as exc:  # the statement as a whole: timeout, lost connection, a part
                     logger.warning(
-                        "V2 retrieve statement failed (%s); running the channels one by one",
+                        "V2 retrieve statement failed (%s); asking it once per channel",
                         exc.__class__.__name__,
                     )
+                    V2_RETRIEVE_FALLBACKS.labels(reason=fallback_reason(exc)).inc()
                     return None
-                if retrieval.stale:  # another run became the active one since it was remembered
-                    self.active_runs.forget(namespace, request.index_version)
-                    continue
+            if retrieval.stale:  # another run became the active one since it was remembered
+                self.active_runs.forget(namespace, request.index_version)
+                continue
             missing = await self._missing(conn, scope, namespace, run.run_id, retrieval)
             return _Read(run, ready, retrieval, missing)
         raise ServiceUnavailable(

@@ -11,5 +11,8 @@ re-indexing unchanged files costs no embedding call.
 - `runs.py`: runs and their expected files (create, stage, activate, fail), and the run errors;
 - `documents.py`: stored documents with their chunks, entities, term counts and postings;
 - `vectors.py`: vector reuse, the chunks stored without a vector, and the HNSW index family;
-- `reads.py`: reads and deletes in the caller's scope, the catalogue row of an original.
+- `reads.py`: reads and deletes in the caller's scope, the catalogue row of an original;
+- `channels.py`: the retrieval channels one by one; `retrieve.py`: /query_v2's one statement over
+  all of them, and its per-channel fallback; `gaps.py`: stored files a run lacks;
+- `calls.py`: SQL function calls with named arguments, and inserts, built from typed records.
 """

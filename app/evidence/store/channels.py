@@ -1,47 +1,39 @@
 """The SQL side of the three /query_v2 retrieval channels over one V2 index run.
 
-    retrieve(conn, scope, run, ask) -> Retrieval  /query_v2's one statement: every channel, the
-                                                  statistics and the found chunks' details
-    retrieve_separately(...)     -> Retrieval     the same from the per-channel functions below,
-                                                  one after another (the fallback)
     visible(conn, scope, run)                     documents, chunks, mean length the scope may read
     document_frequencies(conn, scope, run, terms) chunks holding each term, over those
     lexical(...)  -> [ChannelHit]                 BM25 (app/evidence/query/bm25.py), then entity look-alikes
     exact(...)    -> [ChannelHit]                 row labels, entities, document numbers, titles, file names
     vector(...)   -> ([ChannelHit], path)         cosine: exact scan or the dimension's HNSW walk
     chunk_details(conn, scope, run, keys)         what a `Candidate` shows, for the hits kept
+    neighbour_chunks(conn, scope, keys)           the text around the results (their passages)
+
+/query_v2 itself reads all of it in one statement (app/evidence/store/retrieve.py), which runs
+the same SQL bodies; the per-channel functions here measure and test each channel alone.
 
 Every function reads only the chunks of the run's staged documents that the scope may read, checked
 with `ragoverlay_in_scope` inside the SQL (`app/evidence/store/sql/60_v2_channels.sql`), and refuses an
-any-owner scope. Hits are keyed by (document_id, ordinal).
-
-`retrieve` computes the visible documents once and runs each channel in its own exception block: a
-failing channel comes back with `error` set (the name of asyncpg's exception class for its SQLSTATE)
-and the others still answer. When the statement fails as a whole (a timeout, a lost connection, an
-error outside the channels), the caller may run `retrieve_separately`, which catches each channel's
-failure in Python instead.
+any-owner scope. Hits are keyed by (document_id, ordinal). Every SQL function is called with named
+arguments (`p_keys => $9`); the channels' own arguments are records (`ExactArgs`, `LexicalArgs`,
+`NearestArgs`) that the one statement's call takes too (app/evidence/store/calls.py).
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Any, Literal
 
 import asyncpg
 import numpy as np
 
 from app.evidence.settings import ChannelSettings, ExactWeights
+from app.evidence.store.calls import named_call
 from app.store.scope import SCOPE_SQL, Scope
 from app.text.chunks import ChunkPlace
 from app.text.normalize import normalize
 
-logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
 Key = tuple[int, int]  # (document_id, ordinal)
 VectorPath = Literal["exact", "hnsw", "hnsw+exact"]  # the path taken, as a result reports it
 # the channels, in the order the statement runs them (app/evidence/query/records.CHANNELS names the same)
@@ -146,22 +138,14 @@ class ChannelResult:
     path: VectorPath | None = None  # the vector channel's, once it ran
 
 
-class RunCheck(NamedTuple):
-    """The run a query planned with: still the namespace's active one (of `index_version`, None: newest)?"""
-
-    namespace: str
-    index_version: str | None
-    embedding_model: str
-    extractor_version: str
-
-
 @dataclass
 class Retrieval:
     """Everything one /query_v2 reads of the run, in the scope.
 
     `document_frequency` is None when the statistics failed; `details` holds each found chunk
     that the scope may read; `stages_ms` the times of the parts that are not channels ("visible",
-    "statistics", "details"); `separately` says the per-channel fallback answered.
+    "statistics", "details"); `separately` says the statement answered one channel at a time
+    (app/evidence/store/retrieve.py `retrieve_per_channel`).
     """
 
     channels: dict[str, ChannelResult]
@@ -183,54 +167,156 @@ def label_key(text: str) -> str:
     return normalize(text)
 
 
+def _distinct(values: Sequence[str]) -> list[str]:
+    """The non-empty values, each once, in order."""
+    return list(dict.fromkeys(v for v in values if v))
+
+
+# --- the channels' arguments, as the SQL functions name them -------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ExactArgs:
+    """The exact channel's own arguments (p_keys ... p_filename_weight): what it looks up and the weights."""
+
+    keys: list[str]
+    phrases: list[str]
+    document_chunks: int
+    row_label_weight: float
+    entity_weight: float
+    number_weight: float
+    title_weight: float
+    filename_weight: float
+
+    @classmethod
+    def of(
+        cls, keys: Sequence[str], phrases: Sequence[str], weights: ExactWeights, document_chunks: int
+    ) -> ExactArgs:
+        """The arguments of these keys and phrases (distinct, none empty) with the settings' weights."""
+        return cls(
+            keys=_distinct(keys),
+            phrases=_distinct(phrases),
+            document_chunks=document_chunks,
+            row_label_weight=weights.row_label,
+            entity_weight=weights.entity,
+            number_weight=weights.document_number,
+            title_weight=weights.title,
+            filename_weight=weights.filename,
+        )
+
+    @property
+    def asked(self) -> bool:
+        """Anything to look up."""
+        return bool(self.keys or self.phrases)
+
+
+@dataclass(frozen=True, slots=True)
+class LexicalArgs:
+    """The lexical channel's own arguments (p_terms ... p_trigram_similarity)."""
+
+    terms: list[str]
+    k1: float
+    b: float
+    trigram: str | None
+    trigram_similarity: float
+
+    @classmethod
+    def of(
+        cls, terms: Sequence[str], k1: float, b: float, trigram: str | None, trigram_similarity: float
+    ) -> LexicalArgs:
+        """The arguments of these terms (distinct, none empty) and trigram text (None when empty)."""
+        return cls(_distinct(terms), float(k1), float(b), trigram or None, float(trigram_similarity))
+
+    @property
+    def asked(self) -> bool:
+        """Anything to look up."""
+        return bool(self.terms or self.trigram)
+
+
+@dataclass(frozen=True, slots=True)
+class NearestArgs:
+    """The vector channel's own arguments (p_query, and the plan's p_path ... p_max_scan_tuples)."""
+
+    query: np.ndarray | None
+    plan: VectorPlan
+
+    @classmethod
+    def of(cls, query: np.ndarray | None, plan: VectorPlan) -> NearestArgs:
+        """The arguments of this query vector (as float32) and plan."""
+        return cls(None if query is None else np.asarray(query, dtype=np.float32), plan)
+
+
+def exact_args(ask: ChannelQuery) -> ExactArgs:
+    """The exact channel's part of `ask`."""
+    return ExactArgs.of(ask.keys, ask.phrases, ask.exact_weights, ask.document_chunks)
+
+
+def lexical_args(ask: ChannelQuery) -> LexicalArgs:
+    """The lexical channel's part of `ask`."""
+    return LexicalArgs.of(ask.terms, ask.k1, ask.b, ask.trigram_text, ask.trigram_similarity)
+
+
+def nearest_args(ask: ChannelQuery) -> NearestArgs:
+    """The vector channel's part of `ask`."""
+    return NearestArgs.of(ask.query, ask.vector_plan)
+
+
+@dataclass(frozen=True, slots=True)
+class ExactCall:
+    """ragoverlay_v2_exact's arguments besides the scope."""
+
+    run: int
+    limit: int
+    exact: ExactArgs
+
+
+@dataclass(frozen=True, slots=True)
+class LexicalCall:
+    """ragoverlay_v2_lexical's arguments besides the scope."""
+
+    run: int
+    limit: int
+    lexical: LexicalArgs
+
+
+@dataclass(frozen=True, slots=True)
+class NearestCall:
+    """ragoverlay_v2_nearest's arguments besides the scope."""
+
+    run: int
+    limit: int
+    nearest: NearestArgs
+
+
 # --- statements ----------------------------------------------------------------------------------
 
-VISIBLE = f"SELECT documents, chunks, average_length FROM ragoverlay_v2_visible_stats({SCOPE_SQL}, $7)"
-DOCUMENT_FREQUENCIES = f"SELECT term, df FROM ragoverlay_v2_visible_term_stats({SCOPE_SQL}, $7, $8::text[])"
-LEXICAL = f"""
-    SELECT document_id, ordinal, score, detail
-    FROM ragoverlay_v2_lexical({SCOPE_SQL}, $7, $8::text[], $9, $10, $11, $12, $13)
-    ORDER BY rank
+EXACT_CALL = named_call("ragoverlay_v2_exact", ExactCall)
+LEXICAL_CALL = named_call("ragoverlay_v2_lexical", LexicalCall)
+NEAREST_CALL = named_call("ragoverlay_v2_nearest", NearestCall)
+
+VISIBLE = f"""
+    SELECT documents, chunks, average_length
+    FROM ragoverlay_v2_visible_stats(p_scope => {SCOPE_SQL}, p_run => $7)
 """
-EXACT = f"""
-    SELECT document_id, ordinal, weight, detail
-    FROM ragoverlay_v2_exact({SCOPE_SQL}, $7, $8::text[], $9::text[], $10, $11, $12, $13, $14, $15, $16)
+DOCUMENT_FREQUENCIES = f"""
+    SELECT term, df FROM ragoverlay_v2_visible_term_stats(p_scope => {SCOPE_SQL}, p_run => $7, p_terms => $8)
 """
-NEAREST = f"""
-    SELECT document_id, ordinal, distance, path
-    FROM ragoverlay_v2_nearest({SCOPE_SQL}, $7, $8::vector, $9, $10, $11, $12, $13, $14)
-"""
+LEXICAL = f"SELECT document_id, ordinal, score, detail FROM {LEXICAL_CALL.sql} ORDER BY rank"
+EXACT = f"SELECT document_id, ordinal, weight, detail FROM {EXACT_CALL.sql}"
+NEAREST = f"SELECT document_id, ordinal, distance, path FROM {NEAREST_CALL.sql}"
 
 CHUNK_DETAILS = f"""
     SELECT document_id, ordinal, chunk_id, file_id, kind, page, page_label, section, table_caption,
            table_index, row_index, row_label, headers, row_values, units, footnotes, content, search_text,
            entity_keys, filename, title, language, publication_date, document_number, source,
            metadata::text AS metadata
-    FROM ragoverlay_v2_chunk_details({SCOPE_SQL}, $7, $8::bigint[], $9::integer[])
+    FROM ragoverlay_v2_chunk_details(p_scope => {SCOPE_SQL}, p_run => $7, p_documents => $8, p_ordinals => $9)
 """
 
 NEIGHBOURS = f"""
     SELECT document_id, ordinal, kind, page, section, content
-    FROM ragoverlay_v2_neighbours({SCOPE_SQL}, $7::bigint[], $8::integer[])
+    FROM ragoverlay_v2_neighbours(p_scope => {SCOPE_SQL}, p_documents => $7, p_ordinals => $8)
 """
-
-
-RETRIEVE = f"""
-    SELECT *
-    FROM ragoverlay_v2_retrieve({SCOPE_SQL}, $7, $8, $9::text[], $10::text[], $11, $12, $13, $14, $15, $16,
-                                $17::text[], $18, $19, $20, $21, $22::vector, $23, $24, $25, $26, $27,
-                                $28, $29, $30, $31)
-"""
-
-
-def _weights(weights: ExactWeights) -> tuple[float, ...]:
-    """The exact channel's weights in the order the SQL functions take them."""
-    return (weights.row_label, weights.entity, weights.document_number, weights.title, weights.filename)
-
-
-def _vector_args(plan: VectorPlan) -> tuple[Any, ...]:
-    """The vector plan in the order the SQL functions take it."""
-    return (plan.path, plan.walk, plan.candidates, plan.ef_search, plan.max_scan_tuples)
 
 
 # --- the channels --------------------------------------------------------------------------------
@@ -272,20 +358,12 @@ async def lexical(
     like it (pg_trgm similarity >= `trigram_similarity`, see the SQL for why entities) follow in the
     slots the BM25 hits leave, de-duplicated: at most `limit` rows in all.
     """
-    wanted = list(dict.fromkeys(t for t in terms if t))
-    if limit <= 0 or not (wanted or trigram_text):
+    scope.for_reading()
+    args = LexicalArgs.of(terms, k1, b, trigram_text, trigram_similarity)
+    if limit <= 0 or not args.asked:
         return []
     rows = await conn.fetch(
-        LEXICAL,
-        *scope.for_reading().sql_args(),
-        run_id,
-        wanted,
-        float(k1),
-        float(b),
-        limit,
-        trigram_text or None,
-        float(trigram_similarity),
-        timeout=timeout,
+        LEXICAL, *LEXICAL_CALL.bind(LexicalCall(run_id, limit, args), scope), timeout=timeout
     )
     return [
         ChannelHit(int(r["document_id"]), int(r["ordinal"]), float(r["score"]), r["detail"]) for r in rows
@@ -311,21 +389,11 @@ async def exact(
     match stands for the document's first `document_chunks` chunks. Ordered by weight, then
     ordinal; at most `limit`.
     """
-    key_list = list(dict.fromkeys(k for k in keys if k))
-    phrase_list = list(dict.fromkeys(p for p in phrases if p))
-    if limit <= 0 or not (key_list or phrase_list):
+    scope.for_reading()
+    args = ExactArgs.of(keys, phrases, weights, document_chunks)
+    if limit <= 0 or not args.asked:
         return []
-    rows = await conn.fetch(
-        EXACT,
-        *scope.for_reading().sql_args(),
-        run_id,
-        key_list,
-        phrase_list,
-        limit,
-        document_chunks,
-        *_weights(weights),
-        timeout=timeout,
-    )
+    rows = await conn.fetch(EXACT, *EXACT_CALL.bind(ExactCall(run_id, limit, args), scope), timeout=timeout)
     return [
         ChannelHit(int(r["document_id"]), int(r["ordinal"]), float(r["weight"]), r["detail"]) for r in rows
     ]
@@ -350,15 +418,8 @@ async def vector(
     scope.for_reading()
     if limit <= 0:
         return [], "exact"
-    rows = await conn.fetch(
-        NEAREST,
-        *scope.sql_args(),
-        run_id,
-        np.asarray(query, dtype=np.float32),
-        limit,
-        *_vector_args(plan),
-        timeout=timeout,
-    )
+    call = NearestCall(run_id, limit, NearestArgs.of(query, plan))
+    rows = await conn.fetch(NEAREST, *NEAREST_CALL.bind(call, scope), timeout=timeout)
     path: VectorPath = rows[0]["path"] if rows else "exact"
     return [
         ChannelHit(int(r["document_id"]), int(r["ordinal"]), 1.0 - float(r["distance"])) for r in rows
@@ -386,7 +447,7 @@ async def chunk_details(
         [int(o) for _, o in keys],
         timeout=timeout,
     )
-    return [_detail(r) for r in rows]
+    return [chunk_detail(r) for r in rows]
 
 
 async def neighbour_chunks(
@@ -413,172 +474,8 @@ async def neighbour_chunks(
     }
 
 
-# --- /query_v2's one statement, and its fallback ---------------------------------------------------
-
-
-def _distinct(values: Sequence[str]) -> list[str]:
-    return list(dict.fromkeys(v for v in values if v))
-
-
-# asyncpg's exception class of each SQLSTATE: a channel failing inside the statement is reported
-# by the same name as one failing on its own ("57014" -> "QueryCanceledError")
-_SQLSTATE_NAMES: dict[str, str] = {
-    str(getattr(cls, "sqlstate", "")): cls.__name__
-    for cls in vars(asyncpg.exceptions).values()
-    if isinstance(cls, type) and issubclass(cls, asyncpg.PostgresError) and getattr(cls, "sqlstate", None)
-}
-
-
-def _sqlstate_name(code: str) -> str:
-    """asyncpg's exception class name for a SQLSTATE."""
-    return _SQLSTATE_NAMES.get(code, f"PostgresError {code}")
-
-
-async def retrieve(
-    conn: asyncpg.Connection,
-    scope: Scope,
-    run_id: int,
-    ask: ChannelQuery,
-    *,
-    timeout: float | None = None,  # noqa: ASYNC109 - asyncpg's own per-statement timeout
-    check: RunCheck | None = None,
-) -> Retrieval:
-    """Every channel, the statistics and the found chunks' details in one statement (module docstring);
-    with `check`, nothing is read (`stale`) unless `run_id` is still that active run."""
-    scope.for_reading()
-    rows = await conn.fetch(
-        RETRIEVE,
-        *scope.sql_args(),
-        run_id,
-        ask.limit,
-        _distinct(ask.keys),
-        _distinct(ask.phrases),
-        ask.document_chunks,
-        *_weights(ask.exact_weights),
-        _distinct(ask.terms),
-        float(ask.k1),
-        float(ask.b),
-        ask.trigram_text or None,
-        float(ask.trigram_similarity),
-        None if ask.query is None else np.asarray(ask.query, dtype=np.float32),
-        *_vector_args(ask.vector_plan),
-        *(check if check is not None else (None,) * len(RunCheck._fields)),
-        timeout=timeout,
-    )
-    return _retrieval(rows)
-
-
-def _retrieval(rows: Sequence[asyncpg.Record]) -> Retrieval:
-    """The statement's rows (four kinds, see ragoverlay_v2_retrieve) as a `Retrieval`."""
-    channels = {name: ChannelResult() for name in CHANNEL_NAMES}
-    details: dict[Key, ChunkDetail] = {}
-    frequencies: dict[str, int] = {}
-    visible_stats = Visible(0, 0, 0.0)
-    stages: dict[str, float] = {}
-    statistics_failed = False
-    for r in rows:
-        part = r["part"]
-        if part == "stale":
-            return Retrieval(channels, visible_stats, None, details, stale=True)
-        if part == "hit":
-            key = (int(r["document_id"]), int(r["ordinal"]))
-            channels[r["channel"]].hits.append(ChannelHit(*key, float(r["score"]), r["detail"]))
-            if r["chunk_id"] is not None and key not in details:
-                details[key] = _detail(r)
-        elif part == "df":
-            frequencies[r["term"]] = int(r["df"])
-        elif part == "visible":
-            visible_stats = Visible(int(r["documents"]), int(r["chunks"]), float(r["average_length"]))
-            stages["visible"] = float(r["ms"])
-        elif part == "stage" and r["channel"] in channels:
-            result = channels[r["channel"]]
-            result.ms, result.path = float(r["ms"]), r["detail"]
-            result.error = None if r["error"] is None else _sqlstate_name(r["error"])
-        elif part == "stage":
-            stages[r["channel"]] = float(r["ms"])
-            statistics_failed |= r["channel"] == "statistics" and r["error"] is not None
-    for name, result in channels.items():
-        if result.error is not None:
-            logger.warning("V2 channel %s failed in the retrieve statement: %s", name, result.error)
-    return Retrieval(channels, visible_stats, None if statistics_failed else frequencies, details, stages)
-
-
-async def _timed(
-    conn: asyncpg.Connection, call: Callable[[], Awaitable[T]]
-) -> tuple[T | None, float, str | None]:
-    """The call's result, its time in ms, and the failure's class name (result None then).
-
-    The call runs in a transaction of its own (a savepoint inside the caller's), so that a failure
-    cannot abort the transaction the next call needs.
-    """
-    started = time.perf_counter()
-    try:
-        async with conn.transaction():
-            value: T | None = await call()
-        error = None
-    except Exception as exc:  # one channel's failure is the caller's to weigh, never fatal here
-        value, error = None, exc.__class__.__name__
-        logger.warning("V2 channel failed: %s: %s", exc.__class__.__name__, exc)
-    return value, (time.perf_counter() - started) * 1000, error
-
-
-async def retrieve_separately(
-    conn: asyncpg.Connection,
-    scope: Scope,
-    run_id: int,
-    ask: ChannelQuery,
-    *,
-    timeout: float | None = None,  # noqa: ASYNC109 - asyncpg's own per-statement timeout
-) -> Retrieval:
-    """What `retrieve` returns, from the per-channel functions one after another on `conn`.
-
-    Each channel's failure is caught (its `error`, no hits); a failing details read raises.
-    """
-    scope.for_reading()
-    limit, channels = ask.limit, {}
-    hits, ms, error = await _timed(
-        conn,
-        lambda: exact(conn, scope, run_id, keys=ask.keys, phrases=ask.phrases, limit=limit,
-                      weights=ask.exact_weights, document_chunks=ask.document_chunks, timeout=timeout)
-    )  # fmt: skip
-    channels["exact"] = ChannelResult(hits or [], ms, error)
-    hits, ms, error = await _timed(
-        conn,
-        lambda: lexical(conn, scope, run_id, ask.terms, k1=ask.k1, b=ask.b, limit=limit,
-                        trigram_text=ask.trigram_text, trigram_similarity=ask.trigram_similarity,
-                        timeout=timeout)
-    )  # fmt: skip
-    channels["lexical"] = ChannelResult(hits or [], ms, error)
-    channels["vector"] = ChannelResult()
-    if ask.query is not None:
-        query = ask.query
-        found, ms, error = await _timed(
-            conn,
-            lambda: vector(conn, scope, run_id, query, limit=limit, plan=ask.vector_plan, timeout=timeout)
-        )  # fmt: skip
-        hits, path = found if found is not None else ([], None)
-        channels["vector"] = ChannelResult(hits, ms, error, path)
-    started = time.perf_counter()
-    seen, _, failed = await _timed(conn, lambda: visible(conn, scope, run_id))
-    frequencies, _, failed_df = await _timed(
-        conn, lambda: document_frequencies(conn, scope, run_id, ask.terms)
-    )
-    stages = {"statistics": (time.perf_counter() - started) * 1000}
-    keys = list(dict.fromkeys((h.document_id, h.ordinal) for c in channels.values() for h in c.hits))
-    started = time.perf_counter()
-    found_details = await chunk_details(conn, scope, run_id, keys, timeout=timeout)
-    stages["details"] = (time.perf_counter() - started) * 1000
-    return Retrieval(
-        channels,
-        seen or Visible(0, 0, 0.0),
-        None if failed or failed_df else frequencies,
-        {(d.document_id, d.ordinal): d for d in found_details},
-        stages,
-        separately=True,
-    )
-
-
-def _detail(row: asyncpg.Record) -> ChunkDetail:
+def chunk_detail(row: asyncpg.Record) -> ChunkDetail:
+    """A `ChunkDetail` from a row with ragoverlay_v2_chunk_details_in's columns."""
     metadata = json.loads(row["metadata"]) if row["metadata"] else {}
     return ChunkDetail(
         document_id=int(row["document_id"]),

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import asyncpg
 import numpy as np
 
+from app.evidence.store.calls import named_insert
 from app.evidence.store.channels import label_key
 from app.store.db import rows_affected
 from app.text.chunks import ChunkRecord
@@ -98,16 +99,38 @@ REUSABLE_DOCUMENT = """
     ORDER BY vectors_missing, document_id DESC
 """
 
-INSERT_DOCUMENT = """
-    INSERT INTO ragoverlay_v2_documents (
-        collection_id, file_id, owner, checksum, extractor_version, embedding_model, source, filename,
-        title, language, document_number, revision, publication_date, metadata, fingerprints,
-        repeated_removed, chunk_count, term_total, vectors_missing, embedding_error, title_key, filename_key,
-        number_key)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15::text[], $16::text[],
-            $17, $18, $19, $20, $21, $22, $23)
-    RETURNING document_id
-"""
+
+@dataclass(frozen=True, slots=True)
+class DocumentValues:
+    """A `ragoverlay_v2_documents` row as inserted: one field per column, bound by its name."""
+
+    collection_id: uuid.UUID
+    file_id: str
+    owner: str
+    checksum: str
+    extractor_version: str
+    embedding_model: str
+    source: DocumentSource
+    filename: str
+    title: str
+    language: str | None
+    document_number: str | None
+    revision: str | None
+    publication_date: str | None
+    metadata: str  # JSON
+    fingerprints: list[str]
+    repeated_removed: list[str]
+    chunk_count: int
+    term_total: int
+    vectors_missing: int
+    embedding_error: str | None
+    title_key: str | None
+    filename_key: str | None
+    number_key: str | None
+
+
+DOCUMENT_INSERT = named_insert("ragoverlay_v2_documents", DocumentValues)
+INSERT_DOCUMENT = f"{DOCUMENT_INSERT.sql} RETURNING document_id"
 
 CHUNK_COPY_COLUMNS = (
     "document_id", "ordinal", "chunk_id", "collection_id", "file_id", "owner", "kind", "page", "page_label",
@@ -207,34 +230,32 @@ def _key(text: str | None) -> str | None:
 
 def _document_values(
     collection_id: uuid.UUID, document: DocumentRow, chunks: Sequence[ChunkRow]
-) -> tuple[Any, ...]:
-    """INSERT_DOCUMENT's arguments for a document of these chunks."""
-    missing = sum(1 for c in chunks if c.embedding is None)
-    term_total = sum(len(c.terms) for c in chunks)
-    return (
-        collection_id,
-        document.file_id,
-        document.owner,
-        document.checksum,
-        document.extractor_version,
-        document.embedding_model,
-        document.source,
-        document.filename,
-        document.title,
-        document.language,
-        document.document_number,
-        document.revision,
-        document.publication_date,
-        json.dumps(dict(document.metadata), ensure_ascii=False, default=str),
-        sorted(document.fingerprints),
-        sorted(document.repeated_removed),
-        len(chunks),
-        term_total,
-        missing,
-        document.embedding_error,
-        _key(document.title),
-        _key(PurePosixPath(document.filename).stem or document.filename),
-        _key(document.document_number),
+) -> DocumentValues:
+    """The row INSERT_DOCUMENT stores for a document of these chunks."""
+    return DocumentValues(
+        collection_id=collection_id,
+        file_id=document.file_id,
+        owner=document.owner,
+        checksum=document.checksum,
+        extractor_version=document.extractor_version,
+        embedding_model=document.embedding_model,
+        source=document.source,
+        filename=document.filename,
+        title=document.title,
+        language=document.language,
+        document_number=document.document_number,
+        revision=document.revision,
+        publication_date=document.publication_date,
+        metadata=json.dumps(dict(document.metadata), ensure_ascii=False, default=str),
+        fingerprints=sorted(document.fingerprints),
+        repeated_removed=sorted(document.repeated_removed),
+        chunk_count=len(chunks),
+        term_total=sum(len(c.terms) for c in chunks),
+        vectors_missing=sum(1 for c in chunks if c.embedding is None),
+        embedding_error=document.embedding_error,
+        title_key=_key(document.title),
+        filename_key=_key(PurePosixPath(document.filename).stem or document.filename),
+        number_key=_key(document.document_number),
     )
 
 
@@ -285,9 +306,8 @@ async def insert_document(
 
     Run it in a transaction together with `link_file`, so a run never points at half a document.
     """
-    document_id = int(
-        await conn.fetchval(INSERT_DOCUMENT, *_document_values(collection_id, document, chunks))
-    )
+    values = _document_values(collection_id, document, chunks)
+    document_id = int(await conn.fetchval(INSERT_DOCUMENT, *DOCUMENT_INSERT.bind(values)))
     # in pieces of COPY_BATCH_CHUNKS chunks: each COPY is one statement whose cost (the HNSW and GIN
     # index inserts of its rows) stays bounded whatever the document's size; a 14,000-chunk manual
     # written in one statement per table ran past DB_STATEMENT_TIMEOUT_MS

@@ -24,7 +24,8 @@ MISSING_FILES = f"""
     FROM s
     CROSS JOIN unnest($3::text[]) AS listed(file_id)
     JOIN ragoverlay_files f ON f.collection_id = $1 AND f.file_id = listed.file_id AND f.owner = $7
-    WHERE ragoverlay_in_scope(s.scope, f.collection_id, f.file_id, f.owner)
+    WHERE ragoverlay_in_scope(p_scope => s.scope, p_collection => f.collection_id, p_file_id => f.file_id,
+                              p_owner => f.owner)
       AND NOT EXISTS (
           SELECT 1 FROM ragoverlay_v2_run_files rf
           WHERE rf.run_id = $8 AND rf.file_id = f.file_id AND rf.state = 'staged')

@@ -51,14 +51,15 @@ RUN_CHUNKS = f"""
 
 DELETE_FILES = f"SELECT d.file_id FROM ragoverlay_v2_delete_files(p_scope => {SCOPE_SQL}) AS d"
 
-RUN_STATS = "SELECT chunks, average_length FROM ragoverlay_v2_run_stats($1)"
+RUN_STATS = "SELECT chunks, average_length FROM ragoverlay_v2_run_stats(p_run => $1)"
 
 # The stored original of one file, read in the namespace's scope (admin work on behalf of it).
 CATALOGUE_FILE = f"""
     SELECT f.filename, f.content_type, f.sha256, f.blob_key, f.size_bytes
     FROM ragoverlay_files f
     WHERE f.collection_id = $1 AND f.file_id = $7
-      AND ragoverlay_in_scope({SCOPE_SQL}, f.collection_id, f.file_id, f.owner)
+      AND ragoverlay_in_scope(p_scope => {SCOPE_SQL}, p_collection => f.collection_id,
+                              p_file_id => f.file_id, p_owner => f.owner)
     ORDER BY f.owner
     LIMIT 1
 """

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import asyncpg
 
+from app.evidence.store.calls import named_insert
 from app.evidence.store.documents import DocumentSource
 from app.store.db import rows_affected
 
@@ -100,13 +101,25 @@ _RUN_COLUMNS = """
     status, origin, created_by, error, created_at, updated_at, activated_at, finished_at, settings::text
 """
 
-INSERT_RUN = f"""
-    INSERT INTO ragoverlay_v2_runs (collection_id, namespace, index_version, extractor_version,
-                                    embedding_model, embedding_dim, expected_files, origin, created_by,
-                                    settings)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb)
-    RETURNING {_RUN_COLUMNS}
-"""
+
+@dataclass(frozen=True, slots=True)
+class RunValues:
+    """A new `ragoverlay_v2_runs` row: one field per column, bound by its name."""
+
+    collection_id: uuid.UUID
+    namespace: str
+    index_version: str
+    extractor_version: str
+    embedding_model: str
+    embedding_dim: int | None
+    expected_files: int
+    origin: str
+    created_by: str | None
+    settings: str  # JSON
+
+
+RUN_INSERT = named_insert("ragoverlay_v2_runs", RunValues)
+INSERT_RUN = f"{RUN_INSERT.sql} RETURNING {_RUN_COLUMNS}"
 
 INSERT_RUN_FILES = """
     INSERT INTO ragoverlay_v2_run_files (run_id, file_id)
@@ -224,7 +237,10 @@ OPEN_RUNS_OF_NAMESPACE = f"""
 """
 
 # the rule is the SQL function's (evidence/store/sql/50_v2_index.sql): /query_v2's statement re-checks it
-ACTIVE_RUN = f"SELECT {_RUN_COLUMNS} FROM ragoverlay_v2_active_run($1, $2, $3)"
+ACTIVE_RUN = f"""
+    SELECT {_RUN_COLUMNS}
+    FROM ragoverlay_v2_active_run(p_collection => $1, p_namespace => $2, p_index_version => $3)
+"""
 
 
 # --- runs ----------------------------------------------------------------------------------------
@@ -284,19 +300,19 @@ async def create_run(
     """A new `running` run that must contain `file_ids` (distinct, in any order)."""
     files = list(dict.fromkeys(file_ids))
     async with conn.transaction():
-        row = await conn.fetchrow(
-            INSERT_RUN,
-            collection_id,
-            namespace,
-            index_version,
-            extractor_version,
-            embedding_model,
-            embedding_dim,
-            len(files),
-            origin,
-            created_by,
-            json.dumps(dict(settings or {}), sort_keys=True),
+        values = RunValues(
+            collection_id=collection_id,
+            namespace=namespace,
+            index_version=index_version,
+            extractor_version=extractor_version,
+            embedding_model=embedding_model,
+            embedding_dim=embedding_dim,
+            expected_files=len(files),
+            origin=origin,
+            created_by=created_by,
+            settings=json.dumps(dict(settings or {}), sort_keys=True),
         )
+        row = await conn.fetchrow(INSERT_RUN, *RUN_INSERT.bind(values))
         run = _run(row)
         await conn.execute(INSERT_RUN_FILES, run.run_id, files)
     return run

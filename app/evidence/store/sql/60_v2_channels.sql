@@ -32,11 +32,14 @@
 --
 -- Each channel is two functions: its core `ragoverlay_v2_<channel>_in(p_scope, p_docs, ...)` takes
 -- the visible documents (and their counts) from its caller, and `ragoverlay_v2_<channel>(p_scope,
--- p_run, ...)` computes them and calls the core. /query_v2 calls neither directly: its one statement,
--- ragoverlay_v2_retrieve() (at the end of this file), computes the visible documents once and calls
--- every core; the store falls back to the per-channel functions when that statement fails as a whole.
--- A core must only be given the output of ragoverlay_v2_visible_documents() for the same scope; it
--- checks every row it reads with ragoverlay_in_scope() all the same.
+-- p_run, ...)` computes them (ragoverlay_v2_visible_set) and calls the core. /query_v2 calls neither
+-- directly: its one statement, ragoverlay_v2_retrieve() (at the end of this file), computes the
+-- visible documents once and calls every core, so both ways run the same body of each channel; when
+-- that statement fails as a whole, the store asks it again one channel at a time. A core must only
+-- be given the output of ragoverlay_v2_visible_documents() for the same scope; it checks every row it
+-- reads with ragoverlay_in_scope() all the same. Calls of these functions name their arguments
+-- (`p_docs => docs`), here and in app/evidence/store/channels.py: most take ten or more, several of one
+-- type, and a name cannot be put in the wrong place.
 
 -- The documents of a run's staged files that the scope may read, with the counts BM25 and the vector
 -- path need.
@@ -71,6 +74,29 @@ BEGIN
 END;
 $$;
 
+-- What every channel starts from, in one row: the visible documents' ids (`docs`, for the cores),
+-- how many there are, their chunks (BM25's N), the mean chunk length in terms (avgdl) and how many
+-- of their chunks have a vector (the vector path's limit). The per-channel functions and the one
+-- statement all take it from here.
+DROP FUNCTION IF EXISTS ragoverlay_v2_visible_set;
+CREATE FUNCTION ragoverlay_v2_visible_set(
+    p_scope ragoverlay_scope, p_run bigint,
+    OUT docs bigint[], OUT documents bigint, OUT chunks bigint, OUT average_length double precision,
+    OUT vectors bigint)
+LANGUAGE plpgsql
+STABLE
+AS $$
+DECLARE
+    terms bigint;
+BEGIN
+    SELECT coalesce(array_agg(v.document_id), '{}'), count(*), coalesce(sum(v.chunk_count), 0),
+           coalesce(sum(v.term_total), 0), coalesce(sum(v.chunk_count - v.vectors_missing), 0)
+    INTO docs, documents, chunks, terms, vectors
+    FROM ragoverlay_v2_visible_documents(p_scope => p_scope, p_run => p_run) v;
+    average_length := CASE WHEN chunks > 0 THEN terms::double precision / chunks ELSE 0 END;
+END;
+$$;
+
 -- BM25's collection figures over what the scope may read of the run: documents, chunks (N) and the
 -- mean chunk length in terms (avgdl).
 DROP FUNCTION IF EXISTS ragoverlay_v2_visible_stats;
@@ -82,11 +108,8 @@ SET plan_cache_mode = force_custom_plan
 AS $$
 BEGIN
     RETURN QUERY
-        SELECT count(*)::bigint,
-               coalesce(sum(v.chunk_count), 0)::bigint,
-               CASE WHEN coalesce(sum(v.chunk_count), 0) > 0
-                    THEN sum(v.term_total)::double precision / sum(v.chunk_count) ELSE 0 END
-        FROM ragoverlay_v2_visible_documents(p_scope, p_run) v;
+        SELECT v.documents, v.chunks, v.average_length
+        FROM ragoverlay_v2_visible_set(p_scope => p_scope, p_run => p_run) v;
 END;
 $$;
 
@@ -124,8 +147,8 @@ BEGIN
     IF (p_scope).any_owner THEN
         RAISE EXCEPTION 'ragoverlay_v2_visible_term_stats: an any-owner scope is for deletes only';
     END IF;
-    docs := ARRAY(SELECT v.document_id FROM ragoverlay_v2_visible_documents(p_scope, p_run) v);
-    RETURN QUERY SELECT t.term, t.df FROM ragoverlay_v2_term_stats_in(docs, p_terms) t;
+    SELECT v.docs INTO docs FROM ragoverlay_v2_visible_set(p_scope => p_scope, p_run => p_run) v;
+    RETURN QUERY SELECT t.term, t.df FROM ragoverlay_v2_term_stats_in(p_docs => docs, p_terms => p_terms) t;
 END;
 $$;
 
@@ -235,8 +258,57 @@ BEGIN
 END;
 $$;
 
--- The lexical channel's rows: the BM25 hits, then the trigram look-alikes; `rank` orders them. The
--- core takes the visible documents `p_docs` with N (`p_n`, their chunks) and avgdl.
+-- The lexical channel: the BM25 hits, then the trigram look-alikes in the slots they leave, as
+-- arrays in rank order (NULL: none), with the statistics BM25's postings give (`terms`, `dfs`: see
+-- ragoverlay_v2_bm25_in; also when N is 0 or no hit is asked for). The one body of the channel: the
+-- per-channel function lists its hits (ragoverlay_v2_lexical_in), the one statement takes them with
+-- the statistics (ragoverlay_v2_try_lexical). The core takes the visible documents `p_docs` with N
+-- (`p_n`, their chunks) and avgdl.
+DROP FUNCTION IF EXISTS ragoverlay_v2_lexical_hits;
+CREATE FUNCTION ragoverlay_v2_lexical_hits(
+    p_scope ragoverlay_scope, p_docs bigint[], p_n double precision, p_avgdl double precision,
+    p_terms text[], p_k1 double precision, p_b double precision, p_limit integer, p_trigram text,
+    p_trigram_similarity double precision,
+    OUT hit_documents bigint[], OUT hit_ordinals integer[], OUT hit_scores double precision[],
+    OUT hit_details text[], OUT terms text[], OUT dfs bigint[])
+LANGUAGE plpgsql
+STABLE
+AS $$
+DECLARE
+    bm25 record;
+    found integer;
+BEGIN
+    IF (p_scope).any_owner THEN
+        RAISE EXCEPTION 'ragoverlay_v2_lexical: an any-owner scope is for deletes only';
+    END IF;
+    SELECT * INTO bm25
+    FROM ragoverlay_v2_bm25_in(p_docs => p_docs, p_n => p_n, p_avgdl => p_avgdl, p_terms => p_terms,
+                               p_k1 => p_k1, p_b => p_b, p_limit => p_limit);
+    terms := bm25.terms;
+    dfs := bm25.dfs;
+    IF p_n = 0 OR p_limit <= 0 THEN
+        RETURN;
+    END IF;
+    found := coalesce(cardinality(bm25.hit_documents), 0);
+    SELECT bm25.hit_documents || coalesce(array_agg(t.document_id ORDER BY t.similarity DESC,
+                                                    t.document_id, t.ordinal), '{}'),
+           bm25.hit_ordinals || coalesce(array_agg(t.ordinal ORDER BY t.similarity DESC,
+                                                   t.document_id, t.ordinal), '{}'),
+           bm25.hit_scores || coalesce(array_agg(t.similarity ORDER BY t.similarity DESC,
+                                                 t.document_id, t.ordinal), '{}'),
+           array_fill('bm25'::text, ARRAY[found]) || coalesce(array_agg('trigram'::text), '{}')
+    INTO hit_documents, hit_ordinals, hit_scores, hit_details
+    FROM ragoverlay_v2_trigram_in(p_scope => p_scope, p_docs => p_docs, p_trigram => p_trigram,
+                                  p_trigram_similarity => p_trigram_similarity, p_limit => p_limit - found,
+                                  p_hit_documents => bm25.hit_documents,
+                                  p_hit_ordinals => bm25.hit_ordinals) t;
+    IF cardinality(hit_documents) = 0 THEN
+        hit_documents := NULL; hit_ordinals := NULL; hit_scores := NULL; hit_details := NULL;
+    END IF;
+END;
+$$;
+
+-- The lexical channel's rows; `rank` orders them.
 DROP FUNCTION IF EXISTS ragoverlay_v2_lexical_in;
 CREATE FUNCTION ragoverlay_v2_lexical_in(
     p_scope ragoverlay_scope, p_docs bigint[], p_n double precision, p_avgdl double precision,
@@ -246,27 +318,20 @@ RETURNS TABLE (rank integer, document_id bigint, ordinal integer, score double p
 LANGUAGE plpgsql
 STABLE
 AS $$
-#variable_conflict use_column
-DECLARE
-    bm25 record;
-    found integer;
 BEGIN
     IF (p_scope).any_owner THEN
         RAISE EXCEPTION 'ragoverlay_v2_lexical: an any-owner scope is for deletes only';
     END IF;
     IF p_n = 0 OR p_limit <= 0 THEN
-        RETURN;
+        RETURN;  -- nothing to rank: not even the statistics are read
     END IF;
-    SELECT * INTO bm25 FROM ragoverlay_v2_bm25_in(p_docs, p_n, p_avgdl, p_terms, p_k1, p_b, p_limit);
-    found := coalesce(cardinality(bm25.hit_documents), 0);
     RETURN QUERY
-        SELECT h.ord::integer, h.d, h.o, h.s, 'bm25'::text
-        FROM unnest(bm25.hit_documents, bm25.hit_ordinals, bm25.hit_scores) WITH ORDINALITY AS h(d, o, s, ord);
-    RETURN QUERY
-        SELECT (found + row_number() OVER (ORDER BY t.similarity DESC, t.document_id, t.ordinal))::integer,
-               t.document_id, t.ordinal, t.similarity, 'trigram'::text
-        FROM ragoverlay_v2_trigram_in(p_scope, p_docs, p_trigram, p_trigram_similarity, p_limit - found,
-                                      bm25.hit_documents, bm25.hit_ordinals) t;
+        SELECT h.n::integer, h.d, h.o, h.s, h.x
+        FROM ragoverlay_v2_lexical_hits(
+                 p_scope => p_scope, p_docs => p_docs, p_n => p_n, p_avgdl => p_avgdl, p_terms => p_terms,
+                 p_k1 => p_k1, p_b => p_b, p_limit => p_limit, p_trigram => p_trigram,
+                 p_trigram_similarity => p_trigram_similarity) l,
+             unnest(l.hit_documents, l.hit_ordinals, l.hit_scores, l.hit_details) WITH ORDINALITY AS h(d, o, s, x, n);
 END;
 $$;
 
@@ -280,20 +345,18 @@ STABLE
 SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
-    docs bigint[];
-    n double precision;
-    total double precision;
+    visible record;
 BEGIN
     IF (p_scope).any_owner THEN
         RAISE EXCEPTION 'ragoverlay_v2_lexical: an any-owner scope is for deletes only';
     END IF;
-    SELECT array_agg(v.document_id), coalesce(sum(v.chunk_count), 0), coalesce(sum(v.term_total), 0)
-    INTO docs, n, total
-    FROM ragoverlay_v2_visible_documents(p_scope, p_run) v;
+    SELECT * INTO visible FROM ragoverlay_v2_visible_set(p_scope => p_scope, p_run => p_run);
     RETURN QUERY
         SELECT l.rank, l.document_id, l.ordinal, l.score, l.detail
-        FROM ragoverlay_v2_lexical_in(p_scope, docs, n, CASE WHEN n > 0 THEN total / n ELSE 0 END,
-                                      p_terms, p_k1, p_b, p_limit, p_trigram, p_trigram_similarity) l;
+        FROM ragoverlay_v2_lexical_in(
+                 p_scope => p_scope, p_docs => visible.docs, p_n => visible.chunks::double precision,
+                 p_avgdl => visible.average_length, p_terms => p_terms, p_k1 => p_k1, p_b => p_b,
+                 p_limit => p_limit, p_trigram => p_trigram, p_trigram_similarity => p_trigram_similarity) l;
 END;
 $$;
 
@@ -399,12 +462,15 @@ BEGIN
        = 0 OR p_limit <= 0 THEN
         RETURN;
     END IF;
-    docs := ARRAY(SELECT v.document_id FROM ragoverlay_v2_visible_documents(p_scope, p_run) v);
+    SELECT v.docs INTO docs FROM ragoverlay_v2_visible_set(p_scope => p_scope, p_run => p_run) v;
     RETURN QUERY
         SELECT x.document_id, x.ordinal, x.weight, x.detail
-        FROM ragoverlay_v2_exact_in(p_scope, docs, p_keys, p_phrases, p_limit, p_document_chunks,
-                                    p_row_label_weight, p_entity_weight, p_number_weight, p_title_weight,
-                                    p_filename_weight) x;
+        FROM ragoverlay_v2_exact_in(
+                 p_scope => p_scope, p_docs => docs, p_keys => p_keys, p_phrases => p_phrases,
+                 p_limit => p_limit, p_document_chunks => p_document_chunks,
+                 p_row_label_weight => p_row_label_weight, p_entity_weight => p_entity_weight,
+                 p_number_weight => p_number_weight, p_title_weight => p_title_weight,
+                 p_filename_weight => p_filename_weight) x;
 END;
 $$;
 
@@ -490,19 +556,19 @@ STABLE
 SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
-    docs bigint[];
-    visible bigint;
+    visible record;
 BEGIN
     IF (p_scope).any_owner THEN
         RAISE EXCEPTION 'ragoverlay_v2_nearest: an any-owner scope is for deletes only';
     END IF;
-    SELECT array_agg(v.document_id), coalesce(sum(v.chunk_count - v.vectors_missing), 0)
-    INTO docs, visible
-    FROM ragoverlay_v2_visible_documents(p_scope, p_run) v;
+    SELECT * INTO visible FROM ragoverlay_v2_visible_set(p_scope => p_scope, p_run => p_run);
     RETURN QUERY
         SELECT h.document_id, h.ordinal, h.distance, h.path
-        FROM ragoverlay_v2_nearest_in(p_scope, p_run, docs, visible, p_query, p_limit, p_path, p_walk,
-                                      p_candidates, p_ef_search, p_max_scan_tuples) h;
+        FROM ragoverlay_v2_nearest_in(
+                 p_scope => p_scope, p_run => p_run, p_docs => visible.docs, p_visible => visible.vectors,
+                 p_query => p_query, p_limit => p_limit, p_path => p_path, p_walk => p_walk,
+                 p_candidates => p_candidates, p_ef_search => p_ef_search,
+                 p_max_scan_tuples => p_max_scan_tuples) h;
 END;
 $$;
 
@@ -595,23 +661,27 @@ BEGIN
     IF (p_scope).any_owner THEN
         RAISE EXCEPTION 'ragoverlay_v2_chunk_details: an any-owner scope is for deletes only';
     END IF;
-    docs := ARRAY(SELECT v.document_id FROM ragoverlay_v2_visible_documents(p_scope, p_run) v);
-    RETURN QUERY SELECT * FROM ragoverlay_v2_chunk_details_in(p_scope, docs, p_documents, p_ordinals);
+    SELECT v.docs INTO docs FROM ragoverlay_v2_visible_set(p_scope => p_scope, p_run => p_run) v;
+    RETURN QUERY
+        SELECT * FROM ragoverlay_v2_chunk_details_in(p_scope => p_scope, p_docs => docs,
+                                                     p_documents => p_documents, p_ordinals => p_ordinals);
 END;
 $$;
 
--- /query_v2's one statement (app/evidence/store/channels.py `retrieve`): the caller's visible documents of
--- the run, computed once, then the three channels, the BM25 statistics of the query terms and the
+-- /query_v2's one statement (app/evidence/store/retrieve.py `retrieve`): the caller's visible documents
+-- of the run, computed once, then the three channels, the BM25 statistics of the query terms and the
 -- details of every chunk found, in one round trip. Fusion stays in Python.
 --
 -- The channels are the cores above, given the same visible documents and counts the per-channel
--- functions compute for themselves, so their hits and scores are the same. Each runs in a
--- ragoverlay_v2_try_* function with an exception handler (a subtransaction): a channel that fails
--- returns no hits and its SQLSTATE (no message: it may quote the query), and the others still answer
--- (the service marks the answer degraded). What no handler can catch (a statement timeout or cancel,
--- an error outside the channels, a lost connection) fails the statement, and the store then runs the
--- per-channel functions one by one. Each part is timed with clock_timestamp(). A STABLE function
--- reads one snapshot throughout: the details always belong to the hits.
+-- functions compute for themselves (ragoverlay_v2_visible_set), so their hits and scores are the
+-- same. Each runs in a ragoverlay_v2_try_* function with an exception handler (a subtransaction): a
+-- channel that fails returns no hits and its SQLSTATE (no message: it may quote the query), and the
+-- others still answer (the service marks the answer degraded). What no handler can catch (a
+-- statement timeout or cancel, an error outside the channels, a lost connection) fails the
+-- statement, and the store then asks this same statement once per channel, each with nothing to look
+-- up for the other two, so that a channel too slow for the timeout fails alone. Each part is timed
+-- with clock_timestamp(). A STABLE function reads one snapshot throughout: the details always belong
+-- to the hits.
 
 -- One channel's hits as arrays in its order (NULL: none), with its path, SQLSTATE and time in ms.
 DROP FUNCTION IF EXISTS ragoverlay_v2_try_exact;
@@ -631,9 +701,12 @@ BEGIN
         SELECT array_agg(x.document_id ORDER BY x.n), array_agg(x.ordinal ORDER BY x.n),
                array_agg(x.weight ORDER BY x.n), array_agg(x.detail ORDER BY x.n)
         INTO hit_documents, hit_ordinals, hit_scores, hit_details
-        FROM ragoverlay_v2_exact_in(p_scope, p_docs, p_keys, p_phrases, p_limit, p_document_chunks,
-                                    p_row_label_weight, p_entity_weight, p_number_weight, p_title_weight,
-                                    p_filename_weight)
+        FROM ragoverlay_v2_exact_in(
+                 p_scope => p_scope, p_docs => p_docs, p_keys => p_keys, p_phrases => p_phrases,
+                 p_limit => p_limit, p_document_chunks => p_document_chunks,
+                 p_row_label_weight => p_row_label_weight, p_entity_weight => p_entity_weight,
+                 p_number_weight => p_number_weight, p_title_weight => p_title_weight,
+                 p_filename_weight => p_filename_weight)
              WITH ORDINALITY AS x(document_id, ordinal, weight, detail, n);
     EXCEPTION WHEN OTHERS THEN
         hit_documents := NULL; error := SQLSTATE;
@@ -656,31 +729,14 @@ STABLE
 AS $$
 DECLARE
     started timestamptz := clock_timestamp();
-    bm25 record;
-    found integer;
 BEGIN
     BEGIN
-        SELECT * INTO bm25
-        FROM ragoverlay_v2_bm25_in(p_docs, p_n, p_avgdl, p_terms, p_k1, p_b, p_limit);
-        terms := bm25.terms;
-        dfs := bm25.dfs;
-        IF p_n > 0 AND p_limit > 0 THEN
-            found := coalesce(cardinality(bm25.hit_documents), 0);
-            -- the look-alikes after the BM25 hits, in the order ragoverlay_v2_lexical_in ranks them
-            SELECT bm25.hit_documents || coalesce(array_agg(t.document_id ORDER BY t.similarity DESC,
-                                                            t.document_id, t.ordinal), '{}'),
-                   bm25.hit_ordinals || coalesce(array_agg(t.ordinal ORDER BY t.similarity DESC,
-                                                           t.document_id, t.ordinal), '{}'),
-                   bm25.hit_scores || coalesce(array_agg(t.similarity ORDER BY t.similarity DESC,
-                                                         t.document_id, t.ordinal), '{}'),
-                   array_fill('bm25'::text, ARRAY[found]) || coalesce(array_agg('trigram'::text), '{}')
-            INTO hit_documents, hit_ordinals, hit_scores, hit_details
-            FROM ragoverlay_v2_trigram_in(p_scope, p_docs, p_trigram, p_trigram_similarity, p_limit - found,
-                                          bm25.hit_documents, bm25.hit_ordinals) t;
-            IF cardinality(hit_documents) = 0 THEN
-                hit_documents := NULL; hit_ordinals := NULL; hit_scores := NULL; hit_details := NULL;
-            END IF;
-        END IF;
+        SELECT l.hit_documents, l.hit_ordinals, l.hit_scores, l.hit_details, l.terms, l.dfs
+        INTO hit_documents, hit_ordinals, hit_scores, hit_details, terms, dfs
+        FROM ragoverlay_v2_lexical_hits(
+                 p_scope => p_scope, p_docs => p_docs, p_n => p_n, p_avgdl => p_avgdl, p_terms => p_terms,
+                 p_k1 => p_k1, p_b => p_b, p_limit => p_limit, p_trigram => p_trigram,
+                 p_trigram_similarity => p_trigram_similarity) l;
     EXCEPTION WHEN OTHERS THEN
         hit_documents := NULL; terms := NULL; dfs := NULL; error := SQLSTATE;
     END;
@@ -710,8 +766,11 @@ BEGIN
         SELECT array_agg(x.document_id ORDER BY x.n), array_agg(x.ordinal ORDER BY x.n),
                array_agg(1.0 - x.distance ORDER BY x.n), coalesce((array_agg(x.path))[1], 'exact')
         INTO hit_documents, hit_ordinals, hit_scores, path
-        FROM ragoverlay_v2_nearest_in(p_scope, p_run, p_docs, p_visible, p_query, p_limit, p_path, p_walk,
-                                      p_candidates, p_ef_search, p_max_scan_tuples)
+        FROM ragoverlay_v2_nearest_in(
+                 p_scope => p_scope, p_run => p_run, p_docs => p_docs, p_visible => p_visible,
+                 p_query => p_query, p_limit => p_limit, p_path => p_path, p_walk => p_walk,
+                 p_candidates => p_candidates, p_ef_search => p_ef_search,
+                 p_max_scan_tuples => p_max_scan_tuples)
              WITH ORDINALITY AS x(document_id, ordinal, distance, path, n);
     EXCEPTION WHEN OTHERS THEN
         hit_documents := NULL; path := NULL; error := SQLSTATE;
@@ -732,7 +791,7 @@ DECLARE
 BEGIN
     BEGIN
         SELECT array_agg(t.term), array_agg(t.df) INTO terms, dfs
-        FROM ragoverlay_v2_term_stats_in(p_docs, p_terms) t;
+        FROM ragoverlay_v2_term_stats_in(p_docs => p_docs, p_terms => p_terms) t;
     EXCEPTION WHEN OTHERS THEN
         terms := NULL; dfs := NULL; error := SQLSTATE;
     END;
@@ -780,8 +839,7 @@ SET plan_cache_mode = force_custom_plan
 AS $$
 #variable_conflict use_column
 DECLARE
-    docs bigint[];
-    n_documents bigint; n_chunks bigint; n_terms bigint; n_vectors bigint;
+    visible record;
     started timestamptz := clock_timestamp();
     r_exact record; r_lexical record; r_vector record; r_stats record;
 BEGIN
@@ -789,36 +847,43 @@ BEGIN
         RAISE EXCEPTION 'ragoverlay_v2_retrieve: an any-owner scope is for deletes only';
     END IF;
     IF p_namespace IS NOT NULL AND NOT EXISTS (
-        SELECT 1 FROM ragoverlay_v2_active_run((p_scope).collection_id, p_namespace, p_index_version) a
+        SELECT 1
+        FROM ragoverlay_v2_active_run(p_collection => (p_scope).collection_id, p_namespace => p_namespace,
+                                      p_index_version => p_index_version) a
         WHERE a.run_id = p_run AND a.embedding_model = p_embedding_model
           AND a.extractor_version = p_extractor_version) THEN
         part := 'stale';
         RETURN NEXT;
         RETURN;
     END IF;
-    SELECT coalesce(array_agg(v.document_id), '{}'), count(*), coalesce(sum(v.chunk_count), 0),
-           coalesce(sum(v.term_total), 0), coalesce(sum(v.chunk_count - v.vectors_missing), 0)
-    INTO docs, n_documents, n_chunks, n_terms, n_vectors
-    FROM ragoverlay_v2_visible_documents(p_scope, p_run) v;
+    SELECT * INTO visible FROM ragoverlay_v2_visible_set(p_scope => p_scope, p_run => p_run);
     -- the visible row's output variables, kept until it is returned (RETURN QUERY leaves them alone)
     ms := 1000 * extract(epoch FROM clock_timestamp() - started);
-    average_length := CASE WHEN n_chunks > 0 THEN n_terms::double precision / n_chunks ELSE 0 END;
+    average_length := visible.average_length;
     SELECT * INTO r_exact
-    FROM ragoverlay_v2_try_exact(p_scope, docs, p_keys, p_phrases, p_limit, p_document_chunks,
-                                 p_row_label_weight, p_entity_weight, p_number_weight, p_title_weight,
-                                 p_filename_weight);
-    SELECT * INTO r_lexical FROM ragoverlay_v2_try_lexical(p_scope, docs, n_chunks, average_length, p_terms,
-                                                           p_k1, p_b, p_limit, p_trigram,
-                                                           p_trigram_similarity);
-    SELECT * INTO r_vector FROM ragoverlay_v2_try_nearest(p_scope, p_run, docs, n_vectors, p_query, p_limit,
-                                                          p_path, p_walk, p_candidates, p_ef_search,
-                                                          p_max_scan_tuples);
+    FROM ragoverlay_v2_try_exact(
+             p_scope => p_scope, p_docs => visible.docs, p_keys => p_keys, p_phrases => p_phrases,
+             p_limit => p_limit, p_document_chunks => p_document_chunks,
+             p_row_label_weight => p_row_label_weight, p_entity_weight => p_entity_weight,
+             p_number_weight => p_number_weight, p_title_weight => p_title_weight,
+             p_filename_weight => p_filename_weight);
+    SELECT * INTO r_lexical
+    FROM ragoverlay_v2_try_lexical(
+             p_scope => p_scope, p_docs => visible.docs, p_n => visible.chunks::double precision,
+             p_avgdl => visible.average_length, p_terms => p_terms, p_k1 => p_k1, p_b => p_b,
+             p_limit => p_limit, p_trigram => p_trigram, p_trigram_similarity => p_trigram_similarity);
+    SELECT * INTO r_vector
+    FROM ragoverlay_v2_try_nearest(
+             p_scope => p_scope, p_run => p_run, p_docs => visible.docs, p_visible => visible.vectors,
+             p_query => p_query, p_limit => p_limit, p_path => p_path, p_walk => p_walk,
+             p_candidates => p_candidates, p_ef_search => p_ef_search,
+             p_max_scan_tuples => p_max_scan_tuples);
     -- the statistics come with the lexical channel's postings; read apart only when it failed
     IF r_lexical.error IS NULL THEN
         SELECT r_lexical.terms AS terms, r_lexical.dfs AS dfs, NULL::text AS error, 0::double precision AS ms
         INTO r_stats;
     ELSE
-        SELECT * INTO r_stats FROM ragoverlay_v2_try_term_stats(docs, p_terms);
+        SELECT * INTO r_stats FROM ragoverlay_v2_try_term_stats(p_docs => visible.docs, p_terms => p_terms);
     END IF;
     started := clock_timestamp();
     RETURN QUERY
@@ -843,12 +908,13 @@ BEGIN
                k.search_text, k.entity_keys, k.filename, k.title, k.language, k.publication_date,
                k.document_number, k.source, k.metadata
         FROM hits h
-        LEFT JOIN ragoverlay_v2_chunk_details_in(p_scope, docs, ARRAY(SELECT d FROM hits),
-                                                 ARRAY(SELECT o FROM hits)) k
+        LEFT JOIN ragoverlay_v2_chunk_details_in(p_scope => p_scope, p_docs => visible.docs,
+                                                 p_documents => ARRAY(SELECT d FROM hits),
+                                                 p_ordinals => ARRAY(SELECT o FROM hits)) k
           ON k.document_id = h.d AND k.ordinal = h.o
         ORDER BY h.c, h.n;
     -- the small rows through the output variables, each set for its own rows only
-    part := 'visible'; documents := n_documents; chunks := n_chunks;
+    part := 'visible'; documents := visible.documents; chunks := visible.chunks;
     RETURN NEXT;
     part := 'df'; documents := NULL; chunks := NULL; average_length := NULL; ms := NULL;
     FOR i IN 1 .. coalesce(cardinality(r_stats.terms), 0) LOOP
