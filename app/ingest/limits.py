@@ -26,7 +26,7 @@ import contextvars
 import io
 import types
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from typing import IO, Any, Protocol
 
@@ -302,6 +302,29 @@ def guarded(limits: ParseLimits, filename: str, board: Board | None = None) -> I
         yield guard
     finally:
         _GUARD.reset(token)
+
+
+# Told the progress of every parse in a worker process that advances, in the service (a job's
+# deadline listens: a parse that advances is the job's progress, though the job reports nothing).
+ParseListener = Callable[[ParseProgress], None]
+_LISTENER: contextvars.ContextVar[ParseListener | None] = contextvars.ContextVar(
+    "ragoverlay_parse_listener", default=None
+)
+
+
+@contextlib.contextmanager
+def watching_parses(listener: ParseListener) -> Iterator[None]:
+    """Within this block, `listener(progress)` is called whenever a worker's parse advances."""
+    token = _LISTENER.set(listener)
+    try:
+        yield
+    finally:
+        _LISTENER.reset(token)
+
+
+def parse_listener() -> ParseListener | None:
+    """The listener `watching_parses` installed here, if any."""
+    return _LISTENER.get()
 
 
 # ------------------------------------------------------------------------------------ zip reads

@@ -14,7 +14,8 @@ they have not moved for `PARSE_STALL_TIMEOUT_S` (a parser stuck in C code, a hos
 when its age passes `ParseLimits.budget_s`: `PARSE_TIMEOUT_S` plus `PARSE_SECONDS_PER_PAGE` per page
 read plus `OCR_PAGE_TIMEOUT_S` per page OCR began. The counters are the child's own word: one that
 lies earns at most `ParseLimits.ceiling_s`, the budget of the largest file the size limits admit.
-The child's CPU limit follows the same budget (`_follow_budget`).
+The child's CPU limit follows the same budget (`_follow_budget`). A parse inside a job tells the
+job's deadline that it advances (`watching_parses`).
 
 Why one process per upload from a fork server, measured on the 2-core development machine (idle:
 a child that only imports the loaders and answers; in brackets `python -m benchmarks.parsing
@@ -58,6 +59,7 @@ from app.ingest.limits import (
     ParseLimitExceeded,
     ParseLimits,
     ParseProgress,
+    parse_listener,
     read_board,
 )
 from app.ingest.types import Block, LoadedDocument, Section
@@ -156,6 +158,7 @@ async def _watch(
     receiving: asyncio.Future[tuple[Any, ...] | None], limits: ParseLimits, board: Board, started: float
 ) -> _Stopped | None:
     """Wait for the child's answer, reading its progress; why to stop it, when it must be stopped."""
+    listener = parse_listener()
     poll_s = min(1.0, limits.stall_s / 4)
     seen, advanced = read_board(board), time.monotonic()
     while True:
@@ -166,6 +169,8 @@ async def _watch(
         progress = read_board(board)
         if progress != seen:
             seen, advanced = progress, now
+            if listener is not None:
+                listener(progress)
         budget = limits.budget_s(progress)
         if now - advanced >= limits.stall_s:
             return _Stopped("stalled", progress, now - started, budget)
