@@ -176,7 +176,12 @@ class Settings(BaseSettings):
     pdf_extract_images: bool = Field(False, validation_alias=_env("PDF_EXTRACT_IMAGES"))
     ingest_concurrency: int = Field(2, ge=1, validation_alias=_env("INGEST_CONCURRENCY"))
     # --- parsing limits (app/ingest/limits.py; each upload is parsed in a worker process) ------
+    # time scales with the work: a base, a share per page read, and a limit on going without progress
     parse_timeout_s: float = Field(300.0, gt=0, le=86_400, validation_alias=_env("PARSE_TIMEOUT_S"))
+    parse_seconds_per_page: float = Field(2.0, ge=0, le=3600, validation_alias=_env("PARSE_SECONDS_PER_PAGE"))
+    parse_stall_timeout_s: float = Field(
+        120.0, gt=0, le=86_400, validation_alias=_env("PARSE_STALL_TIMEOUT_S")
+    )
     parse_memory_mb: int = Field(1024, ge=128, validation_alias=_env("PARSE_MEMORY_MB"))
     parse_max_unzipped_bytes: int = Field(
         256 * 1024 * 1024, ge=1024 * 1024, validation_alias=_env("PARSE_MAX_UNZIPPED_BYTES")
@@ -196,7 +201,9 @@ class Settings(BaseSettings):
     )
     ocr_max_pages: int = Field(100, ge=1, le=100_000, validation_alias=_env("OCR_MAX_PAGES"))
     ocr_page_timeout_s: float = Field(30.0, gt=0, le=3600, validation_alias=_env("OCR_PAGE_TIMEOUT_S"))
-    ocr_file_timeout_s: float = Field(240.0, gt=0, le=86_400, validation_alias=_env("OCR_FILE_TIMEOUT_S"))
+    ocr_file_timeout_s: float | None = Field(
+        None, gt=0, le=86_400, validation_alias=_env("OCR_FILE_TIMEOUT_S")
+    )
     ocr_dpi: int = Field(200, ge=72, le=600, validation_alias=_env("OCR_DPI"))
     ocr_min_chars: int = Field(30, ge=0, le=100_000, validation_alias=_env("OCR_MIN_CHARS"))
 

@@ -4,8 +4,18 @@
 
 A hostile file that slips past every counter in `app/ingest/limits.py` can still only exhaust its
 own process: the child sets `RLIMIT_AS` to its start size plus `PARSE_MEMORY_MB` (a MemoryError,
-or a kill, answers 413) and is killed when `PARSE_TIMEOUT_S` passes (422). The service's memory
-then holds only the parsed result.
+or a kill, answers 413), and the parent kills it (422) when it stops advancing or outruns its time
+budget. The service's memory then holds only the parsed result.
+
+Time scales with the work, so a big honest file is never cut for its size or a busy machine. The
+child's guard publishes its counters (pages, OCR pages, characters, cells, elements, bytes
+unzipped) in shared memory; the parent reads them every second or so and kills the child when
+they have not moved for `PARSE_STALL_TIMEOUT_S` (a parser stuck in C code, a hostile page), or
+when its age passes `ParseLimits.budget_s`: `PARSE_TIMEOUT_S` plus `PARSE_SECONDS_PER_PAGE` per page
+read plus `OCR_PAGE_TIMEOUT_S` per page OCR began. The counters are the child's own word: one that
+lies earns at most `ParseLimits.ceiling_s`, the budget of the largest file the size limits admit.
+The child's CPU limit follows the same budget (`_follow_budget`). A parse inside a job tells the
+job's deadline that it advances (`watching_parses`).
 
 Why one process per upload from a fork server, measured on the 2-core development machine (idle:
 a child that only imports the loaders and answers; in brackets `python -m benchmarks.parsing
@@ -16,7 +26,8 @@ loop's helpers, onnxruntime), which can deadlock the child; a `ProcessPoolExecut
 `max_tasks_per_child=1` on a fork server is as fast when a worker is ready (72-85 ms), but one task
 cannot be killed without breaking the whole pool.
 
-Only plain data crosses the boundary: the request is a small record of strings and numbers, the answer is
+Only plain data crosses the boundary: the request is a small record of strings and numbers (and the
+shared counters), the answer is
 a pickle of `LoadedDocument` streamed through a pipe (never held whole in memory) and read back by
 an unpickler that accepts nothing but the document model's classes.
 """
@@ -34,13 +45,23 @@ import resource
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing import forkserver
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from app.errors import NoExtractableText, PayloadTooLarge, RagError, UnsupportedFileType
-from app.ingest.limits import ParseLimitExceeded, ParseLimits
+from app.ingest.limits import (
+    PAGE_CHARS,
+    PROGRESS_SLOTS,
+    Board,
+    ParseLimitExceeded,
+    ParseLimits,
+    ParseProgress,
+    parse_listener,
+    read_board,
+)
 from app.ingest.types import Block, LoadedDocument, Section
 
 logger = logging.getLogger(__name__)
@@ -63,6 +84,13 @@ _ALLOWED = {
 }
 
 
+# `load_document`'s signature: (path, filename, content_type, *, pdf_extract_images, limits, board)
+Loader = Callable[..., LoadedDocument]
+# How often the child raises its CPU limit to the budget it has earned, and the slack above it.
+_CPU_FOLLOW_S = 1.0
+_CPU_SLACK_S = 5
+
+
 @dataclass(frozen=True, slots=True)
 class _Request:
     path: str
@@ -70,6 +98,18 @@ class _Request:
     content_type: str | None
     limits: ParseLimits
     pdf_extract_images: bool
+    board: Board  # shared memory: the child's guard writes its counters, the parent reads them
+    loader: Loader | None = None  # None: `load_document` (tests name another, importable, function)
+
+
+@dataclass(frozen=True, slots=True)
+class _Stopped:
+    """Why the parent killed the child: no progress for the stall limit, or past its budget."""
+
+    why: Literal["stalled", "budget"]
+    progress: ParseProgress
+    elapsed_s: float
+    budget_s: float
 
 
 def start_worker_server() -> None:
@@ -84,9 +124,11 @@ async def parse_in_worker(
     *,
     limits: ParseLimits,
     pdf_extract_images: bool = False,
+    loader: Loader | None = None,
 ) -> LoadedDocument:
     """Load `path` like `load_document`, in a child process bounded by `limits`."""
-    request = _Request(str(path), filename, content_type, limits, pdf_extract_images)
+    board = _CONTEXT.RawArray("q", PROGRESS_SLOTS)
+    request = _Request(str(path), filename, content_type, limits, pdf_extract_images, board, loader)
     reader, writer = _CONTEXT.Pipe(duplex=False)
     process = _CONTEXT.Process(target=_child, args=(request, writer), name="ragoverlay-parse", daemon=True)
     started = time.monotonic()
@@ -99,11 +141,9 @@ async def parse_in_worker(
         writer.close()
     # The reading thread owns `reader` and closes it; it ends when the child exits or is killed.
     receiving = asyncio.ensure_future(asyncio.to_thread(_receive, reader))
-    timed_out = False
     try:
-        done, _ = await asyncio.wait({receiving}, timeout=limits.timeout_s)
-        if not done:
-            timed_out = True
+        stopped = await _watch(receiving, limits, board, started)
+        if stopped is not None:
             process.kill()
         outcome = await receiving
     finally:
@@ -111,12 +151,35 @@ async def parse_in_worker(
             process.kill()  # cancelled (the client went away): never leave a parser running
         with contextlib.suppress(Exception):
             await asyncio.to_thread(process.join, 5)
-    elapsed = time.monotonic() - started
-    return _result(outcome, process.exitcode, timed_out, request, elapsed)
+    return _result(outcome, process.exitcode, stopped, request)
+
+
+async def _watch(
+    receiving: asyncio.Future[tuple[Any, ...] | None], limits: ParseLimits, board: Board, started: float
+) -> _Stopped | None:
+    """Wait for the child's answer, reading its progress; why to stop it, when it must be stopped."""
+    listener = parse_listener()
+    poll_s = min(1.0, limits.stall_s / 4)
+    seen, advanced = read_board(board), time.monotonic()
+    while True:
+        done, _ = await asyncio.wait({receiving}, timeout=poll_s)
+        if done:
+            return None
+        now = time.monotonic()
+        progress = read_board(board)
+        if progress != seen:
+            seen, advanced = progress, now
+            if listener is not None:
+                listener(progress)
+        budget = limits.budget_s(progress)
+        if now - advanced >= limits.stall_s:
+            return _Stopped("stalled", progress, now - started, budget)
+        if now - started >= budget:
+            return _Stopped("budget", progress, now - started, budget)
 
 
 def _result(
-    outcome: tuple[Any, ...] | None, exitcode: int | None, timed_out: bool, request: _Request, elapsed: float
+    outcome: tuple[Any, ...] | None, exitcode: int | None, stopped: _Stopped | None, request: _Request
 ) -> LoadedDocument:
     name = request.filename
     if outcome is not None and outcome[0] == "ok":
@@ -127,14 +190,8 @@ def _result(
         logger.info("Refused %r (%s): %s", name, status, detail)
         error_type = _ERRORS.get(kind)
         raise error_type(detail) if error_type is not None else ParseLimitExceeded(detail, status)
-    if timed_out:
-        logger.warning("Parsing %r stopped after %.0f s (PARSE_TIMEOUT_S)", name, elapsed)
-        raise ParseLimitExceeded(
-            f"{name} was refused: reading it took longer than {request.limits.timeout_s:g} seconds "
-            "(PARSE_TIMEOUT_S). Split it into smaller files and upload them separately, or ask the "
-            "operator to raise the limit",
-            status_code=422,
-        )
+    if stopped is not None:
+        raise _out_of_time(name, stopped, request.limits)
     if (outcome is not None and outcome[0] == "memory") or exitcode in (_EXIT_MEMORY, -signal.SIGKILL):
         logger.warning("Parsing %r ran out of memory (PARSE_MEMORY_MB)", name)
         raise ParseLimitExceeded(
@@ -149,6 +206,60 @@ def _result(
         "(for example print it to PDF) and upload it again",
         status_code=422,
     )
+
+
+def _out_of_time(name: str, stopped: _Stopped, limits: ParseLimits) -> ParseLimitExceeded:
+    """The 422 for a child killed for time: which limit, how far it had come, what to do."""
+    progress = stopped.progress
+    if stopped.why == "stalled":
+        read = _read_so_far(progress)
+        logger.warning(
+            "Parsing %r stopped: no progress for %s s (PARSE_STALL_TIMEOUT_S), %s read in %.0f s",
+            name,
+            _seconds(limits.stall_s),
+            read,
+            stopped.elapsed_s,
+        )
+        return ParseLimitExceeded(
+            f"{name} was refused: reading it made no progress for {_seconds(limits.stall_s)} seconds "
+            f"(PARSE_STALL_TIMEOUT_S; {read} read by then). The file may be damaged: re-export or "
+            "re-save it (for example print it to PDF) and upload it again, or ask the operator to "
+            "raise the limit",
+            status_code=422,
+        )
+    per_page = f"PARSE_SECONDS_PER_PAGE ({limits.seconds_per_page:g} s) for each"
+    if progress.pages:
+        earned = f"{per_page} of the {progress.pages:,} pages read"
+    else:
+        earned = f"{per_page} {PAGE_CHARS:,} characters of the {progress.chars:,} read"
+    if progress.ocr_pages:
+        earned += (
+            f", and OCR_PAGE_TIMEOUT_S ({limits.ocr.page_timeout_s:g} s) for each of the "
+            f"{progress.ocr_pages:,} pages OCR began"
+        )
+    logger.warning(
+        "Parsing %r stopped after %.0f s: past its time budget, %s read",
+        name,
+        stopped.elapsed_s,
+        _read_so_far(progress),
+    )
+    return ParseLimitExceeded(
+        f"{name} was refused: reading it took longer than its time budget of {_seconds(stopped.budget_s)} "
+        f"seconds: PARSE_TIMEOUT_S ({limits.timeout_s:g} s) plus {earned}. Split it into smaller "
+        "files and upload them separately, or ask the operator to raise the limits",
+        status_code=422,
+    )
+
+
+def _read_so_far(progress: ParseProgress) -> str:
+    """How much of the file had been read: its pages, or its characters of text."""
+    if progress.pages:
+        return "1 page" if progress.pages == 1 else f"{progress.pages:,} pages"
+    return f"{progress.chars:,} characters of text" if progress.chars else "nothing"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:,.0f}" if value >= 10 else f"{value:g}"
 
 
 class _DocumentUnpickler(pickle.Unpickler):
@@ -178,17 +289,20 @@ def _receive(reader: multiprocessing.connection.Connection) -> tuple[Any, ...] |
 
 def _child(request: _Request, writer: multiprocessing.connection.Connection) -> None:
     """Runs in the worker: apply the limits, parse, stream the answer back."""
+    _follow_budget(request.limits, request.board)  # first: its stack counts in the address space
     _apply_limits(request.limits)
     answer: tuple[Any, ...]
     try:
         from app.ingest.loaders import load_document
 
-        doc = load_document(
+        load = request.loader or load_document
+        doc = load(
             Path(request.path),
             request.filename,
             request.content_type,
             pdf_extract_images=request.pdf_extract_images,
             limits=request.limits,
+            board=request.board,
         )
         answer = ("ok", doc)
     except RagError as exc:
@@ -214,8 +328,13 @@ def _apply_limits(limits: ParseLimits) -> None:
     size = _address_space()
     if size is not None:
         resource.setrlimit(resource.RLIMIT_AS, (size + budget,) * 2)
-    cpu = int(limits.timeout_s) + 5
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+    # CPU time: the parent's wall-clock budget is the limit, and it grows with the pages read.
+    # This process (PDFium, Tesseract here: single-threaded) spends at most its wall time in CPU
+    # time, so a CPU limit that follows the same budget never cuts a file the parent lets run; it
+    # ends a parse stuck in a loop even when no parent is left to kill it (`_follow_budget` raises
+    # the soft limit as the budget grows; the hard limit is the largest budget a file can earn).
+    cpu = int(limits.timeout_s) + _CPU_SLACK_S
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, _cpu_ceiling(limits)))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     # Parsing is batch work; on a small machine the service's event loop comes first. Should the
     # machine (or a container's cgroup) run out of memory anyway, the kernel kills a worker first.
@@ -223,6 +342,32 @@ def _apply_limits(limits: ParseLimits) -> None:
         os.nice(5)
     with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as adjust:
         adjust.write("1000")
+
+
+def _cpu_ceiling(limits: ParseLimits) -> int:
+    return int(limits.ceiling_s) + 2 * _CPU_SLACK_S
+
+
+def _follow_budget(limits: ParseLimits, board: Board) -> None:
+    """Raise this process's CPU limit to the time budget its progress has earned, once a second.
+
+    A thread of the child: while a loader holds the interpreter in C code without progress, the
+    limit stays where it was, as it should.
+    """
+
+    def follow() -> None:
+        granted = limits.timeout_s
+        while True:
+            time.sleep(_CPU_FOLLOW_S)
+            budget = limits.budget_s(read_board(board))
+            if budget > granted:
+                granted = budget
+                soft = min(int(budget) + _CPU_SLACK_S, _cpu_ceiling(limits))
+                with contextlib.suppress(ValueError, OSError):
+                    resource.setrlimit(resource.RLIMIT_CPU, (soft, _cpu_ceiling(limits)))
+
+    threading.stack_size(256 * 1024)  # it needs little, and all it takes counts in RLIMIT_AS
+    threading.Thread(target=follow, name="parse-cpu-budget", daemon=True).start()
 
 
 def _address_space() -> int | None:

@@ -46,15 +46,31 @@ def after_failure(policy: RetryPolicy, *, attempt: int, max_attempts: int, perma
     return AfterFailure("retry", policy.delay_s(attempt))
 
 
-def stale_timeout_warning(stale_timeout_s: float, job_timeout_ms: int) -> str | None:
-    """The start-up warning when a stale job could be reclaimed before its own deadline ends it."""
-    if stale_timeout_s * 1000 > job_timeout_ms:
+# The longest a statement on a worker's own connection may take; past it the connection is dropped.
+LEASE_STATEMENT_TIMEOUT_S = 30.0
+
+
+def lease_loss_noticed_s(stale_timeout_s: float) -> float:
+    """The longest a worker cut off from the database may go on running its jobs: until its next
+    heartbeat fails, which takes at most one heartbeat interval and one statement timeout."""
+    return heartbeat_interval_s(stale_timeout_s) + LEASE_STATEMENT_TIMEOUT_S
+
+
+def stale_timeout_warning(stale_timeout_s: float) -> str | None:
+    """The start-up warning when a job could be reclaimed while its first run still goes on.
+
+    A run's deadline no longer bounds its age (it is pushed out while the run progresses), so what
+    ends the first run of a worker that lost its connection is the worker noticing: the stale
+    timeout must be longer than that.
+    """
+    noticed = lease_loss_noticed_s(stale_timeout_s)
+    if stale_timeout_s > noticed:
         return None
     return (
-        f"INDEXER_STALE_TIMEOUT ({stale_timeout_s:g} s) is not above INDEXER_JOB_TIMEOUT_MS "
-        f"({job_timeout_ms} ms): a job whose worker lost its database connection could be reclaimed "
-        "and started elsewhere before its deadline has ended the first run. Set INDEXER_STALE_TIMEOUT "
-        "above the job deadline."
+        f"INDEXER_STALE_TIMEOUT ({stale_timeout_s:g} s) is not above the {noticed:g} s a worker may need "
+        "to notice that it lost its database connection (a heartbeat, every INDEXER_STALE_TIMEOUT/4 s, "
+        f"and a {LEASE_STATEMENT_TIMEOUT_S:g} s statement timeout): its job could be reclaimed and started "
+        "elsewhere while the first run goes on. Set INDEXER_STALE_TIMEOUT above 40 seconds."
     )
 
 

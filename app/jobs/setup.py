@@ -128,7 +128,7 @@ class JobQueue:
 
 def build_queue(settings: Settings, *, dsn: str, pool: asyncpg.Pool, info: StoreInfo) -> JobQueue:
     """The registry (empty until `build_jobs`), the worker and the service of the collection's queue."""
-    warning = stale_timeout_warning(settings.indexer_stale_timeout_s, settings.indexer_job_timeout_ms)
+    warning = stale_timeout_warning(settings.indexer_stale_timeout_s)
     if warning:
         logger.warning(warning)
     registry = JobRegistry()

@@ -1,5 +1,10 @@
 """The worker: claims due jobs of its queue, runs each under its deadline, and reports back.
 
+The deadline (`INDEXER_JOB_TIMEOUT_MS`) is a limit on going without progress, not on a run's age:
+each new value a handler reports (`progress(done, total, note)`), and each advance of a parse the
+handler waits for (`watching_parses`), pushes it out by the whole timeout. A big file's run lasts
+as long as it keeps advancing; one that stops is cancelled that long after its last progress.
+
 One connection of its own, the lease, carries everything that touches a job's state: LISTEN for
 new jobs, the claims (which take each job's session advisory lock), heartbeats with progress, the
 end of every run (which releases the lock) and the reclaim of jobs whose worker is gone. Handlers
@@ -26,7 +31,14 @@ from typing import Any, Literal, TypeVar
 import asyncpg
 
 from app.errors import RagError
-from app.jobs.policy import RetryPolicy, after_failure, heartbeat_interval_s, sweep_interval_s
+from app.ingest.limits import ParseProgress, watching_parses
+from app.jobs.policy import (
+    LEASE_STATEMENT_TIMEOUT_S,
+    RetryPolicy,
+    after_failure,
+    heartbeat_interval_s,
+    sweep_interval_s,
+)
 from app.jobs.registry import (
     JobKind,
     JobRegistry,
@@ -43,7 +55,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-LEASE_STATEMENT_TIMEOUT_S = 30.0
 PRUNE_EVERY_S = 3600.0
 DONE_RETENTION_DAYS = 7.0
 FAILED_RETENTION_DAYS = 30.0
@@ -141,15 +152,48 @@ class _Run:
     dirty: bool = False
     started: float = field(default_factory=time.monotonic)
     logged: float = field(default_factory=time.monotonic)  # when its last progress line was logged
+    # the no-progress deadline while the handler runs (None: none, or not running), its length
+    deadline: asyncio.Timeout | None = None
+    deadline_s: float | None = None
+    loop: asyncio.AbstractEventLoop | None = None
 
     def progress(self, done: int, total: int | None = None, note: str | None = None) -> None:
-        """The handler's progress callback."""
+        """The handler's progress callback: a new value pushes the deadline out."""
+        before = (self.done, self.total, self.note)
         self.done = int(done)
         if total is not None:
             self.total = int(total)
         if note is not None:
             self.note = note[:500]
         self.dirty = True
+        # the same value again is no progress: a handler stuck in a loop that reports is still stuck
+        if (self.done, self.total, self.note) != before:
+            self.advanced()
+
+    def parsed(self, progress: ParseProgress) -> None:
+        """A parse this run waits for advanced (pages read in another process): progress too."""
+        self.advanced()
+
+    def advanced(self) -> None:
+        """Push the deadline out to a whole timeout from now (safe from any thread)."""
+        loop = self.loop
+        if loop is None or self.deadline is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._push_deadline()
+        else:  # a handler's thread: asyncio's timers are the loop's own
+            loop.call_soon_threadsafe(self._push_deadline)
+
+    def _push_deadline(self) -> None:
+        scope, length = self.deadline, self.deadline_s
+        if scope is None or length is None or scope.expired():
+            return  # ended, or already cancelling the run
+        assert self.loop is not None
+        scope.reschedule(self.loop.time() + length)
 
     def line(self, now: float) -> str:
         """Where the run is, as the log says it."""
@@ -431,13 +475,19 @@ class JobWorker:
         deadline = self.job_timeout_s if kind.deadline else None
         permanent = False
         # the deadline cancels the handler's task: the cancellation reaches whatever it awaits,
-        # the embedding and reranker HTTP requests on the shared client included
+        # the embedding and reranker HTTP requests on the shared client included. Progress pushes
+        # it out (`_Run.advanced`), so it fires only after `deadline` seconds without any.
         deadline_scope = asyncio.timeout(deadline)
         token = set_current_job(job.id)
         try:
             payload = kind.parse(job.payload)
             async with deadline_scope:
-                value = await kind.handler(payload, run.progress)
+                run.deadline, run.deadline_s, run.loop = deadline_scope, deadline, asyncio.get_running_loop()
+                try:
+                    with watching_parses(run.parsed):
+                        value = await kind.handler(payload, run.progress)
+                finally:
+                    run.deadline = None
         except ReleaseJob as exc:
             # not this worker's to run now: back to the queue, the attempt given back, no error
             logger.info("Job %d (%s) released: %s", job.id, kind.name, exc.reason)
@@ -447,7 +497,7 @@ class JobWorker:
                 error = _describe(exc)
             else:
                 error = (
-                    f"deadline: the job ran longer than INDEXER_JOB_TIMEOUT_MS "
+                    f"deadline: the job made no progress for INDEXER_JOB_TIMEOUT_MS "
                     f"({self.job_timeout_s * 1000:.0f} ms) and was cancelled"
                 )
         except PermanentJobError as exc:

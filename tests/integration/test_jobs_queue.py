@@ -10,6 +10,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -19,6 +20,8 @@ from app.clients.embeddings import build_embedder
 from app.clients.http import build_http_client
 from app.config import load_settings
 from app.errors import NoExtractableText
+from app.ingest.limits import ParseLimits
+from app.ingest.worker import parse_in_worker
 from app.jobs.policy import RetryPolicy
 from app.jobs.registry import JobRegistry, JobResult, PermanentJobError, Progress, ReleaseJob, current_job_id
 from app.jobs.service import JobService
@@ -27,6 +30,7 @@ from app.store.db import bootstrap
 from app.store.jobs import JobRow
 from tests.fixtures.fake_providers import FakeProvider
 from tests.fixtures.service import Database
+from tests.fixtures.slow_loaders import steady
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -245,6 +249,82 @@ async def test_the_deadline_cancels_the_embedding_request_on_the_shared_client(
     assert len(fake_provider.requests) == 1 and fake_provider.requests[0].path == "/v1/embeddings"
     await embedder.aclose()
     await http.aclose()
+
+
+async def test_a_run_that_keeps_progressing_outlives_its_deadline(queue: Queue) -> None:
+    """The deadline is 0.5 s without progress, not 0.5 s in all: a run that reports a new value
+    every 20 ms for four deadlines' time ends done, in its first attempt."""
+    timeout_s = 0.5
+
+    async def progressing(payload: dict[str, Any], progress: Progress) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        started, step = loop.time(), 0
+        while loop.time() - started < 4 * timeout_s:
+            step += 1
+            progress(step, None, "working")
+            await asyncio.sleep(0.02)
+        return {"steps": step, "ran_s": loop.time() - started}
+
+    queue.registry.register("long", progressing)
+    await queue.worker(timeout_s=timeout_s)
+    added = await queue.service.enqueue("long", {})
+    done = await queue.until(added.id, lambda r: r.status in ("done", "failed") or r.last_error is not None)
+    assert (done.status, done.attempts, done.last_error) == ("done", 1, None)
+    assert done.result is not None and done.result["ran_s"] >= 4 * timeout_s
+
+
+async def test_a_run_that_stops_progressing_is_cancelled_and_says_so(queue: Queue) -> None:
+    """Progress first, then the same value again and again (a handler stuck in a loop that reports):
+    no new value, no progress; the run is cancelled a deadline after its last advance."""
+    advanced_at: list[float] = []
+    cancelled_at: list[float] = []
+
+    async def stuck(payload: dict[str, Any], progress: Progress) -> None:
+        for step in (1, 2, 3):
+            progress(step, 10, "reading")
+        advanced_at.append(time.monotonic())
+        try:
+            while True:
+                progress(3, 10, "reading")
+                await asyncio.sleep(0.02)
+        except asyncio.CancelledError:
+            cancelled_at.append(time.monotonic())
+            raise
+
+    queue.registry.register("stuck", stuck)
+    await queue.worker(timeout_s=0.5)
+    added = await queue.service.enqueue("stuck", {})
+    # each attempt is a failed one, retried until the three are spent (INDEXER_RETRY_MAX=2)
+    row = await queue.until(added.id, lambda r: r.status == "failed")
+    assert row.last_error == (
+        "deadline: the job made no progress for INDEXER_JOB_TIMEOUT_MS (500 ms) and was cancelled"
+    )
+    assert (row.attempts, row.failures, len(cancelled_at)) == (3, 3, 3)
+    waited = [cancelled - advanced for advanced, cancelled in zip(advanced_at, cancelled_at, strict=True)]
+    assert min(waited) >= 0.5  # each cancelled a whole deadline after its last advance
+
+
+async def test_a_parse_that_advances_keeps_its_job_alive(queue: Queue, tmp_path: Path) -> None:
+    """A job waiting three deadlines for a parse in the worker process, which reports nothing to the
+    job itself: the parse's pages are its progress, so it ends done."""
+    path = tmp_path / "long.pdf"
+    path.write_text("3.0")  # seconds the stand-in loader reads pages for
+    limits = ParseLimits(timeout_s=60, stall_s=1.0)  # the worker reads the pages every 0.25 s
+    warm = tmp_path / "warm.txt"
+    warm.write_text("warm up")
+    await parse_in_worker(warm, "warm.txt", limits=ParseLimits())  # the fork server starts in ~1 s
+
+    async def parse(payload: dict[str, Any], progress: Progress) -> dict[str, Any]:
+        progress(0, None, "parsing")
+        doc = await parse_in_worker(path, "long.pdf", limits=limits, loader=steady)
+        return {"text": doc.text}
+
+    queue.registry.register("parse", parse)
+    await queue.worker(timeout_s=1.0)
+    added = await queue.service.enqueue("parse", {})
+    done = await queue.until(added.id, lambda r: r.status == "done" or r.last_error is not None)
+    assert (done.status, done.attempts, done.last_error) == ("done", 1, None)
+    assert done.result is not None and done.result["text"].endswith(" pages read")
 
 
 async def test_two_workers_run_every_job_exactly_once(queue: Queue) -> None:

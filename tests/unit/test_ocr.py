@@ -13,7 +13,7 @@ from PIL import Image
 
 from app.config import Settings
 from app.errors import NoExtractableText, UnsupportedFileType
-from app.ingest.limits import OcrOptions, ParseLimitExceeded, ParseLimits
+from app.ingest.limits import PROGRESS_SLOTS, OcrOptions, ParseLimitExceeded, ParseLimits, read_board
 from app.ingest.loaders import load_document
 from app.ingest.loaders.ocr import WORK_PIXELS, OcrReader, engine_status, prepare, tidy
 from tests.fixtures.scans import (
@@ -235,6 +235,17 @@ def test_the_file_time_budget_stops_ocr_and_says_so(tmp_path: Path) -> None:
     assert info.value.detail.endswith("Split it into smaller files, or ask the operator to raise the limit")
 
 
+def test_each_page_ocr_begins_is_published_as_progress(tmp_path: Path) -> None:
+    """The worker's budget grows by OCR_PAGE_TIMEOUT_S for each of them (and the stall clock restarts)."""
+    path = image_pdf(tmp_path / "scan.pdf", [text_image(ENGLISH), text_image(GERMAN)])
+    board = [0] * PROGRESS_SLOTS
+    doc = load_document(path, "scan.pdf", board=board)
+    progress = read_board(board)
+    assert sorted(doc.ocr_pages) == [0, 1]
+    # two pages, each reached twice (text, then blocks) and each read once by OCR: 2 + 2 + 2 steps
+    assert (progress.pages, progress.ocr_pages, progress.steps) == (2, 2, 6)
+
+
 def test_the_page_deadline_stops_tesseract() -> None:
     reader = OcrReader(dataclasses.replace(OcrOptions(), page_timeout_s=0.001), "slow.png")
     try:
@@ -257,7 +268,11 @@ def test_ocr_settings_reach_the_worker_limits() -> None:
     )
     ocr = ParseLimits.from_settings(settings).ocr
     assert ocr.engine == "off" and ocr.languages == ("deu", "eng", "fra")
-    assert ocr.file_timeout_s == 80  # 80 % of PARSE_TIMEOUT_S: OCR stops before the worker is killed
+    # kept as set: the worker's budget grows with each OCR page, so OCR no longer has to stop at
+    # 80 % of PARSE_TIMEOUT_S to keep what it read
+    assert ocr.file_timeout_s == 240
+    # unset (the default): no cap but OCR_PAGE_TIMEOUT_S for each page begun
+    assert ParseLimits.from_settings(Settings()).ocr.file_timeout_s is None
 
 
 def test_a_language_that_is_no_tesseract_code_is_refused_at_start() -> None:

@@ -9,12 +9,22 @@ from pathlib import Path
 
 import pytest
 
-from app.ingest.limits import BoundedZipFile, ParseLimitExceeded, ParseLimits, guarded
+from app.config import load_settings
+from app.ingest.limits import (
+    PAGE_CHARS,
+    PROGRESS_SLOTS,
+    BoundedZipFile,
+    ParseLimitExceeded,
+    ParseLimits,
+    ParseProgress,
+    guarded,
+    read_board,
+)
 from app.ingest.loaders import load_document
 from app.ingest.loaders.bounds import scan_html
 from app.ingest.worker import _DocumentUnpickler
 from tests.fixtures.bombs import docx_bomb, nested_html, xlsx_huge_sheet, xlsx_shared_string_bomb
-from tests.fixtures.documents import make_html, make_text
+from tests.fixtures.documents import make_html, make_pdf, make_text
 
 MIB = 1024 * 1024
 
@@ -165,3 +175,51 @@ def test_worker_answers_are_read_with_an_allow_list() -> None:
 
     with pytest.raises(pickle.UnpicklingError):
         _DocumentUnpickler(io.BytesIO(pickle.dumps(("ok", Evil())))).load()
+
+
+# --- progress and the time budget ------------------------------------------------------------------
+
+
+def test_a_pdf_publishes_its_pages_as_it_reads_them(tmp_path: Path) -> None:
+    path = make_pdf(tmp_path / "five.pdf", [f"Page {n} says something." for n in range(1, 6)])
+    board = [0] * PROGRESS_SLOTS  # the worker passes shared memory; any list of integers will do
+    load_document(path, "five.pdf", board=board)
+    progress = read_board(board)
+    # two passes over five pages: the text of each first, then each page's blocks
+    assert (progress.pages, progress.steps, progress.ocr_pages) == (5, 10, 0)
+    assert progress.chars == sum(len(f"Page {n} says something.") for n in range(1, 6))
+
+
+def test_formats_without_pages_publish_their_characters(tmp_path: Path) -> None:
+    board = [0] * PROGRESS_SLOTS
+    load_document(make_html(tmp_path / "a.html", "<p>" + "word " * 1200 + "</p>"), "a.html", board=board)
+    progress = read_board(board)
+    # 1,200 words of five characters, the last space trimmed: 5,999 characters, two pages' worth
+    assert (progress.pages, progress.chars) == (0, 5999) and progress.elements > 0
+    assert progress.work == 5999 / PAGE_CHARS
+
+
+def test_the_budget_grows_with_the_pages_read_and_ocr_pages_begun() -> None:
+    limits = ParseLimits()  # PARSE_TIMEOUT_S 300, PARSE_SECONDS_PER_PAGE 2, OCR_PAGE_TIMEOUT_S 30
+    assert limits.budget_s(ParseProgress()) == 300
+    # the 1,400-page manual: 300 + 2 * 1,400 = 3,100 s (it took ~1,280 s at load 10)
+    assert limits.budget_s(ParseProgress(pages=1400, chars=1400 * 2500)) == 3100
+    # 10 of them scanned: 3,100 + 30 * 10
+    assert limits.budget_s(ParseProgress(pages=1400, ocr_pages=10)) == 3400
+    # a text without pages: 30,000 characters are 10 pages, 300 + 2 * 10
+    assert limits.budget_s(ParseProgress(chars=30_000)) == 320
+    # counters that lie earn no more than the largest file within the size limits could:
+    # 300 + 2 * 50,000,000 / 3,000 + 30 * 100 OCR pages
+    assert limits.ceiling_s == pytest.approx(300 + 2 * 50_000_000 / 3000 + 3000)
+    assert limits.budget_s(ParseProgress(pages=10**9)) == limits.ceiling_s
+
+
+def test_parse_time_settings_reach_the_worker_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PARSE_TIMEOUT_S", "600")  # existing deployments keep their value: now the base
+    monkeypatch.setenv("PARSE_SECONDS_PER_PAGE", "1.5")
+    monkeypatch.setenv("PARSE_STALL_TIMEOUT_S", "45")
+    limits = ParseLimits.from_settings(load_settings(_env_file=None))
+    assert (limits.timeout_s, limits.seconds_per_page, limits.stall_s) == (600, 1.5, 60)
+    # 60, not 45: Tesseract reads a page for up to OCR_PAGE_TIMEOUT_S (30) without a word, plus 30 s
+    monkeypatch.setenv("OCR_PAGE_TIMEOUT_S", "5")
+    assert ParseLimits.from_settings(load_settings(_env_file=None)).stall_s == 45

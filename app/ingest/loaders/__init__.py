@@ -25,7 +25,7 @@ from pathlib import Path
 
 from app.errors import EMPTY_FILE_DETAIL, NoExtractableText, UnsupportedFileType
 from app.ingest.chunking import clean_text
-from app.ingest.limits import ParseLimitExceeded, ParseLimits, guarded, install_parser_bounds
+from app.ingest.limits import Board, ParseLimitExceeded, ParseLimits, guarded, install_parser_bounds
 from app.ingest.loaders.formats import (
     CODE_EXT,
     CONTAINER_KINDS,
@@ -114,11 +114,15 @@ def load_document(
     *,
     pdf_extract_images: bool = False,
     limits: ParseLimits | None = None,
+    board: Board | None = None,
 ) -> LoadedDocument:
-    """Load the file at `path` (uploaded as `filename`) into sections and blocks, within `limits`."""
+    """Load the file at `path` (uploaded as `filename`) into sections and blocks, within `limits`.
+
+    The counters of the parse (its progress) are published on `board` as they grow, when given.
+    """
     name = safe_basename(filename)
     limits = limits or ParseLimits()
-    with guarded(limits, name):
+    with guarded(limits, name, board):
         doc = _load(path, name, content_type, pdf_extract_images)
     # Loaders count as they extract; this catches any that extracted in one piece.
     if sum(len(section.text) for section in doc.sections) > limits.max_chars:

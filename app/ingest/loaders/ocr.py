@@ -11,9 +11,11 @@ is downloaded at run time. docs/decisions.md has the measurements behind the cho
 
 Bounds (`OcrOptions`, the OCR_* settings): an image is scaled down to `WORK_PIXELS` before it is read
 (more pixels cost time and no accuracy at the sizes text is printed); a file has at most
-`max_pages` images read, each within `page_timeout_s` (Tesseract's own deadline), all within
-`file_timeout_s`. Pictures over `max_pixels` are refused before they are decoded (`picture.py`, and
-`pdf_ocr.py` for images inside PDFs). The worker process this runs in bounds memory and wall time.
+`max_pages` images read, each within `page_timeout_s` (Tesseract's own deadline): the file's OCR
+time grows by `page_timeout_s` with each image begun (what an image leaves unused, a later one may
+use), capped by `file_timeout_s` when that is set. Pictures over `max_pixels` are refused before
+they are decoded (`picture.py`, and `pdf_ocr.py` for images inside PDFs). The worker process this
+runs in bounds memory and wall time; every image begun and every read done counts as its progress.
 
 A page is read upright first; when Tesseract is unsure of it (mean confidence under
 `_UNSURE_CONFIDENCE`: upright pages measured 82-93, pages turned by 90 degrees 39-47), its
@@ -34,7 +36,7 @@ from typing import Any
 
 from PIL import Image
 
-from app.ingest.limits import OcrOptions
+from app.ingest.limits import OcrOptions, current_guard
 
 logger = logging.getLogger(__name__)
 
@@ -157,6 +159,7 @@ class OcrReader:
         self.status = engine_status(options)
         self.read_count = 0
         self.stop_reason: str | None = None
+        self._guard = current_guard()
         self._started: float | None = None
         self._api: Any = None
         self._osd: Any = None
@@ -169,16 +172,26 @@ class OcrReader:
 
     def budget_left(self) -> bool:
         """True while more images may be read; otherwise `stop_reason` says which bound was reached."""
-        if self.read_count >= self.options.max_pages:
+        cap, page_s, begun = self.options.file_timeout_s, self.options.page_timeout_s, self.read_count
+        if begun >= self.options.max_pages:
             self.stop_reason = (
                 f"OCR reads at most {self.options.max_pages} pages or pictures per file (OCR_MAX_PAGES)"
             )
-        elif self._started is not None and self._elapsed() >= self.options.file_timeout_s:
+        elif self._started is not None and cap is not None and self._elapsed() >= cap:
+            self.stop_reason = f"OCR stopped after {cap:g} seconds for the file (OCR_FILE_TIMEOUT_S)"
+        elif self._started is not None and self._elapsed() >= page_s * (begun + 1):
+            # the pages before took all their time and more (rendering, turning): the next one has none
             self.stop_reason = (
-                f"OCR stopped after {self.options.file_timeout_s:g} seconds for the file "
-                "(OCR_FILE_TIMEOUT_S, at most 80 % of PARSE_TIMEOUT_S)"
+                f"OCR stopped after {self._elapsed():.0f} seconds for {begun} pages, more than their "
+                f"{page_s:g} seconds each (OCR_PAGE_TIMEOUT_S)"
             )
         return self.stop_reason is None
+
+    def _file_budget_s(self) -> float:
+        """Seconds OCR may have spent on the file now: OCR_PAGE_TIMEOUT_S per image begun, capped."""
+        earned = self.options.page_timeout_s * self.read_count
+        cap = self.options.file_timeout_s
+        return earned if cap is None else min(earned, cap)
 
     def read(self, image: Image.Image, *, dpi: int | None = None) -> OcrText | None:
         """The text of `image` (turned upright when needed); None when OCR is unavailable or spent."""
@@ -190,14 +203,17 @@ class OcrReader:
         if self._started is None:
             self._started = time.monotonic()
         self.read_count += 1
+        self._guard.began_ocr_page()
         prepared = prepare(image)
         if dpi is not None and prepared.size != image.size:
             dpi = max(1, round(dpi * prepared.width / image.width))
         found = self._recognise(api, prepared, dpi)
+        self._guard.step()
         if found.confidence * 100 < _UNSURE_CONFIDENCE and not found.timed_out:
             turned = self._orientation(prepared)
             if turned:
                 again = self._recognise(api, prepared.rotate(turned, expand=True), dpi, turned)
+                self._guard.step()
                 if again.confidence > found.confidence:
                     found = again
         return found
@@ -206,7 +222,7 @@ class OcrReader:
         return 0.0 if self._started is None else time.monotonic() - self._started
 
     def _deadline_ms(self) -> int:
-        left = min(self.options.page_timeout_s, self.options.file_timeout_s - self._elapsed())
+        left = min(self.options.page_timeout_s, self._file_budget_s() - self._elapsed())
         return max(1, int(left * 1000))
 
     def _engine(self) -> Any:

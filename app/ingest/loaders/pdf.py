@@ -134,12 +134,18 @@ class _PageWalk:
     def prepare(self) -> None:
         """Read every page's text first: running headers, the outline's fit and the body size are
         decided over the whole document before any page becomes blocks."""
-        self.lines = [self.text_layer.page_lines(n) for n in range(self.count)]
+        self.lines = [self._lines(n) for n in range(self.count)]
         known = [lines or PageLines("") for lines in self.lines]
         self.structure = DocumentStructure.build(self.text_layer.outline(), known)
 
+    def _lines(self, number: int) -> PageLines | None:
+        lines = self.text_layer.page_lines(number)
+        self.guard.reached_page(number)  # progress: the worker's time budget grows with the pages read
+        return lines
+
     def page(self, number: int, page: PageObject) -> None:
         """Read one page into sections and blocks, or note why it yielded nothing."""
+        self.guard.reached_page(number)
         lines = self.lines[number]
         text = lines.text if lines is not None else None
         if text is None:
