@@ -16,9 +16,12 @@ from typing import Any
 
 import httpx
 
+from app.evidence import jobs as v2_jobs
+from app.evidence.kinds import V2_INDEX_FILE, V2IndexFile
+from app.ingest.derived import UploadDraft
 from tests.contract.helpers import agent_id, upload
 from tests.contract.test_query_v2 import ADMIN, wait_active
-from tests.fixtures.service import SettingsFactory, auth, new_id, running_app
+from tests.fixtures.service import SettingsFactory, auth, new_id, resources, running_app
 
 USER = "user-fresh"
 QUESTION = "What is the weight of the K 28 in kg?"
@@ -125,3 +128,52 @@ async def test_the_uploader_follows_a_staging_left_to_a_job(settings_factory: Se
         # someone else cannot see it
         other = await client.get(f"/jobs/{evidence['job_id']}", headers=auth("someone-else"))
         assert other.status_code == 404
+
+
+async def test_a_run_document_of_a_replaced_version_is_never_read(settings_factory: SettingsFactory) -> None:
+    """When the evidence side of a re-upload is left to a job (here held back), the run still points
+    at the old version's document: `/query_v2` must not cite it, and says the file is missing."""
+    agent = agent_id()
+    settings = settings_factory(v2_namespace_ids=[agent], admin_user_ids=[ADMIN])
+    async with running_app(settings) as client:
+        found = resources(client)
+        file_id = new_id("heaters")
+        r = await upload(client, file_id, "heaters.md", manual(12), auth(USER), entity_id=agent)
+        assert r.status_code == 200, r.text
+        await wait_active(client, agent, 1)
+        assert cited_weight(await ask(client, agent, file_id)) == "12"
+        held: list[int] = []
+
+        async def left_to_a_held_job(draft: UploadDraft, report: object) -> None:
+            added = await found.jobs.service.enqueue(
+                V2_INDEX_FILE,
+                V2IndexFile(file_id=draft.file_id, owner=draft.owner).model_dump(),
+                dedupe_key=v2_jobs.upload_key(draft.owner, draft.file_id),
+                priority=v2_jobs.UPLOAD_PRIORITY,
+                delay_s=3600,
+            )
+            held.append(added.id)
+
+        real_prepare = found.evidence.prepare
+        found.evidence.prepare = left_to_a_held_job  # type: ignore[method-assign]
+        try:
+            r = await upload(client, file_id, "heaters.md", manual(19), auth(USER), entity_id=agent)
+            assert r.status_code == 200, r.text
+        finally:
+            found.evidence.prepare = real_prepare  # type: ignore[method-assign]
+        # V1 has the new version at once; the run's document is the old one's: never read
+        stale = await ask(client, agent, file_id)
+        assert cited_weight(stale) != "12", stale
+        assert stale["degraded"] is True and stale["missing_files"] == 1, stale
+        # the held job, let go, stages the new version
+        await found.pool.execute(
+            "UPDATE ragoverlay_jobs SET run_after = now() WHERE id = $1 AND status = 'queued'", held[0]
+        )
+        ceiling = time.monotonic() + 300
+        while True:
+            fresh = await ask(client, agent, file_id)
+            if not fresh["degraded"]:
+                break
+            assert time.monotonic() < ceiling, fresh
+            await asyncio.sleep(0.2)
+        assert cited_weight(fresh) == "19", fresh

@@ -54,6 +54,8 @@ class Source:
     blob_key: str | None = None
     path: Path | None = None  # a derivative, or the rebuilt V1 text
     v1_text: str | None = None
+    # the version of the file it stands for: the catalogue's sha256 of the stored original (None: none)
+    version_sha256: str | None = None
 
 
 def _scope(ctx: V2Context, namespace: str, file_id: str) -> Scope:
@@ -63,6 +65,9 @@ def _scope(ctx: V2Context, namespace: str, file_id: str) -> Scope:
 async def resolve_source(
     ctx: V2Context, run: run_store.RunRecord, file_id: str, derivative: Derivative | None
 ) -> Source:
+    async with ctx.pool.acquire() as conn:
+        entry = await read_store.catalogue_file(conn, _scope(ctx, run.namespace, file_id), file_id)
+    version = entry.sha256 if entry is not None else None
     if derivative is not None:
         return Source(
             "derivative",
@@ -70,12 +75,19 @@ async def resolve_source(
             derivative.sha256,
             derivative.content_type,
             path=derivative.path,
+            version_sha256=version,
         )
-    async with ctx.pool.acquire() as conn:
-        entry = await read_store.catalogue_file(conn, _scope(ctx, run.namespace, file_id), file_id)
     if entry is not None and entry.blob_key and entry.sha256:
-        return Source("original", entry.filename, entry.sha256, entry.content_type, blob_key=entry.blob_key)
-    return await v1_source(ctx, run.namespace, file_id, entry.filename if entry else None)
+        return Source(
+            "original",
+            entry.filename,
+            entry.sha256,
+            entry.content_type,
+            blob_key=entry.blob_key,
+            version_sha256=entry.sha256,
+        )
+    source = await v1_source(ctx, run.namespace, file_id, entry.filename if entry else None)
+    return dataclasses.replace(source, version_sha256=version)
 
 
 async def v1_source(ctx: V2Context, namespace: str, file_id: str, filename: str | None) -> Source:

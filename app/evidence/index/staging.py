@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Collection, Iterable
@@ -229,6 +230,9 @@ async def _link_unchanged(
 ) -> FileOutcome:
     """Point the run's file at a stored document (`started`: when staging began, perf_counter)."""
     async with ctx.pool.acquire() as conn, conn.transaction():
+        await run_store.require_current_version(
+            conn, ctx.info.collection_id, run.namespace, file_id, candidate.version_sha256
+        )
         await run_store.link_file(
             conn,
             run.run_id,
@@ -260,7 +264,10 @@ async def _parse_or_rebuild(
     except BlobNotFound:
         # the catalogue names an original the store lost: rebuild from V1 chunks instead
         logger.warning("V2: the original of %s is missing from the blob store; using its V1 chunks", file_id)
-        source = await v1_source(ctx, run.namespace, file_id, source.filename)
+        version = source.version_sha256
+        source = dataclasses.replace(
+            await v1_source(ctx, run.namespace, file_id, source.filename), version_sha256=version
+        )
         return source, await parse_source(ctx, source, tmp_dir)
 
 
@@ -315,6 +322,7 @@ def document_row(
         fingerprints=fingerprints,
         repeated_removed=repeated & fingerprints,
         embedding_error=error,
+        version_sha256=source.version_sha256,
     )
 
 
@@ -331,6 +339,10 @@ async def _store_document(
     The run records the dimension of its first vector, and the context is told of it (its index).
     """
     async with ctx.pool.acquire() as conn, conn.transaction():
+        # made from the version the catalogue still names? (a re-upload meanwhile staged its own)
+        await run_store.require_current_version(
+            conn, ctx.info.collection_id, run.namespace, file_id, row.version_sha256
+        )
         document_id = await document_store.insert_document(conn, ctx.info.collection_id, row, rows)
         # the checkpoints its embedding kept (a text past the window left its windows' to the prune)
         await ctx.checkpoints.consume(conn, [r.chunk.embed_text for r in rows if r.embedding is not None])

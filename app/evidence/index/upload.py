@@ -196,7 +196,14 @@ async def prepare_upload(
         if len(fitting) < len(runs):
             work.deferred = "a run of the namespace was built with another extractor or model"
             return work
-        source = Source("original", draft.filename, draft.sha256, draft.content_type, blob_key=draft.blob_key)
+        source = Source(
+            "original",
+            draft.filename,
+            draft.sha256,
+            draft.content_type,
+            blob_key=draft.blob_key,
+            version_sha256=draft.sha256,
+        )
         document = clean_document(draft.document)
         for run in fitting:
             await _stage_run(ctx, work, run, source, document, report)

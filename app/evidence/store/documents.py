@@ -69,6 +69,8 @@ class DocumentRow:
     fingerprints: frozenset[str] = frozenset()
     repeated_removed: frozenset[str] = frozenset()
     embedding_error: str | None = None
+    # the sha256 of the stored original the catalogue named when this was made (None: no version)
+    version_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ class ReusableDocument:
     chunk_count: int
     vectors_missing: int
     source: DocumentSource
+    version_sha256: str | None = None
 
 
 def text_digest(text: str) -> str:
@@ -92,7 +95,7 @@ def text_digest(text: str) -> str:
 
 
 REUSABLE_DOCUMENT = """
-    SELECT document_id, fingerprints, repeated_removed, chunk_count, vectors_missing, source
+    SELECT document_id, fingerprints, repeated_removed, chunk_count, vectors_missing, source, version_sha256
     FROM ragoverlay_v2_documents
     WHERE collection_id = $1 AND owner = $2 AND file_id = $3 AND checksum = $4
       AND extractor_version = $5 AND embedding_model = $6
@@ -124,6 +127,7 @@ class DocumentValues:
     term_total: int
     vectors_missing: int
     embedding_error: str | None
+    version_sha256: str | None
     title_key: str | None
     filename_key: str | None
     number_key: str | None
@@ -182,6 +186,7 @@ async def reusable_documents(
             chunk_count=int(r["chunk_count"]),
             vectors_missing=int(r["vectors_missing"]),
             source=r["source"],
+            version_sha256=r["version_sha256"],
         )
         for r in rows
     ]
@@ -253,6 +258,7 @@ def _document_values(
         term_total=sum(len(c.terms) for c in chunks),
         vectors_missing=sum(1 for c in chunks if c.embedding is None),
         embedding_error=document.embedding_error,
+        version_sha256=document.version_sha256,
         title_key=_key(document.title),
         filename_key=_key(PurePosixPath(document.filename).stem or document.filename),
         number_key=_key(document.document_number),

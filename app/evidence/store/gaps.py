@@ -2,9 +2,11 @@
 
     missing_files(conn, scope, namespace, run_id) -> [file_id]   sorted, at most `limit`
 
-A file uploaded through `/embed` is stored (its `ragoverlay_files` row) before its V2 staging job
-has put it into the namespace's runs; until then, or when its staging failed, `/query_v2` cannot find
-it and says so (`degraded`). Read through the scope predicate like every read: only files the caller
+A file uploaded through `/embed` is stored (its `ragoverlay_files` row) before a staging job has put
+it into the namespace's runs, when the upload could not stage it itself; until then, or when its
+staging failed, `/query_v2` cannot find it and says so (`degraded`). A file whose run document was
+made from a version since replaced counts as missing too: that document is never read.
+Read through the scope predicate like every read: only files the caller
 may read and listed in its allow-list are counted (a scope without an allow-list counts none:
 `/query_v2` always has one).
 """
@@ -28,7 +30,10 @@ MISSING_FILES = f"""
                               p_owner => f.owner)
       AND NOT EXISTS (
           SELECT 1 FROM ragoverlay_v2_run_files rf
-          WHERE rf.run_id = $8 AND rf.file_id = f.file_id AND rf.state = 'staged')
+          JOIN ragoverlay_v2_documents d ON d.document_id = rf.document_id
+          WHERE rf.run_id = $8 AND rf.file_id = f.file_id AND rf.state = 'staged'
+            -- a document of a replaced version is no document of the file (ragoverlay_v2_current)
+            AND (f.sha256 IS NULL OR f.sha256 IS NOT DISTINCT FROM d.version_sha256))
     ORDER BY f.file_id
     LIMIT $9
 """

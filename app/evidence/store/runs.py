@@ -17,6 +17,7 @@ import asyncpg
 
 from app.evidence.store.calls import named_insert
 from app.evidence.store.documents import DocumentSource
+from app.store import queries
 from app.store.db import rows_affected
 
 RunStatus = Literal["running", "active", "failed", "abandoned"]
@@ -50,6 +51,10 @@ class RunIncomplete(RunError):
 
 class RunFileGone(RunError):
     """The file is not (or no longer) one of the run's files."""
+
+
+class FileChanged(RunError):
+    """The file was uploaded again while its staging ran: its document shows a replaced version."""
 
 
 # --- records -------------------------------------------------------------------------------------
@@ -476,3 +481,26 @@ async def active_run(
 async def open_runs(conn: asyncpg.Connection, collection_id: uuid.UUID, namespace: str) -> list[RunRecord]:
     """The namespace's running and active runs (where a new upload must be staged)."""
     return [_run(r) for r in await conn.fetch(OPEN_RUNS_OF_NAMESPACE, collection_id, namespace)]
+
+
+# the file's catalogue version, read under the lock an upload of the file holds until its commit
+# (queries.LOCK_FILE): a staging that checks here cannot interleave with a re-upload
+CATALOGUE_VERSION = """
+    SELECT sha256 FROM ragoverlay_files WHERE collection_id = $1 AND file_id = $2 AND owner = $3
+"""
+
+
+async def require_current_version(
+    conn: asyncpg.Connection, collection_id: uuid.UUID, owner: str, file_id: str, version: str | None
+) -> None:
+    """Refuse (FileChanged) to link a document whose version is not the file's current one.
+
+    Call inside the transaction that links it: the lock taken here is the one a re-upload of the
+    file holds until it commits, so the answer stays true until this transaction ends.
+    """
+    await conn.execute(queries.LOCK_FILE, str(collection_id), file_id, owner)
+    current = await conn.fetchval(CATALOGUE_VERSION, collection_id, file_id, owner)
+    if current is not None and current != version:
+        raise FileChanged(
+            f"File {file_id} was uploaded again while it was staged; its new version is staged instead"
+        )

@@ -41,6 +41,24 @@
 -- (`p_docs => docs`), here and in app/evidence/store/channels.py: most take ten or more, several of one
 -- type, and a name cannot be put in the wrong place.
 
+-- Whether a document shows its file's current version: the catalogue (ragoverlay_files) names no
+-- version for the file, or the one the document was made from (migration 0018). A document of a
+-- replaced version is never read; /query_v2 counts its file as missing instead (`degraded`). One
+-- primary-key look-up per visible document.
+DROP FUNCTION IF EXISTS ragoverlay_v2_current;
+CREATE FUNCTION ragoverlay_v2_current(
+    p_collection uuid, p_file_id text, p_owner text, p_version text)
+RETURNS boolean
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT coalesce(
+        (SELECT f.sha256 IS NULL OR f.sha256 IS NOT DISTINCT FROM p_version
+         FROM ragoverlay_files f
+         WHERE f.collection_id = p_collection AND f.file_id = p_file_id AND f.owner = p_owner),
+        true)
+$$;
+
 -- The documents of a run's staged files that the scope may read, with the counts BM25 and the vector
 -- path need.
 DROP FUNCTION IF EXISTS ragoverlay_v2_visible_documents;
@@ -59,7 +77,10 @@ BEGIN
             FROM ragoverlay_v2_run_files rf
             JOIN ragoverlay_v2_documents d ON d.document_id = rf.document_id
             WHERE rf.run_id = p_run AND rf.state = 'staged'
-              AND ragoverlay_in_scope(p_scope, d.collection_id, d.file_id, d.owner);
+              AND ragoverlay_in_scope(p_scope, d.collection_id, d.file_id, d.owner)
+              AND ragoverlay_v2_current(
+                  p_collection => d.collection_id, p_file_id => d.file_id, p_owner => d.owner,
+                  p_version => d.version_sha256);
         RETURN;
     END IF;
     -- an allow-list: each listed file's entry found by the run's primary key (run_id, file_id), so
@@ -70,7 +91,10 @@ BEGIN
         JOIN ragoverlay_v2_run_files rf ON rf.run_id = p_run AND rf.file_id = f.id
         JOIN ragoverlay_v2_documents d ON d.document_id = rf.document_id
         WHERE rf.state = 'staged'
-          AND ragoverlay_in_scope(p_scope, d.collection_id, d.file_id, d.owner);
+          AND ragoverlay_in_scope(p_scope, d.collection_id, d.file_id, d.owner)
+          AND ragoverlay_v2_current(
+                  p_collection => d.collection_id, p_file_id => d.file_id, p_owner => d.owner,
+                  p_version => d.version_sha256);
 END;
 $$;
 
