@@ -27,9 +27,11 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 _BODYLESS_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-# No `Connection: close` on a refusal: closing with the body unread makes the kernel answer the
-# client's next bytes with a reset, and a client still sending never sees the 413. uvicorn instead
-# discards the rest of the body as it arrives (nothing is buffered once the answer is complete).
+# A refusal sets no `Connection: close` itself: the server's protocol (app/runtime/stalls.py) adds it
+# to every answer that starts while the request body is still arriving, and then closes lingering, as
+# nginx does (the answer and a FIN go out, what the client still sends is read and dropped), so a
+# client still sending reads its 413 instead of a reset, and a kept-alive one opens a new connection.
+# A small body that arrived whole with its headers leaves the connection open.
 INVALID_UTF8_MESSAGE = "The request body is not valid UTF-8; JSON bodies must be UTF-8 encoded (RFC 8259)"
 INVALID_URL_MESSAGE = (
     "The {part} is not valid UTF-8 once percent-decoded (an encoded surrogate or a stray byte); "
