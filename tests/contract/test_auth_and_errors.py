@@ -145,3 +145,20 @@ async def test_without_jwt_secret_the_admin_403_says_what_is_possible(
         r = await c.get("/metrics", headers=auth(new_id("user")))
         assert r.status_code == 403
         assert "RAG_ADMIN_USER_IDS" in r.json()["detail"] and "METRICS_TOKEN" in r.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("OPTIONS", "/documents", "GET, DELETE"),  # before: "GET" (the first route of the path)
+        ("PUT", "/v2/runs", "GET, POST"),  # before: "POST"
+        ("PATCH", "/mcp", "GET, HEAD, POST, DELETE"),  # a route outside the OpenAPI document
+    ],
+)
+async def test_a_405_names_every_method_of_its_path(
+    client: httpx.AsyncClient, method: str, path: str, allow: str
+) -> None:
+    r = await client.request(method, path, headers=auth("u-405"))
+    assert r.status_code == 405
+    assert r.headers["allow"] == allow
+    assert r.json() == {"detail": "Method Not Allowed"}

@@ -2,8 +2,9 @@
 
 schemathesis reads `/openapi.json` and sends schema-valid and schema-violating requests to every
 operation with a valid token. The run must produce no 5xx, no status code, content type or body the
-document does not list for that operation, no 405 without the right `Allow` list (unsupported_method),
-and every request the schema forbids must be refused
+document does not list for that operation, no 405 without the right `Allow` list (unsupported_method,
+and our own probe of every path with each method it lacks: `Allow` must name every method the path
+has), and every request the schema forbids must be refused
 (JSON bodies and URLs; see CONFIG for the multipart routes).
 The HAR report is read back to count requests and statuses, so the figures are checked here too.
 A fixed seed keeps the run reproducible (set RAGOVERLAY_FUZZ_SEED to explore others); the longer
@@ -165,6 +166,34 @@ def operation_of(method: str, path: str, document: dict) -> tuple[str, str] | No
     return None
 
 
+PROBED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def wrong_allow_headers(base: str, token: str, document: dict) -> list[str]:
+    """Send every path of the document each method it lacks: each must answer 405 naming all it has.
+
+    The expected set is every documented method of every path template the concrete path matches
+    (RFC 9110: `Allow` lists the full set). Before, `OPTIONS /documents` said `Allow: GET` (DELETE
+    exists) and `OPTIONS /v2/runs` `Allow: POST` (GET exists); schemathesis's own check let it pass.
+    """
+    wrong: list[str] = []
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=60) as client:
+        for template in document["paths"]:
+            path = re.sub(r"\{[^/]+\}", "1", template)
+            expected = {
+                method.upper()
+                for method in PROBED_METHODS
+                if operation_of(method, path, document) is not None
+            }
+            for method in sorted(set(PROBED_METHODS) - expected):
+                answer = client.request(method, path)
+                allow = {m.strip() for m in answer.headers.get("allow", "").split(",") if m.strip()}
+                if answer.status_code != 405 or allow != expected:
+                    got = f"{answer.status_code}, Allow {sorted(allow)}"
+                    wrong.append(f"{method} {path}: {got}, expected 405, Allow {sorted(expected)}")
+    return wrong
+
+
 def test_schemathesis_finds_no_5xx_and_no_undocumented_status(database: Database) -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="ragoverlay-fuzz-"))
     data_dir.chmod(0o755)
@@ -194,6 +223,7 @@ def test_schemathesis_finds_no_5xx_and_no_undocumented_status(database: Database
         ):
             document = httpx.get(f"{base}/openapi.json", timeout=10).json()
             token = make_token(FUZZ_USER, ttl=3600)
+            wrong_allow = wrong_allow_headers(base, token, document)
             wait_for_v2_index(base, token)
             run = subprocess.run(
                 schemathesis_command(base, token, report_dir),
@@ -224,6 +254,7 @@ def test_schemathesis_finds_no_5xx_and_no_undocumented_status(database: Database
         if str(status) not in document["paths"][op[1]][op[0]]["responses"]:
             undocumented.append(f"{op[0].upper()} {op[1]} answered {status}")
     print(f"schemathesis: {len(operations)} operations, {len(entries)} requests, statuses {dict(statuses)}")
+    assert not wrong_allow, wrong_allow
     assert len(operations) == sum(len(ops) for ops in document["paths"].values())
     assert len(entries) > 100  # a run that sent almost nothing would prove nothing
     assert not [s for s in statuses if s >= 500], statuses
