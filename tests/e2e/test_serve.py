@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import httpx
 import pytest
 
 from tests.fixtures.documents import make_pdf
+from tests.fixtures.patience import ceiling, wait_until
 from tests.fixtures.serve import free_port, serving
 from tests.unit.docs_text import README, section
 
@@ -53,7 +53,7 @@ def served() -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
 
 def test_health_on_embedded_defaults(served: tuple[str, Path, subprocess.Popen[bytes]]) -> None:
     base, _, _ = served
-    r = httpx.get(f"{base}/health", timeout=5)
+    r = httpx.get(f"{base}/health", timeout=ceiling(5))
     assert r.status_code == 200 and r.json() == {"status": "UP"}
 
 
@@ -66,14 +66,14 @@ def test_readme_curl_flow(served: tuple[str, Path, subprocess.Popen[bytes]], tmp
             f"{base}/embed",
             data={"file_id": "harbour-1"},
             files={"file": ("harbour.pdf", fh, "application/pdf")},
-            timeout=120,
+            timeout=ceiling(120),
         )
     assert r.status_code == 200, r.text
     assert r.json()["status"] is True
     r = httpx.post(
         f"{base}/query",
         json={"query": "How long did the storm last?", "file_id": "harbour-1", "k": 1},
-        timeout=60,
+        timeout=ceiling(60),
     )
     assert r.status_code == 200
     doc, distance = r.json()[0]
@@ -82,10 +82,13 @@ def test_readme_curl_flow(served: tuple[str, Path, subprocess.Popen[bytes]], tmp
     assert "nine days" in doc["page_content"]
     # the original is kept under its SHA-256 in the local blob folder
     assert any(p.is_file() for p in (data_dir / "blobs").rglob("*"))
-    r = httpx.request("DELETE", f"{base}/documents", json=["harbour-1"], timeout=30)
+    r = httpx.request("DELETE", f"{base}/documents", json=["harbour-1"], timeout=ceiling(30))
     assert r.status_code == 200
     assert (
-        httpx.post(f"{base}/query", json={"query": "storm", "file_id": "harbour-1"}, timeout=30).json() == []
+        httpx.post(
+            f"{base}/query", json={"query": "storm", "file_id": "harbour-1"}, timeout=ceiling(30)
+        ).json()
+        == []
     )
     assert not any(p.is_file() for p in (data_dir / "blobs").rglob("*"))
 
@@ -149,8 +152,6 @@ def test_sigterm_stops_service_and_database(served: tuple[str, Path, subprocess.
     assert pidfile.exists()
     proc.send_signal(signal.SIGTERM)  # the service only: it must stop its database itself
     # uvicorn shuts down gracefully, then re-raises the signal: exit status is "killed by SIGTERM"
-    assert proc.wait(60) in (0, -signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    while pidfile.exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not pidfile.exists()  # the embedded PostgreSQL was stopped with the service
+    assert proc.wait(ceiling(60)) in (0, -signal.SIGTERM)
+    # the embedded PostgreSQL was stopped with the service
+    wait_until(lambda: not pidfile.exists(), what="postmaster.pid to go", within_s=30, every_s=0.2)

@@ -19,6 +19,7 @@ import uvicorn
 from app.main import create_app
 from app.runtime import stalls
 from app.runtime.stalls import stall_guarded_protocol
+from tests.fixtures.patience import ceiling
 from tests.fixtures.serve import free_port
 from tests.fixtures.service import SettingsFactory, make_token
 
@@ -46,7 +47,7 @@ async def served(settings_factory: SettingsFactory) -> AsyncIterator[int]:
     finally:
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 30)
+            await asyncio.wait_for(task, ceiling(30))
 
 
 def _send_all_then_read(port: int, head: bytes, body: bytes) -> bytes:

@@ -13,7 +13,6 @@ import asyncio
 import json
 import re
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,8 @@ from app.store.v2 import reads as read_store
 from app.store.v2 import runs as run_store
 from tests.contract.helpers import agent_id, upload
 from tests.fixtures.fake_providers import FakeProvider, RecordedRequest, Reply
+from tests.fixtures.patience import ceiling
+from tests.fixtures.patience import until as wait_async
 from tests.fixtures.service import (
     SettingsFactory,
     auth,
@@ -84,15 +85,12 @@ def jobs_of(client: httpx.AsyncClient) -> JobSystem:
 
 async def until(check: Callable[[], Any], what: str, within: float = 60.0) -> Any:
     """Poll `check` (sync or async) until it returns something truthy."""
-    deadline = time.monotonic() + within
-    while True:
+
+    async def checked() -> Any:
         value = check()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        await asyncio.sleep(0.05)
+        return await value if asyncio.iscoroutine(value) else value
+
+    return await wait_async(checked, what=what, within_s=within, every_s=0.05)
 
 
 async def run_of(client: httpx.AsyncClient, run_id: int) -> dict[str, Any]:
@@ -491,7 +489,12 @@ async def test_scripts_v2_backfill_queues_the_jobs_runs_them_and_reports_progres
 
         def run(*args: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run(
-                [str(script), *args], env=env, capture_output=True, text=True, timeout=300, check=False
+                [str(script), *args],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=ceiling(300),
+                check=False,
             )
 
         done = await asyncio.to_thread(run, agent)
