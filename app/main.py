@@ -22,7 +22,7 @@ from app import metrics
 from app.api import admin, documents, embed, health, jobs, v2_admin, v2_query
 from app.api import metrics as metrics_route
 from app.api.bounds import bounds_detail
-from app.api.guards import BodyGuardMiddleware
+from app.api.guards import BodyGuardMiddleware, not_json_errors
 from app.api.openapi import install_openapi
 from app.api.ratelimit import RateLimiter, document_rate_limits, enforce_rate_limit
 from app.auth import TokenCache
@@ -206,10 +206,10 @@ def install_error_handlers(app: FastAPI) -> None:
         # a well-typed value out of its bounds is 400 with a sentence, a malformed request 422
         if (out_of_bounds := bounds_detail(exc.errors())) is not None:
             return JSONResponse(_error_body(out_of_bounds, 400), status_code=400)
-        return JSONResponse(
-            {"detail": _clean_validation_errors(exc.errors()), "message": "Request validation failed"},
-            status_code=422,
-        )
+        errors = _clean_validation_errors(exc.errors())
+        # JSON sent as a form (curl -d) or without a type: say to send the header, not "a dictionary"
+        errors = not_json_errors(errors, request.headers.get("content-type")) or errors
+        return JSONResponse({"detail": errors, "message": "Request validation failed"}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

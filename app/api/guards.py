@@ -39,6 +39,26 @@ INVALID_URL_MESSAGE = (
 )
 
 
+NOT_JSON_MESSAGE = (
+    "The request body must be JSON sent with the header Content-Type: application/json (this request "
+    "{sent}); with curl, add -H 'Content-Type: application/json'"
+)
+
+
+def not_json_errors(errors: list[dict[str, Any]], content_type: str | None) -> list[dict[str, Any]] | None:
+    """A JSON route's 422 errors when its body came without a JSON Content-Type: the errors about
+    the whole body (FastAPI did not read it as JSON, so it "should be a valid dictionary") become
+    one that says to send JSON with that header; None when the body was sent as JSON."""
+    if _is_json(content_type) and content_type is not None:
+        return None
+    if not any(list(err.get("loc", ())) == ["body"] for err in errors):
+        return None
+    media = (content_type or "").split(";", 1)[0].strip()[:100]
+    sent = f"said Content-Type: {media}" if media else "had no Content-Type"
+    hint = {"type": "json_content_type", "loc": ["body"], "msg": NOT_JSON_MESSAGE.format(sent=sent)}
+    return [hint, *(err for err in errors if list(err.get("loc", ())) != ["body"])]
+
+
 def too_large_detail(limit: int) -> str:
     """The 413 detail: what the limit is and what to change."""
     return (
