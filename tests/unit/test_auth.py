@@ -11,6 +11,7 @@ import jwt
 import pytest
 
 from app.auth import (
+    SIGNED_ELSEWHERE_DETAIL,
     Principal,
     TokenCache,
     anonymous,
@@ -279,7 +280,7 @@ def test_a_cached_token_counts_only_for_its_secret_and_audience() -> None:
     other = "another-secret-0123456789abcdef-0123456789abcdef"
     with pytest.raises(Unauthorized) as exc:
         verify_token(bearer(t), secret=other, audience="rag", cache=cache)
-    assert exc.value.detail == "Invalid token: signature verification failed"
+    assert exc.value.detail == SIGNED_ELSEWHERE_DETAIL
     with pytest.raises(Unauthorized) as exc:
         verify_token(bearer(t), secret=SECRET, audience="other", cache=cache)
     assert exc.value.detail == "Invalid token: audience does not match"
