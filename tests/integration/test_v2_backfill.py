@@ -484,6 +484,7 @@ async def test_scripts_v2_backfill_queues_the_jobs_runs_them_and_reports_progres
             "COLLECTION_NAME": settings.collection_name,
             "DATA_DIR": str(settings.data_dir),
             "EMBEDDINGS_PROVIDER": "local",
+            "RAG_V2_NAMESPACE_IDS": f"{agent},agent_other",
         }
         script = Path(__file__).resolve().parents[2] / "scripts" / "v2-backfill"
 
@@ -497,6 +498,20 @@ async def test_scripts_v2_backfill_queues_the_jobs_runs_them_and_reports_progres
                 check=False,
             )
 
+        # a namespace V2 is not enabled for: refused before anything is opened, parsed or embedded
+        # (before, it was indexed, the command exited 0, and /query_v2 then answered 403)
+        refused = await asyncio.to_thread(run, "agent_not_listed")
+        assert refused.returncode == 2, refused.stderr[-3000:]
+        assert refused.stderr.strip() == (
+            "v2-backfill: V2 is not enabled for agent_not_listed: RAG_V2_NAMESPACE_IDS does not list it "
+            f"(it lists {agent}, agent_other), so /query_v2 would answer 403 and never read the index. "
+            "Add agent_not_listed to RAG_V2_NAMESPACE_IDS where the service and this command read it "
+            "(.env, or the environment of both: RAG_V2_NAMESPACE_IDS=agent_not_listed scripts/v2-backfill "
+            "agent_not_listed), restart the service, then run this again"
+        )
+        assert [
+            j for j in await jobs_of(client).service.list_jobs(limit=1000) if j.kind == "v2-backfill"
+        ] == []
         done = await asyncio.to_thread(run, agent)
         assert done.returncode == 0, done.stderr[-3000:]
         assert "2 of 2 files staged" in done.stderr and "active" in done.stdout
