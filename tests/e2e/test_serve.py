@@ -146,6 +146,39 @@ def test_readme_v2_walk(served: tuple[str, Path, subprocess.Popen[bytes]], tmp_p
     assert _json_values(_run_readme_block(command, base, tmp_path)) == [json.loads(printed)]
 
 
+@pytest.mark.parametrize(("entity_id", "status"), [("agent_abc124", "403"), ("abc123", "400")])
+def test_the_readme_v2_wait_stops_on_an_error(
+    served: tuple[str, Path, subprocess.Popen[bytes]], tmp_path: Path, entity_id: str, status: str
+) -> None:
+    """The README's wait loops only while /query_v2 answers 503: a mistyped `entity_id` (an Agent V2
+    is not enabled for: 403; not an Agent id: 400) ends it with the error. Before, `until curl -sf`
+    looped silently for ever on any error."""
+    base, _, _ = served
+    walk = re.findall(
+        r"```sh\n(.*?)```",
+        section(README.read_text(encoding="utf-8"), "Evidence search (V2) with curl"),
+        re.S,
+    )[1]
+    lines = walk.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("# wait for"))
+    end = next(i for i, line in enumerate(lines) if line.startswith('[ "$code" = 200 ]'))
+    wait = "\n".join(lines[start : end + 1])
+    assert '"entity_id": "agent_abc123"' in wait
+    script = wait.replace('"entity_id": "agent_abc123"', f'"entity_id": "{entity_id}"').replace(
+        "http://127.0.0.1:8000", base
+    )
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=ceiling(60),  # before, this ran out: the loop never ended
+    )
+    assert done.returncode != 0
+    assert done.stderr.startswith(f"/query_v2 answered {status}: "), done.stderr
+    assert json.loads(done.stderr.split(": ", 1)[1])["detail"]
+
+
 def test_sigterm_stops_service_and_database(served: tuple[str, Path, subprocess.Popen[bytes]]) -> None:
     _, data_dir, proc = served
     pidfile = data_dir / "postgres" / "postmaster.pid"
