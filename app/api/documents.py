@@ -17,16 +17,21 @@ from app.schemas import (
     MAX_FILE_ID_CHARS,
     MAX_FILE_IDS,
     SEARCH_PAIRS_RESPONSE,
+    TOO_MANY_FILE_IDS,
     DocumentOut,
     FileIdList,
     MessageResponse,
     QueryMultipleRequest,
     QueryRequest,
     error_responses,
+    too_many_file_ids,
 )
 from app.search.service import SearchOutcome
 
 router = APIRouter(tags=["documents"])
+# the cap on a list of file ids, as the schema shows it; the route checks it, to answer every route's
+# too many file ids in one wording (FastAPI's own check says "ids must have at most 1000 items")
+_AT_MOST_MAX_FILE_IDS: dict[str, Any] = {"maxItems": MAX_FILE_IDS}
 
 if TYPE_CHECKING:  # built at run time; to a type checker it is a str
     FileIdPath = str
@@ -84,7 +89,7 @@ async def query_multiple(
     if len(ids) > MAX_FILE_IDS:
         ids = list(dict.fromkeys(ids))
         if len(ids) > MAX_FILE_IDS:
-            raise BadRequest(f"At most {MAX_FILE_IDS} file_ids are allowed")
+            raise BadRequest(TOO_MANY_FILE_IDS)  # the contract's words, without the count
     entity = check_entity_id(body.entity_id, services.settings.entity_id_regex)
     allowed = await allowlist.searchable(principal, entity, ids)
     scope = search.scope(read_namespaces(principal, entity), principal.namespace, allowed)
@@ -106,10 +111,12 @@ async def get_documents(
     principal: CurrentPrincipal,
     search: SearchDep,
     allowlist: AllowListDep,
-    ids: Annotated[FileIdList, Query(min_length=1, max_length=MAX_FILE_IDS)],
+    ids: Annotated[FileIdList, Query(min_length=1, json_schema_extra=_AT_MOST_MAX_FILE_IDS)],
     entity_id: EntityIdQuery,
 ) -> Response:
     """All chunks of the given files, in order; 404 if any file is not in scope."""
+    if len(ids) > MAX_FILE_IDS:
+        raise BadRequest(too_many_file_ids(len(ids)))
     owners = read_namespaces(principal, entity_id)
     allowed = await allowlist.searchable(principal, entity_id, ids)
     rows = await search.documents(search.scope(owners, principal.namespace, allowed))
@@ -130,7 +137,7 @@ async def delete_documents(
     ingest: IngestDep,
     search: SearchDep,
     allowlist: AllowListDep,
-    file_ids: Annotated[FileIdList, Body(max_length=MAX_FILE_IDS)],
+    file_ids: Annotated[FileIdList, Body(json_schema_extra=_AT_MOST_MAX_FILE_IDS)],
     entity_id: EntityIdQuery,
 ) -> MessageResponse:
     """Delete files (chunks, index rows, originals) the caller owns or uploaded.
@@ -140,6 +147,8 @@ async def delete_documents(
     With ALLOWLIST_VERIFY=mongo, files the rule did not find may still be deleted from the
     namespaces of Agents the caller may edit in LibreChat (author or EDIT bit).
     """
+    if len(file_ids) > MAX_FILE_IDS:
+        raise BadRequest(too_many_file_ids(len(file_ids)))
     ids = list(dict.fromkeys(file_ids))
     found = await ingest.delete(search.delete_scope(delete_namespaces(principal), principal.namespace, ids))
     missing = [i for i in ids if i not in found]

@@ -66,7 +66,7 @@ from app.mcp.describe import (
     ReadLimitArg,
 )
 from app.metrics import MCP_TOOL_CALLS
-from app.schemas import MAX_ENTITY_ID_CHARS, MAX_FILE_ID_CHARS, MAX_FILE_IDS
+from app.schemas import MAX_ENTITY_ID_CHARS, MAX_FILE_ID_CHARS, MAX_FILE_IDS, too_many_file_ids
 from app.schemas import MAX_QUERY_CHARS as V1_MAX_QUERY_CHARS
 from app.search.v2 import schemas as v2_schemas
 from app.services import Services
@@ -104,8 +104,7 @@ def check_ids(file_ids: Sequence[str] | None, *, max_chars: int = MAX_FILE_ID_CH
     ids = list(dict.fromkeys(file_ids))
     if len(ids) > MAX_FILE_IDS:
         raise _invalid(
-            f"At most {MAX_FILE_IDS} file_ids are allowed ({len(ids)} distinct given); split them into "
-            f"batches of {MAX_FILE_IDS}, or leave file_ids out to search every file you can read"
+            f"{too_many_file_ids(len(ids))}, or leave file_ids out to search every file you can read"
         )
     for index, file_id in enumerate(ids):
         reason = unsafe_reason(file_id)

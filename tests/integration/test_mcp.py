@@ -221,7 +221,12 @@ async def test_bad_input_gets_an_error_that_says_what_to_change(served: Served) 
             answer["id"] == 7 and answer["error"]["code"] == -32602 and expected in answer["error"]["message"]
         )
     cases: list[tuple[str, dict[str, object], str]] = [
-        ("rag_search", {"query": "heron", "file_ids": [f"f{i}" for i in range(1001)]}, "At most 1000"),
+        (
+            "rag_search",
+            {"query": "heron", "file_ids": [f"f{i}" for i in range(1001)]},
+            "At most 1000 file_ids are allowed (1001 given); send at most 1000 per request, or leave "
+            "file_ids out to search every file you can read",
+        ),
         ("rag_search", {"query": "heron", "k": 0}, "between 1 and 100"),
         ("rag_search", {"query": "heron", "k": 101}, "between 1 and 100"),
         ("rag_search", {"query": "heron", "entity_id": served.other}, "ENTITY_ID_PATTERN"),

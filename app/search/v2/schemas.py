@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.edge import SafeStr, safe_str_list
 from app.errors import BadRequest
+from app.schemas import too_many_file_ids
 
 if TYPE_CHECKING:  # built at run time; to a type checker a list of str
     SafeStrList = list[str]
@@ -56,7 +57,7 @@ def check_query_v2(request: QueryV2Request) -> QueryV2Request:
         raise BadRequest("file_ids must not be empty")
     distinct = list(dict.fromkeys(request.file_ids))
     if len(distinct) > MAX_FILE_IDS:
-        raise BadRequest(f"At most {MAX_FILE_IDS} file_ids are allowed")
+        raise BadRequest(too_many_file_ids(len(distinct)))
     for file_id in distinct:
         if not 1 <= len(file_id) <= MAX_FILE_ID_CHARS:
             raise BadRequest(f"each file id must be 1 to {MAX_FILE_ID_CHARS} characters")
