@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterable
 from typing import Any
 
 import asyncpg
@@ -15,12 +15,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Match
+from starlette.types import Scope
 
 from app import metrics
 from app.access.principal import TokenCache
 from app.api import admin, documents, embed, health, jobs, v2_admin, v2_query
 from app.api import metrics as metrics_route
-from app.api.guards import BodyGuardMiddleware
+from app.api.guards import BodyGuardMiddleware, not_json_errors
 from app.api.openapi import install_openapi
 from app.api.ratelimit import document_rate_limits, enforce_rate_limit
 from app.clients.embeddings import WarmsUp
@@ -124,6 +126,26 @@ def _clean_validation_errors(errors: Any) -> list[dict[str, Any]]:
     return encoded
 
 
+# the methods a 405's Allow may name, in the order it names them
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(routes: Iterable[BaseRoute], scope: Scope) -> str:
+    """A 405's `Allow`: every method some route answers on this path (RFC 9110 wants the full set).
+
+    Starlette names only the methods of the first route whose path matched, and each method of a
+    path is a route of its own here (`GET /documents` and `DELETE /documents`). Each route is asked
+    whether it would take the request with each method, so routers included in routers count too.
+    """
+    routes = list(routes)
+    allowed = [
+        method
+        for method in _METHODS
+        if any(route.matches({**scope, "method": method})[0] == Match.FULL for route in routes)
+    ]
+    return ", ".join(allowed)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Map every error to the contract's shapes."""
 
@@ -185,21 +207,20 @@ def install_error_handlers(app: FastAPI) -> None:
         # a well-typed value out of its bounds is 400 with a sentence, a malformed request 422
         if (out_of_bounds := bounds_detail(exc.errors())) is not None:
             return JSONResponse(_error_body(out_of_bounds, 400), status_code=400)
-        return JSONResponse(
-            {"detail": _clean_validation_errors(exc.errors()), "message": "Request validation failed"},
-            status_code=422,
-        )
+        errors = _clean_validation_errors(exc.errors())
+        # JSON sent as a form (curl -d) or without a type: say to send the header, not "a dictionary"
+        errors = not_json_errors(errors, request.headers.get("content-type")) or errors
+        return JSONResponse({"detail": errors, "message": "Request validation failed"}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         body = _error_body(exc.detail, exc.status_code)
         if exc.status_code == 422:  # the body guard's "not UTF-8": the contract's validation shape
             body["message"] = "Request validation failed"
-        return JSONResponse(
-            body,
-            status_code=exc.status_code,
-            headers=getattr(exc, "headers", None),
-        )
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:
+            headers = {**(headers or {}), "Allow": allowed_methods(request.app.router.routes, request.scope)}
+        return JSONResponse(body, status_code=exc.status_code, headers=headers)
 
     # Unhandled exceptions are answered by RequestContextMiddleware (it knows the request id).
 

@@ -16,6 +16,16 @@ MAX_ENTITY_ID_CHARS = 512
 MAX_FILE_IDS = 1000
 DEFAULT_K = 4  # rag_api's
 MAX_K = 100
+# more distinct file ids than a request may name: CONTRACT.md pins these words on /query_multiple
+TOO_MANY_FILE_IDS = f"At most {MAX_FILE_IDS} file_ids are allowed"
+
+
+def too_many_file_ids(given: int) -> str:
+    """The one wording for too many file ids, on every route and MCP tool that caps them: the limit
+    (the contract's sentence), the count given and what to do. `/query_multiple` answers the
+    sentence alone, as the contract pins it."""
+    return f"{TOO_MANY_FILE_IDS} ({given} given); send at most {MAX_FILE_IDS} per request"
+
 
 ENTITY_ID_FIELD_DESCRIPTION = (
     "A LibreChat Agent id (agent_...) whose files the caller may also read; it must match "
@@ -72,7 +82,7 @@ def capped_file_ids(file_ids: list[str]) -> list[str]:
     if len(file_ids) > MAX_FILE_IDS:
         file_ids = list(dict.fromkeys(file_ids))
         if len(file_ids) > MAX_FILE_IDS:
-            raise BadRequest(f"At most {MAX_FILE_IDS} file_ids are allowed")
+            raise BadRequest(TOO_MANY_FILE_IDS)  # the contract's words, without the count
     return file_ids
 
 

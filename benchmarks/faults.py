@@ -43,7 +43,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,9 @@ class Params:
     stall_timeout_s: float
     embed_timeout_s: float
     s3_s: float
+    # stretches the checks' time limits (503 latency, recovery, closing after a stall): a run on a
+    # busy machine is slower, not wrong (`--slack`; the test suite passes the machine's slowness)
+    slack: float = 1.0
 
 
 FULL = Params(
@@ -592,7 +595,7 @@ async def scenario_postgres(ctx: Context) -> Result:
     result["checks"] = {
         "saw the outage (503s)": len(unavailable) > 0,
         "no 500 and no dropped request": result["other_5xx_or_no_answer"] == 0,
-        "503s are fast (p99 < 2 s)": bool(unavailable) and result["503_latency_s"]["p99"] < 2.0,
+        "503s are fast (p99 < 2 s)": bool(unavailable) and result["503_latency_s"]["p99"] < 2.0 * p.slack,
         "503s say what is wrong": result["503_with_detail"],
         "recovered without a service restart": recovered is not None and result["service_pid_unchanged"],
         "the service restarted PostgreSQL": (restarts or 0) >= 1 and result["new_postmaster_pid"] != pg_pid,
@@ -609,7 +612,7 @@ async def scenario_embedding(ctx: Context) -> Result:
         ("ok", p.phase_s),
         ("error", p.phase_s),
         ("hang", p.phase_s + 2 * p.embed_timeout_s),
-        ("recovered", p.phase_s + reset_s),
+        ("recovered", (p.phase_s + reset_s) * p.slack),  # long enough to see the recovery
     ]
     ops = [
         ("embed", upload_op(ctx.user, "emb")),
@@ -656,9 +659,9 @@ async def scenario_embedding(ctx: Context) -> Result:
         "while broken, every answer is 503 with a detail": bool(broken)
         and all(s.status == 503 and "embedding" in s.detail.lower() for s in broken),
         f"a hanging provider costs at most ~{bound:g} s a request": bool(hang)
-        and max(s.latency for s in hang) < bound,
+        and max(s.latency for s in hang) < bound * p.slack,
         "answers are 200 again within the breaker's pause": recovery_s is not None
-        and recovery_s < reset_s + 2 * p.embed_timeout_s + 2,
+        and recovery_s < (reset_s + 2 * p.embed_timeout_s + 2) * p.slack,
         "healthy phases answer 200": bool(healthy) and all(s.status == 200 for s in healthy),
     }
     return result
@@ -740,7 +743,8 @@ async def scenario_stalls(ctx: Context) -> Result:
     }
     result["checks"] = {
         "every stalled request is answered 408 and closed": got_408 == p.stalled and still_open == 0,
-        "closed soon after the timeout": bool(closed_after) and max(closed_after) < p.stall_timeout_s + 5,
+        "closed soon after the timeout": bool(closed_after)
+        and max(closed_after) < (p.stall_timeout_s + 5) * p.slack,
         "the service kept serving": health == 200,
     }
     return result
@@ -971,6 +975,12 @@ def main(argv: list[str] | None = None) -> int:
         "--only", default=",".join(SCENARIOS), help=f"comma-separated, from {', '.join(available)}"
     )
     parser.add_argument("--json", type=Path, help="also write the report here")
+    parser.add_argument(
+        "--slack",
+        type=float,
+        default=1.0,
+        help="stretch the checks' time limits by this factor (a busy or slow machine); default 1",
+    )
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = [n for n in names if n not in available and n not in JOB_QUEUE_SCENARIOS]
@@ -979,7 +989,8 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="ragoverlay-faults-"))
     root.chmod(0o755)
     try:
-        report = asyncio.run(run(names, SHORT if args.short else FULL, root))
+        params = replace(SHORT if args.short else FULL, slack=max(1.0, args.slack))
+        report = asyncio.run(run(names, params, root))
     finally:
         terminate_all()
         keep = os.environ.get("FAULTS_KEEP") == "1"

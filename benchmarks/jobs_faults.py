@@ -254,11 +254,13 @@ def _document(version: str, paragraphs: int) -> str:
 
 
 @contextlib.asynccontextmanager
-async def _service(dsn: str, data_dir: Path, log_path: Path, settings: dict[str, str]) -> AsyncIterator[Any]:
+async def _service(
+    dsn: str, data_dir: Path, log_path: Path, settings: dict[str, str], *, start_within_s: float
+) -> AsyncIterator[Any]:
     from benchmarks.service import ServiceProcess
 
     service = ServiceProcess(dsn, SECRET, data_dir, log_path, settings)
-    await service.start(within_s=120)
+    await service.start(within_s=start_within_s)
     try:
         yield service
     finally:
@@ -324,7 +326,9 @@ async def run_kill(dsn: str, *, chunks: int, stale_s: int, workdir: Path, timeou
             await asyncio.sleep(0.1)
 
     async with build_http_client(timeout_s=30) as client:
-        async with _service(dsn, data_dir, workdir / "service-1.log", settings) as first:
+        async with _service(
+            dsn, data_dir, workdir / "service-1.log", settings, start_within_s=timeout_s
+        ) as first:
             base["url"] = first.base_url
             r = await client.post(
                 f"{first.base_url}/embed",
@@ -356,7 +360,10 @@ async def run_kill(dsn: str, *, chunks: int, stale_s: int, workdir: Path, timeou
                 if job["status"] == "running" and (job.get("progress") or {}).get("note") == "embedding":
                     break
                 if job["status"] in ("done", "failed") or time.monotonic() > deadline:
-                    raise RuntimeError(f"the job did not get to embedding before the kill: {job}")
+                    raise RuntimeError(
+                        f"the job did not get to embedding before the kill (or not within the run's "
+                        f"time limit, --timeout {timeout_s:.0f} s): {job}"
+                    )
                 await asyncio.sleep(0.05)
             await asyncio.sleep(0.3)  # inside the embedding of the new version
             job = (await client.get(job_url, headers=headers)).json()
@@ -367,7 +374,9 @@ async def run_kill(dsn: str, *, chunks: int, stale_s: int, workdir: Path, timeou
             first.process.wait()
             base.pop("url")
             log(f"kill: SIGKILL sent while the job was {result.killed_at_progress}")
-        async with _service(dsn, data_dir, workdir / "service-2.log", settings) as second:
+        async with _service(
+            dsn, data_dir, workdir / "service-2.log", settings, start_within_s=timeout_s
+        ) as second:
             result.restart_s = round(time.monotonic() - killed, 2)
             base["url"] = second.base_url
             conn = await asyncpg.connect(dsn)
@@ -385,7 +394,8 @@ async def run_kill(dsn: str, *, chunks: int, stale_s: int, workdir: Path, timeou
                         break
                     if time.monotonic() - killed > timeout_s:
                         raise RuntimeError(
-                            f"the job was not finished {timeout_s:.0f} s after the kill: {dict(row)}"
+                            f"out of time: the job was not finished {timeout_s:.0f} s after the kill "
+                            f"(the run's time limit, --timeout): {dict(row)}"
                         )
                     await asyncio.sleep(0.1)
             finally:

@@ -114,6 +114,12 @@ def verify_token(
     return Principal(user_id=user_id, is_admin=is_admin, claims=claims)
 
 
+SIGNED_ELSEWHERE_DETAIL = (
+    "Invalid token: it was not signed with this service's JWT_SECRET; JWT_SECRET must be the same "
+    "secret LibreChat signs its tokens with (LibreChat's JWT_SECRET)"
+)
+
+
 def _decode(token: str, secret: str, audience: str | None) -> dict[str, Any]:
     """The claims of `token` once its signature, algorithm and audience are verified (401 otherwise)."""
     # PyJWT would accept `"exp": "1999999999"` or `true` (it calls int()); we check the times ourselves
@@ -137,7 +143,8 @@ def _decode(token: str, secret: str, audience: str | None) -> dict[str, Any]:
     except jwt.InvalidAudienceError:
         raise Unauthorized("Invalid token: audience does not match") from None
     except jwt.InvalidSignatureError:
-        raise Unauthorized("Invalid token: signature verification failed") from None
+        # the usual cause is a JWT_SECRET that differs from LibreChat's; neither secret is named
+        raise Unauthorized(SIGNED_ELSEWHERE_DETAIL) from None
     except jwt.InvalidAlgorithmError:
         raise Unauthorized("Invalid token: algorithm not allowed (use HS256)") from None
     except jwt.InvalidTokenError:

@@ -22,10 +22,14 @@ from app.schemas import (
     QueryRequest,
     capped_file_ids,
     error_responses,
+    too_many_file_ids,
 )
 from app.search.service import SearchOutcome
 
 router = APIRouter(tags=["documents"])
+# the cap on a list of file ids, as the schema shows it; the route checks it, to answer every route's
+# too many file ids in one wording (FastAPI's own check says "ids must have at most 1000 items")
+_AT_MOST_MAX_FILE_IDS: dict[str, Any] = {"maxItems": MAX_FILE_IDS}
 
 if TYPE_CHECKING:  # built at run time; to a type checker it is a str
     FileIdPath = str
@@ -93,10 +97,12 @@ async def get_documents(
     principal: CurrentPrincipal,
     search: SearchDep,
     access: AccessDep,
-    ids: Annotated[FileIdList, Query(min_length=1, max_length=MAX_FILE_IDS)],
+    ids: Annotated[FileIdList, Query(min_length=1, json_schema_extra=_AT_MOST_MAX_FILE_IDS)],
     entity_id: EntityIdQuery,
 ) -> Response:
     """All chunks of the given files, in order; 404 if any file is not in scope."""
+    if len(ids) > MAX_FILE_IDS:
+        raise BadRequest(too_many_file_ids(len(ids)))
     rows = await search.documents(await access.read_scope(principal, entity_id, ids))
     found = {r.file_id for r in rows}
     if any(i not in found for i in ids):
@@ -114,7 +120,7 @@ async def delete_documents(
     principal: CurrentPrincipal,
     ingest: IngestDep,
     access: AccessDep,
-    file_ids: Annotated[FileIdList, Body(max_length=MAX_FILE_IDS)],
+    file_ids: Annotated[FileIdList, Body(json_schema_extra=_AT_MOST_MAX_FILE_IDS)],
     entity_id: EntityIdQuery,
 ) -> MessageResponse:
     """Delete files (chunks, index rows, originals) the caller owns or uploaded.
@@ -124,6 +130,8 @@ async def delete_documents(
     With ALLOWLIST_VERIFY=mongo, files the rule did not find may still be deleted from the
     namespaces of Agents the caller may edit in LibreChat (author or EDIT bit).
     """
+    if len(file_ids) > MAX_FILE_IDS:
+        raise BadRequest(too_many_file_ids(len(file_ids)))
     ids = list(dict.fromkeys(file_ids))
     found = await access.delete(principal, ids, ingest.delete)
     if any(i not in found for i in ids):

@@ -27,14 +27,36 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 _BODYLESS_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-# No `Connection: close` on a refusal: closing with the body unread makes the kernel answer the
-# client's next bytes with a reset, and a client still sending never sees the 413. uvicorn instead
-# discards the rest of the body as it arrives (nothing is buffered once the answer is complete).
+# A refusal sets no `Connection: close` itself: the server's protocol (app/runtime/stalls.py) adds it
+# to every answer that starts while the request body is still arriving, and then closes lingering, as
+# nginx does (the answer and a FIN go out, what the client still sends is read and dropped), so a
+# client still sending reads its 413 instead of a reset, and a kept-alive one opens a new connection.
+# A small body that arrived whole with its headers leaves the connection open.
 INVALID_UTF8_MESSAGE = "The request body is not valid UTF-8; JSON bodies must be UTF-8 encoded (RFC 8259)"
 INVALID_URL_MESSAGE = (
     "The {part} is not valid UTF-8 once percent-decoded (an encoded surrogate or a stray byte); "
     "percent-encode the UTF-8 bytes of valid text"
 )
+
+
+NOT_JSON_MESSAGE = (
+    "The request body must be JSON sent with the header Content-Type: application/json (this request "
+    "{sent}); with curl, add -H 'Content-Type: application/json'"
+)
+
+
+def not_json_errors(errors: list[dict[str, Any]], content_type: str | None) -> list[dict[str, Any]] | None:
+    """A JSON route's 422 errors when its body came without a JSON Content-Type: the errors about
+    the whole body (FastAPI did not read it as JSON, so it "should be a valid dictionary") become
+    one that says to send JSON with that header; None when the body was sent as JSON."""
+    if _is_json(content_type) and content_type is not None:
+        return None
+    if not any(list(err.get("loc", ())) == ["body"] for err in errors):
+        return None
+    media = (content_type or "").split(";", 1)[0].strip()[:100]
+    sent = f"said Content-Type: {media}" if media else "had no Content-Type"
+    hint = {"type": "json_content_type", "loc": ["body"], "msg": NOT_JSON_MESSAGE.format(sent=sent)}
+    return [hint, *(err for err in errors if list(err.get("loc", ())) != ["body"])]
 
 
 def too_large_detail(limit: int) -> str:

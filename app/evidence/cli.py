@@ -15,8 +15,9 @@ files too. Interrupted? The queue keeps the jobs (the service, or `--resume RUN_
 Exit codes (docs/v2.md lists them too): 0 the run is active (or staged, with --no-activate; for
 --status: the run was found), 1 some files could not be staged (the run stays running: see --status
 and GET /admin/jobs?status=failed), 2 bad arguments or configuration (an unknown run or namespace
-included), 3 the database or the blob store could not be reached (a service on DATA_DIR that is still
-starting its database included).
+included, and a namespace RAG_V2_NAMESPACE_IDS does not list, refused before anything starts),
+3 the database or the blob store could not be reached (a service on DATA_DIR that is still starting
+its database included).
 """
 
 from __future__ import annotations
@@ -249,6 +250,18 @@ def _report(args: argparse.Namespace, status: RunStatus, seconds: float) -> int:
     return 0 if complete and status.run.status in ("active", "running") else 1
 
 
+def not_enabled_detail(namespace: str, enabled: Sequence[str]) -> str:
+    """Why a backfill of a namespace V2 is not enabled for is refused, and what to set."""
+    now = f"it lists {', '.join(enabled)}" if enabled else "it is empty"
+    return (
+        f"V2 is not enabled for {namespace}: RAG_V2_NAMESPACE_IDS does not list it ({now}), so "
+        f"/query_v2 would answer 403 and never read the index. Add {namespace} to RAG_V2_NAMESPACE_IDS "
+        "where the service and this command read it (.env, or the environment of both: "
+        f"RAG_V2_NAMESPACE_IDS={namespace} scripts/v2-backfill {namespace}), restart the service, "
+        "then run this again"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -257,6 +270,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings()
     except ConfigError as exc:
         print(f"v2-backfill: {exc}", file=sys.stderr)
+        return 2
+    if args.namespace is not None and args.namespace not in settings.v2_namespace_ids:
+        # refused before anything is opened, parsed or embedded: /query_v2 would answer 403 for it
+        print(
+            f"v2-backfill: {not_enabled_detail(args.namespace, settings.v2_namespace_ids)}", file=sys.stderr
+        )
         return 2
     try:
         return asyncio.run(run(args, settings))

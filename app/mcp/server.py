@@ -70,7 +70,7 @@ from app.mcp.describe import (
 )
 from app.metrics import MCP_TOOL_CALLS
 from app.ratelimit import RateLimiter
-from app.schemas import MAX_FILE_IDS, QueryMultipleRequest, capped_file_ids
+from app.schemas import MAX_FILE_IDS, QueryMultipleRequest, capped_file_ids, too_many_file_ids
 from app.services import Services
 from app.store.chunks import ChunkHit
 
@@ -87,6 +87,12 @@ def search_arguments(
     mode: Literal["v1", "v2"], query: str, file_ids: list[str] | None, entity_id: str | None, k: int | None
 ) -> tuple[list[str] | None, int]:
     """A search's file ids (None: every file) and k, checked as `/query_multiple` or `/query_v2` would."""
+    if file_ids is not None and len(file_ids) > MAX_FILE_IDS and len(set(file_ids)) > MAX_FILE_IDS:
+        # the routes' wording, and what a tool may do instead
+        given = len(set(file_ids))
+        raise BadRequest(
+            f"{too_many_file_ids(given)}, or leave file_ids out to search every file you can read"
+        )
     if mode == "v2":
         request = build(
             v2_schemas.QueryV2Request,

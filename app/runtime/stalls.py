@@ -13,14 +13,17 @@ likes (300 half-sent requests were all still open after 20 s). Two guards close 
   working between two reads is not counted, and a body that keeps arriving, however slowly in
   total, is never cut.
 
-An answer given before the request body was read (a 413 from the declared length, a 408) ends the
-connection with a lingering close, as nginx's does: the answer and a FIN are sent, and whatever the
-client still sends is read and dropped until it closes its side, for at most `LINGER_TOTAL_S` (and
-`LINGER_IDLE_S` of silence). uvicorn alone either closed at once, with the body still arriving (the
-kernel then answers the unread bytes with a reset, and a client that sends its whole body before
-reading, such as Python's http.client with `Connection: close`, saw "connection reset" instead of
-the 413), or, on a kept-alive connection, read the rest of the body with no bound and then held the
-connection open for ever.
+An answer given before the request body was read (a 413 from the declared length, a 408, a 401 or
+404 to a request whose body is still arriving) says `Connection: close` and ends the connection
+with a lingering close, as nginx's does: the answer and a FIN are sent, and whatever the client
+still sends is read and dropped until it closes its side, for at most `LINGER_TOTAL_S` (and
+`LINGER_IDLE_S` of silence). Without the header a kept-alive client sent its next request on the
+closing connection and got "server disconnected" (Python's http.client every time; httpx and
+Node's agent whenever the FIN had not arrived yet). uvicorn alone either closed at once, with the
+body still arriving (the kernel then answers the unread bytes with a reset, and a client that sends
+its whole body before reading, such as Python's http.client with `Connection: close`, saw
+"connection reset" instead of the 413), or, on a kept-alive connection, read the rest of the body
+with no bound and then held the connection open for ever.
 
 The same transport wrapper also sends an answer's header block and its body in one write (see
 `_ClosingTransport.write`).
@@ -31,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -59,6 +63,14 @@ def _timeout_response(detail: str) -> bytes:
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
     )
     return head.encode("latin-1") + body
+
+
+@dataclass(frozen=True)
+class _AnswerHead:
+    """An answer's header block as it leaves, and whether it waits to be joined to its body."""
+
+    block: bytes
+    hold: bool
 
 
 class _ClosingTransport(asyncio.Transport):
@@ -114,10 +126,14 @@ class _ClosingTransport(asyncio.Transport):
         if held is not None:
             self._held = None
             self.raw.writelines((held, data))
-        elif self._protocol.answer_head_due():
-            self._held = bytes(data)
-        else:
+            return
+        head = self._protocol.answer_head(data)
+        if head is None:
             self.raw.write(data)
+        elif head.hold:
+            self._held = head.block
+        else:
+            self.raw.write(head.block)
 
     def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
         """Send several pieces."""
@@ -193,18 +209,25 @@ class _HeaderDeadlineProtocol(HttpToolsProtocol):
         super().connection_made(self._wrapped)
         self._arm_header_deadline()
 
-    def answer_head_due(self) -> bool:
-        """True for the write of the header block of an answer that declares its length or has no body.
+    def answer_head(self, data: bytes | bytearray | memoryview) -> _AnswerHead | None:
+        """The header block of the current answer, when `data` is it (else None), as it must leave.
 
         uvicorn marks the answer started, decides chunked or not, and writes its header block in one
         synchronous step, so the first write after the start is that block; the 100 Continue is
-        written only before the start.
+        written only before the start. An answer that starts while the request body is still
+        arriving ends the connection (a lingering close, see `close`): its block says so, and uvicorn
+        is told not to keep the connection alive, so it closes once the answer is complete. The
+        block is held (`hold`) when the answer declares its length or has no body.
         """
         cycle = self.cycle
         if cycle is None or cycle is self._headed or not cycle.response_started or cycle.response_complete:
-            return False
+            return None
         self._headed = cycle
-        return cycle.chunked_encoding is not True
+        block = bytes(data)
+        if cycle.keep_alive and cycle.more_body and not cycle.disconnected and block.endswith(b"\r\n\r\n"):
+            cycle.keep_alive = False  # uvicorn adds the header itself only when it knew before the start
+            block = block[:-2] + b"connection: close\r\n\r\n"
+        return _AnswerHead(block, hold=cycle.chunked_encoding is not True)
 
     def data_received(self, data: bytes) -> None:
         """Parse the request; while lingering, drop what comes."""

@@ -41,12 +41,25 @@ ensure_venv() {
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     # a lock made for other pins is refused with what differs, never installed quietly
     "$py" scripts/lib/lockcheck.py || return 1
-    echo "Installing ragoverlay's dependencies from $lock into $venv ..." >&2
-    local pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
-    # every package from the lock, each checked against its recorded hashes; then the project itself,
-    # editable, with the locked setuptools (no build isolation, so nothing unhashed is downloaded)
-    "${pip[@]}" --require-hashes -r "$lock"
-    "${pip[@]}" --no-deps --no-build-isolation -e .
+    local total log="$venv/pip-install.log" status=0
+    total=$(grep -cE '^[A-Za-z0-9]' "$lock")
+    echo "Installing ragoverlay's dependencies into $venv: the $total packages of $lock" \
+      "(a few minutes on a first start, most of it downloading; later starts skip this) ..." >&2
+    local pip=("$venv/bin/python" -m pip install --disable-pip-version-check)
+    # every package from the lock, each checked against its recorded hashes, a line per package
+    # (scripts/lib/pip_progress.py; pip -q said nothing for minutes); pip's status, with or without
+    # pipefail in the caller
+    PYTHONUNBUFFERED=1 "${pip[@]}" --require-hashes -r "$lock" 2>&1 |
+      "$py" scripts/lib/pip_progress.py "$lock" "$log" && status=${PIPESTATUS[0]} || status=1
+    if [ "$status" != 0 ]; then
+      echo "pip could not install $lock; the end of its output (all of it: $log):" >&2
+      tail -n 25 "$log" >&2
+      return 1
+    fi
+    # then the project itself, editable, with the locked setuptools (no build isolation, so nothing
+    # unhashed is downloaded)
+    echo "  installing ragoverlay itself ..." >&2
+    "${pip[@]}" -q --no-deps --no-build-isolation -e .
     echo "$want" > "$stamp"
   fi
 }

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -11,6 +9,7 @@ import httpx
 import pytest
 
 from app.store.migrate import load_migrations
+from tests.fixtures.patience import until
 from tests.fixtures.service import SettingsFactory, auth, new_id, running_app
 
 pytestmark = pytest.mark.timeout(120)
@@ -39,14 +38,14 @@ def admin() -> dict[str, str]:
 async def wait_job(
     client: httpx.AsyncClient, url: str, headers: dict[str, str], *statuses: str
 ) -> dict[str, Any]:
-    deadline = time.monotonic() + 60
-    while True:
+    async def reached() -> dict[str, Any] | None:
         r = await client.get(url, headers=headers)
         assert r.status_code == 200, r.text
-        if r.json()["status"] in statuses:
-            return dict(r.json())
-        assert time.monotonic() < deadline, r.json()
-        await asyncio.sleep(0.1)
+        return dict(r.json()) if r.json()["status"] in statuses else None
+
+    found = await until(reached, what=f"{url} to be {' or '.join(statuses)}", within_s=60)
+    assert found is not None
+    return found
 
 
 async def test_admin_routes_need_an_admin(app: httpx.AsyncClient) -> None:

@@ -60,6 +60,23 @@ async def test_bad_tokens_are_401(client: httpx.AsyncClient, kind: str) -> None:
     assert r.json()["detail"].startswith("Invalid token: ")
 
 
+async def test_a_token_signed_with_another_secret_names_the_setting(
+    client: httpx.AsyncClient,
+) -> None:
+    """Before: "Invalid token: signature verification failed", which did not point at JWT_SECRET."""
+    other = "not-the-secret-0123456789abcdef-0123456789abcdef"
+    token = make_token("u", secret=other)
+    r = await client.post(
+        "/query", json={"query": "q", "file_id": "f"}, headers={"Authorization": f"Bearer {token}"}
+    )
+    assert r.status_code == 401
+    assert r.json() == {
+        "detail": "Invalid token: it was not signed with this service's JWT_SECRET; JWT_SECRET must be "
+        "the same secret LibreChat signs its tokens with (LibreChat's JWT_SECRET)"
+    }
+    assert other not in r.text and TEST_JWT_SECRET not in r.text  # no secret echoed
+
+
 async def test_aud_claim_accepted_when_audience_unset(client: httpx.AsyncClient) -> None:
     # Decision: upstream rejects any token with an aud claim
     token = make_token(new_id("user"), aud="librechat")
@@ -145,3 +162,20 @@ async def test_without_jwt_secret_the_admin_403_says_what_is_possible(
         r = await c.get("/metrics", headers=auth(new_id("user")))
         assert r.status_code == 403
         assert "RAG_ADMIN_USER_IDS" in r.json()["detail"] and "METRICS_TOKEN" in r.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("OPTIONS", "/documents", "GET, DELETE"),  # before: "GET" (the first route of the path)
+        ("PUT", "/v2/runs", "GET, POST"),  # before: "POST"
+        ("PATCH", "/mcp", "GET, HEAD, POST, DELETE"),  # a route outside the OpenAPI document
+    ],
+)
+async def test_a_405_names_every_method_of_its_path(
+    client: httpx.AsyncClient, method: str, path: str, allow: str
+) -> None:
+    r = await client.request(method, path, headers=auth("u-405"))
+    assert r.status_code == 405
+    assert r.headers["allow"] == allow
+    assert r.json() == {"detail": "Method Not Allowed"}

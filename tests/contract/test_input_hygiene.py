@@ -399,3 +399,52 @@ async def test_local_embed_paths_the_os_refuses_are_4xx(client: httpx.AsyncClien
 
 def test_agent_helper_matches_the_default_pattern() -> None:
     assert load_settings(_env_file=None).entity_id_regex.fullmatch(agent_id())
+
+
+JSON_OPERATIONS = [
+    (m, p, op)
+    for m, p, op in OPERATIONS
+    if "application/json" in op.get("requestBody", {}).get("content", {})
+]
+
+
+def test_the_walk_finds_every_json_body() -> None:
+    found = {f"{m.upper()} {p}" for m, p, _ in JSON_OPERATIONS}
+    assert {"POST /query", "POST /query_multiple", "DELETE /documents", "POST /local/embed"} <= found
+
+
+@pytest.mark.parametrize("content_type", [None, "application/x-www-form-urlencoded", "text/plain"])
+@pytest.mark.parametrize(
+    ("method", "path", "op"), JSON_OPERATIONS, ids=[f"{m.upper()} {p}" for m, p, _ in JSON_OPERATIONS]
+)
+async def test_json_without_its_content_type_is_told_to_send_it(
+    client: httpx.AsyncClient, method: str, path: str, op: dict, content_type: str | None
+) -> None:
+    """The accepted baseline body, sent as curl -d sends it (a form) or with no type at all.
+
+    Before: 422 "Input should be a valid dictionary or object to extract fields from" (or "a valid
+    list"), which said neither that the body must be JSON nor which header was missing.
+    """
+    call = baseline(method, path, op)
+    content, _ = call.content()
+    headers = caller(path, new_id("user"))
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    r = await client.request(call.method, call.url(), content=content, headers=headers)
+    assert r.status_code == 422, r.text
+    assert r.json()["message"] == "Request validation failed"
+    (error, *_) = r.json()["detail"]
+    assert error["loc"] == ["body"] and error["type"] == "json_content_type"
+    assert error["msg"].startswith(
+        "The request body must be JSON sent with the header Content-Type: application/json"
+    )
+    said = f"said Content-Type: {content_type}" if content_type else "had no Content-Type"
+    assert f"(this request {said})" in error["msg"]
+
+
+async def test_a_json_body_of_the_wrong_shape_keeps_its_field_errors(client: httpx.AsyncClient) -> None:
+    r = await client.post(
+        "/query", content=b"[]", headers={**auth(new_id("user")), "Content-Type": "application/json"}
+    )
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["type"] == "model_attributes_type"  # sent as JSON: not the header's fault

@@ -33,9 +33,17 @@ async def assert_nothing_stored(client: httpx.AsyncClient, file_id: str, user: s
 @pytest.mark.parametrize("route", ["/embed", "/text"])
 @pytest.mark.parametrize(
     ("name", "content"),
-    [("empty.txt", b""), ("blank.txt", b"  \n\n\t \r\n "), ("blank.md", b"\n\n")],
+    [
+        ("empty.txt", b""),
+        ("blank.txt", b"  \n\n\t \r\n "),
+        ("blank.md", b"\n\n"),
+        # 0-byte binary formats: before, 415 "could not be read as a PDF" / "is damaged"
+        ("empty.pdf", b""),
+        ("empty.docx", b""),
+        ("empty.xlsx", b""),
+    ],
 )
-async def test_an_empty_text_file_is_refused_as_empty(
+async def test_an_empty_file_is_refused_as_empty(
     client: httpx.AsyncClient, name: str, content: bytes, route: str
 ) -> None:
     """Not "a scanned PDF needs OCR": the file is empty, and /text says so as /embed does."""

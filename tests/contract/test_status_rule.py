@@ -184,3 +184,28 @@ async def test_a_malformed_value_is_422_with_the_field_errors(
     assert r.status_code == 422, r.text[:300]
     assert r.json()["message"] == "Request validation failed"
     assert isinstance(r.json()["detail"], list) and r.json()["detail"][0]["loc"]
+
+
+# 1,001 file ids on every route that caps them. Before, three wordings: "At most 1000 file_ids are
+# allowed", "the request body must have at most 1000 items (1001 given)" and "ids must have at most
+# 1000 items (1001 given)".
+TOO_MANY = [
+    ("POST", "/query_multiple", {"json": {"query": "q", "file_ids": IDS_1001}}),
+    ("POST", "/query_v2", {"json": {"query": "q", "file_ids": IDS_1001}}),
+    ("GET", "/documents", {"params": {"ids": IDS_1001}}),
+    ("DELETE", "/documents", {"json": IDS_1001}),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "kwargs"), TOO_MANY, ids=[f"{m} {p}" for m, p, _ in TOO_MANY])
+async def test_too_many_file_ids_are_refused_in_one_wording(
+    client: httpx.AsyncClient, method: str, path: str, kwargs: dict[str, Any]
+) -> None:
+    r = await client.request(method, path, headers=caller(path, new_id("user")), **kwargs)
+    assert r.status_code == 400, r.text[:300]
+    if path == "/query_multiple":  # CONTRACT.md pins its words exactly: the same sentence, no count
+        assert r.json() == {"detail": "At most 1000 file_ids are allowed"}
+    else:
+        assert r.json() == {
+            "detail": "At most 1000 file_ids are allowed (1001 given); send at most 1000 per request"
+        }

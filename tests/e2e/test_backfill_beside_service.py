@@ -7,13 +7,13 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.fixtures.patience import ceiling, wait_until
 from tests.fixtures.serve import REPO, free_port, serving
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -44,7 +44,7 @@ def _backfill(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[st
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=ceiling(300),
     )
 
 
@@ -56,7 +56,7 @@ def test_backfill_and_status_run_beside_the_service(served: tuple[str, dict[str,
         f"{base}/embed",
         data={"file_id": "beside-1", "entity_id": AGENT},
         files={"file": ("notes.md", b"# Notes\n\nThe lighthouse keeper logged a storm of nine days.\n")},
-        timeout=120,
+        timeout=ceiling(120),
     )
     assert r.status_code == 200, r.text
 
@@ -72,16 +72,14 @@ def test_backfill_and_status_run_beside_the_service(served: tuple[str, dict[str,
     assert _backfill(env, "--status", "987654").returncode == 2  # an unknown run: documented code 2
 
     # the service kept its database: it still answers from the run the command activated
-    deadline = time.monotonic() + 60
-    while True:
+    def answer() -> httpx.Response | None:
         r = httpx.post(
             f"{base}/query_v2",
             json={"query": "How long was the storm?", "file_ids": ["beside-1"], "entity_id": AGENT},
-            timeout=60,
+            timeout=ceiling(60),
         )
-        if r.status_code == 200 or time.monotonic() > deadline:
-            break
-        time.sleep(1)
-    assert r.status_code == 200, r.text
+        return r if r.status_code == 200 else None
+
+    r = wait_until(answer, what="/query_v2 to answer from the activated run", within_s=60, every_s=1)
     assert r.json()["results"] and "nine days" in r.json()["results"][0]["content"]
-    assert httpx.get(f"{base}/health", timeout=5).json() == {"status": "UP"}
+    assert httpx.get(f"{base}/health", timeout=ceiling(5)).json() == {"status": "UP"}

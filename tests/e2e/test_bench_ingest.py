@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.patience import ceiling
+
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 TINY = "--per-kind 1 --chars 2000 --big-mb 3 --xlsx-rows 300".split()
@@ -27,7 +29,7 @@ def test_the_ingest_benchmark_uploads_every_kind_and_samples_the_big_upload(tmp_
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=280,
+        timeout=ceiling(280),
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
     result = json.loads(out.read_text())

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.patience import ceiling
+
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 TINY = (
@@ -30,7 +32,7 @@ def test_the_tenants_benchmark_runs_and_judges_every_answer(tmp_path: Path) -> N
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=280,
+        timeout=ceiling(280),
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
     result = json.loads(out.read_text())

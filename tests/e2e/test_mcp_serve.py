@@ -15,6 +15,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from tests.fixtures.patience import ceiling
 from tests.fixtures.serve import REPO, free_port, serving
 from tests.integration.mcp_support import mcp_client, payload
 
@@ -59,7 +60,7 @@ async def walk(client: Client, file_id: str) -> None:
 
 async def test_every_tool_over_http_and_over_stdio_beside_scripts_serve(served: tuple[str, Path]) -> None:
     url, data_dir = served
-    async with httpx.AsyncClient(timeout=120) as http:
+    async with httpx.AsyncClient(timeout=ceiling(120)) as http:
         r = await http.post(f"{url}/embed", data={"file_id": "storm-1"}, files={"file": ("log.txt", TEXT)})
     assert r.status_code == 200, r.text
     async with mcp_client(url, {}) as client:
@@ -73,7 +74,7 @@ async def test_every_tool_over_http_and_over_stdio_beside_scripts_serve(served: 
     async with Client(params) as client:
         await walk(client, "storm-1")
     # the service still owns its database: it answers as before
-    async with httpx.AsyncClient(timeout=5) as http:
+    async with httpx.AsyncClient(timeout=ceiling(5)) as http:
         assert (await http.get(f"{url}/health")).json() == {"status": "UP"}
 
 
@@ -84,6 +85,6 @@ def test_stdio_without_a_running_service_says_so(tmp_path: Path) -> None:
         cwd=REPO,
         capture_output=True,
         stdin=subprocess.DEVNULL,
-        timeout=120,
+        timeout=ceiling(120),
     )
     assert done.returncode == 2 and b"start `scripts/serve` first" in done.stderr

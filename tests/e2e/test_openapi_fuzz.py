@@ -2,8 +2,9 @@
 
 schemathesis reads `/openapi.json` and sends schema-valid and schema-violating requests to every
 operation with a valid token. The run must produce no 5xx, no status code, content type or body the
-document does not list for that operation, no 405 without the right `Allow` list (unsupported_method),
-and every request the schema forbids must be refused
+document does not list for that operation, no 405 without the right `Allow` list (unsupported_method,
+and our own probe of every path with each method it lacks: `Allow` must name every method the path
+has), and every request the schema forbids must be refused
 (JSON bodies and URLs; see CONFIG for the multipart routes).
 The HAR report is read back to count requests and statuses, so the figures are checked here too.
 A fixed seed keeps the run reproducible (set RAGOVERLAY_FUZZ_SEED to explore others); the longer
@@ -21,7 +22,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -32,6 +32,7 @@ import asyncpg
 import httpx
 import pytest
 
+from tests.fixtures.patience import ceiling, out_of_time, wait_until
 from tests.fixtures.serve import free_port, serving
 from tests.fixtures.service import TEST_JWT_SECRET, Database, env_without_ragoverlay, make_token
 
@@ -83,7 +84,7 @@ def schemathesis_command(base: str, token: str, report_dir: Path) -> list[str]:
         "--workers",
         "1",
         "--request-timeout",
-        "60",
+        str(round(ceiling(60))),
         "--report",
         "har",
         "--report-dir",
@@ -99,21 +100,32 @@ def wait_for_v2_index(base: str, token: str, seconds: float = 120.0) -> None:
         data={"file_id": "fuzz-seed"},
         files={"file": ("seed.txt", b"The seed file of the fuzzing run mentions kites.", "text/plain")},
         headers=headers,
-        timeout=120,
+        timeout=ceiling(120),
     )
     assert r.status_code == 200, r.text
-    deadline = time.monotonic() + seconds
-    while True:
+
+    def index_answers() -> bool:
         r = httpx.post(
             f"{base}/query_v2",
             json={"query": "kites", "file_ids": ["fuzz-seed"]},
             headers=headers,
-            timeout=60,
+            timeout=ceiling(60),
         )
-        if r.status_code == 200:
-            return
-        assert r.status_code == 503 and time.monotonic() < deadline, r.text
-        time.sleep(0.5)
+        assert r.status_code in (200, 503), r.text  # 503: the run is not active yet
+        return r.status_code == 200
+
+    wait_until(index_answers, what="the fuzzing user's V2 index run", within_s=seconds, every_s=0.5)
+
+
+def openapi_document(base: str) -> dict:
+    """GET /openapi.json: its first answer builds the document (and shares the CPU with the model's
+    warm-up), so it may take a while on a busy machine; a time-out says it was time."""
+    limit = ceiling(60)
+    try:
+        document: dict = httpx.get(f"{base}/openapi.json", timeout=limit).json()
+    except httpx.TimeoutException:
+        pytest.fail(out_of_time("the first GET /openapi.json", limit))
+    return document
 
 
 def _with_database(dsn: str, name: str) -> str:
@@ -165,6 +177,35 @@ def operation_of(method: str, path: str, document: dict) -> tuple[str, str] | No
     return None
 
 
+PROBED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def wrong_allow_headers(base: str, token: str, document: dict) -> list[str]:
+    """Send every path of the document each method it lacks: each must answer 405 naming all it has.
+
+    The expected set is every documented method of every path template the concrete path matches
+    (RFC 9110: `Allow` lists the full set). Before, `OPTIONS /documents` said `Allow: GET` (DELETE
+    exists) and `OPTIONS /v2/runs` `Allow: POST` (GET exists); schemathesis's own check let it pass.
+    """
+    wrong: list[str] = []
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=base, headers=headers, timeout=ceiling(60)) as client:
+        for template in document["paths"]:
+            path = re.sub(r"\{[^/]+\}", "1", template)
+            expected = {
+                method.upper()
+                for method in PROBED_METHODS
+                if operation_of(method, path, document) is not None
+            }
+            for method in sorted(set(PROBED_METHODS) - expected):
+                answer = client.request(method, path)
+                allow = {m.strip() for m in answer.headers.get("allow", "").split(",") if m.strip()}
+                if answer.status_code != 405 or allow != expected:
+                    got = f"{answer.status_code}, Allow {sorted(allow)}"
+                    wrong.append(f"{method} {path}: {got}, expected 405, Allow {sorted(expected)}")
+    return wrong
+
+
 def test_schemathesis_finds_no_5xx_and_no_undocumented_status(database: Database) -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="ragoverlay-fuzz-"))
     data_dir.chmod(0o755)
@@ -192,14 +233,15 @@ def test_schemathesis_finds_no_5xx_and_no_undocumented_status(database: Database
             own_database(database) as dsn,
             serving({**env, "DATABASE_URL": dsn}, data_dir / "serve.log", timeout_s=240),
         ):
-            document = httpx.get(f"{base}/openapi.json", timeout=10).json()
+            document = openapi_document(base)
             token = make_token(FUZZ_USER, ttl=3600)
+            wrong_allow = wrong_allow_headers(base, token, document)
             wait_for_v2_index(base, token)
             run = subprocess.run(
                 schemathesis_command(base, token, report_dir),
                 capture_output=True,
                 text=True,
-                timeout=300,
+                timeout=ceiling(300),
                 check=False,
                 cwd=data_dir,  # schemathesis keeps a `.schemathesis/` cache in its working folder
                 env={**os.environ, "NO_COLOR": "1"},
@@ -224,6 +266,7 @@ def test_schemathesis_finds_no_5xx_and_no_undocumented_status(database: Database
         if str(status) not in document["paths"][op[1]][op[0]]["responses"]:
             undocumented.append(f"{op[0].upper()} {op[1]} answered {status}")
     print(f"schemathesis: {len(operations)} operations, {len(entries)} requests, statuses {dict(statuses)}")
+    assert not wrong_allow, wrong_allow
     assert len(operations) == sum(len(ops) for ops in document["paths"].values())
     assert len(entries) > 100  # a run that sent almost nothing would prove nothing
     assert not [s for s in statuses if s >= 500], statuses

@@ -7,11 +7,11 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.patience import ceiling
 from tests.fixtures.serve import SERVE
 
 pytestmark = [pytest.mark.e2e]
@@ -30,11 +30,14 @@ def test_a_busy_port_is_reported_before_the_database_starts() -> None:
             holder.listen(1)
             port = holder.getsockname()[1]
             env.update({"RAG_PORT": str(port), "DATA_DIR": str(data_dir)})
-            started = time.monotonic()
             done = subprocess.run(
-                ["bash", str(SERVE)], env=env, capture_output=True, text=True, timeout=120, check=False
+                ["bash", str(SERVE)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=ceiling(120),
+                check=False,
             )
-            elapsed = time.monotonic() - started
         assert done.returncode == 2, done.stderr[-2000:]
         assert f"ragoverlay: port {port} on 127.0.0.1 is already in use" in done.stderr
         assert "RAG_PORT" in done.stderr
@@ -42,6 +45,5 @@ def test_a_busy_port_is_reported_before_the_database_starts() -> None:
         assert not (data_dir / "postgres").exists()
         assert not (data_dir / "postgres-credentials.json").exists()
         assert not (data_dir / "uploads").exists()
-        assert elapsed < 60  # the import of the app, not a database start-up and migration
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)

@@ -26,6 +26,7 @@ from benchmarks.quality.run import Options, Sizes, run_async
 from benchmarks.quality.systems import SystemUnavailable
 from benchmarks.quality.v2 import FINAL, STAGE_SYSTEMS, V2Client
 from benchmarks.quality.v2index import wait_for_index
+from tests.fixtures.patience import ceiling
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -181,18 +182,20 @@ def test_quality_benchmark_runs_and_reports_every_metric(sources: Path) -> None:
         out_dir=sources / "results",
         man_dirs=(sources / "man1",),
         html_root=sources / "html",
-        v2_wait_s=180,
+        v2_wait_s=ceiling(180),
     )
 
     async def scenario() -> tuple[dict, int, str, dict, dict | None]:
         kbs = ["agent_quality_man_1", "agent_quality_html", *(natural.kb_name(n) for n in NATURAL)]
         env = {"RAG_V2_NAMESPACE_IDS": ",".join(kbs)}
-        served = await svc.start(sources / "service", env, timeout_s=240)
+        served = await svc.start(sources / "service", env, timeout_s=ceiling(240))
         try:
             assert served.token  # the benchmark's own service runs with auth and an admin
             opts.service_url, opts.token = served.base_url, served.token
             headers = svc.auth_headers(served.token)
-            async with httpx.AsyncClient(base_url=served.base_url, timeout=30, headers=headers) as client:
+            async with httpx.AsyncClient(
+                base_url=served.base_url, timeout=ceiling(30), headers=headers
+            ) as client:
                 probe = await client.post("/query_v2", json={"query": "x", "file_ids": ["man-frobnicate.1"]})
             message = ""
             if probe.status_code == 404:
@@ -211,9 +214,11 @@ def test_quality_benchmark_runs_and_reports_every_metric(sources: Path) -> None:
             result = await run_async(opts, Progress())
             # the wait for the V2 index against the real admin routes: the first run backfills each
             # knowledge base (uploads alone make no run), a second wait finds them ready
-            async with httpx.AsyncClient(base_url=served.base_url, timeout=60, headers=headers) as client:
-                first = await wait_for_index(client, result["corpus"]["kb_files"], timeout_s=180)
-                again = await wait_for_index(client, result["corpus"]["kb_files"], timeout_s=30)
+            async with httpx.AsyncClient(
+                base_url=served.base_url, timeout=ceiling(60), headers=headers
+            ) as client:
+                first = await wait_for_index(client, result["corpus"]["kb_files"], timeout_s=ceiling(180))
+                again = await wait_for_index(client, result["corpus"]["kb_files"], timeout_s=ceiling(30))
             natural_result = None
             if probe.status_code != 404:
                 # the natural questions through the same service: two corpora (HTML, a man page)
@@ -222,7 +227,7 @@ def test_quality_benchmark_runs_and_reports_every_metric(sources: Path) -> None:
                     folder=_natural_sets(sources),
                     data_dir=sources / "data",
                     out_dir=sources / "results",
-                    v2_wait_s=180,
+                    v2_wait_s=ceiling(180),
                     service_url=served.base_url,
                     token=served.token,
                 )

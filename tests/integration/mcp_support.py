@@ -17,6 +17,7 @@ from mcp_types import CallToolResult
 
 from app.config import Settings
 from app.main import create_app
+from tests.fixtures.patience import ceiling
 from tests.fixtures.serve import free_port
 
 
@@ -43,7 +44,7 @@ async def serving(settings: Settings) -> AsyncIterator[tuple[str, httpx.AsyncCli
             yield url, client
     finally:
         server.should_exit = True
-        await asyncio.wait_for(task, 60)
+        await asyncio.wait_for(task, ceiling(60))
 
 
 @contextlib.asynccontextmanager

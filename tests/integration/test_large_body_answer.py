@@ -1,5 +1,6 @@
 """A body far over MAX_JSON_BODY_BYTES, sent whole by a client that does not wait, still gets its 413;
-and the connection of a request answered before its body was read ends (a lingering close)."""
+the connection of a request answered before its body was read ends (a lingering close), and the
+answer says so (`Connection: close`), so a kept-alive client sends its next request on a new one."""
 
 from __future__ import annotations
 
@@ -11,21 +12,25 @@ import socket
 import time
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 import uvicorn
 
 from app.main import create_app
 from app.runtime import stalls
 from app.runtime.stalls import stall_guarded_protocol
+from tests.fixtures.patience import ceiling
 from tests.fixtures.serve import free_port
 from tests.fixtures.service import SettingsFactory, make_token
+
+UPLOAD_CAP = 1_000_000  # MAX_UPLOAD_BYTES of the served app
 
 
 @pytest.fixture
 async def served(settings_factory: SettingsFactory) -> AsyncIterator[int]:
     port = free_port()
     config = uvicorn.Config(
-        create_app(settings_factory()),
+        create_app(settings_factory(max_upload_bytes=UPLOAD_CAP)),
         host="127.0.0.1",
         port=port,
         log_config=None,
@@ -42,7 +47,7 @@ async def served(settings_factory: SettingsFactory) -> AsyncIterator[int]:
     finally:
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 30)
+            await asyncio.wait_for(task, ceiling(30))
 
 
 def _send_all_then_read(port: int, head: bytes, body: bytes) -> bytes:
@@ -148,3 +153,89 @@ async def test_a_connection_answered_before_its_body_ends(
     received, outcome = await asyncio.to_thread(_answered_then_idle, served, head, b"a" * sent, 1.5)
     assert received.startswith(b"HTTP/1.1 413 "), received[:200]
     assert outcome == "closed"
+
+
+# Requests answered before their body is read: (method, path, body, content type, with a token, status).
+# The bodies are far larger than what arrives with the headers, so the answer starts while they arrive.
+EARLY_ANSWERS = {
+    "json-413": ("/query", json.dumps({"query": "x" * 2_000_000, "file_id": "f"}).encode(), True, 413),
+    "upload-413": ("/embed", b"x" * (3 * UPLOAD_CAP), True, 413),
+    "upload-401": ("/embed", b"x" * (3 * UPLOAD_CAP), False, 401),
+}
+ROUNDS = 20
+
+
+def _early_request(name: str, port: int) -> tuple[str, dict[str, str], bytes | None, dict[str, bytes]]:
+    path, body, with_token, _ = EARLY_ANSWERS[name]
+    headers = {"Authorization": f"Bearer {make_token('user-keep-alive')}"} if with_token else {}
+    if path == "/embed":
+        return f"http://127.0.0.1:{port}{path}", headers, None, {"file_id": b"f", "file": body}
+    headers["Content-Type"] = "application/json"
+    return f"http://127.0.0.1:{port}{path}", headers, body, {}
+
+
+@pytest.mark.parametrize("name", list(EARLY_ANSWERS))
+async def test_a_kept_alive_httpx_client_carries_on_after_an_early_answer(served: int, name: str) -> None:
+    """Before, the answer did not say `Connection: close` and the next request could meet the closing
+    connection ("Server disconnected without sending a response", 11 of 20 after an upload's 413)."""
+    url, headers, content, parts = _early_request(name, served)
+    files = {"file": ("big.txt", parts["file"])} if parts else None
+    data = {"file_id": "f"} if parts else None
+    answered_next = 0
+    async with httpx.AsyncClient(timeout=60) as client:
+        for _ in range(ROUNDS):
+            early = await client.post(url, headers=headers, content=content, files=files, data=data)
+            assert early.status_code == EARLY_ANSWERS[name][3], early.text[:300]
+            assert early.headers.get("connection") == "close", early.headers
+            health = await client.get(f"http://127.0.0.1:{served}/health")
+            assert health.json() == {"status": "UP"}
+            answered_next += 1
+    assert answered_next == ROUNDS
+
+
+def _stdlib_rounds(port: int, name: str) -> list[str]:
+    """http.client on one HTTPConnection: it reuses the socket unless the answer said close.
+
+    It never notices a server's FIN by itself, so without the header every next request failed.
+    """
+    url, headers, content, parts = _early_request(name, port)
+    path = url.split(str(port), 1)[1]
+    if parts:
+        boundary = "keepalive-boundary"
+        content = (
+            (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="file_id"\r\n\r\nf\r\n'
+                f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.txt"\r\n'
+                "Content-Type: text/plain\r\n\r\n"
+            ).encode()
+            + parts["file"]
+            + f"\r\n--{boundary}--\r\n".encode()
+        )
+        headers = {**headers, "Content-Type": f"multipart/form-data; boundary={boundary}"}
+    failures: list[str] = []
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        for round_ in range(ROUNDS):
+            conn.request("POST", path, body=content, headers=headers)
+            early = conn.getresponse()
+            early.read()
+            if early.status != EARLY_ANSWERS[name][3]:
+                failures.append(f"round {round_}: {early.status} instead of {EARLY_ANSWERS[name][3]}")
+            try:
+                conn.request("GET", "/health")
+                health = conn.getresponse()
+                if health.status != 200:
+                    failures.append(f"round {round_}: /health answered {health.status}")
+                health.read()
+            except (http.client.HTTPException, OSError) as exc:
+                failures.append(f"round {round_}: the next request failed: {exc!r}")
+                conn.close()
+    finally:
+        conn.close()
+    return failures
+
+
+@pytest.mark.parametrize("name", list(EARLY_ANSWERS))
+async def test_a_kept_alive_stdlib_client_carries_on_after_an_early_answer(served: int, name: str) -> None:
+    failures = await asyncio.to_thread(_stdlib_rounds, served, name)
+    assert failures == []

@@ -11,7 +11,6 @@ import hashlib
 import json
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from app.runtime.postgres import attach_running
 from tests.contract.helpers import agent_id, upload
 from tests.fixtures import v2_corpus
 from tests.fixtures.mongo_server import mongo_server
+from tests.fixtures.patience import ceiling, until
 from tests.fixtures.serve import REPO
 from tests.fixtures.service import TEST_JWT_SECRET, Database, auth, env_without_ragoverlay, make_token, new_id
 from tests.integration.mcp_support import (
@@ -54,15 +54,16 @@ async def wait_active(
     http: httpx.AsyncClient, namespace: str, files: int, *, admin: str, seconds: float = 300
 ) -> None:
     """Until the namespace has an active V2 run holding `files` files (the upload queued its backfill)."""
-    deadline = time.monotonic() + seconds
-    while True:
+
+    async def active() -> bool:
         r = await http.get("/v2/status", headers=auth(admin))
         assert r.status_code == 200, r.text
-        active = [run for run in r.json()["active_runs"] if run["namespace"] == namespace]
-        if active and active[0]["files"] >= files and not r.json().get("running_runs"):
-            return
-        assert time.monotonic() < deadline, r.json()
-        await asyncio.sleep(0.3)
+        runs = [run for run in r.json()["active_runs"] if run["namespace"] == namespace]
+        return bool(runs and runs[0]["files"] >= files and not r.json().get("running_runs"))
+
+    await until(
+        active, what=f"an active V2 run of {namespace} with {files} files", within_s=seconds, every_s=0.3
+    )
 
 
 def jwt_with(secret: str) -> str:
@@ -220,7 +221,12 @@ async def test_bad_input_gets_an_error_that_says_what_to_change(served: Served) 
             answer["id"] == 7 and answer["error"]["code"] == -32602 and expected in answer["error"]["message"]
         )
     cases: list[tuple[str, dict[str, object], str]] = [
-        ("rag_search", {"query": "heron", "file_ids": [f"f{i}" for i in range(1001)]}, "At most 1000"),
+        (
+            "rag_search",
+            {"query": "heron", "file_ids": [f"f{i}" for i in range(1001)]},
+            "At most 1000 file_ids are allowed (1001 given); send at most 1000 per request, or leave "
+            "file_ids out to search every file you can read",
+        ),
         # the words /query_multiple answers with (400): one place for limits and wording
         ("rag_search", {"query": "heron", "k": 0}, "k must be at least 1"),
         ("rag_search", {"query": "heron", "k": 101}, "k must be at most 100"),
@@ -348,9 +354,12 @@ async def test_v2_evidence_and_refusal_are_those_of_query_v2(v2_world: V2World) 
 
 
 async def test_session_cap_idle_expiry_and_creation_rate(settings_factory: Callable[..., Settings]) -> None:
+    # no wait between the session openings and the calls: the minute's budgets (4 sessions, 1 search)
+    # must not refill while a busy machine runs the test; the idle TTL is waited for last
+    ttl = ceiling(1.5)  # the sessions stay alive until the wait below
     settings = settings_factory(
         mcp_session_max=2,
-        mcp_session_ttl_seconds=1.5,
+        mcp_session_ttl_seconds=ttl,
         mcp_session_create_rate_per_minute=4,
         search_rate_per_minute=1,
         admin_user_ids=["m"],
@@ -362,11 +371,9 @@ async def test_session_cap_idle_expiry_and_creation_rate(settings_factory: Calla
         assert (await second.open()).status_code == 200
         third = await RawSession(http, auth(user)).open()
         assert third.status_code == 503 and messages(third)[0]["error"]["message"]  # MCP_SESSION_MAX
-        await asyncio.sleep(3.5)  # both idle past MCP_SESSION_TTL_SECONDS
-        expired = await first.post_raw(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}))
-        assert expired.status_code == 404
+        await second.close()  # room again
         fourth = RawSession(http, auth(user))
-        assert (await fourth.open()).status_code == 200  # room again; the 4th session this minute
+        assert (await fourth.open()).status_code == 200  # the 4th session this minute
         assert "result" in await fourth.request("tools/list")
         limited = await RawSession(http, auth(user)).open()
         assert limited.status_code == 429 and int(limited.headers["Retry-After"]) >= 1
@@ -379,6 +386,9 @@ async def test_session_cap_idle_expiry_and_creation_rate(settings_factory: Calla
         metrics = (await http.get("/metrics", headers=auth("m"))).text
         assert 'ragoverlay_mcp_sessions_refused_total{reason="rate"}' in metrics
         assert 'ragoverlay_mcp_tool_calls_total{outcome="ok",tool="rag_search"}' in metrics
+        await asyncio.sleep(ttl + 2)  # idle past MCP_SESSION_TTL_SECONDS
+        expired = await first.post_raw(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}))
+        assert expired.status_code == 404
 
 
 # --- stdio: scripts/mcp as a client of the running service's embedded PostgreSQL ---------------------
@@ -439,7 +449,7 @@ def test_stdio_refuses_without_a_principal_or_a_running_service(served: Served, 
         env=stdio_env(served, tmp_path),
         cwd=REPO,
         capture_output=True,
-        timeout=120,
+        timeout=ceiling(120),
         stdin=subprocess.DEVNULL,
     )
     assert idle.returncode == 2 and b"start `scripts/serve` first" in idle.stderr

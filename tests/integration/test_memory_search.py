@@ -27,6 +27,7 @@ from app.store.db import StoreInfo, bootstrap
 from app.store.scope import Scope
 from tests.contract.helpers import agent_id, upload
 from tests.contract.test_query import FACTS, paragraphs
+from tests.fixtures.patience import ceiling
 from tests.fixtures.service import auth, new_id
 from tests.integration.reference import exact_top_k
 from tests.integration.test_vector_copy import COLUMNS, connect, fresh_dsn, rag_api_row
@@ -211,7 +212,7 @@ async def test_a_candidate_gone_behind_the_cache_sends_the_search_to_the_databas
 async def test_a_knowledge_base_search_over_http_takes_the_memory_path(client: httpx.AsyncClient) -> None:
     """LibreChat's batch of 1,000 ids (most of them not stored yet): scanned in memory, same answer."""
     state = client.app.state.services.search.state  # type: ignore[attr-defined]
-    await asyncio.wait_for(state.copy_ready.wait(), 60)  # the memory scan reads the vector copy
+    await asyncio.wait_for(state.copy_ready.wait(), ceiling(60))  # the memory scan reads the vector copy
     user, agent = new_id("user"), agent_id()
     stored = [new_id() for _ in range(3)]
     for i, fid in enumerate(stored):

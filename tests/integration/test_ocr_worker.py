@@ -13,6 +13,7 @@ import pytest
 from app.errors import NoExtractableText, RagError
 from app.ingest.limits import ParseLimits
 from app.ingest.worker import parse_in_worker
+from tests.fixtures.patience import ceiling, out_of_time
 from tests.fixtures.scans import image_pdf, jpeg_declaring, pdf_with_huge_picture, png_bomb, text_image
 
 MIB = 1024 * 1024
@@ -36,7 +37,8 @@ async def test_hostile_pictures_are_refused_by_their_declared_size(
     started = time.monotonic()
     with pytest.raises(RagError) as info:
         await parse_in_worker(path, name, limits=DEFAULTS)
-    assert time.monotonic() - started < 30  # the figure (well under a second) is in the benchmark
+    took = time.monotonic() - started  # the figure (well under a second) is in the benchmark
+    assert took < ceiling(30), out_of_time(f"the refusal of {name}", took)
     assert info.value.status_code == status
     assert words in info.value.detail and "OCR_MAX_PIXELS" in info.value.detail
 

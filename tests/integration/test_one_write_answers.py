@@ -19,6 +19,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.main import create_app
 from app.runtime.stalls import stall_guarded_protocol
+from tests.fixtures.patience import ceiling
 from tests.fixtures.serve import free_port
 from tests.fixtures.service import SettingsFactory
 
@@ -113,11 +114,11 @@ async def served(settings_factory: SettingsFactory) -> AsyncIterator[tuple[int, 
     finally:
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 30)
+            await asyncio.wait_for(task, ceiling(30))
 
 
 async def _head_block(reader: asyncio.StreamReader) -> tuple[bytes, dict[str, str]]:
-    block = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    block = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), ceiling(10))
     lines = block.decode("latin-1").split("\r\n")[1:-2]
     return block, {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines)}
 
@@ -127,7 +128,7 @@ async def _answer(reader: asyncio.StreamReader, *, bodyless: bool = False) -> by
     block, headers = await _head_block(reader)
     if bodyless:
         return block
-    return block + await asyncio.wait_for(reader.readexactly(int(headers["content-length"])), 10)
+    return block + await asyncio.wait_for(reader.readexactly(int(headers["content-length"])), ceiling(10))
 
 
 async def test_a_json_answer_leaves_in_one_write(served: tuple[int, _Gates]) -> None:
@@ -161,7 +162,7 @@ async def test_the_100_continue_goes_alone_and_first(served: tuple[int, _Gates])
             b"POST /test/echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b"Expect: 100-continue\r\nContent-Length: 12\r\n\r\n"
         )
-        interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), ceiling(10))
         assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
         writer.write(b'{"echo": 42}')
         answer = await _answer(reader)
@@ -182,10 +183,10 @@ async def test_a_streamed_answer_still_streams(served: tuple[int, _Gates]) -> No
         assert headers["content-type"].startswith("text/event-stream")
         assert not gates.first.is_set()
         gates.first.set()
-        assert await asyncio.wait_for(reader.readuntil(b"first chunk\r\n"), 10)
+        assert await asyncio.wait_for(reader.readuntil(b"first chunk\r\n"), ceiling(10))
         assert not gates.last.is_set()
         gates.last.set()
-        assert await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), 10)
+        assert await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), ceiling(10))
         assert [w.split(b"\r\n", 1)[0] for w in WRITES] == [b"HTTP/1.1 200 OK", b"b", b"a", b"0"]
     finally:
         writer.close()
@@ -233,7 +234,7 @@ async def test_an_error_between_start_and_body_still_sends_the_headers(served: t
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         writer.write(b"GET /test/broken HTTP/1.1\r\nHost: x\r\n\r\n")
-        received = await asyncio.wait_for(reader.read(), 10)  # until the server closes
+        received = await asyncio.wait_for(reader.read(), ceiling(10))  # until the server closes
         assert received.startswith(b"HTTP/1.1 200 OK\r\n") and received.endswith(b"\r\n\r\n")
         assert b"\r\ncontent-length: 10\r\n" in received  # the headers as declared, then the close
         assert WRITES == [received]

@@ -15,6 +15,7 @@ from typing import Any
 
 from app.clients.blobs import BlobStore, blob_key
 from tests.contract.helpers import upload
+from tests.fixtures.patience import ceiling
 from tests.fixtures.service import SettingsFactory, auth, new_id, resources, running_app
 
 
@@ -53,7 +54,7 @@ async def test_a_delete_racing_an_upload_of_the_same_content_keeps_the_original(
             deleting = asyncio.create_task(
                 c.request("DELETE", "/documents", json=[first], headers=auth(user))
             )
-            await asyncio.wait_for(pausing.delete_started.wait(), 30)
+            await asyncio.wait_for(pausing.delete_started.wait(), ceiling(30))
             uploading = asyncio.create_task(upload(c, second, "b.txt", content, auth(user)))
             # the upload either finishes now (nothing holds it back) or waits for the removal
             await asyncio.wait({uploading}, timeout=2.0)

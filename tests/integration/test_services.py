@@ -7,10 +7,8 @@ queue, a pool that cannot hand out a connection wakes the supervisor).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +21,13 @@ from app.jobs.kinds import MAINTENANCE
 from app.jobs.uploads import Queued
 from app.services import Services, build_services
 from tests.contract.helpers import agent_id
+from tests.fixtures.patience import until as wait_async
 from tests.fixtures.service import SettingsFactory, new_id
 
 
 async def until(check: Any, what: str, within: float = 30.0) -> Any:
     """Poll the coroutine function `check` until it returns something truthy."""
-    deadline = time.monotonic() + within
-    while True:
-        if value := await check():
-            return value
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        await asyncio.sleep(0.05)
+    return await wait_async(check, what=what, within_s=within, every_s=0.05)
 
 
 async def store_text(services: Services, tmp_path: Path, owner: str, text: bytes) -> str:

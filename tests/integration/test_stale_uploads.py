@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.fixtures.patience import ceiling
 from tests.fixtures.service import SettingsFactory, running_app
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,7 +30,7 @@ async def _start_writer(base: Path) -> tuple[subprocess.Popen[str], Path]:
         [sys.executable, "-c", WRITER, str(base)], cwd=REPO, stdout=subprocess.PIPE, text=True
     )
     assert proc.stdout is not None
-    line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 60)
+    line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), ceiling(60))
     return proc, Path(line.strip())
 
 

@@ -7,8 +7,6 @@ leave them). The V2 index's chunks stored while the provider failed are healed i
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator
 
 import httpx
@@ -17,6 +15,8 @@ import pytest
 
 from app.jobs.kinds import REEMBED_MISSING
 from app.jobs.setup import JobSystem
+from app.store.jobs import JobRow
+from tests.fixtures.patience import until
 from tests.fixtures.service import SettingsFactory, auth, new_id, resources, running_app
 
 pytestmark = pytest.mark.timeout(120)
@@ -51,10 +51,13 @@ async def run_sweep_now(client: httpx.AsyncClient) -> None:
     )
     assert system.worker is not None
     system.worker.wake()
-    deadline = time.monotonic() + 60
-    while (row := await system.service.get(job.id)) is not None and row.runs == runs:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.1)
+
+    async def ran_again() -> JobRow | None:
+        row = await system.service.get(job.id)
+        assert row is not None
+        return row if row.runs != runs else None
+
+    row = await until(ran_again, what="the sweep's job to run again", within_s=60)
     assert row is not None and row.last_error is None, row.last_error
 
 

@@ -13,7 +13,6 @@ import asyncio
 import json
 import re
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,8 @@ from app.store.jobs import JobRow
 from app.store.scope import Scope
 from tests.contract.helpers import agent_id, upload
 from tests.fixtures.fake_providers import FakeProvider, RecordedRequest, Reply
+from tests.fixtures.patience import ceiling
+from tests.fixtures.patience import until as wait_async
 from tests.fixtures.service import (
     SettingsFactory,
     auth,
@@ -84,15 +85,12 @@ def jobs_of(client: httpx.AsyncClient) -> JobSystem:
 
 async def until(check: Callable[[], Any], what: str, within: float = 60.0) -> Any:
     """Poll `check` (sync or async) until it returns something truthy."""
-    deadline = time.monotonic() + within
-    while True:
+
+    async def checked() -> Any:
         value = check()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        await asyncio.sleep(0.05)
+        return await value if asyncio.iscoroutine(value) else value
+
+    return await wait_async(checked, what=what, within_s=within, every_s=0.05)
 
 
 async def run_of(client: httpx.AsyncClient, run_id: int) -> dict[str, Any]:
@@ -481,14 +479,34 @@ async def test_scripts_v2_backfill_queues_the_jobs_runs_them_and_reports_progres
             "COLLECTION_NAME": settings.collection_name,
             "DATA_DIR": str(settings.data_dir),
             "EMBEDDINGS_PROVIDER": "local",
+            "RAG_V2_NAMESPACE_IDS": f"{agent},agent_other",
         }
         script = Path(__file__).resolve().parents[2] / "scripts" / "v2-backfill"
 
         def run(*args: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run(
-                [str(script), *args], env=env, capture_output=True, text=True, timeout=300, check=False
+                [str(script), *args],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=ceiling(300),
+                check=False,
             )
 
+        # a namespace V2 is not enabled for: refused before anything is opened, parsed or embedded
+        # (before, it was indexed, the command exited 0, and /query_v2 then answered 403)
+        refused = await asyncio.to_thread(run, "agent_not_listed")
+        assert refused.returncode == 2, refused.stderr[-3000:]
+        assert refused.stderr.strip() == (
+            "v2-backfill: V2 is not enabled for agent_not_listed: RAG_V2_NAMESPACE_IDS does not list it "
+            f"(it lists {agent}, agent_other), so /query_v2 would answer 403 and never read the index. "
+            "Add agent_not_listed to RAG_V2_NAMESPACE_IDS where the service and this command read it "
+            "(.env, or the environment of both: RAG_V2_NAMESPACE_IDS=agent_not_listed scripts/v2-backfill "
+            "agent_not_listed), restart the service, then run this again"
+        )
+        assert [
+            j for j in await jobs_of(client).service.list_jobs(limit=1000) if j.kind == "v2-backfill"
+        ] == []
         done = await asyncio.to_thread(run, agent)
         assert done.returncode == 0, done.stderr[-3000:]
         assert "2 of 2 files staged" in done.stderr and "active" in done.stdout

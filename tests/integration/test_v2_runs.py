@@ -8,10 +8,8 @@ worker, the blob store; documents are built by the tests (tests/fixtures/v2_corp
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -27,6 +25,7 @@ from app.evidence.store import reads as read_store
 from app.store.scope import SCOPE_SQL, Scope
 from tests.contract.helpers import agent_id, upload
 from tests.fixtures import v2_corpus
+from tests.fixtures.patience import until as wait_async
 from tests.fixtures.service import auth, new_id, resources, running_app
 
 pytestmark = pytest.mark.slow
@@ -104,15 +103,15 @@ async def world(
 async def wait_for_run(
     client: httpx.AsyncClient, run_id: int, *, until: str = "active", seconds: float = 240
 ) -> dict[str, Any]:
-    deadline = time.monotonic() + seconds
-    while True:
+    async def reached() -> dict[str, Any] | None:
         r = await client.get(f"/v2/runs/{run_id}", headers=auth(ADMIN))
         assert r.status_code == 200, r.text
         body: dict[str, Any] = r.json()
-        if body["run"]["status"] == until:
-            return body
-        assert time.monotonic() < deadline, body
-        await asyncio.sleep(0.2)
+        return body if body["run"]["status"] == until else None
+
+    found = await wait_async(reached, what=f"V2 run {run_id} to be {until}", within_s=seconds, every_s=0.2)
+    assert found is not None
+    return found
 
 
 async def chunks_of(
@@ -346,14 +345,15 @@ async def test_new_uploads_are_staged_into_the_active_run_and_deletes_remove_the
     text = b"A late addition: the K 99 pump needs 4.2 bar at the inlet."
     r = await upload(world.client, file_id, "late.txt", text, auth(UPLOADER), entity_id=world.agent)
     assert r.status_code == 200
-    deadline = time.monotonic() + 60
-    while True:
-        body = (await world.client.get(f"/v2/runs/{backfilled}", headers=world.admin())).json()
+
+    async def staged() -> dict[str, Any] | None:
+        body: dict[str, Any] = (
+            await world.client.get(f"/v2/runs/{backfilled}", headers=world.admin())
+        ).json()
         entry = [f for f in body["files"] if f["file_id"] == file_id]
-        if entry and entry[0]["state"] == "staged":
-            break
-        assert time.monotonic() < deadline, body
-        await asyncio.sleep(0.2)
+        return body if entry and entry[0]["state"] == "staged" else None
+
+    body = await wait_async(staged, what="the late upload staged in the run", within_s=60, every_s=0.2)
     assert body["run"]["expected_files"] == len(world.files) + 1
     chunks = (await chunks_of(world, backfilled))[file_id]
     assert any("4.2 bar" in c.content for c in chunks)
@@ -430,14 +430,12 @@ async def test_the_derivative_route_answers_403_to_everyone_else(world: World) -
 async def test_the_vector_index_is_built_in_the_background_and_walked_inside_the_scope(
     world: World, backfilled: int
 ) -> None:
-    deadline = time.monotonic() + 120
-    while True:
+    async def built() -> bool:
         body = (await world.client.get("/v2/status", headers=world.admin())).json()
         task = [t for t in body["tasks"] if t["name"] == "v2-hnsw-index-384"]
-        if task and task[0]["state"] == "done":
-            break
-        assert time.monotonic() < deadline, body["tasks"]
-        await asyncio.sleep(0.2)
+        return bool(task and task[0]["state"] == "done")
+
+    await wait_async(built, what="the v2-hnsw-index-384 task done", within_s=120, every_s=0.2)
     res = resources(world.client)
     query = await res.embedder.embed_query("power and weight of the K 28 model")
     walk = (

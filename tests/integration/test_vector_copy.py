@@ -23,6 +23,7 @@ from app.store import chunks as store
 from app.store import vector_copy
 from app.store.db import StoreInfo, bootstrap
 from app.store.scope import Scope
+from tests.fixtures.patience import ceiling
 from tests.fixtures.service import Database, auth, new_id, running_app
 from tests.integration.reference import exact_top_k
 
@@ -259,7 +260,7 @@ async def test_the_service_backfills_the_copy_then_searches_it_through_its_index
     async with running_app(settings) as client:
         resources = client.app.state.services  # type: ignore[attr-defined]
         state = resources.search.state
-        await asyncio.wait_for(state.copy_ready.wait(), 60)
+        await asyncio.wait_for(state.copy_ready.wait(), ceiling(60))
         for _ in range(600):  # the index build runs in the background
             if state.walk(384) is not None:
                 break

@@ -28,6 +28,7 @@ from bson import ObjectId
 from fastapi import FastAPI, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from tests.fixtures.patience import ceiling, wait_until
 from tests.fixtures.serve import free_port
 
 ADMIN_EMAIL = "admin@example.test"
@@ -273,7 +274,7 @@ def build_app(state: StandinState) -> FastAPI:
         server_file_id = str(uuid.uuid4())  # LibreChat's multer assigns its own id; ours is temp_file_id
         data = await file.read()
         token = jwt.encode({"id": state.admin_id, "exp": int(time.time()) + 300}, state.jwt_secret, "HS256")
-        async with httpx.AsyncClient(timeout=120) as client:
+        async with httpx.AsyncClient(timeout=ceiling(120)) as client:
             reply = await client.post(
                 f"{state.rag_url}/embed",
                 data={"file_id": server_file_id, "entity_id": agent_id},
@@ -322,7 +323,7 @@ def build_app(state: StandinState) -> FastAPI:
             resource = agent["tool_resources"][body["tool_resource"]]
             resource["file_ids"] = [i for i in resource["file_ids"] if i not in ids]
         token = jwt.encode({"id": state.admin_id, "exp": int(time.time()) + 300}, state.jwt_secret, "HS256")
-        async with httpx.AsyncClient(timeout=60) as client:
+        async with httpx.AsyncClient(timeout=ceiling(60)) as client:
             await client.request(
                 "DELETE", f"{state.rag_url}/documents", json=ids, headers={"Authorization": f"Bearer {token}"}
             )
@@ -350,11 +351,13 @@ def librechat_standin(rag_url: str, jwt_secret: str) -> Iterator[tuple[str, Stan
     )
     thread = threading.Thread(target=server.run, name="librechat-standin", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
+
+    def started() -> bool:
+        if not thread.is_alive():
             raise RuntimeError("the LibreChat stand-in did not start")
-        time.sleep(0.05)
+        return bool(server.started)
+
+    wait_until(started, what="the LibreChat stand-in to start", within_s=15, every_s=0.05)
     try:
         yield f"http://127.0.0.1:{port}", state
     finally:

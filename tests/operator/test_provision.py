@@ -18,6 +18,7 @@ import jwt
 import pytest
 import yaml
 
+from tests.fixtures.patience import ceiling
 from tests.operator.conftest import RagService
 from tests.operator.librechat_standin import ADMIN_EMAIL, ADMIN_PASSWORD, StandinState, librechat_standin
 
@@ -102,7 +103,7 @@ def rag_search(rag: RagService, agent_id: str, file_ids: list[str], query: str) 
         f"{rag.url}/query_multiple",
         json={"query": query, "file_ids": file_ids, "entity_id": agent_id, "k": 10},
         headers={"Authorization": f"Bearer {token}"},
-        timeout=60,
+        timeout=ceiling(60),
     )
     return r.json() if r.status_code == 200 else []
 

@@ -15,6 +15,7 @@ import jwt
 import pytest
 from pymongo.database import Database
 
+from tests.fixtures.patience import ceiling, wait_until
 from tests.operator.catalogue_seed import Catalogue
 from tests.operator.conftest import V2_AGENTS, RagService
 
@@ -48,7 +49,7 @@ def embed(rag: RagService, file_id: str, text: str, *, entity_id: str | None, us
         data=data,
         files={"file": (f"{file_id}.txt", text.encode(), "text/plain")},
         headers=token(rag, user),
-        timeout=120,
+        timeout=ceiling(120),
     )
     assert r.status_code == 200, r.text
 
@@ -218,19 +219,20 @@ def test_v2_probes_pass_against_the_real_query_v2(rag_service: RagService, tmp_p
             embed(rag_service, file_id, text, entity_id=agent, user=uploader)
         namespaces.append({"id": agent, "kind": "agent", "file_ids": ids})
         # the first upload queued the Agent's V2 backfill: wait until /query_v2 finds each file by its text
-        deadline = time.monotonic() + 180
         for file_id, text in zip(ids, docs, strict=True):
-            while True:
+
+            def found(
+                file_id: str = file_id, text: str = text, ids: list[str] = ids, agent: str = agent
+            ) -> bool:
                 r = httpx.post(
                     f"{rag_service.url}/query_v2",
                     json={"query": text, "file_ids": ids, "entity_id": agent},
                     headers=token(rag_service, uploader),
-                    timeout=60,
+                    timeout=ceiling(60),
                 )
-                if r.status_code == 200 and file_id in {item["file_id"] for item in r.json()["results"]}:
-                    break
-                assert time.monotonic() < deadline, r.text
-                time.sleep(0.5)
+                return r.status_code == 200 and file_id in {item["file_id"] for item in r.json()["results"]}
+
+            wait_until(found, what=f"/query_v2 to find {file_id} by its text", within_s=180, every_s=0.5)
     inventory = tmp_path / "inventory.json"
     inventory.write_text(json.dumps({"namespaces": namespaces}))
     report_path = tmp_path / "report.json"

@@ -14,6 +14,8 @@ from types import ModuleType
 
 import pytest
 
+from tests.fixtures.patience import ceiling
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "apply_patches.py"
 OVERLAY = REPO / "patches" / "librechat" / "fileSearch.js"
@@ -118,7 +120,7 @@ def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
         [sys.executable, str(SCRIPT), *map(str, args)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=ceiling(60),
         check=False,
     )
 

@@ -31,6 +31,7 @@ import httpx
 import pytest
 
 from tests.fixtures.documents import make_pdf
+from tests.fixtures.patience import ceiling, wait_until
 from tests.fixtures.serve import SERVE, free_port, serving
 
 REPO = Path(__file__).resolve().parents[2]
@@ -188,7 +189,7 @@ def emulate_v2(client: httpx.Client, body: dict[str, Any], auth: str) -> tuple[i
 @contextlib.contextmanager
 def start_proxy(service_url: str) -> Iterator[Proxy]:
     """Run the proxy on a free loopback port for the duration of the block."""
-    client = httpx.Client(base_url=service_url, timeout=60.0)
+    client = httpx.Client(base_url=service_url, timeout=ceiling(60.0))
     proxy = Proxy(url="")
 
     class Handler(BaseHTTPRequestHandler):
@@ -271,7 +272,7 @@ def upload(service: str, user_id: str, doc: Doc, entity_id: str | None, pdf: Pat
         data=data,
         files={"file": (doc.filename, content, "application/pdf" if pdf else "text/plain")},
         headers={"Authorization": f"Bearer {make_token(user_id)}"},
-        timeout=120.0,
+        timeout=ceiling(120.0),
     )
     assert response.status_code == 200, response.text
     body = response.json()
@@ -347,17 +348,16 @@ def corpus(service: str, tmp_path_factory: pytest.TempPathFactory) -> Corpus:
 
 def wait_for_v2_index(service: str, files: int, seconds: float = 180.0) -> None:
     """Until the V2 Agent's active index run holds its files (its first upload queued the backfill)."""
-    deadline = time.monotonic() + seconds
     headers = {"Authorization": f"Bearer {make_token(ADMIN)}"}
-    while True:
-        reply = httpx.get(f"{service}/v2/status", headers=headers, timeout=30.0)
+
+    def active() -> bool:
+        reply = httpx.get(f"{service}/v2/status", headers=headers, timeout=ceiling(30.0))
         assert reply.status_code == 200, reply.text
         status = reply.json()
-        active = [run for run in status["active_runs"] if run["namespace"] == AGENT_V2]
-        if active and active[0]["files"] >= files and not status["running_runs"]:
-            return
-        assert time.monotonic() < deadline, status
-        time.sleep(0.5)
+        runs = [run for run in status["active_runs"] if run["namespace"] == AGENT_V2]
+        return bool(runs and runs[0]["files"] >= files and not status["running_runs"])
+
+    wait_until(active, what=f"the V2 Agent's active run with {files} files", within_s=seconds, every_s=0.5)
 
 
 @pytest.fixture(scope="module")
@@ -367,7 +367,7 @@ def node_ready() -> None:
         ["bash", str(NODE_DIR / "run.sh"), "--install-only"],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=ceiling(300),
         check=False,
     )
     assert result.returncode == 0, result.stderr
@@ -395,7 +395,7 @@ def drive(proxy: Proxy, scenario: dict[str, Any], v2_agents: str = "", **setting
         capture_output=True,
         text=True,
         env=env,
-        timeout=120,
+        timeout=ceiling(120),
         check=False,
     )
     assert result.returncode == 0, result.stderr
@@ -672,7 +672,7 @@ def test_2500_file_knowledge_base_is_searched_in_three_batches_with_one_global_t
             "entity_id": AGENT,
         },
         headers={"Authorization": f"Bearer {make_token(ALICE)}"},
-        timeout=60.0,
+        timeout=ceiling(60.0),
     )
     assert reference.status_code == 200, reference.text
     expected = [(doc["metadata"]["file_id"], doc["page_content"]) for doc, _ in reference.json()]

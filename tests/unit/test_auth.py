@@ -12,6 +12,7 @@ import pytest
 
 from app.access.namespaces import check_entity_id, delete_namespaces, read_namespaces, write_owner
 from app.access.principal import (
+    SIGNED_ELSEWHERE_DETAIL,
     Principal,
     TokenCache,
     anonymous,
@@ -276,7 +277,7 @@ def test_a_cached_token_counts_only_for_its_secret_and_audience() -> None:
     other = "another-secret-0123456789abcdef-0123456789abcdef"
     with pytest.raises(Unauthorized) as exc:
         verify_token(bearer(t), secret=other, audience="rag", cache=cache)
-    assert exc.value.detail == "Invalid token: signature verification failed"
+    assert exc.value.detail == SIGNED_ELSEWHERE_DETAIL
     with pytest.raises(Unauthorized) as exc:
         verify_token(bearer(t), secret=SECRET, audience="other", cache=cache)
     assert exc.value.detail == "Invalid token: audience does not match"

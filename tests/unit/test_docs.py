@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
 import pytest
 
-from tests.unit.docs_text import DOCS, README, REPO, anchors, headings, links, pages, slug
+from tests.unit.docs_text import DOCS, README, REPO, anchors, headings, links, page, pages, section, slug
 
 # Development-log wording a reader should never meet: the docs say what the software does.
 DEVELOPMENT_LOG = re.compile(
@@ -89,3 +90,16 @@ def test_a_broken_anchor_is_caught() -> None:
     targets = [target for _, target in links(text)]
     assert targets == ["#real-heading", "#missing"]
     assert "real-heading" in anchors(text) and "missing" not in anchors(text)
+
+
+def test_the_container_commands_are_the_modules_the_scripts_run() -> None:
+    """The image has no scripts/: operations.md names the module each script runs, and this keeps
+    the two in step (a module that moves, or a script that runs another one, fails here)."""
+    text = section(page("operations.md"), "Commands inside the container")
+    rows = re.findall(r"^\| `(scripts/[\w-]+)[^`]*` \| `python -m ([\w.]+)", text, flags=re.M)
+    assert {script for script, _ in rows} == {"scripts/v2-backfill", "scripts/mcp"}, rows
+    for script, module in rows:
+        assert f"-m {module} " in (REPO / script).read_text(), f"{script} does not run {module}"
+        assert importlib.util.find_spec(module) is not None, module
+    shown = set(re.findall(r"python -m ([\w.]+)", text))
+    assert shown == {module for _, module in rows} | {"app.runtime.entrypoint"}, shown

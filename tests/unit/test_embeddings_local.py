@@ -22,6 +22,7 @@ from app.clients.embeddings.local import (
 )
 from app.errors import ConfigError, EmbeddingProviderError
 from app.text.tokens import pool_windows, window_texts, window_weights
+from tests.fixtures.patience import ceiling, out_of_time
 
 SENTENCES = [
     "The cat sat on the mat",
@@ -129,9 +130,10 @@ async def test_the_event_loop_keeps_serving_during_a_batch(local: LocalEmbedder)
     done.set()
     await tick
     assert vectors.shape == (64, LOCAL_DIMENSIONS)
-    # the loop ran all along: many ticks, none stalled behind inference
-    assert len(gaps) >= elapsed / 0.05
-    assert max(gaps) < 0.25
+    # the loop ran all along: many ticks, none stalled behind inference (a stall would last about
+    # as long as the batch; a busy machine only stretches the ticks)
+    assert len(gaps) >= elapsed / ceiling(0.05)
+    assert max(gaps) < ceiling(0.25), out_of_time("the event loop's next tick during a batch", max(gaps))
 
 
 async def test_a_query_does_not_wait_behind_an_ingest(local: LocalEmbedder) -> None:
@@ -142,7 +144,7 @@ async def test_a_query_does_not_wait_behind_an_ingest(local: LocalEmbedder) -> N
     latency = time.perf_counter() - started
     assert not ingest.done()
     await ingest
-    assert latency < 1.0
+    assert latency < ceiling(1.0), out_of_time("a query beside an ingest", latency)
 
 
 async def test_a_cache_hit_does_not_touch_a_thread_pool(

@@ -60,3 +60,16 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert "bash scripts/lint" in test_script  # ruff and mypy run with the tests
     lint = (REPO / "scripts" / "lint").read_text()
     assert ".venv/bin/mypy" in lint and ".venv/bin/ruff check" in lint
+
+
+def test_the_readme_says_how_many_packages_a_first_start_installs() -> None:
+    """The figures of the first screen, to the nearest ten, from the lock files scripts/serve and
+    scripts/test install (some entries are for other platforms: about, not exactly)."""
+    first_screen = README.read_text(encoding="utf-8").split("\n## ", 1)[0]
+    said = re.search(r"installs about (\d+) Python\s+packages \(`scripts/test` about (\d+)\)", first_screen)
+    assert said is not None, "the README's first screen no longer says how many packages it installs"
+    entries = [
+        len(re.findall(r"^[A-Za-z0-9]", (REPO / lock).read_text(), flags=re.M))
+        for lock in ("requirements.lock", "requirements-test.lock")
+    ]
+    assert [int(said.group(1)), int(said.group(2))] == [round(n, -1) for n in entries]

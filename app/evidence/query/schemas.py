@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.edge import SafeStr, safe_str_list
 from app.errors import BadRequest
+from app.schemas import MAX_FILE_IDS, too_many_file_ids  # one cap and wording for every route
 
 if TYPE_CHECKING:  # built at run time; to a type checker a list of str
     SafeStrList = list[str]
@@ -21,7 +22,6 @@ else:
     SafeStrList = safe_str_list()
 
 MAX_QUERY_CHARS = 4000
-MAX_FILE_IDS = 1000
 MAX_FILE_ID_CHARS = 200
 DEFAULT_K = 8
 MAX_K = 10
@@ -60,7 +60,7 @@ def check_query_v2(request: QueryV2Request, *, files_later: bool = False) -> Que
         raise BadRequest("file_ids must not be empty")
     distinct = list(dict.fromkeys(request.file_ids))
     if len(distinct) > MAX_FILE_IDS:
-        raise BadRequest(f"At most {MAX_FILE_IDS} file_ids are allowed")
+        raise BadRequest(too_many_file_ids(len(distinct)))
     for file_id in distinct:
         if not 1 <= len(file_id) <= MAX_FILE_ID_CHARS:
             raise BadRequest(f"each file id must be 1 to {MAX_FILE_ID_CHARS} characters")

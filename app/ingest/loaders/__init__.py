@@ -156,9 +156,11 @@ def _load(path: Path, name: str, content_type: str | None, pdf_extract_images: b
     # A binary format by name without its magic bytes: text saved as ".xls" (a common export),
     # a damaged file, or a PDF with junk before its header.
     data = path.read_bytes()
+    if not data.strip():
+        # nothing at all (a failed save or download): empty, whatever its name, as an empty .txt is;
+        # "damaged" would send the user looking for a fault in a file that has no content
+        raise NoExtractableText(EMPTY_FILE_DETAIL)
     try:
-        if not data.strip():
-            raise NotText("empty")  # an empty "PDF" is a damaged PDF, not an empty text
         text, encoding = decode_text(data)
     except NotText:
         if claimed in CONTAINER_KINDS:

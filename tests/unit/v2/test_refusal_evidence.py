@@ -343,7 +343,9 @@ def test_request_checks_dedupe_and_bounds() -> None:
     assert len(check_query_v2(request(file_ids=[str(i) for i in range(1000)] * 2)).file_ids) == 1000
     cases = {
         "file_ids must not be empty": request(file_ids=[]),
-        "At most 1000 file_ids are allowed": request(file_ids=[str(i) for i in range(1001)]),
+        "At most 1000 file_ids are allowed (1001 given); send at most 1000 per request": request(
+            file_ids=[str(i) for i in range(1001)]
+        ),
         "query must not be empty": request(query="  "),
         "query must be at most 4000 characters": request(query="x" * 4001),
         "each file id must be 1 to 200 characters": request(file_ids=["x" * 201]),
