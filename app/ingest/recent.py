@@ -18,41 +18,16 @@ import functools
 import hashlib
 import logging
 import os
-import pickle
 import time
 from pathlib import Path
-from typing import Any, BinaryIO
 
+from app.ingest import codec
+from app.ingest.codec import load_document
 from app.ingest.limits import ParseLimits
-from app.ingest.types import Block, LoadedDocument, Section
+from app.ingest.types import LoadedDocument
 from app.ingest.worker import parse_in_worker
 
 logger = logging.getLogger(__name__)
-
-_ALLOWED_PICKLES = {
-    ("app.ingest.types", "LoadedDocument"): LoadedDocument,
-    ("app.ingest.types", "Section"): Section,
-    ("app.ingest.types", "Block"): Block,
-}
-
-
-class DocumentUnpickler(pickle.Unpickler):
-    """Reads back only the document model (our own pickles; still, nothing else)."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        try:
-            return _ALLOWED_PICKLES[(module, name)]
-        except KeyError:
-            raise pickle.UnpicklingError(f"refused to load {module}.{name}") from None
-
-
-def load_document(handle: BinaryIO) -> LoadedDocument | None:
-    """A pickled document, or None when the pickle holds anything else or is broken."""
-    try:
-        document = DocumentUnpickler(handle).load()
-    except (pickle.UnpicklingError, EOFError, AttributeError, ValueError):
-        return None
-    return document if isinstance(document, LoadedDocument) else None
 
 
 @functools.cache
@@ -111,7 +86,7 @@ class RecentParses:
         partial = self.folder / f"{key}.{os.getpid()}.partial"
         try:
             with partial.open("wb") as handle:
-                pickle.dump(document, handle, protocol=pickle.HIGHEST_PROTOCOL)
+                codec.dump(document, handle)
             partial.replace(self.folder / f"{key}.pickle")  # whole or not at all, for any reader
         except OSError as exc:  # a full disk costs the second parse, nothing else
             logger.warning("A parse could not be kept for reuse (%s)", exc.__class__.__name__)

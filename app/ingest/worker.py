@@ -40,7 +40,6 @@ import logging
 import multiprocessing
 import multiprocessing.connection
 import os
-import pickle
 import resource
 import signal
 import threading
@@ -52,6 +51,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from app.errors import NoExtractableText, PayloadTooLarge, RagError, UnsupportedFileType
+from app.ingest import codec
 from app.ingest.limits import (
     PAGE_CHARS,
     PROGRESS_SLOTS,
@@ -62,7 +62,7 @@ from app.ingest.limits import (
     parse_listener,
     read_board,
 )
-from app.ingest.types import Block, LoadedDocument, Section
+from app.ingest.types import LoadedDocument
 
 logger = logging.getLogger(__name__)
 
@@ -76,11 +76,6 @@ _ERRORS: dict[str, type[RagError]] = {
     "PayloadTooLarge": PayloadTooLarge,
     # a scan or picture OCR could not read (or OCR is off): the detail says what to do
     "NoExtractableText": NoExtractableText,
-}
-_ALLOWED = {
-    ("app.ingest.types", "LoadedDocument"): LoadedDocument,
-    ("app.ingest.types", "Section"): Section,
-    ("app.ingest.types", "Block"): Block,
 }
 
 
@@ -262,22 +257,12 @@ def _seconds(value: float) -> str:
     return f"{value:,.0f}" if value >= 10 else f"{value:g}"
 
 
-class _DocumentUnpickler(pickle.Unpickler):
-    """Accepts only the document model: a worker that was subverted cannot run code here."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        try:
-            return _ALLOWED[(module, name)]
-        except KeyError:
-            raise pickle.UnpicklingError(f"refused to load {module}.{name}") from None
-
-
 def _receive(reader: multiprocessing.connection.Connection) -> tuple[Any, ...] | None:
     """The child's answer, unpickled while it streams in; None when the child died without one."""
     try:
         with os.fdopen(reader.fileno(), "rb", buffering=1024 * 1024, closefd=False) as stream:
-            answer = _DocumentUnpickler(stream).load()
-    except (EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError, MemoryError, OSError):
+            answer = codec.load(stream)
+    except (*codec.UNREADABLE, MemoryError, OSError):
         return None
     finally:
         reader.close()
@@ -313,7 +298,7 @@ def _child(request: _Request, writer: multiprocessing.connection.Connection) -> 
         answer = ("crash", f"{type(exc).__name__}: {str(exc)[:200]}")
     try:
         with os.fdopen(writer.fileno(), "wb", buffering=1024 * 1024, closefd=False) as stream:
-            pickle.dump(answer, stream, protocol=pickle.HIGHEST_PROTOCOL)
+            codec.dump(answer, stream)
     except MemoryError:
         os._exit(_EXIT_MEMORY)
     except BrokenPipeError:  # the service gave up on us

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.config import load_settings
+from app.ingest.codec import DocumentUnpickler
 from app.ingest.limits import (
     PAGE_CHARS,
     PROGRESS_SLOTS,
@@ -22,7 +23,6 @@ from app.ingest.limits import (
 )
 from app.ingest.loaders import load_document
 from app.ingest.loaders.bounds import scan_html
-from app.ingest.worker import _DocumentUnpickler
 from tests.fixtures.bombs import docx_bomb, nested_html, xlsx_huge_sheet, xlsx_shared_string_bomb
 from tests.fixtures.documents import make_html, make_pdf, make_text
 
@@ -174,7 +174,7 @@ def test_worker_answers_are_read_with_an_allow_list() -> None:
             return (print, ("owned",))
 
     with pytest.raises(pickle.UnpicklingError):
-        _DocumentUnpickler(io.BytesIO(pickle.dumps(("ok", Evil())))).load()
+        DocumentUnpickler(io.BytesIO(pickle.dumps(("ok", Evil())))).load()
 
 
 # --- progress and the time budget ------------------------------------------------------------------
@@ -223,3 +223,21 @@ def test_parse_time_settings_reach_the_worker_limits(monkeypatch: pytest.MonkeyP
     # 60, not 45: Tesseract reads a page for up to OCR_PAGE_TIMEOUT_S (30) without a word, plus 30 s
     monkeypatch.setenv("OCR_PAGE_TIMEOUT_S", "5")
     assert ParseLimits.from_settings(load_settings(_env_file=None)).stall_s == 45
+
+
+def test_one_codec_reads_documents_and_refuses_every_other_class(tmp_path: Path) -> None:
+    """The worker's pipe, the recent-parse cache and a survey's kept parse share `app.ingest.codec`."""
+    from app.ingest import codec
+    from app.ingest.types import Block, LoadedDocument, Section
+
+    document = LoadedDocument([Section("text", 0)], [Block("paragraph", "text", 0)], "text", "text/plain")
+    kept = tmp_path / "doc.pickle"
+    with kept.open("wb") as handle:
+        codec.dump(document, handle)
+    with kept.open("rb") as handle:
+        assert codec.load_document(handle) == document
+    # a pickle naming any other class is refused, not run
+    with kept.open("wb") as handle:
+        codec.dump(Path("elsewhere"), handle)
+    with kept.open("rb") as handle:
+        assert codec.load_document(handle) is None

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import pickle
 import time
 from pathlib import Path
 
-from app.ingest.recent import load_document
+from app.ingest import codec
+from app.ingest.codec import load_document
 from app.ingest.types import LoadedDocument
 
 # a document parsed by a file's survey and not yet chunked is kept this long in the process's own
@@ -34,7 +34,7 @@ class ParseCache:
         """Keep a parsed document."""
         self.folder.mkdir(parents=True, exist_ok=True)
         with self._path(file_id, checksum).open("wb") as handle:
-            pickle.dump(document, handle, protocol=pickle.HIGHEST_PROTOCOL)
+            codec.dump(document, handle)
 
     def take(self, file_id: str, checksum: str) -> LoadedDocument | None:
         """The parsed document, removed from the cache; None when it was not kept."""
