@@ -127,6 +127,7 @@ def test_readme_v2_walk(served: tuple[str, Path, subprocess.Popen[bytes]], tmp_p
     assert (serve_lang, walk_lang, answer_lang, refusal_lang) == ("sh", "sh", "json", "sh")
     assert serve.strip() == "RAG_V2_NAMESPACE_IDS=agent_abc123 scripts/serve"  # what the fixture sets
     uploaded, answered = _json_values(_run_readme_block(walk, base, tmp_path))
+    evidence = uploaded.pop("evidence")
     assert uploaded == {
         "status": True,
         "message": "File processed successfully.",
@@ -134,6 +135,8 @@ def test_readme_v2_walk(served: tuple[str, Path, subprocess.Popen[bytes]], tmp_p
         "filename": "manual.md",
         "known_type": True,
     }
+    # the README's comment: the namespace's first upload leaves its evidence staging to a job
+    assert evidence["searchable"] is False and evidence["queued"] is True and evidence["job_id"] > 0
     shown = json.loads(answer)
     assert isinstance(answered, dict) and answered["results"], answered
     # the score is the feature reranker's arithmetic, the same on every machine up to the last bits
