@@ -165,6 +165,8 @@ async def test_a_run_document_of_a_replaced_version_is_never_read(settings_facto
         stale = await ask(client, agent, file_id)
         assert cited_weight(stale) != "12", stale
         assert stale["degraded"] is True and stale["missing_files"] == 1, stale
+        # and says why, to whoever may read the file
+        assert "uploaded again, the new version not indexed yet" in stale["degraded_detail"], stale
         # the held job, let go, stages the new version
         await found.pool.execute(
             "UPDATE ragoverlay_jobs SET run_after = now() WHERE id = $1 AND status = 'queued'", held[0]
@@ -177,3 +179,4 @@ async def test_a_run_document_of_a_replaced_version_is_never_read(settings_facto
             assert time.monotonic() < ceiling, fresh
             await asyncio.sleep(0.2)
         assert cited_weight(fresh) == "19", fresh
+        assert fresh["degraded_detail"] is None

@@ -517,6 +517,10 @@ async def test_a_stored_file_the_run_lacks_degrades_the_answer_and_is_staged_fir
         assert r.status_code == 200, r.text
         assert r.json()["degraded"] is True
         assert r.json()["missing_files"] == 1
+        assert (
+            r.json()["degraded_detail"]
+            == "1 requested file missing from the evidence index: 1 not indexed yet."
+        )
         assert "debug" not in r.json() or r.json()["debug"] is None
         r = await world.ask(question, file_ids=asked, user=ADMIN, debug=True)
         assert r.status_code == 200, r.text

@@ -108,6 +108,11 @@ class QueryV2Response(BaseModel):
         description="the answer may lack something: a search channel failed, or files of the request "
         "are stored but not yet in the answering index run (`missing_files`)",
     )
+    degraded_detail: str | None = Field(
+        None,
+        description="why the answer is degraded, when it is: files not indexed yet (or only in a replaced "
+        "version, never cited), files whose indexing failed and why, search channels left out",
+    )
     missing_files: int = Field(
         0, description="files of the request that are stored but not yet indexed by the answering run"
     )

@@ -60,6 +60,7 @@ from app.evidence.store import channels as channels_sql
 from app.evidence.store import gaps as v2_gaps
 from app.evidence.store import retrieve as retrieve_sql
 from app.evidence.store import runs as v2_index
+from app.evidence.store.gaps import MissingFile, describe_missing
 from app.metrics import V2_CHANNEL_FAILURES, V2_QUERIES, V2_RERANK_FALLBACKS, V2_RETRIEVE_FALLBACKS
 from app.search.planner import SearchSettings
 from app.store.db import PoolShare, StoreInfo
@@ -109,7 +110,7 @@ class Retrieved:
     embed_ms: float = 0.0
     pool_wait_ms: float = 0.0  # time spent waiting for pool connections
     vectors: PlannedVectors | None = None  # the vector channel's plan, when it was asked
-    missing: list[str] = field(default_factory=list)  # stored files of the request the run lacks
+    missing: list[MissingFile] = field(default_factory=list)  # stored files of the request the run lacks
 
     @property
     def failed(self) -> list[str]:
@@ -134,7 +135,7 @@ class _Read:
     run: v2_index.RunRecord
     ready: _Ready
     retrieval: channels_sql.Retrieval
-    missing: list[str]
+    missing: list[MissingFile]
 
 
 @dataclass(frozen=True)
@@ -169,6 +170,16 @@ class Answer:
     def degraded(self) -> bool:
         """True when a channel failed or files of the request are not in the run yet."""
         return bool(self.retrieved.failed or self.retrieved.missing)
+
+    @property
+    def degraded_detail(self) -> str | None:
+        """Why the answer is degraded, in a sentence or two (None when it is not)."""
+        parts = []
+        if self.retrieved.missing:
+            parts.append(describe_missing(self.retrieved.missing))
+        if self.retrieved.failed:
+            parts.append(f"search channels left out: {', '.join(self.retrieved.failed)}")
+        return "; ".join(parts) + "." if parts else None
 
 
 async def rank(
@@ -238,6 +249,7 @@ def respond(answer: Answer, *, debug: bool) -> QueryV2Response:
         index_version=answer.retrieved.run.index_version,
         results=answer.results,
         degraded=answer.degraded,
+        degraded_detail=answer.degraded_detail,
         missing_files=len(answer.retrieved.missing),
         safe_refusal=None if answer.results else SAFE_REFUSAL,
         debug=debug_body(answer) if debug else None,
@@ -289,7 +301,8 @@ def debug_body(answer: Answer) -> dict[str, Any]:
             "language": analysis.language,
         },
         "run": {"run_id": retrieved.run.run_id, "index_version": retrieved.run.index_version},
-        "missing_files": retrieved.missing,  # stored files of the request the run lacks
+        # stored files of the request the run lacks
+        "missing_files": [m.file_id for m in retrieved.missing],
         "channels": {name: channel_debug(r) for name, r in retrieved.retrieval.channels.items()},
         "vector_plan": plan_debug(retrieved.vectors),
         "retrieve": {
@@ -401,7 +414,7 @@ class V2SearchService:
         }
         answer = Answer(request, analysis, plan, retrieved, ranking, results, timing)
         if retrieved.missing and self.on_missing is not None:
-            self.on_missing(namespace, retrieved.missing)
+            self.on_missing(namespace, [m.file_id for m in retrieved.missing])
         count_answer(answer, self.reranker.name)
         return respond(answer, debug=debug), server_timing(timing)
 
@@ -510,7 +523,7 @@ class V2SearchService:
         namespace: str,
         run_id: int,
         retrieval: channels_sql.Retrieval,
-    ) -> list[str]:
+    ) -> list[MissingFile]:
         """The request's stored files the run lacks; [] at no cost when it holds one per listed file."""
         if scope.file_ids is not None and retrieval.visible.documents >= len(scope.file_ids):
             return []
