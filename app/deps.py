@@ -36,7 +36,8 @@ async def get_principal(request: Request, services: Annotated[Services, Depends(
     """The caller from `Authorization: Bearer`, or the anonymous principal when auth is off."""
     settings = services.settings
     if not settings.auth_enabled:
-        principal = anonymous()
+        # on loopback only (the default without a secret) the caller is the local operator
+        principal = anonymous(local_operator=not settings.allow_unauthenticated)
     else:
         assert settings.jwt_secret is not None
         principal = verify_token(

@@ -38,9 +38,14 @@ class Principal:
         return self.user_id or PUBLIC_NAMESPACE
 
 
-def anonymous() -> Principal:
-    """The principal of every request when JWT_SECRET is unset (rag_api's behaviour)."""
-    return Principal(user_id=None, is_admin=False)
+def anonymous(*, local_operator: bool = False) -> Principal:
+    """The principal of every request when JWT_SECRET is unset (rag_api's behaviour).
+
+    `local_operator`: the service listens on loopback only (JWT_SECRET unset and ALLOW_UNAUTHENTICATED
+    not set), so whoever calls is on this machine: the operator, who may read what admins read (the
+    evidence index's status, the job queue, debug output). With ALLOW_UNAUTHENTICATED=true nobody is.
+    """
+    return Principal(user_id=None, is_admin=local_operator)
 
 
 def single_authorization(values: Sequence[str]) -> str | None:

@@ -146,11 +146,21 @@ def test_secret_constant_is_long_enough() -> None:
     assert len(TEST_JWT_SECRET) >= 32
 
 
+async def test_without_jwt_secret_the_local_operator_is_the_admin(settings_factory: SettingsFactory) -> None:
+    """JWT_SECRET unset, loopback only (the default): whoever calls is on this machine, the operator,
+    who sees where the evidence index and the queue stand (they answered 403 to everyone)."""
+    async with running_app(settings_factory(jwt_secret=None)) as c:
+        for path in ("/admin/status", "/v2/status", "/v2/runs", "/admin/jobs", "/metrics"):
+            r = await c.get(path)
+            assert r.status_code == 200, (path, r.text)
+
+
 async def test_without_jwt_secret_the_admin_403_says_what_is_possible(
     settings_factory: SettingsFactory,
 ) -> None:
-    """Nobody can hold an admin token without JWT_SECRET: the 403 names JWT_SECRET (and METRICS_TOKEN)."""
-    async with running_app(settings_factory(jwt_secret=None)) as c:
+    """Opened beyond loopback without a secret (ALLOW_UNAUTHENTICATED=true), nobody is an admin: the
+    403 names JWT_SECRET (and METRICS_TOKEN)."""
+    async with running_app(settings_factory(jwt_secret=None, allow_unauthenticated=True)) as c:
         for path in ("/admin/status", "/v2/status"):
             r = await c.get(path)
             assert r.status_code == 403
