@@ -85,15 +85,7 @@ async def build_services(
     await asyncio.to_thread(ensure_upload_dir, settings)
     db = await _open_database(settings, stack, attach=attach_database)
     pool, info = db.pool, db.info
-    http = build_http_client(
-        timeout_s=settings.embedding_timeout_s,
-        # rag_api sends only OpenAI traffic through RAG_OPENAI_PROXY
-        proxy=settings.openai_proxy if settings.provider == "openai" else None,
-    )
-    stack.push_async_callback(http.aclose)
-    embedder = build_embedder(settings, http_client=http)
-    stack.push_async_callback(embedder.aclose)
-    await _trust_stored_dimensions(embedder, pool, info, settings)
+    http, embedder = await _open_embedder(settings, stack, pool, info)
     blobs = await _open_blobs(settings, stack)
     queue = build_queue(settings, dsn=db.dsn, pool=pool, info=info)
     schedule = MaintenanceSchedule(queue.service)
@@ -212,6 +204,22 @@ async def _open_database(settings: Settings, stack: contextlib.AsyncExitStack, *
     # closed before the pool and the embedded server (the stack unwinds in reverse)
     stack.push_async_callback(supervisor.close)
     return _Database(dsn, info, pool, supervisor)
+
+
+async def _open_embedder(
+    settings: Settings, stack: contextlib.AsyncExitStack, pool: asyncpg.Pool, info: StoreInfo
+) -> tuple[httpx.AsyncClient, Embedder]:
+    """The shared HTTP client and the embedder on it, told the stored vectors' dimension."""
+    http = build_http_client(
+        timeout_s=settings.embedding_timeout_s,
+        # rag_api sends only OpenAI traffic through RAG_OPENAI_PROXY
+        proxy=settings.openai_proxy if settings.provider == "openai" else None,
+    )
+    stack.push_async_callback(http.aclose)
+    embedder = build_embedder(settings, http_client=http)
+    stack.push_async_callback(embedder.aclose)
+    await _trust_stored_dimensions(embedder, pool, info, settings)
+    return http, embedder
 
 
 async def _trust_stored_dimensions(

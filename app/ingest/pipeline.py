@@ -200,16 +200,8 @@ class IngestService:
             )
             works: list[tuple[DerivedIndex, DerivedWork]] = []
             if document is not None:
-                draft = UploadDraft(
-                    file_id,
-                    owner,
-                    uploader,
-                    name,
-                    source.content_type,
-                    source.sha256,
-                    blob_key(source.sha256),
-                    document,
-                )
+                draft = UploadDraft(file_id, owner, uploader, name, source.content_type, source.sha256,
+                                    blob_key(source.sha256), document)  # fmt: skip
                 works = await self._prepare_derived(derived, draft, tracker)
                 del draft, document  # its blocks are as much text again: not held while V1 embeds
             loaded_at = time.perf_counter()

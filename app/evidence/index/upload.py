@@ -271,11 +271,26 @@ async def _stage_run(
     row = document_row(
         profile, run, work.file_id, source, document, meta, stats, fingerprints, repeated, error
     )
-    outcome = FileOutcome(
-        file_id=work.file_id,
+    outcome = _outcome(work.file_id, source, document, rows, stats, embedded, reused, started)
+    work.staged.append(_Staged([run], outcome, row=row, rows=rows))
+
+
+def _outcome(
+    file_id: str,
+    source: Source,
+    document: LoadedDocument,
+    rows: list[document_store.ChunkRow],
+    stats: ChunkingStats,
+    embedded: int,
+    reused: int,
+    started: float,
+) -> FileOutcome:
+    """What staging a new document for the upload did (its id is known once written)."""
+    return FileOutcome(
+        file_id=file_id,
         source=source.source,
         linked=False,
-        document_id=0,  # known once written
+        document_id=0,
         chunks=len(rows),
         table_rows=stats.table_rows,
         entities=sum(len(r.chunk.entities) for r in rows),
@@ -290,4 +305,3 @@ async def _stage_run(
         over_window=stats.over_window,
         seconds=time.perf_counter() - started,
     )
-    work.staged.append(_Staged([run], outcome, row=row, rows=rows))
