@@ -1,6 +1,7 @@
 """Indexes derived from the uploads (evidence search's): what ingestion asks of them, and tells them.
 
     work = await index.prepare(draft, report)   # before the commit, from the upload's own parse
+    work.v1_vectors(v1_chunks)                  # vectors it made that serve V1's chunks (one pass)
     await work.write(conn)                      # inside the transaction that stores the V1 chunks
     await work.written(ok=...)                  # after it (ok: its part committed too)
     await index.delete_files(conn, scope)       # inside a delete's transaction, before the core rows
@@ -11,11 +12,12 @@ its failure never fails the upload: `written(ok=False)` then lets it catch up on
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import asyncpg
+import numpy as np
 
 from app.ingest.types import LoadedDocument
 from app.store.scope import Scope
@@ -38,8 +40,19 @@ class UploadDraft:
     document: LoadedDocument
 
 
+@dataclass(frozen=True)
+class V1Chunk:
+    """A V1 chunk of the upload as a derived index may read it: its text and 0-based page."""
+
+    text: str
+    page: int | None
+
+
 class DerivedWork(Protocol):
     """A derived index's part of one upload."""
+
+    def v1_vectors(self, chunks: Sequence[V1Chunk]) -> Sequence[np.ndarray | None]:
+        """A vector for each V1 chunk made from what this part embedded already (None: embed it)."""
 
     async def write(self, conn: asyncpg.Connection) -> None:
         """Store it, inside the upload's transaction."""

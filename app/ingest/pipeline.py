@@ -37,7 +37,7 @@ from app.errors import ConfigError, NoExtractableText, PayloadTooLarge, RagError
 from app.ingest.checkpointed import CHECKPOINT_BATCH, CheckpointedEmbedding
 from app.ingest.chunking import clean_text, md5_digest, split_sections
 from app.ingest.contextual import Contextualizer, log_situated, with_context
-from app.ingest.derived import DerivedIndex, DerivedWork, UploadDraft
+from app.ingest.derived import DerivedIndex, DerivedWork, UploadDraft, V1Chunk
 from app.ingest.limits import ParseLimits
 from app.ingest.loaders import safe_basename
 from app.ingest.progress import IngestProgress, Report
@@ -206,8 +206,10 @@ class IngestService:
                 del draft, document  # its blocks are as much text again: not held while V1 embeds
             loaded_at = time.perf_counter()
             tracker.stage("embedding", 0, len(texts))
+            # one embedding pass: V1 chunks made of what a derived index embedded are not embedded again
+            provided = self._provided_vectors(works, metas, texts)
             vectors, embedded, reused, spent = await self._vectors_for(
-                file_id, owner, texts, metas, tracker, title=name
+                file_id, owner, texts, metas, tracker, title=name, provided=provided
             )
             embedded_at = time.perf_counter()
             tracker.stage("storing", len(texts), len(texts))
@@ -262,6 +264,24 @@ class IngestService:
         if previous:
             await self._remove_if_unreferenced(previous)
         return written
+
+    def _provided_vectors(
+        self, works: Sequence[tuple[DerivedIndex, DerivedWork]], metas: list[dict[str, Any]], texts: list[str]
+    ) -> list[np.ndarray | None]:
+        """V1 chunks' vectors the derived parts made of theirs (None where a chunk must be embedded).
+
+        Not with contextual chunking: V1 embeds each chunk behind its own situating sentence.
+        """
+        if not works or self.contextualizer is not None:
+            return []
+        page = [m.get("page") if isinstance(m.get("page"), int) else None for m in metas]
+        chunks = [V1Chunk(text, page[i]) for i, text in enumerate(texts)]
+        out: list[np.ndarray | None] = [None] * len(texts)
+        for _, work in works:
+            for i, vector in enumerate(work.v1_vectors(chunks)):
+                if out[i] is None and vector is not None:
+                    out[i] = vector
+        return out
 
     async def _prepare_derived(
         self, derived: Sequence[DerivedIndex], draft: UploadDraft, tracker: IngestProgress
@@ -386,13 +406,15 @@ class IngestService:
         tracker: IngestProgress | None = None,
         *,
         title: str = "",
+        provided: Sequence[np.ndarray | None] = (),
     ) -> tuple[np.ndarray, int, int, list[str]]:
         """Vectors for `texts`, reusing those of unchanged chunks; (vectors, embedded, reused, the texts
         embedded: their checkpoints go with the commit).
 
-        With contextual chunking each new chunk is embedded behind its situating sentence (the
-        stored text stays the chunk's own); reused vectors were made under the same identity, so
-        they were situated too.
+        `provided[i]`, when set, is chunk i's vector made of a derived index's vectors of the same
+        text (counted as reused). With contextual chunking each new chunk is embedded behind its
+        situating sentence (the stored text stays the chunk's own); reused vectors were made under
+        the same identity, so they were situated too.
         """
         if not texts:
             return np.zeros((0, self.embedder.dimensions or 0), dtype=np.float32), 0, 0, []
@@ -401,6 +423,9 @@ class IngestService:
                 conn, self.info, file_id=file_id, owner=owner, model=self.model_id
             )
         digests = [m["digest"] for m in metas]
+        for digest, vector in zip(digests, provided, strict=False):
+            if vector is not None and digest not in known:
+                known[digest] = vector
         # each distinct new text is embedded once, even if it repeats within the file
         missing: dict[str, int] = {}
         for index, digest in enumerate(digests):

@@ -21,10 +21,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import asyncpg
+import numpy as np
 
 from app.clients.embeddings import reporting_batches
 from app.errors import NoExtractableText, RagError
@@ -32,6 +33,7 @@ from app.evidence.index.backfill import complete_run
 from app.evidence.index.boilerplate import document_fingerprints
 from app.evidence.index.chunk_writer import ChunkingStats
 from app.evidence.index.context import V2Context
+from app.evidence.index.dense import link, pool
 from app.evidence.index.embedding import embed_rows, situate_chunks
 from app.evidence.index.lifecycle import ProfileMismatch, check_profile, forced
 from app.evidence.index.sources import Source, clean_document
@@ -46,7 +48,7 @@ from app.evidence.index.staging import (
 )
 from app.evidence.store import documents as document_store
 from app.evidence.store import runs as run_store
-from app.ingest.derived import StageReport, UploadDraft
+from app.ingest.derived import StageReport, UploadDraft, V1Chunk
 from app.ingest.types import LoadedDocument
 
 logger = logging.getLogger(__name__)
@@ -101,6 +103,18 @@ class EvidenceUpload:
             "embedded": sum(s.outcome.embedded for s in self.staged),
             "reused": sum(s.outcome.reused for s in self.staged),
         }
+
+    def v1_vectors(self, chunks: Sequence[V1Chunk]) -> list[np.ndarray | None]:
+        """V1's chunks' vectors pooled from the evidence vectors embedded for this upload (one pass).
+
+        From the first document made for it (the runs' documents differ only in the repeated blocks
+        they leave out); None for a V1 chunk holding none of its embedded chunks (embed it).
+        """
+        made = next((s for s in self.staged if s.row is not None and s.rows), None)
+        if self.deferred is not None or made is None:
+            return [None] * len(chunks)
+        members = link(chunks, [r.chunk for r in made.rows])
+        return pool([r.embedding for r in made.rows], members)
 
     async def write(self, conn: asyncpg.Connection) -> None:
         """Store the documents and point the runs' file at them, inside the upload's transaction."""
