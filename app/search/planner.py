@@ -139,7 +139,7 @@ class SearchKnowledge:
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """The planner's configuration (see docs/configuration.md)."""
+    """The planner's configuration (see docs/tuning.md)."""
 
     exact_max_rows: int = 4000
     # visible rows up to which the exact scan runs on vectors in the service's memory; 0: never
