@@ -21,6 +21,7 @@ from app.api.openapi import install_openapi
 from app.api.ratelimit import document_rate_limits, enforce_rate_limit
 from app.clients.embeddings import WarmsUp
 from app.config import Settings, get_settings
+from app.config_sections import McpSettings
 from app.deps import get_principal
 from app.ingest.limits import ParseLimits
 from app.ingest.loaders.ocr import startup_note as ocr_startup_note
@@ -72,7 +73,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             if app.state.mcp_http:
                 # inside the app's lifespan: sessions end before the services they use close
                 server = build_mcp_server(services, limiter=app.state.rate_limiter)
-                await stack.enter_async_context(open_sessions(app, server, settings))
+                sessions = open_sessions(app, server, McpSettings.from_settings(settings))
+                await stack.enter_async_context(sessions)
             _warm_up(services.embedder, bool(settings.v2_namespace_ids), stack)
             logger.info(
                 "ragoverlay ready: collection=%s provider=%s model=%s blobs=%s auth=%s",
@@ -113,7 +115,7 @@ def create_app(settings: Settings | None = None, *, attach_database: bool = Fals
     app.state.mcp_sessions = None
     app.state.mcp_http = settings.mcp_enabled and not attach_database
     if app.state.mcp_http:
-        app.router.routes.append(mcp_route(settings, app.state.rate_limiter))
+        app.router.routes.append(mcp_route(McpSettings.from_settings(settings), app.state.rate_limiter))
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(metrics_route.router)

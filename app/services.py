@@ -23,12 +23,21 @@ import asyncpg
 import httpx
 
 from app import metrics
-from app.access.allowlist import AllowList, build_allowlist, describe
+from app.access.allowlist import build_allowlist, describe
 from app.access.scope import Access
 from app.clients.blobs import BlobStore, build_blob_store
 from app.clients.embeddings import Embedder, KnowsStoredDimensions, build_embedder, model_identity
 from app.clients.http import build_http_client
 from app.config import Settings
+from app.config_sections import (
+    AccessSettings,
+    AllowlistSettings,
+    BlobSettings,
+    ContextualSettings,
+    JobSettings,
+    SearchSettings,
+    VectorIndexSettings,
+)
 from app.errors import BlobStoreError
 from app.evidence.service import Evidence, build_evidence
 from app.ingest.contextual import Contextualizer, build_contextualizer
@@ -37,6 +46,7 @@ from app.ingest.recent import recent_parses
 from app.ingest.tempfiles import sweep_stale_uploads
 from app.jobs.maintenance import MaintenanceSchedule, QueuedMaintenance
 from app.jobs.setup import JobSystem, build_jobs, build_queue
+from app.jobs.uploads import Uploads
 from app.maintenance.registry import MaintenanceRegistry
 from app.maintenance.tasks import Maintenance
 from app.runtime.postgres import EmbeddedPostgres, attach_running
@@ -87,11 +97,12 @@ async def build_services(
     pool, info = db.pool, db.info
     http, embedder = await _open_embedder(settings, stack, pool, info)
     blobs = await _open_blobs(settings, stack)
-    queue = build_queue(settings, dsn=db.dsn, pool=pool, info=info)
+    queue = build_queue(JobSettings.from_settings(settings), dsn=db.dsn, pool=pool, info=info)
     schedule = MaintenanceSchedule(queue.service)
     # the job queue runs the maintenance passes (app/jobs/maintenance.py), not loops
     tasks = MaintenanceRegistry(run_loops=False, on_add=schedule.task_added)
-    maintenance = Maintenance(settings, MaintenanceStore(db.dsn, info), SearchState(), tasks)
+    indexes = VectorIndexSettings.from_settings(settings)
+    maintenance = Maintenance(indexes, MaintenanceStore(db.dsn, info), SearchState(), tasks)
     situate = _contextualizer(settings, stack)  # one chat client situates the chunks of both indexes
     evidence = build_evidence(
         settings,
@@ -118,16 +129,16 @@ async def build_services(
     )
     stack.callback(ingest.close)
     stack.push_async_callback(maintenance.close)
-    search = SearchService(settings, pool, info, embedder, maintenance.state, maintenance.want_index)
+    searching = SearchSettings.from_settings(settings)
+    search = SearchService(searching, pool, info, embedder, maintenance.state, maintenance.want_index)
     stack.push_async_callback(search.aclose)
     jobs = build_jobs(
-        settings,
         queue,
+        uploads=Uploads(settings, ingest, blobs, queue.service),
+        model=model_identity(settings),
         pool=pool,
         info=info,
         embedder=embedder,
-        blobs=blobs,
-        ingest=ingest,
         maintenance=QueuedMaintenance(tasks, schedule),
         kinds=[evidence],
         missing_stores=[evidence.missing_vectors],
@@ -147,7 +158,7 @@ async def build_services(
         maintenance=maintenance,
         evidence=evidence,
         jobs=jobs,
-        access=Access.of(settings, info.collection_id, _allowlist(settings, stack)),
+        access=_access(settings, info, stack),
         admin_ids=frozenset(settings.admin_user_ids),
     )
 
@@ -210,12 +221,7 @@ async def _open_embedder(
     settings: Settings, stack: contextlib.AsyncExitStack, pool: asyncpg.Pool, info: StoreInfo
 ) -> tuple[httpx.AsyncClient, Embedder]:
     """The shared HTTP client and the embedder on it, told the stored vectors' dimension."""
-    http = build_http_client(
-        timeout_s=settings.embedding_timeout_s,
-        # rag_api sends only OpenAI traffic through RAG_OPENAI_PROXY
-        proxy=settings.openai_proxy if settings.provider == "openai" else None,
-    )
-    stack.push_async_callback(http.aclose)
+    http = _http_client(settings, stack)
     embedder = build_embedder(settings, http_client=http)
     stack.push_async_callback(embedder.aclose)
     await _trust_stored_dimensions(embedder, pool, info, settings)
@@ -237,16 +243,27 @@ async def _trust_stored_dimensions(
     embedder.use_stored_dimensions(lookup, await lookup(), looked_up=True)
 
 
+def _http_client(settings: Settings, stack: contextlib.AsyncExitStack) -> httpx.AsyncClient:
+    """The embedding provider's HTTP client, closed with the stack."""
+    http = build_http_client(
+        timeout_s=settings.embedding_timeout_s,
+        # rag_api sends only OpenAI traffic through RAG_OPENAI_PROXY
+        proxy=settings.openai_proxy if settings.provider == "openai" else None,
+    )
+    stack.push_async_callback(http.aclose)
+    return http
+
+
 def _contextualizer(settings: Settings, stack: contextlib.AsyncExitStack) -> Contextualizer | None:
     """CONTEXTUAL_CHUNKING_ENABLED: the chat client that situates new chunks, closed with the stack."""
-    contextualizer = build_contextualizer(settings)
+    contextualizer = build_contextualizer(ContextualSettings.from_settings(settings))
     if contextualizer is not None:
         stack.push_async_callback(contextualizer.aclose)
     return contextualizer
 
 
 async def _open_blobs(settings: Settings, stack: contextlib.AsyncExitStack) -> BlobStore:
-    blobs = build_blob_store(settings)
+    blobs = build_blob_store(BlobSettings.from_settings(settings))
     stack.push_async_callback(blobs.aclose)
     try:
         await blobs.check()
@@ -269,10 +286,12 @@ async def _start_background_work(
     await jobs.start()
 
 
-def _allowlist(settings: Settings, stack: contextlib.AsyncExitStack) -> AllowList:
+def _access(settings: Settings, info: StoreInfo, stack: contextlib.AsyncExitStack) -> Access:
+    """Every door's scope rules, with LibreChat's catalogue narrowing file ids first (ALLOWLIST_VERIFY)."""
+    checking = AllowlistSettings.from_settings(settings)
     # lazy: start-up does not wait for LibreChat's MongoDB (a request that needs it may 503)
-    allowlist = build_allowlist(settings)
+    allowlist = build_allowlist(checking)
     stack.push_async_callback(allowlist.aclose)
     if allowlist.enabled:
-        logger.info("Allow-lists re-checked against LibreChat's catalogue: %s", describe(settings))
-    return allowlist
+        logger.info("Allow-lists re-checked against LibreChat's catalogue: %s", describe(checking))
+    return Access.of(AccessSettings.from_settings(settings), info.collection_id, allowlist)

@@ -79,13 +79,14 @@ def _app(k: int) -> tuple[Any, str]:
     from app.access.allowlist import OpenAllowList
     from app.access.scope import Access
     from app.config import load_settings
+    from app.config_sections import AccessSettings
     from app.main import create_app
 
     settings = load_settings(JWT_SECRET=SECRET, EMBEDDINGS_PROVIDER="local")
     app = create_app(settings)
     logging.getLogger("ragoverlay.access").setLevel(logging.WARNING)  # one line per request
     # the real access rules (the caller's scope, built as every route builds it) over a made-up collection
-    access = Access.of(settings, uuid.uuid4(), OpenAllowList())
+    access = Access.of(AccessSettings.from_settings(settings), uuid.uuid4(), OpenAllowList())
     app.state.services = SimpleNamespace(
         settings=settings, search=_CannedSearch(k), access=access, admin_ids=frozenset()
     )
@@ -169,8 +170,9 @@ def stages(k: int) -> list[tuple[str, float]]:
     import orjson
 
     from app.access.principal import TokenCache, verify_token
+    from app.config_sections import SearchSettings
     from app.schemas import QueryMultipleRequest
-    from app.search.planner import SearchSettings, plan_vector_search
+    from app.search.planner import plan_vector_search
     from app.search.state import SearchState
     from app.store.scope import Scope
 

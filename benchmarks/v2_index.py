@@ -36,6 +36,7 @@ from app.clients.blobs import build_blob_store
 from app.clients.embeddings import build_embedder
 from app.clients.embeddings.local import local_model_counter
 from app.config import Settings, load_settings
+from app.config_sections import BlobSettings, JobSettings
 from app.evidence.index.backfill import start_backfill_run
 from app.evidence.index.context import V2Context
 from app.evidence.index.lifecycle import RunStatus, describe_run
@@ -108,7 +109,7 @@ async def _measure(settings: Settings, root: Path, pages: int) -> dict[str, Any]
     info = await bootstrap(dsn, settings.collection_name)
     pool = await create_pool(dsn, min_size=1, max_size=4, statement_timeout_ms=600_000, command_timeout_s=900)
     embedder = build_embedder(settings)
-    blobs = build_blob_store(settings)
+    blobs = build_blob_store(BlobSettings.from_settings(settings))
     ingest = IngestService(settings, pool, info, embedder, blobs)
     ctx = V2Context(settings, pool, info, embedder, blobs)
     folder = root / "files"
@@ -118,7 +119,7 @@ async def _measure(settings: Settings, root: Path, pages: int) -> dict[str, Any]
         ctx,
         dsn=dsn,
         concurrency=settings.indexer_concurrency,
-        policy=retry_policy(settings),
+        policy=retry_policy(JobSettings.from_settings(settings)),
         job_timeout_s=settings.indexer_job_timeout_ms / 1000,
         stale_s=settings.indexer_stale_timeout_s,
     )

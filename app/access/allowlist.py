@@ -44,7 +44,7 @@ from app.access.principal import Principal
 from app.access.viewer import Viewer, read_viewer, user_editable_agents
 from app.catalogue import mongo
 from app.catalogue.documents import VIEW, Document
-from app.config import Settings
+from app.config_sections import AllowlistSettings
 from app.errors import ConfigError, ServiceUnavailable
 
 logger = logging.getLogger(__name__)
@@ -214,13 +214,13 @@ class CatalogueAllowList:
         self.reads = 0  # catalogue round trips started (the caching tests count them)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> CatalogueAllowList:
+    def from_settings(cls, settings: AllowlistSettings) -> CatalogueAllowList:
         """A client for LIBRECHAT_MONGO_URI (it connects lazily: start-up never waits for MongoDB)."""
-        assert settings.librechat_mongo_uri, "Settings refuses ALLOWLIST_VERIFY=mongo without a URI"
-        timeout = settings.librechat_mongo_timeout_ms
+        assert settings.mongo_uri, "Settings refuses ALLOWLIST_VERIFY=mongo without a URI"
+        timeout = settings.timeout_ms
         try:
             client = mongo.connect(
-                settings.librechat_mongo_uri,
+                settings.mongo_uri,
                 timeout_ms=timeout,
                 timeoutMS=timeout,
                 maxPoolSize=MONGO_THREADS,
@@ -230,11 +230,11 @@ class CatalogueAllowList:
             # pymongo's message names the bad option, never the password
             raise ConfigError(f"LIBRECHAT_MONGO_URI is not a usable MongoDB URI: {exc}") from None
         return cls(
-            mongo.catalogue_database(client, settings.librechat_mongo_db),
+            mongo.catalogue_database(client, settings.mongo_db),
             timeout_ms=timeout,
-            ttl_s=settings.allowlist_cache_ttl_s,
-            cache_size=settings.allowlist_cache_size,
-            fail_open=settings.allowlist_fail_open,
+            ttl_s=settings.cache_ttl_s,
+            cache_size=settings.cache_size,
+            fail_open=settings.fail_open,
             close=client.close,
         )
 
@@ -381,20 +381,20 @@ class CatalogueAllowList:
             await asyncio.to_thread(self._close)
 
 
-def build_allowlist(settings: Settings) -> AllowList:
+def build_allowlist(settings: AllowlistSettings) -> AllowList:
     """The allow-list check ALLOWLIST_VERIFY asks for."""
-    if settings.allowlist_verify == "mongo":
+    if settings.verify == "mongo":
         return CatalogueAllowList.from_settings(settings)
     return OpenAllowList()
 
 
-def describe(settings: Settings) -> str:
+def describe(settings: AllowlistSettings) -> str:
     """A start-up line naming the catalogue's hosts, never its credentials."""
-    if settings.allowlist_verify != "mongo":
+    if settings.verify != "mongo":
         return "off"
-    rest = (settings.librechat_mongo_uri or "").split("://", 1)[-1]
+    rest = (settings.mongo_uri or "").split("://", 1)[-1]
     hosts = rest.split("/", 1)[0].split("?", 1)[0].rsplit("@", 1)[-1]
-    return f"mongo ({hosts}, cache {settings.allowlist_cache_ttl_s:g} s)"
+    return f"mongo ({hosts}, cache {settings.cache_ttl_s:g} s)"
 
 
 __all__ = [

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from app.access.allowlist import AllowList
 from app.access.namespaces import Caller, delete_namespaces
 from app.access.principal import Principal
-from app.config import Settings
+from app.config_sections import AccessSettings
 from app.store.scope import Scope
 
 Deleter = Callable[[Scope], Awaitable[set[str]]]
@@ -52,14 +52,14 @@ class Access:
         self.delete_any_owner = delete_any_owner  # DELETE_SCOPE=caller
 
     @classmethod
-    def of(cls, settings: Settings, collection_id: uuid.UUID, allowlist: AllowList) -> Access:
+    def of(cls, settings: AccessSettings, collection_id: uuid.UUID, allowlist: AllowList) -> Access:
         """The rules `settings` ask for, over the collection `collection_id`."""
         return cls(
             collection_id,
             allowlist,
-            entity_pattern=settings.entity_id_regex,
-            legacy_unowned=settings.legacy_unowned_readable,
-            delete_any_owner=settings.delete_scope == "caller",
+            entity_pattern=settings.entity_pattern,
+            legacy_unowned=settings.legacy_unowned,
+            delete_any_owner=settings.delete_any_owner,
         )
 
     def entity(self, who: Principal | Caller, entity_id: str | None) -> str | None:

@@ -47,7 +47,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 async def serve(principal: str, namespaces: Sequence[str]) -> None:
     """Open the service's resources as a client of its database, then answer on stdin/stdout."""
     settings = load_settings(indexer_concurrency=0)
-    caller = stdio_caller(settings, principal, namespaces)
+    caller = stdio_caller(frozenset(settings.admin_user_ids), principal, namespaces)
     app = create_app(settings, attach_database=True)
     async with app.router.lifespan_context(app):
         server = build_server(app.state.services, stdio=caller)

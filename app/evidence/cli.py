@@ -39,6 +39,7 @@ from app.clients.blobs import build_blob_store
 from app.clients.embeddings import build_embedder
 from app.clients.http import build_http_client
 from app.config import Settings, load_settings
+from app.config_sections import BlobSettings, ContextualSettings, JobSettings
 from app.errors import ConfigError, RagError
 from app.evidence.index.backfill import start_backfill_run
 from app.evidence.index.context import V2Context
@@ -117,9 +118,9 @@ async def open_context(settings: Settings) -> AsyncIterator[Opened]:
         stack.push_async_callback(http.aclose)
         embedder = build_embedder(settings, http_client=http)
         stack.push_async_callback(embedder.aclose)
-        blobs = build_blob_store(settings)
+        blobs = build_blob_store(BlobSettings.from_settings(settings))
         stack.push_async_callback(blobs.aclose)
-        contextualizer = build_contextualizer(settings)
+        contextualizer = build_contextualizer(ContextualSettings.from_settings(settings))
         if contextualizer is not None:
             stack.push_async_callback(contextualizer.aclose)
         yield Opened(V2Context(settings, pool, info, embedder, blobs, contextualizer=contextualizer), dsn)
@@ -199,13 +200,14 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
             )
             run_id, namespace = started.run_id, started.namespace
         began = time.monotonic()
+        jobs = JobSettings.from_settings(settings)
         async with v2_worker(
             ctx,
             dsn=opened.dsn,
-            concurrency=max(1, settings.indexer_concurrency),
-            policy=retry_policy(settings),
-            job_timeout_s=settings.indexer_job_timeout_ms / 1000,
-            stale_s=settings.indexer_stale_timeout_s,
+            concurrency=max(1, jobs.concurrency),
+            policy=retry_policy(jobs),
+            job_timeout_s=jobs.job_timeout_s,
+            stale_s=jobs.stale_timeout_s,
         ) as work:
             await work.jobs.enqueue_backfill(
                 namespace=namespace, run_id=run_id, created_by="scripts/v2-backfill"

@@ -6,6 +6,11 @@ by its path, `RAG_V2__<SECTION>__<FIELD>` (`RAG_V2__FUSION__RRF_K=30`,
 query code read their knobs from here and nowhere else, so a unit test that builds `V2Settings()`
 runs exactly what a user gets.
 
+Nearly all of them are tuning knobs, chosen against a benchmark and documented in docs/tuning.md.
+The few an operator sets (the reranker an operator points at, the languages and window of the
+embedding model they chose) carry `json_schema_extra=OPERATOR` and are documented in
+docs/configuration.md instead; tests/unit/test_config_docs.py holds both pages to these marks.
+
 This module imports nothing from the rest of the application: configuration, the V2 index, the V2
 query path and the store all import it, and it must not close an import cycle between them.
 Where a default came from a measurement, the comment beside it says which.
@@ -17,11 +22,14 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.config import JsonDict
 
 CHANNELS: tuple[str, ...] = ("exact", "lexical", "vector")
 ENV_PREFIX = "RAG_V2"
 ENV_DELIMITER = "__"
 MAX_RERANK_WINDOW = 50
+# the mark of a knob an operator sets (docs/configuration.md); every other leaf is a tuning knob
+OPERATOR: JsonDict = {"tier": "operator"}
 
 
 class Section(BaseModel):
@@ -63,7 +71,7 @@ class FusionSettings(Section):
     )
     # the question languages the embedding model reads ("*": every language); a plain-word question
     # in another one keeps `weights`. The offline model reads English only
-    dense_languages: tuple[str, ...] = ("en",)
+    dense_languages: tuple[str, ...] = Field(("en",), json_schema_extra=OPERATOR)
     # extra weight of an exact hit (a row label or entity equal to the query's)
     exact_boost: float = Field(1.0, ge=0, le=100)
     min_score: float = Field(0.0, ge=0, le=1)
@@ -131,16 +139,16 @@ class FeatureWeights(Section):
 class RerankSettings(Section):
     """Which reranker runs over how large a window of the fused list."""
 
-    backend: Literal["features", "http", "onnx"] = "features"
+    backend: Literal["features", "http", "onnx"] = Field("features", json_schema_extra=OPERATOR)
     window: int = Field(25, ge=1, le=MAX_RERANK_WINDOW)
     # the /rerank URL of a Cohere-, Jina- or TEI-style service (backend http)
-    url: str | None = None
-    flavour: Literal["cohere", "jina", "tei"] = "cohere"
-    model: str | None = None
-    api_key: str | None = Field(None, repr=False)
+    url: str | None = Field(None, json_schema_extra=OPERATOR)
+    flavour: Literal["cohere", "jina", "tei"] = Field("cohere", json_schema_extra=OPERATOR)
+    model: str | None = Field(None, json_schema_extra=OPERATOR)
+    api_key: str | None = Field(None, repr=False, json_schema_extra=OPERATOR)
     timeout_ms: int = Field(1500, ge=50, le=30_000)
     # a folder with model.onnx and tokenizer.json (backend onnx)
-    onnx_dir: Path | None = None
+    onnx_dir: Path | None = Field(None, json_schema_extra=OPERATOR)
     onnx_max_tokens: int = Field(512, ge=16, le=8192)
     features: FeatureWeights = Field(default_factory=FeatureWeights)
     # a chunk OCR read with mean confidence c scores x (1 - ocr_discount * (1 - c)) after any
@@ -215,7 +223,7 @@ class IndexSettings(Section):
     chunk_tokens: int = Field(256, ge=32, le=8192)
     overlap_tokens: int = Field(32, ge=0, le=1024)
     # an HTTP embedding model's tokenizer is unknown here: chunks are cut at this many characters
-    http_window_chars: int = Field(1500, ge=200, le=100_000)
+    http_window_chars: int = Field(1500, ge=200, le=100_000, json_schema_extra=OPERATOR)
     boilerplate: BoilerplateSettings = Field(default_factory=BoilerplateSettings)
     # the lexical channel over Snowball stems (a document's words under its language's stems): off,
     # since on the natural questions it raised the lexical channel's first file (0.604 -> 0.651)

@@ -1,6 +1,6 @@
 """Contextual chunking: one model-written sentence situating each chunk in its document, embedded.
 
-    contextualizer = build_contextualizer(settings)           # None unless CONTEXTUAL_CHUNKING_ENABLED
+    contextualizer = build_contextualizer(contextual)   # a ContextualSettings; None when it is off
     done = await contextualizer.situate("manual.pdf", texts, indexes)
     embedded = [with_context(s, texts[i]) for s, i in zip(done.sentences, indexes)]
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from app import metrics
 from app.clients.chat import ChatClient, ChatFailed
-from app.config import Settings
+from app.config_sections import ContextualSettings
 
 logger = logging.getLogger(__name__)
 
@@ -254,25 +254,21 @@ class Contextualizer:
         await self.client.aclose()
 
 
-def build_contextualizer(settings: Settings) -> Contextualizer | None:
+def build_contextualizer(settings: ContextualSettings) -> Contextualizer | None:
     """The contextualizer CONTEXTUAL_CHUNKING_* configure, or None when it is off."""
-    if not settings.contextual_chunking_enabled:
+    if not settings.enabled:
         return None
     # Settings refuses the feature on without both; the assert only narrows the types
-    assert settings.contextual_chunking_base_url and settings.contextual_chunking_model
-    key = settings.contextual_chunking_api_key
+    assert settings.base_url and settings.model
+    key = settings.api_key
     client = ChatClient(
-        base_url=settings.contextual_chunking_base_url,
-        model=settings.contextual_chunking_model,
+        base_url=settings.base_url,
+        model=settings.model,
         api_key=key.get_secret_value() if key is not None else None,
-        timeout_s=settings.contextual_chunking_timeout_ms / 1000,
-        max_connections=max(16, 2 * settings.contextual_chunking_concurrency),
+        timeout_s=settings.timeout_ms / 1000,
+        max_connections=max(16, 2 * settings.concurrency),
     )
-    return Contextualizer(
-        client,
-        concurrency=settings.contextual_chunking_concurrency,
-        budget_s=settings.contextual_chunking_budget_s,
-    )
+    return Contextualizer(client, concurrency=settings.concurrency, budget_s=settings.budget_s)
 
 
 def log_situated(what: str, done: Situated) -> None:

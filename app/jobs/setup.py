@@ -19,10 +19,8 @@ from typing import Any, Protocol
 import asyncpg
 
 from app import metrics
-from app.clients.blobs import BlobStore
-from app.clients.embeddings import Embedder, model_identity
-from app.config import Settings
-from app.ingest.pipeline import IngestService
+from app.clients.embeddings import Embedder
+from app.config_sections import JobSettings
 from app.jobs.kinds import REEMBED_MISSING, ReembedMissing
 from app.jobs.maintenance import QueuedMaintenance
 from app.jobs.policy import RetryPolicy, stale_timeout_warning
@@ -54,11 +52,9 @@ WORKER_SLOTS_GAUGE = metrics.gauge(
 )
 
 
-def retry_policy(settings: Settings) -> RetryPolicy:
+def retry_policy(settings: JobSettings) -> RetryPolicy:
     """INDEXER_RETRY_* as a policy."""
-    return RetryPolicy(
-        settings.indexer_retry_max, settings.indexer_retry_base_ms, settings.indexer_retry_max_ms
-    )
+    return RetryPolicy(settings.retry_max, settings.retry_base_ms, settings.retry_max_ms)
 
 
 class JobKinds(Protocol):
@@ -126,44 +122,43 @@ class JobQueue:
     service: JobService
 
 
-def build_queue(settings: Settings, *, dsn: str, pool: asyncpg.Pool, info: StoreInfo) -> JobQueue:
+def build_queue(settings: JobSettings, *, dsn: str, pool: asyncpg.Pool, info: StoreInfo) -> JobQueue:
     """The registry (empty until `build_jobs`), the worker and the service of the collection's queue."""
-    warning = stale_timeout_warning(settings.indexer_stale_timeout_s)
+    warning = stale_timeout_warning(settings.stale_timeout_s)
     if warning:
         logger.warning(warning)
     registry = JobRegistry()
     policy = retry_policy(settings)
     worker = None
-    if settings.indexer_concurrency > 0:
+    if settings.concurrency > 0:
         worker = JobWorker(
             dsn=dsn,
             queue=info.collection_name,
             registry=registry,
             policy=policy,
-            concurrency=settings.indexer_concurrency,
-            job_timeout_s=settings.indexer_job_timeout_ms / 1000,
-            stale_timeout_s=settings.indexer_stale_timeout_s,
+            concurrency=settings.concurrency,
+            job_timeout_s=settings.job_timeout_s,
+            stale_timeout_s=settings.stale_timeout_s,
         )
     return JobQueue(registry, worker, JobService(pool, info.collection_name, registry, policy, worker))
 
 
 def build_jobs(
-    settings: Settings,
     queue: JobQueue,
     *,
+    uploads: Uploads,
+    model: str,
     pool: asyncpg.Pool,
     info: StoreInfo,
     embedder: Embedder,
-    blobs: BlobStore,
-    ingest: IngestService,
     maintenance: QueuedMaintenance,
     kinds: Sequence[JobKinds] = (),
     missing_stores: Sequence[SweepStore] = (),
 ) -> JobSystem:
-    """Register every kind this service runs on `queue` (the core's and `kinds`); the system the
-    lifespan starts and closes. `missing_stores` join rag_api's table in the self-healing sweep."""
+    """Register every kind this service runs on `queue` (the core's, `uploads`' and `kinds`); the
+    system the lifespan starts and closes. `missing_stores` join rag_api's table in the
+    self-healing sweep, which embeds with `model` (the embedder's identity)."""
     registry = queue.registry
-    uploads = Uploads(settings, ingest, blobs, queue.service)
     system = JobSystem(queue.service, registry, queue.worker, maintenance, uploads)
     uploads.install(registry)
     maintenance.install(registry)
@@ -172,7 +167,6 @@ def build_jobs(
     # Self-healing: rag_api's table, and the stores of chunks the callers hand in (evidence search's)
     system.missing_stores.append(RagApiMissingVectors(pool, info))
     system.missing_stores.extend(missing_stores)
-    model = model_identity(settings)
 
     async def reembed(payload: dict[str, Any], progress: Progress) -> JobResult:
         report = await sweep_missing_vectors(system.missing_stores, embedder, model=model, progress=progress)

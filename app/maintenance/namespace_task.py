@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from app.config import Settings
+from app.config_sections import VectorIndexSettings
 from app.maintenance.registry import Pass, Report
 from app.search.namespaces import NamespaceWalk, plan_namespace_indexes, usable_walks
 from app.search.state import SearchState
@@ -52,7 +52,7 @@ async def copy_ready(store: MaintenanceStore, state: SearchState, report: Report
 class NamespaceIndexTask:
     """Keep an HNSW index for each large namespace of the collection, and the planner told of them."""
 
-    def __init__(self, settings: Settings, store: MaintenanceStore, state: SearchState) -> None:
+    def __init__(self, settings: VectorIndexSettings, store: MaintenanceStore, state: SearchState) -> None:
         self.settings = settings
         self.store = store
         self.state = state
@@ -61,7 +61,7 @@ class NamespaceIndexTask:
         """One pass: drop, build one, publish the usable walks."""
         if not await copy_ready(self.store, self.state, report):
             return Pass(progress="waiting for the vector copy", again_in=COPY_WAIT_SECONDS)
-        min_rows = self.settings.hnsw_namespace_min_rows
+        min_rows = self.settings.namespace_min_rows
         sizes = await self.store.namespace_sizes(min_rows // 2)
         existing = await self.store.namespace_indexes()
         plan = plan_namespace_indexes(
@@ -69,7 +69,7 @@ class NamespaceIndexTask:
             sizes,
             existing,
             min_rows=min_rows,
-            max_indexes=self.settings.hnsw_namespace_max,
+            max_indexes=self.settings.namespace_max,
             max_dims=MAX_INDEX_DIMS,
         )
         for name in plan.drop:
@@ -81,9 +81,9 @@ class NamespaceIndexTask:
             report(f"building the index of a namespace of {size.rows} rows ({size.dims} dimensions)")
             if await self.store.build_namespace_index(
                 size,
-                m=self.settings.hnsw_m,
-                ef_construction=self.settings.hnsw_ef_construction,
-                memory=self.settings.hnsw_build_memory,
+                m=self.settings.m,
+                ef_construction=self.settings.ef_construction,
+                memory=self.settings.build_memory,
             ):
                 built = 1
         walks = await self.publish([*plan.keep, *plan.build])
@@ -105,5 +105,5 @@ class NamespaceIndexTask:
 
     async def refresh(self) -> None:
         """Learn the usable walks without building (a replica whose queue runs the passes elsewhere)."""
-        min_rows = self.settings.hnsw_namespace_min_rows
+        min_rows = self.settings.namespace_min_rows
         await self.publish(await self.store.namespace_sizes(min_rows // 2))

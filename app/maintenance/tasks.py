@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from app.config import Settings
+from app.config_sections import VectorIndexSettings
 from app.maintenance.namespace_task import (
     NAMESPACE_INDEXES,
     NAMESPACE_SECONDS,
@@ -113,7 +113,7 @@ class HnswIndexTask:
     """Build the HNSW index of one dimension on the vector copy, then make it usable."""
 
     def __init__(
-        self, settings: Settings, store: MaintenanceStore, state: SearchState, spec: IndexSpec
+        self, settings: VectorIndexSettings, store: MaintenanceStore, state: SearchState, spec: IndexSpec
     ) -> None:
         self.settings = settings
         self.store = store
@@ -134,9 +134,9 @@ class HnswIndexTask:
             report(f"building {self.spec.name}")
             valid = await self.store.build_index(
                 self.spec,
-                m=self.settings.hnsw_m,
-                ef_construction=self.settings.hnsw_ef_construction,
-                memory=self.settings.hnsw_build_memory,
+                m=self.settings.m,
+                ef_construction=self.settings.ef_construction,
+                memory=self.settings.build_memory,
             )
         if not valid:
             return Pass(
@@ -151,7 +151,7 @@ class Maintenance:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: VectorIndexSettings,
         store: MaintenanceStore,
         state: SearchState,
         registry: MaintenanceRegistry | None = None,
@@ -186,7 +186,7 @@ class Maintenance:
                 retry_interval=COPY_RECHECK_SECONDS,
             )
         )
-        if self.settings.vector_index != "none":
+        if self.settings.enabled:
             self._namespaces = NamespaceIndexTask(self.settings, self.store, self.state)
             self.registry.add(
                 MaintenanceTask(
@@ -202,7 +202,7 @@ class Maintenance:
 
     def want_index(self, dims: int) -> None:
         """Make sure the index for `dims` exists (the first sight of a dimension starts its task)."""
-        if self.settings.vector_index == "none" or f"{HNSW_PREFIX}{dims}" in self.registry:
+        if not self.settings.enabled or f"{HNSW_PREFIX}{dims}" in self.registry:
             return
         spec = index_spec(dims)
         if spec is None:

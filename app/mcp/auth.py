@@ -28,7 +28,7 @@ from typing import Literal
 
 from app.access.namespaces import Caller
 from app.access.principal import PUBLIC_NAMESPACE, Principal, anonymous, single_authorization, verify_token
-from app.config import Settings
+from app.config_sections import McpSettings
 from app.edge import unsafe_reason
 from app.errors import Unauthorized
 
@@ -79,13 +79,13 @@ class McpCaller(Caller):
 class McpAuthenticator:
     """Turns the headers of one HTTP request into an `McpCaller`, or raises Unauthorized (401)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: McpSettings) -> None:
         self.settings = settings
-        self.admin_ids = frozenset(settings.admin_user_ids)
-        self.keys = parse_api_keys(settings.mcp_api_keys)
-        gateway = settings.mcp_gateway_key_sha256
+        self.admin_ids = settings.admin_ids
+        self.keys = parse_api_keys(settings.api_keys)
+        gateway = settings.gateway_key_sha256
         self.gateway_digest = bytes.fromhex(gateway) if gateway else None
-        self.user_header = settings.mcp_gateway_user_header.lower()
+        self.user_header = settings.gateway_user_header.lower()
 
     @property
     def open(self) -> bool:
@@ -125,7 +125,7 @@ class McpAuthenticator:
         return McpCaller(principal, mode="jwt")
 
     def _gateway(self, user_headers: Sequence[str]) -> McpCaller:
-        name = self.settings.mcp_gateway_user_header
+        name = self.settings.gateway_user_header
         if len(user_headers) != 1 or not user_headers[0].strip():
             raise Unauthorized(f"The gateway key needs exactly one {name} header with the LibreChat user id")
         user = user_headers[0].strip()
@@ -134,7 +134,7 @@ class McpAuthenticator:
         return McpCaller(Principal(user_id=user, is_admin=user in self.admin_ids), mode="gateway")
 
 
-def stdio_caller(settings: Settings, principal: str, namespaces: Sequence[str]) -> McpCaller:
+def stdio_caller(admin_ids: frozenset[str], principal: str, namespaces: Sequence[str]) -> McpCaller:
     """The one caller of a stdio server: `principal`, reading `namespaces` (its own when empty)."""
     if not principal.strip() or unsafe_reason(principal) is not None:
         raise ValueError("--principal must name a user or service (never empty)")
@@ -142,5 +142,5 @@ def stdio_caller(settings: Settings, principal: str, namespaces: Sequence[str]) 
         if not namespace.strip() or unsafe_reason(namespace) is not None:
             raise ValueError("every --namespace must be a non-empty name")
     chosen = tuple(dict.fromkeys(namespaces)) or (principal,)
-    is_admin = principal in frozenset(settings.admin_user_ids)
+    is_admin = principal in admin_ids
     return McpCaller(Principal(user_id=principal, is_admin=is_admin), chosen, mode="stdio")

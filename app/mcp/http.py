@@ -1,7 +1,7 @@
 """`/mcp`: the MCP server over streamable HTTP, inside the service's own FastAPI app.
 
-    app.router.routes.append(mcp_route(settings))        # create_app
-    async with open_sessions(app, server, settings):     # lifespan, after the resources are open
+    app.router.routes.append(mcp_route(mcp, limiter))    # create_app; mcp = McpSettings.from_settings(...)
+    async with open_sessions(app, server, mcp):          # lifespan, after the resources are open
         ...
 
 Every request is authenticated before the SDK sees it (`app/mcp/auth.py`); the caller rides on the
@@ -34,7 +34,7 @@ from starlette.datastructures import Headers
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from app.config import Settings
+from app.config_sections import McpSettings
 from app.edge import unsafe_in_json
 from app.errors import InvalidInput, RagError, Unauthorized
 from app.mcp.auth import McpAuthenticator
@@ -129,10 +129,10 @@ def client_address(scope: Scope) -> str:
 class McpEndpoint:
     """The ASGI app behind `/mcp`: authenticate, limit new sessions, hand over to the SDK."""
 
-    def __init__(self, settings: Settings, limiter: RateLimiter) -> None:
+    def __init__(self, settings: McpSettings, limiter: RateLimiter) -> None:
         self.auth = McpAuthenticator(settings)
         self.limiter = limiter
-        self.user_header = settings.mcp_gateway_user_header
+        self.user_header = settings.gateway_user_header
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Handle one HTTP request to /mcp."""
@@ -190,7 +190,7 @@ class McpEndpoint:
         await manager.handle_request(scope, receive, send)
 
 
-def mcp_route(settings: Settings, limiter: RateLimiter) -> Route:
+def mcp_route(settings: McpSettings, limiter: RateLimiter) -> Route:
     """The `/mcp` route (GET for the event stream, POST for messages, DELETE to end a session)."""
     return Route(
         PATH,
@@ -201,16 +201,16 @@ def mcp_route(settings: Settings, limiter: RateLimiter) -> Route:
 
 
 @contextlib.asynccontextmanager
-async def open_sessions(app: FastAPI, server: MCPServer[Any], settings: Settings) -> AsyncIterator[None]:
+async def open_sessions(app: FastAPI, server: MCPServer[Any], settings: McpSettings) -> AsyncIterator[None]:
     """Run the SDK's session manager for the app's life (its sessions end before the resources close)."""
     # the Starlette app it returns is not used: /mcp is our route; this builds the session manager.
     # `host` is not a loopback name, so the SDK adds no Host allow-list of its own (the service
     # authenticates every request instead, and may run behind any proxy name)
     server.streamable_http_app(
         host="0.0.0.0",
-        session_idle_timeout=settings.mcp_session_ttl_seconds,
-        max_sessions=settings.mcp_session_max,
-        max_request_body_size=settings.max_json_body_bytes,
+        session_idle_timeout=settings.session_ttl_s,
+        max_sessions=settings.session_max,
+        max_request_body_size=settings.max_body_bytes,
     )
     manager = server.session_manager
     # The manager's task group must be left by the task that entered it, and a lifespan may be

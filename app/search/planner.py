@@ -20,7 +20,7 @@ from typing import Literal
 
 import numpy as np
 
-from app.config import Settings
+from app.config_sections import SearchSettings
 from app.search.namespaces import NamespaceWalk
 from app.search.vector_cache import ROW_OVERHEAD_BYTES
 from app.store.catalogue import CatalogueSnapshot
@@ -135,33 +135,6 @@ class SearchKnowledge:
     walks: Mapping[int, str] = field(default_factory=dict)  # dimension -> its HNSW walk function
     # (owner, dimension) -> the walk of that namespace's own HNSW index (app/search/namespaces.py)
     namespaces: Mapping[tuple[str, int], NamespaceWalk] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    """The planner's configuration (see docs/configuration.md)."""
-
-    exact_max_rows: int = 4000
-    # visible rows up to which the exact scan runs on vectors in the service's memory; 0: never
-    memory_max_rows: int = 0
-    memory_max_bytes: int = 512 * 2**20  # the vector cache's budget (a larger scope is never held)
-    cost_factor: float = 20.0
-    ef_search: int = 100
-    max_scan_tuples: int = 50_000
-    legacy_unowned: bool = False
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> SearchSettings:
-        """The planner's share of the service settings."""
-        return cls(
-            exact_max_rows=settings.exact_scan_max_rows,
-            memory_max_rows=settings.vector_cache_max_rows if settings.vector_cache_mb > 0 else 0,
-            memory_max_bytes=settings.vector_cache_mb * 2**20,
-            cost_factor=settings.hnsw_cost_factor,
-            ef_search=settings.hnsw_ef_search,
-            max_scan_tuples=settings.hnsw_max_scan_tuples,
-            legacy_unowned=settings.legacy_unowned_readable,
-        )
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ import numpy as np
 
 from app import metrics
 from app.clients.embeddings import Embedder
-from app.config import Settings
+from app.config_sections import SearchSettings
 from app.search.context import ContextChunk, build_context
-from app.search.planner import SearchSettings, VectorSearchDecision, plan_vector_search
+from app.search.planner import VectorSearchDecision, plan_vector_search
 from app.search.state import SearchState
 from app.search.vector_cache import FileVectors, VectorCache
 from app.store import chunks as store
@@ -57,7 +57,7 @@ class SearchService:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: SearchSettings,
         pool: asyncpg.Pool,
         info: StoreInfo,
         embedder: Embedder,
@@ -71,11 +71,10 @@ class SearchService:
         self.state = state or SearchState()
         # asks the maintenance work for a vector index of a dimension queries use (main.py wires it)
         self.want_index = want_index
-        self.search_settings = SearchSettings.from_settings(settings)
-        self.vector_cache = VectorCache(settings.vector_cache_mb * 1024 * 1024)
+        self.vector_cache = VectorCache(settings.memory_max_bytes)
         self._loading: set[tuple[str, int]] = set()  # (owner, dims) being loaded in the background
         self._load_tasks: set[asyncio.Task[None]] = set()
-        if settings.vector_cache_mb > 0:
+        if settings.memory_max_bytes > 0:
             from threadpoolctl import threadpool_limits
 
             # one BLAS thread per matrix product, in the whole process: a knowledge base's product
@@ -92,7 +91,7 @@ class SearchService:
             owners=scope.owners,
             uploader=scope.uploader,
             knowledge=self.state.knowledge(),
-            settings=self.search_settings,
+            settings=self.settings,
         )
 
     async def search(self, query: str, scope: Scope, k: int) -> SearchOutcome:
@@ -108,7 +107,7 @@ class SearchService:
         if self.want_index is not None:
             self.want_index(dims)
         decision = self.plan(dims, scope, k)
-        timeout = self.settings.query_timeout_ms / 1000
+        timeout = self.settings.query_timeout_s
         async with self.pool.acquire(timeout=timeout) as conn:
             t_conn = time.perf_counter()
             result = None
@@ -118,7 +117,7 @@ class SearchService:
                 result = await store.search(conn, scope, decision.call(vector), timeout=timeout)
         t2 = time.perf_counter()
         hits = result.hits
-        threshold = self.settings.rag_distance_threshold
+        threshold = self.settings.distance_threshold
         if threshold is not None:
             # a relevance cut on already-authorised rows, not an authorisation filter
             hits = [h for h in hits if h.distance <= threshold]
@@ -231,7 +230,7 @@ class SearchService:
 
         async def load() -> None:
             try:
-                async with self.pool.acquire(timeout=self.settings.query_timeout_ms / 1000) as conn:
+                async with self.pool.acquire(timeout=self.settings.query_timeout_s) as conn:
                     packed = await memory_search.scope_vectors(conn, scope, dims)
                 self._take(dims, packed)
             except Exception:  # a later search tries again; this one was answered by the database
@@ -290,7 +289,7 @@ class SearchService:
                 filename = source.replace("\\", "/").rsplit("/", 1)[-1]
                 break
         pieces = [ContextChunk(r.text, _page(r.metadata.get("page"))) for r in rows]
-        return build_context(filename, pieces, max_overlap=self.settings.chunk_overlap)
+        return build_context(filename, pieces, max_overlap=self.settings.context_overlap)
 
 
 def _page(value: object) -> int | None:

@@ -1,4 +1,4 @@
-"""QUERY_TIMEOUT_MS is what docs/configuration.md says: how long a search may wait for a pooled
+"""QUERY_TIMEOUT_MS is what docs/tuning.md says: how long a search may wait for a pooled
 connection (and then run its statement); past it the request answers 503 (with a detail and
 Retry-After) without waiting any longer."""
 

@@ -23,6 +23,7 @@ from bson import ObjectId
 from pymongo.database import Database as MongoDatabase
 
 from app.access.allowlist import UNAVAILABLE_DETAIL, CatalogueAllowList, OpenAllowList
+from app.config_sections import AllowlistSettings
 from tests.contract.helpers import file_ids_of, upload
 from tests.fixtures.mongo_server import mongo_server
 from tests.fixtures.patience import ceiling, out_of_time
@@ -318,7 +319,7 @@ async def test_catalogue_database_setting(mongo_uri: str, settings_factory: Sett
         settings = settings_factory(
             allowlist_verify="mongo", librechat_mongo_uri=uri_for(mongo_uri, "Other"), librechat_mongo_db=name
         )
-        allowlist = CatalogueAllowList.from_settings(settings)
+        allowlist = CatalogueAllowList.from_settings(AllowlistSettings.from_settings(settings))
         try:
             db: MongoDatabase[dict[str, Any]] = allowlist._db
             assert db.name == expected

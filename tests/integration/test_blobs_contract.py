@@ -25,6 +25,7 @@ from app.clients.blobs import (
     build_blob_store,
 )
 from app.config import load_settings
+from app.config_sections import BlobSettings
 from tests.fixtures.s3_server import S3Server
 
 
@@ -45,7 +46,7 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
             s3_secret_access_key=server.secret_key,
             s3_force_path_style=True,
         )
-    blob_store = build_blob_store(settings)
+    blob_store = build_blob_store(BlobSettings.from_settings(settings))
     assert isinstance(blob_store, LocalBlobStore if request.param == "local" else S3BlobStore)
     assert blob_store.kind == request.param
     try:

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from app.config import Settings
+from app.config_sections import SearchSettings
 from app.search.planner import CatalogueStats, VectorSearchDecision, candidate_count
 from app.search.service import INLINE_LOAD_FILES, SearchService
 from app.search.vector_cache import Nearest
@@ -121,7 +122,8 @@ async def service(
 
     pool = await asyncpg.create_pool(fresh_dsn, min_size=1, max_size=2, init=init)
     try:
-        yield SearchService(settings, pool, info, embedder=None), info, pool  # type: ignore[arg-type]
+        search = SearchService(SearchSettings.from_settings(settings), pool, info, embedder=None)  # type: ignore[arg-type]
+        yield search, info, pool
     finally:
         await pool.close()
 

@@ -20,8 +20,9 @@ import pytest
 from pgvector.asyncpg import register_vector
 
 from app.config import Settings
+from app.config_sections import SearchSettings, VectorIndexSettings
 from app.maintenance.namespace_task import NamespaceIndexTask
-from app.search.planner import CatalogueStats, SearchKnowledge, SearchSettings, plan_vector_search
+from app.search.planner import CatalogueStats, SearchKnowledge, plan_vector_search
 from app.search.state import SearchState
 from app.store import chunks as store
 from app.store.catalogue import read_catalogue
@@ -110,7 +111,8 @@ def settings(**extra: object) -> Settings:
 async def one_pass(database: Database, corpus: Corpus, **extra: object) -> SearchState:
     state = SearchState()
     state.set_copy_state("ready")
-    task = NamespaceIndexTask(settings(**extra), MaintenanceStore(database.dsn, corpus.info), state)
+    indexes = VectorIndexSettings.from_settings(settings(**extra))
+    task = NamespaceIndexTask(indexes, MaintenanceStore(database.dsn, corpus.info), state)
     await task(lambda _: None)
     return state
 

@@ -26,6 +26,7 @@ from pgvector.asyncpg import register_vector
 from starlette.routing import BaseRoute, Route
 
 from app.config import Settings
+from app.config_sections import SearchSettings
 from app.search.planner import VectorSearchDecision, candidate_count
 from app.search.service import SearchService
 from app.store import chunks as store
@@ -779,7 +780,8 @@ async def test_the_memory_scan_keeps_foreign_rows_out(
 ) -> None:
     """V1's exact scan on vectors held in the service: the same probes, the cache warmed by everyone."""
     pool = await asyncpg.create_pool(database.dsn, min_size=1, max_size=1, init=register_vector)
-    search = SearchService(settings_factory(), pool, corpus.info, embedder=None)  # type: ignore[arg-type]
+    searching = SearchSettings.from_settings(settings_factory())
+    search = SearchService(searching, pool, corpus.info, embedder=None)  # type: ignore[arg-type]
 
     def memory(k: int) -> VectorSearchDecision:
         return VectorSearchDecision("exact", True, k, candidate_count(k), True, 0, in_memory=True)

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from pgvector.asyncpg import register_vector
 
+from app.config_sections import SearchSettings
 from app.evidence.index.chunker import chunk_document
 from app.evidence.query import bm25
 from app.evidence.query.vectors import RunVectorCache, plan_vectors, run_knowledge
@@ -27,7 +28,6 @@ from app.evidence.store import retrieve as retrieve_store
 from app.evidence.store import runs as run_store
 from app.evidence.store import vectors as vector_store
 from app.evidence.store.channels import ChannelHit, VectorPlan
-from app.search.planner import SearchSettings
 from app.store.db import vector_array
 from app.store.migrate import load_migrations, split_statements
 from app.store.scope import SCOPE_SQL, Scope, ScopeError

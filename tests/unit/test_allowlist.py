@@ -13,6 +13,7 @@ from app.access.principal import Principal as Caller
 from app.access.viewer import Viewer
 from app.catalogue.documents import DELETE, EDIT, SHARE, VIEW
 from app.config import load_settings
+from app.config_sections import AllowlistSettings
 from app.errors import ConfigError
 
 NOW = datetime(2026, 7, 1, tzinfo=UTC)
@@ -127,5 +128,5 @@ def test_settings_need_a_uri_and_a_secret() -> None:
         librechat_mongo_uri="mongodb://reader:hunter2@mongo-1:27017,mongo-2/LibreChat?authSource=admin",
     )
     assert settings.allowlist_verify == "mongo"
-    line = describe(settings)
+    line = describe(AllowlistSettings.from_settings(settings))
     assert "hunter2" not in line and "reader" not in line and "mongo-1:27017,mongo-2" in line

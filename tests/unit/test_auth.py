@@ -21,7 +21,7 @@ from app.access.principal import (
     single_authorization,
     verify_token,
 )
-from app.config import DEFAULT_ENTITY_ID_PATTERN
+from app.config_tuning import DEFAULT_ENTITY_ID_PATTERN
 from app.errors import BadRequest, Forbidden, InvalidInput, Unauthorized
 
 SECRET = "unit-test-secret-0123456789abcdef-0123456789abcdef"

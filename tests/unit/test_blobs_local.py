@@ -19,6 +19,7 @@ from app.clients.blobs import (
     validate_key,
 )
 from app.config import Settings
+from app.config_sections import BlobSettings
 from app.errors import BlobStoreError
 
 
@@ -128,8 +129,10 @@ def no_aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("no_aws_env")
 def test_build_blob_store(tmp_path: Path) -> None:
-    local = build_blob_store(Settings(_env_file=None, blob_dir=tmp_path / "b"))  # type: ignore[call-arg]
+    local_settings = Settings(_env_file=None, blob_dir=tmp_path / "b")  # type: ignore[call-arg]
+    local = build_blob_store(BlobSettings.from_settings(local_settings))
     assert isinstance(local, LocalBlobStore) and local.root == (tmp_path / "b").resolve()
-    s3 = build_blob_store(Settings(_env_file=None, s3_bucket="bucket", s3_prefix="/p"))  # type: ignore[call-arg]
+    s3_settings = Settings(_env_file=None, s3_bucket="bucket", s3_prefix="/p")  # type: ignore[call-arg]
+    s3 = build_blob_store(BlobSettings.from_settings(s3_settings))
     assert isinstance(s3, S3BlobStore) and s3.kind == "s3"
     assert s3.object_key(blob_key("c" * 64)).startswith("p/sha256/cc/cc/")

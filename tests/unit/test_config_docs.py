@@ -1,38 +1,117 @@
-"""docs/configuration.md's table and the Settings class never drift apart; settings validate."""
+"""The two settings pages and the code never drift apart; settings validate.
 
+docs/configuration.md holds the operator's table (short, grouped by task) and docs/tuning.md the
+knobs no operator needs. Which page a variable belongs on is the code's call (`variable_groups`:
+where a field is declared, or the OPERATOR mark of a `RAG_V2__*` leaf), and each row is one
+variable with its aliases, so the operator table cannot be shortened by packing rows.
+"""
+
+import inspect
 import re
 from pathlib import Path
+from typing import Literal
 
 import pytest
+from pydantic import BaseModel
 
 from app.config import Settings, load_settings
 from app.config_env import all_env_names, env_names
+from app.config_tuning import TuningKnobs
 from app.errors import ConfigError
-from app.evidence.settings import leaf_defaults
+from app.evidence.settings import ENV_DELIMITER, ENV_PREFIX, OPERATOR, V2Settings, leaf_defaults
 from tests.unit.docs_text import page
 
+# The operator table's length today. A new operator setting must push out one that no operator
+# needs (declare it in app/config_tuning.py), or raise this with a reason in the commit: the
+# table is meant to stay readable in one sitting (datasette documents 24, rag_api about 48).
+OPERATOR_TABLE_MAX = 75
 
-def documented_variables() -> dict[str, str]:
-    """Variables of the configuration table in docs/configuration.md: name -> default column."""
-    rows: dict[str, str] = {}
-    for line in page("configuration.md").splitlines():
+Tier = Literal["operator", "tuning"]
+PAGES: dict[Tier, str] = {"operator": "configuration.md", "tuning": "tuning.md"}
+
+Row = tuple[tuple[str, ...], str]
+
+
+def operator_knobs(model: type[BaseModel] = V2Settings, prefix: str = ENV_PREFIX) -> set[str]:
+    """The `RAG_V2__*` leaves app/evidence/settings.py marks OPERATOR (every other leaf is tuning)."""
+    out: set[str] = set()
+    for name, field in model.model_fields.items():
+        env = f"{prefix}{ENV_DELIMITER}{name.upper()}"
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            out |= operator_knobs(field.annotation, env)
+        elif field.json_schema_extra == OPERATOR:
+            out.add(env)
+    return out
+
+
+def variable_groups() -> dict[tuple[str, ...], Tier]:
+    """The code's own split: each variable with its aliases (one row), and who sets it."""
+    groups: dict[tuple[str, ...], Tier] = {}
+    for field in Settings.model_fields:
+        if field == "v2":
+            marked = operator_knobs()
+            for leaf in leaf_defaults():
+                groups[(leaf,)] = "operator" if leaf in marked else "tuning"
+        else:
+            # declared in TuningKnobs (app/config_tuning.py): no operator's; in Settings: an operator's
+            groups[tuple(env_names(field))] = "tuning" if field in TuningKnobs.model_fields else "operator"
+    return groups
+
+
+def settings_rows(name: str) -> list[Row]:
+    """The rows of every settings table of docs/<name> (headed `| Variable | Default |`): names, default."""
+    rows: list[Row] = []
+    in_table = False
+    for line in page(name).splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 3 and cells[0].startswith("`"):
-            for name in re.findall(r"`([A-Z][A-Z0-9_]*)`", cells[0]):
-                rows[name] = cells[1]
+        if not line.startswith("|"):
+            in_table = False
+        elif cells[:2] == ["Variable", "Default"]:
+            in_table = True
+        elif in_table and cells[0].startswith("`"):
+            rows.append((tuple(re.findall(r"`([A-Z][A-Z0-9_]*)`", cells[0])), cells[1]))
     return rows
 
 
-def test_every_setting_is_documented() -> None:
-    documented = documented_variables()
-    missing = [name for name in all_env_names() if name not in documented]
-    assert not missing, f"add these variables to the table in docs/configuration.md: {missing}"
+def documented_variables() -> dict[str, str]:
+    """Every variable of both pages: name -> default column."""
+    rows = [row for name in PAGES.values() for row in settings_rows(name)]
+    return {name: default for names, default in rows for name in names}
 
 
-def test_no_stale_rows() -> None:
+def test_every_setting_has_a_tier_in_code() -> None:
+    # a field belongs to Settings (an operator's) or to TuningKnobs (no operator's): nothing else
+    declared = set(inspect.get_annotations(Settings)) | set(inspect.get_annotations(TuningKnobs))
+    stray = sorted(set(Settings.model_fields) - declared)
+    assert not stray, f"declare these in app/config.py (operator) or app/config_tuning.py (tuning): {stray}"
+    assert sorted(n for names in variable_groups() for n in names) == sorted(all_env_names())
+
+
+@pytest.mark.parametrize("tier", PAGES)
+def test_each_page_documents_exactly_its_tier(tier: Tier) -> None:
+    rows = [names for names, _ in settings_rows(PAGES[tier])]
+    wanted = {names for names, who in variable_groups().items() if who == tier}
     known = set(all_env_names())
-    stale = sorted(set(documented_variables()) - known)
-    assert not stale, f"docs/configuration.md documents variables the service does not read: {stale}"
+    stale = sorted(n for names in rows for n in names if n not in known)
+    assert not stale, f"docs/{PAGES[tier]} documents variables the service does not read: {stale}"
+    missing = sorted(" ".join(names) for names in wanted - set(rows))
+    assert not missing, f"add a row for each of these to docs/{PAGES[tier]}: {missing}"
+    # a row is one variable and its aliases, in the order the code reads them
+    misplaced = sorted(" ".join(names) for names in set(rows) - wanted)
+    assert not misplaced, (
+        f"these rows of docs/{PAGES[tier]} are not one variable with its aliases, or belong on the other "
+        f"page (the code's tier: app/config_tuning.py, OPERATOR in app/evidence/settings.py): {misplaced}"
+    )
+    doubled = sorted({" ".join(names) for names in rows if rows.count(names) > 1})
+    assert not doubled, f"docs/{PAGES[tier]} documents these twice: {doubled}"
+
+
+def test_the_operator_table_stays_short() -> None:
+    rows = settings_rows(PAGES["operator"])
+    assert len(rows) <= OPERATOR_TABLE_MAX, (
+        f"docs/configuration.md has {len(rows)} rows, at most {OPERATOR_TABLE_MAX}: move a knob no "
+        "operator needs to app/config_tuning.py and docs/tuning.md"
+    )
 
 
 def documented_defaults() -> dict[str, object]:

@@ -11,7 +11,8 @@ from pydantic import BaseModel, ValidationError
 
 from app.api.guards import BodyGuardMiddleware
 from app.api.openapi import entity_id_schema_pattern, patch_entity_ids
-from app.config import DEFAULT_ENTITY_ID_PATTERN, load_settings
+from app.config import load_settings
+from app.config_tuning import DEFAULT_ENTITY_ID_PATTERN
 from app.edge import SafeStr, safe_str_list, unsafe_in_json, unsafe_reason
 from app.errors import ConfigError
 

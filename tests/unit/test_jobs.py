@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from app.config import load_settings
+from app.config_sections import JobSettings
 from app.evidence.index.context import V2Context
 from app.evidence.jobs import V2Jobs
 from app.evidence.kinds import V2Backfill, V2IndexFile, register_v2
@@ -45,7 +46,7 @@ def test_the_issues_defaults() -> None:
 
 
 def test_backoff_is_base_times_two_to_the_attempt_minus_one_capped() -> None:
-    policy = retry_policy(load_settings(_env_file=None))
+    policy = retry_policy(JobSettings.from_settings(load_settings(_env_file=None)))
     assert policy.max_attempts == 4
     assert [policy.delay_s(a) for a in range(1, 9)] == [5, 10, 20, 40, 80, 160, 300, 300]
     assert policy.delay_s(10_000) == 300  # no overflow however many attempts

@@ -10,6 +10,7 @@ import asyncpg
 import pytest
 
 from app.config import load_settings
+from app.config_sections import VectorIndexSettings
 from app.maintenance import namespace_task
 from app.maintenance.namespace_task import NAMESPACE_INDEXES, NEXT_BUILD_SECONDS
 from app.maintenance.registry import MaintenanceRegistry, MaintenanceTask, Pass, Report
@@ -103,9 +104,9 @@ class FakeStore:
 
 
 def maintenance(store: FakeStore, **settings: Any) -> Maintenance:
-    cfg = load_settings(_env_file=None, **settings)
+    indexes = VectorIndexSettings.from_settings(load_settings(_env_file=None, **settings))
     # tasks registered, not looping: each test runs the passes itself
-    return Maintenance(cfg, store, SearchState(), MaintenanceRegistry(run_loops=False))  # type: ignore[arg-type]
+    return Maintenance(indexes, store, SearchState(), MaintenanceRegistry(run_loops=False))  # type: ignore[arg-type]
 
 
 async def test_every_task_has_a_name_and_a_status_in_one_place() -> None:
@@ -185,7 +186,7 @@ async def test_an_index_pass_gives_its_slot_back_when_the_copy_is_not_ready(
 async def test_with_the_queue_new_tasks_are_handed_over_instead_of_looping() -> None:
     added: list[str] = []
     registry = MaintenanceRegistry(run_loops=False, on_add=lambda task: added.append(task.name))
-    m = Maintenance(load_settings(_env_file=None), FakeStore(), SearchState(), registry)  # type: ignore[arg-type]
+    m = Maintenance(VectorIndexSettings(), FakeStore(), SearchState(), registry)  # type: ignore[arg-type]
     m.start(384)
     m.want_index(768)
     assert added == [

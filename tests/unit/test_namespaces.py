@@ -6,12 +6,12 @@ import uuid
 
 import numpy as np
 
+from app.config_sections import SearchSettings
 from app.search.namespaces import NamespaceWalk, plan_namespace_indexes, usable_walks
 from app.search.planner import (
     CatalogueStats,
     NamespaceChoice,
     SearchKnowledge,
-    SearchSettings,
     plan_vector_search,
     walk_beats_memory,
 )

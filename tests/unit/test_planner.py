@@ -8,6 +8,7 @@ import uuid
 import numpy as np
 import pytest
 
+from app.config_sections import SearchSettings
 from app.evidence.query.vectors import PlannedVectors, plan_vectors, run_knowledge
 from app.evidence.settings import V2Settings
 from app.evidence.store.channels import VectorPlan
@@ -17,7 +18,6 @@ from app.search.planner import (
     VECTOR_SEARCH_FUNCTION,
     CatalogueStats,
     SearchKnowledge,
-    SearchSettings,
     VectorSearchDecision,
     candidate_count,
     index_pays_off,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from app.clients.blobs.base import MAX_KEY_LENGTH, BlobNotFound, BlobStore, blob_key, validate_key
 from app.clients.blobs.local import LocalBlobStore
 from app.clients.blobs.s3 import S3BlobStore
-from app.config import Settings
+from app.config_sections import BlobSettings
 
 __all__ = [
     "MAX_KEY_LENGTH",
@@ -26,18 +26,18 @@ __all__ = [
 ]
 
 
-def build_blob_store(settings: Settings) -> BlobStore:
+def build_blob_store(settings: BlobSettings) -> BlobStore:
     """S3 when S3_BUCKET is set, else the local folder (BLOB_DIR, or DATA_DIR/blobs)."""
-    if settings.s3_bucket:
+    if settings.bucket:
         # Settings already refused a key id without its secret (and the reverse)
         return S3BlobStore(
-            bucket=settings.s3_bucket,
-            prefix=settings.s3_prefix,
-            endpoint_url=settings.s3_endpoint_url,
-            region=settings.s3_region,
-            access_key_id=settings.s3_access_key_id,
-            secret_access_key=settings.s3_secret_access_key,
-            session_token=settings.s3_session_token,
-            force_path_style=settings.s3_force_path_style,
+            bucket=settings.bucket,
+            prefix=settings.prefix,
+            endpoint_url=settings.endpoint_url,
+            region=settings.region,
+            access_key_id=settings.access_key_id,
+            secret_access_key=settings.secret_access_key,
+            session_token=settings.session_token,
+            force_path_style=settings.force_path_style,
         )
-    return LocalBlobStore(settings.blob_folder)
+    return LocalBlobStore(settings.folder)

@@ -38,6 +38,7 @@ import numpy as np
 
 from app.clients.embeddings import Embedder, model_identity, query_space
 from app.config import Settings
+from app.config_sections import SearchSettings
 from app.errors import ConfigError, Forbidden, ServiceUnavailable
 from app.evidence.query.active_runs import ActiveRunCache
 from app.evidence.query.analysis import QueryAnalysis, QueryConfig, analyze_query
@@ -62,7 +63,6 @@ from app.evidence.store import retrieve as retrieve_sql
 from app.evidence.store import runs as v2_index
 from app.evidence.store.gaps import MissingFile, describe_missing
 from app.metrics import V2_CHANNEL_FAILURES, V2_QUERIES, V2_RERANK_FALLBACKS, V2_RETRIEVE_FALLBACKS
-from app.search.planner import SearchSettings
 from app.store.db import PoolShare, StoreInfo
 from app.store.scope import Scope, ScopeError
 from app.text.chunks import ChunkPlace

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from app.config_sections import SearchSettings
 from app.evidence.store import vectors as vector_store
 from app.evidence.store.channels import VectorPlan
 from app.evidence.store.vectors import RunVectors
-from app.search.planner import CatalogueStats, SearchKnowledge, SearchSettings, plan_vector_search
+from app.search.planner import CatalogueStats, SearchKnowledge, plan_vector_search
 from app.store.scope import Scope
 
 # as the V1 maintenance rechecks its indexes: a new index or file is planned for within this long
