@@ -27,6 +27,10 @@ from app.ingest.derived import V1Chunk
 from app.text.chunks import ChunkRecord
 from app.text.normalize import normalize
 
+# V1 chunks take pooled vectors only once evidence search embeds its prose alone (not yet: pooled
+# from every evidence chunk, table rows included, V1's top 5 fell from .870 to .796 on the natural
+# questions' dev split)
+ONE_PASS = False
 SHINGLE = 3
 MIN_CONTAINMENT = 0.5
 FALLBACK_SHARE = 0.2

@@ -33,7 +33,7 @@ from app.evidence.index.backfill import complete_run
 from app.evidence.index.boilerplate import document_fingerprints
 from app.evidence.index.chunk_writer import ChunkingStats
 from app.evidence.index.context import V2Context
-from app.evidence.index.dense import link, pool
+from app.evidence.index.dense import ONE_PASS, link, pool
 from app.evidence.index.embedding import embed_rows, situate_chunks
 from app.evidence.index.lifecycle import ProfileMismatch, check_profile, forced
 from app.evidence.index.sources import Source, clean_document
@@ -111,7 +111,7 @@ class EvidenceUpload:
         they leave out); None for a V1 chunk holding none of its embedded chunks (embed it).
         """
         made = next((s for s in self.staged if s.row is not None and s.rows), None)
-        if self.deferred is not None or made is None:
+        if not ONE_PASS or self.deferred is not None or made is None:
             return [None] * len(chunks)
         members = link(chunks, [r.chunk for r in made.rows])
         return pool([r.embedding for r in made.rows], members)
