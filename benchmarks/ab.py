@@ -32,9 +32,11 @@ from typing import Any
 
 from benchmarks import corpus as cp
 from benchmarks import database as db
+from benchmarks.corpus_load import data_root, prepare_corpus
 from benchmarks.progress import Progress
 from benchmarks.recall import VisibleRows, judge
 from benchmarks.service import REPO_ROOT, ServiceProcess, make_token, terminate_all
+from benchmarks.service_state import wait_for_copy, wait_for_index, wait_quiet
 from benchmarks.stats import summarize
 from benchmarks.workload import Client, Reply, Scenario, _judgements, _timing_stats, prime
 
@@ -412,8 +414,6 @@ async def ab_bench(
     opts: Any, root: Path, info: Any, sides: tuple[Checkout, Checkout], progress: Progress
 ) -> dict[str, Any]:
     """The corpus once, REF's service then ours, the alternating rows; both services stopped."""
-    from benchmarks.run import prepare_corpus, wait_for_copy, wait_for_index, wait_quiet
-
     result: dict[str, Any] = {}
     conn = await db.connect(info.dsn)
     services: dict[str, ServiceProcess] = {}
@@ -498,7 +498,6 @@ def run_ab(opts: Any) -> int:
     """`--ab REF`: the A/B run; prints the table, writes bench-results/ab-<UTC>.json."""
     from app.runtime.postgres import EmbeddedPostgres
     from benchmarks.embedded import raise_interrupt
-    from benchmarks.run import data_root
 
     progress = Progress()
     started = datetime.now(UTC)
