@@ -31,82 +31,7 @@ def _names(text: str) -> list[str]:
 def parse(argv: list[str]) -> Options:
     """Options from the command line."""
     d = Options()
-    p = argparse.ArgumentParser(
-        prog="scripts/bench",
-        description="Build a rag_api-format corpus in an embedded PostgreSQL, run ragoverlay against it "
-        "and measure /query_multiple latency, recall@k, throughput, LibreChat's per-file fan-out "
-        "and memory. Prints a markdown report; writes bench-results/<UTC>.json and latest.json.",
-        epilog="Other benchmarks, each with its own --help: scripts/bench quality (retrieval quality), "
-        "v2-query (/query_v2 latency), tenants (many Agents and users, LibreChat's query mix), "
-        "mcp (rag_search over MCP beside the HTTP routes), ingest (uploads through POST /embed: "
-        "throughput, overhead beyond the embedder, peak memory), pdf-text (PDF "
-        "text extractors). This help needs nothing installed; a run, or another benchmark's help, "
-        "creates .venv first.",
-    )
-    p.add_argument(
-        "--chunks", type=int, default=d.chunks, help="rows in langchain_pg_embedding (%(default)s)"
-    )
-    p.add_argument("--files", type=int, default=d.files, help="files, half per namespace (%(default)s)")
-    p.add_argument("--topics", type=int, default=d.topics, help="vector clusters (%(default)s)")
-    p.add_argument("--queries", type=int, default=d.queries, help="distinct query texts (%(default)s)")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--k", type=int, default=d.k)
-    p.add_argument("--timed", type=int, default=d.timed, help="timed queries per allow-list (%(default)s)")
-    p.add_argument(
-        "--lists", type=_ints, default=d.lists, help="allow-list sizes (default 1,10,100,373,1000)"
-    )
-    p.add_argument("--no-mixed", action="store_true", help="skip the entity_id / foreign-file scenarios")
-    p.add_argument(
-        "--configs",
-        type=_names,
-        default=d.configs,
-        help="service configurations in order: exact, auto, index (default all three)",
-    )
-    p.add_argument("--concurrency", type=_ints, default=d.concurrency, help="default 1,8,32")
-    p.add_argument("--tp-seconds", type=float, default=d.tp_seconds, help="window per concurrency level")
-    p.add_argument("--fanout-files", type=int, default=d.fanout_files)
-    p.add_argument("--fanout-reps", type=int, default=d.fanout_reps)
-    p.add_argument(
-        "--reuse",
-        action="store_true",
-        help="keep the data folder (/tmp/ragoverlay-bench-<spec hash>) and reuse a loaded corpus",
-    )
-    p.add_argument("--data-dir", type=Path, default=None, help="data folder (kept); default: temporary")
-    p.add_argument("--out", type=Path, default=d.out_dir, help="results folder (%(default)s)")
-    p.add_argument("--no-gin", action="store_true", help="skip langchain's GIN index on cmetadata")
-    p.add_argument("--no-explain", action="store_true", help="skip the auto_explain plan pass")
-    p.add_argument("--load-parallel", type=int, default=d.load_parallel, help="COPY connections")
-    p.add_argument(
-        "--index-timeout",
-        type=float,
-        default=d.index_timeout,
-        help="seconds to wait for the HNSW index to become valid (%(default)s)",
-    )
-    p.add_argument(
-        "--service-env",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra service setting for every configuration (repeatable), e.g. HNSW_EF_SEARCH=80",
-    )
-    p.add_argument(
-        "--client",
-        choices=("lean", "httpx"),
-        default=d.client,
-        help="HTTP client: lean (asyncio streams, default) or httpx (costs ms of client CPU per request)",
-    )
-    p.add_argument(
-        "--ab",
-        metavar="REF",
-        default=None,
-        help="A/B: this checkout (B) against git ref REF (A) on one corpus and database, requests "
-        "alternating A, B per row (1/100/373/1000 files, /query_multiple and /query_v2); uses --timed",
-    )
-    p.add_argument(
-        "--ab-v2",
-        action="store_true",
-        help="with --ab: enable V2 for namespace A on both sides and build its index (through B) first",
-    )
+    p = _parser(d)
     a = p.parse_args(argv)
     if a.files < 1 or a.chunks < a.files:
         p.error("--chunks must be at least --files")
@@ -136,6 +61,102 @@ def parse(argv: list[str]) -> Options:
         client=a.client,
         ab=a.ab,
         ab_v2=a.ab_v2,
+    )
+
+
+def _parser(d: Options) -> argparse.ArgumentParser:
+    """The search benchmark's arguments with `d`'s values as defaults (its --help needs nothing installed)."""
+    p = argparse.ArgumentParser(
+        prog="scripts/bench",
+        description="Build a rag_api-format corpus in an embedded PostgreSQL, run ragoverlay against it "
+        "and measure /query_multiple latency, recall@k, throughput, LibreChat's per-file fan-out "
+        "and memory. Prints a markdown report; writes bench-results/<UTC>.json and latest.json.",
+        epilog="Other benchmarks, each with its own --help: scripts/bench quality (retrieval quality), "
+        "v2-query (/query_v2 latency), tenants (many Agents and users, LibreChat's query mix), "
+        "mcp (rag_search over MCP beside the HTTP routes), ingest (uploads through POST /embed: "
+        "throughput, overhead beyond the embedder, peak memory), pdf-text (PDF "
+        "text extractors). This help needs nothing installed; a run, or another benchmark's help, "
+        "creates .venv first.",
+    )
+    _corpus_arguments(p, d)
+    _measurement_arguments(p, d)
+    _run_arguments(p, d)
+    p.add_argument(
+        "--ab",
+        metavar="REF",
+        default=None,
+        help="A/B: this checkout (B) against git ref REF (A) on one corpus and database, requests "
+        "alternating A, B per row (1/100/373/1000 files, /query_multiple and /query_v2); uses --timed",
+    )
+    p.add_argument(
+        "--ab-v2",
+        action="store_true",
+        help="with --ab: enable V2 for namespace A on both sides and build its index (through B) first",
+    )
+    return p
+
+
+def _corpus_arguments(p: argparse.ArgumentParser, d: Options) -> None:
+    """The corpus's shape: rows, files, topics, queries, seed."""
+    p.add_argument(
+        "--chunks", type=int, default=d.chunks, help="rows in langchain_pg_embedding (%(default)s)"
+    )
+    p.add_argument("--files", type=int, default=d.files, help="files, half per namespace (%(default)s)")
+    p.add_argument("--topics", type=int, default=d.topics, help="vector clusters (%(default)s)")
+    p.add_argument("--queries", type=int, default=d.queries, help="distinct query texts (%(default)s)")
+    p.add_argument("--seed", type=int, default=d.seed)
+
+
+def _measurement_arguments(p: argparse.ArgumentParser, d: Options) -> None:
+    """What is measured: k, timed queries, allow-lists, configurations, throughput, fan-out."""
+    p.add_argument("--k", type=int, default=d.k)
+    p.add_argument("--timed", type=int, default=d.timed, help="timed queries per allow-list (%(default)s)")
+    p.add_argument(
+        "--lists", type=_ints, default=d.lists, help="allow-list sizes (default 1,10,100,373,1000)"
+    )
+    p.add_argument("--no-mixed", action="store_true", help="skip the entity_id / foreign-file scenarios")
+    p.add_argument(
+        "--configs",
+        type=_names,
+        default=d.configs,
+        help="service configurations in order: exact, auto, index (default all three)",
+    )
+    p.add_argument("--concurrency", type=_ints, default=d.concurrency, help="default 1,8,32")
+    p.add_argument("--tp-seconds", type=float, default=d.tp_seconds, help="window per concurrency level")
+    p.add_argument("--fanout-files", type=int, default=d.fanout_files)
+    p.add_argument("--fanout-reps", type=int, default=d.fanout_reps)
+
+
+def _run_arguments(p: argparse.ArgumentParser, d: Options) -> None:
+    """Where the run keeps its data and how it starts the service and talks to it."""
+    p.add_argument(
+        "--reuse",
+        action="store_true",
+        help="keep the data folder (/tmp/ragoverlay-bench-<spec hash>) and reuse a loaded corpus",
+    )
+    p.add_argument("--data-dir", type=Path, default=None, help="data folder (kept); default: temporary")
+    p.add_argument("--out", type=Path, default=d.out_dir, help="results folder (%(default)s)")
+    p.add_argument("--no-gin", action="store_true", help="skip langchain's GIN index on cmetadata")
+    p.add_argument("--no-explain", action="store_true", help="skip the auto_explain plan pass")
+    p.add_argument("--load-parallel", type=int, default=d.load_parallel, help="COPY connections")
+    p.add_argument(
+        "--index-timeout",
+        type=float,
+        default=d.index_timeout,
+        help="seconds to wait for the HNSW index to become valid (%(default)s)",
+    )
+    p.add_argument(
+        "--service-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra service setting for every configuration (repeatable), e.g. HNSW_EF_SEARCH=80",
+    )
+    p.add_argument(
+        "--client",
+        choices=("lean", "httpx"),
+        default=d.client,
+        help="HTTP client: lean (asyncio streams, default) or httpx (costs ms of client CPU per request)",
     )
 
 

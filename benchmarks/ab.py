@@ -30,11 +30,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import asyncpg
+
 from benchmarks import corpus as cp
 from benchmarks import database as db
+from benchmarks.corpus_load import data_root, prepare_corpus
 from benchmarks.progress import Progress
 from benchmarks.recall import VisibleRows, judge
 from benchmarks.service import REPO_ROOT, ServiceProcess, make_token, terminate_all
+from benchmarks.service_state import wait_for_copy, wait_for_index, wait_quiet
 from benchmarks.stats import summarize
 from benchmarks.workload import Client, Reply, Scenario, _judgements, _timing_stats, prime
 
@@ -408,12 +412,24 @@ async def v2_backfill(client: Client, admin: str, progress: Progress, limit_s: f
     return f"run {run_id} not active after {limit_s:.0f} s"
 
 
+async def _migrate(run: ABRun, side: Checkout, conn: asyncpg.Connection) -> None:
+    """Start `side` alone for its migrations and its vector copy, then stop it."""
+    opts, progress = run.opts, run.progress
+    first = run.service(side)
+    with progress.phase(f"ab: start {side.label} ({side.name}) for its migrations"):
+        await first.start(opts.start_timeout)
+    try:
+        with progress.phase(f"ab: {side.label}: wait for the vector copy backfill"):
+            state = await wait_for_copy(conn, first, opts.index_timeout)
+        progress.say(f"  vector copy: {state['summary']}")
+    finally:
+        await first.stop()
+
+
 async def ab_bench(
     opts: Any, root: Path, info: Any, sides: tuple[Checkout, Checkout], progress: Progress
 ) -> dict[str, Any]:
     """The corpus once, REF's service then ours, the alternating rows; both services stopped."""
-    from benchmarks.run import prepare_corpus, wait_for_copy, wait_for_index, wait_quiet
-
     result: dict[str, Any] = {}
     conn = await db.connect(info.dsn)
     services: dict[str, ServiceProcess] = {}
@@ -435,15 +451,7 @@ async def ab_bench(
         # A alone first (its migrations, its vector copy), stopped; then B alone, which runs the V2
         # backfill's jobs; then A again, to be measured. Both keep their job workers: a service
         # learns of its HNSW index through its maintenance, and without it would scan exactly.
-        first = run.service(sides[0])
-        with progress.phase(f"ab: start {sides[0].label} ({sides[0].name}) for its migrations"):
-            await first.start(opts.start_timeout)
-        try:
-            with progress.phase(f"ab: {sides[0].label}: wait for the vector copy backfill"):
-                state = await wait_for_copy(conn, first, opts.index_timeout)
-            progress.say(f"  vector copy: {state['summary']}")
-        finally:
-            await first.stop()
+        await _migrate(run, sides[0], conn)
         b = run.service(sides[1])
         if opts.ab_v2:
             b.settings["RAG_ADMIN_USER_IDS"] = admin
@@ -498,7 +506,6 @@ def run_ab(opts: Any) -> int:
     """`--ab REF`: the A/B run; prints the table, writes bench-results/ab-<UTC>.json."""
     from app.runtime.postgres import EmbeddedPostgres
     from benchmarks.embedded import raise_interrupt
-    from benchmarks.run import data_root
 
     progress = Progress()
     started = datetime.now(UTC)

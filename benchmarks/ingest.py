@@ -31,9 +31,17 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.options import parse_env_pairs
+
+if TYPE_CHECKING:  # imported where they run: `--help` needs nothing installed
+    import asyncpg
+    import httpx
+
+    from benchmarks.ingest_files import BenchFile
+    from benchmarks.ingest_measure import Counters, Upload
+    from tests.fixtures.fake_providers import FakeProvider
 
 _MB = 1000 * 1000
 OVERHEAD_TARGET = 0.10
@@ -142,18 +150,7 @@ async def bench(opts: IngestOptions, root: Path, info: Any, progress: Any, resul
         big = files.write_big(root / "big", opts.big_kind, opts.big_mb, opts.seed) if opts.big_mb else None
     secret, metrics_token = secrets.token_urlsafe(32), secrets.token_urlsafe(24)
     settings = {"METRICS_TOKEN": metrics_token}
-    stand_in = None
-    if opts.embedder == "stand-in":
-        from tests.fixtures.fake_providers import FakeProvider
-
-        stand_in = FakeProvider(dims=opts.stand_in_dims)
-        stand_in.reverse_order = False
-        stand_in.start()
-        settings.update(
-            EMBEDDINGS_PROVIDER="openai",
-            RAG_OPENAI_API_KEY="bench-stand-in",
-            RAG_OPENAI_BASEURL=stand_in.url + "/v1",
-        )
+    stand_in = _stand_in(opts, settings)
     service = ServiceProcess(
         dsn=info.dsn,
         jwt_secret=secret,
@@ -165,59 +162,96 @@ async def bench(opts: IngestOptions, root: Path, info: Any, progress: Any, resul
         result["service"] = {"start_s": round(await service.start(300.0), 2), "env": opts.service_env}
     assert service.process is not None
     pid = service.process.pid
-    user_headers = {"Authorization": f"Bearer {make_token(secret, 'bench-user')}"}
     conn = await asyncpg.connect(info.dsn)
     async with httpx.AsyncClient(base_url=service.base_url, timeout=1800.0) as client:
-
-        async def counters() -> m.Counters:
-            reply = await client.get("/metrics", headers={"Authorization": f"Bearer {metrics_token}"})
-            reply.raise_for_status()
-            return m.Counters.read(reply.text, m.tree_cpu_seconds(pid))
-
-        async def upload(item: files.BenchFile, file_id: str) -> m.Upload:
-            before = await counters()
-            started = time.perf_counter()
-            with item.path.open("rb") as handle:
-                reply = await client.post(
-                    "/embed",
-                    headers=user_headers,
-                    data={"file_id": file_id},
-                    files={"file": (item.path.name, handle, item.content_type)},
-                )
-            wall = time.perf_counter() - started
-            after = await counters()
-            size = item.path.stat().st_size
-            out = m.Upload.between(item.path.name, item.kind, size, reply.status_code, wall, before, after)
-            if reply.status_code != 200:
-                progress.say(f"  {item.path.name}: {reply.status_code} {reply.text[:300]}")
-            out.chunks = await conn.fetchval(
-                "SELECT count(*) FROM langchain_pg_embedding WHERE custom_id = $1", file_id
-            )
-            if stand_in is not None:
-                stand_in.requests.clear()  # it records every request: keep this process small
-            return out
-
+        uploads = _Uploads(
+            client, conn, pid, metrics_token, make_token(secret, "bench-user"), stand_in, progress
+        )
         try:
             with progress.phase("warm-up upload (loads the model)"):
-                result["warmup"] = asdict(await upload(warm, "warm-up"))
+                result["warmup"] = asdict(await uploads.upload(warm, "warm-up"))
             result["loadavg_before_set"] = [round(x, 2) for x in os.getloadavg()]
-            uploads: list[m.Upload] = []
+            measured: list[m.Upload] = []
             with progress.phase(f"upload {len(small)} files one after another"):
                 for number, item in enumerate(small):
-                    uploads.append(await upload(item, f"set-{number:04d}"))
+                    measured.append(await uploads.upload(item, f"set-{number:04d}"))
             result["loadavg_after_set"] = [round(x, 2) for x in os.getloadavg()]
-            result["uploads"] = [asdict(u) for u in uploads]
-            result["set"] = m.summary(uploads)
+            result["uploads"] = [asdict(u) for u in measured]
+            result["set"] = m.summary(measured)
             result["by_kind"] = {
-                kind: m.summary([u for u in uploads if u.kind == kind]) for kind in files.KINDS
+                kind: m.summary([u for u in measured if u.kind == kind]) for kind in files.KINDS
             }
             if big is not None:
-                result["big"] = await _big(big, pid, opts, upload, progress)
+                result["big"] = await _big(big, pid, opts, uploads.upload, progress)
         finally:
             await conn.close()
             result["service"].update(await service.stop())
             if stand_in is not None:
                 stand_in.stop()
+
+
+def _stand_in(opts: IngestOptions, settings: dict[str, str]) -> FakeProvider | None:
+    """With `--embedder stand-in`: the OpenAI-compatible stand-in, started; its settings go in `settings`."""
+    if opts.embedder != "stand-in":
+        return None
+    from tests.fixtures.fake_providers import FakeProvider
+
+    stand_in = FakeProvider(dims=opts.stand_in_dims)
+    stand_in.reverse_order = False
+    stand_in.start()
+    settings.update(
+        EMBEDDINGS_PROVIDER="openai",
+        RAG_OPENAI_API_KEY="bench-stand-in",
+        RAG_OPENAI_BASEURL=stand_in.url + "/v1",
+    )
+    return stand_in
+
+
+@dataclass
+class _Uploads:
+    """Uploads as LibreChat sends them, each measured between two reads of the service's /metrics."""
+
+    client: httpx.AsyncClient
+    conn: asyncpg.Connection
+    pid: int  # the service's process (its tree's CPU seconds)
+    metrics_token: str
+    user_token: str
+    stand_in: FakeProvider | None
+    progress: Any
+
+    async def counters(self) -> Counters:
+        """The service's counters and its process tree's CPU seconds, now."""
+        from benchmarks import ingest_measure as m
+
+        reply = await self.client.get("/metrics", headers={"Authorization": f"Bearer {self.metrics_token}"})
+        reply.raise_for_status()
+        return m.Counters.read(reply.text, m.tree_cpu_seconds(self.pid))
+
+    async def upload(self, item: BenchFile, file_id: str) -> Upload:
+        """`POST /embed` of one file as `file_id`: its figures, and the chunks it stored."""
+        from benchmarks import ingest_measure as m
+
+        before = await self.counters()
+        started = time.perf_counter()
+        with item.path.open("rb") as handle:
+            reply = await self.client.post(
+                "/embed",
+                headers={"Authorization": f"Bearer {self.user_token}"},
+                data={"file_id": file_id},
+                files={"file": (item.path.name, handle, item.content_type)},
+            )
+        wall = time.perf_counter() - started
+        after = await self.counters()
+        size = item.path.stat().st_size
+        out = m.Upload.between(item.path.name, item.kind, size, reply.status_code, wall, before, after)
+        if reply.status_code != 200:
+            self.progress.say(f"  {item.path.name}: {reply.status_code} {reply.text[:300]}")
+        out.chunks = await self.conn.fetchval(
+            "SELECT count(*) FROM langchain_pg_embedding WHERE custom_id = $1", file_id
+        )
+        if self.stand_in is not None:
+            self.stand_in.requests.clear()  # it records every request: keep this process small
+        return out
 
 
 async def _big(big: Any, pid: int, opts: IngestOptions, upload: Any, progress: Any) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import httpx
@@ -44,6 +44,9 @@ from app.jobs.registry import JobRegistry, Progress
 from app.jobs.worker import JobWorker
 from app.store import jobs as jobstore
 from app.store.db import bootstrap
+
+if TYPE_CHECKING:
+    from benchmarks.service import ServiceProcess
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROBE_KIND = "fault-probe"
@@ -281,55 +284,12 @@ async def run_kill(dsn: str, *, chunks: int, stale_s: int, workdir: Path, timeou
     }
     user, file_id = "fault-user", "manual"
     headers = _auth(user)
-    stop_probing = asyncio.Event()
-    base: dict[str, str] = {}
-
-    async def probe(client: httpx.AsyncClient) -> None:
-        while not stop_probing.is_set():
-            url = base.get("url")
-            if url:
-                try:
-                    docs = await client.get(f"{url}/documents", params={"ids": file_id}, headers=headers)
-                    hits = await client.post(
-                        f"{url}/query",
-                        json={"query": "ALPHA procedure", "file_id": file_id, "k": 3},
-                        headers=headers,
-                    )
-                except httpx.HTTPError:
-                    result.probes_refused += 1
-                else:
-                    result.probes += 1
-                    if docs.status_code != 200 or hits.status_code != 200:
-                        result.errors += 1
-                    else:
-                        # each answer on its own: one version, whole (the two requests may
-                        # straddle the job's commit, so they may differ from each other)
-                        texts = [d["page_content"] for d in docs.json()]
-                        found = [h[0]["page_content"] for h in hits.json()]
-                        seen = {
-                            _version(texts, {"v1": result.chunks_v1, "v2": chunks}),
-                            _version(found, {"v1": -1, "v2": -1}),
-                        }
-                        if "partial" in seen:
-                            result.partial += 1
-                            if len(result.partial_samples) < 5:
-                                result.partial_samples.append(
-                                    f"documents {len(texts)}: {sorted({t[:2] for t in texts})}, "
-                                    f"search {sorted(f[:2] for f in found)}"
-                                )
-                        elif "v2" in seen:
-                            result.v2_whole += 1
-                        elif result.v2_whole:
-                            result.back_to_v1 += 1
-                        else:
-                            result.v1_whole += 1
-            await asyncio.sleep(0.1)
-
+    prober = _Prober(file_id, headers, result, chunks)
     async with build_http_client(timeout_s=30) as client:
         async with _service(
             dsn, data_dir, workdir / "service-1.log", settings, start_within_s=timeout_s
         ) as first:
-            base["url"] = first.base_url
+            prober.url = first.base_url
             r = await client.post(
                 f"{first.base_url}/embed",
                 data={"file_id": file_id},
@@ -343,65 +303,20 @@ async def run_kill(dsn: str, *, chunks: int, stale_s: int, workdir: Path, timeou
                 ).json()
             )
             log(f"kill: v1 stored ({result.chunks_v1} chunks); uploading v2 ({chunks} paragraphs) as a job")
-            prober = asyncio.create_task(probe(client))
-            r = await client.post(
-                f"{first.base_url}/embed",
-                params={"async": "true"},
-                data={"file_id": file_id},
-                files={"file": ("manual.txt", _document("v2", chunks).encode(), "text/plain")},
-                headers=headers,
+            probing = asyncio.create_task(prober.run(client))
+            job_id, killed = await _kill_while_embedding(
+                client, first, file_id, headers, chunks, timeout_s, result
             )
-            assert r.status_code == 202, r.text
-            job_url = f"{first.base_url}{r.json()['status_url']}"
-            job_id = int(r.json()["job_id"])
-            deadline = time.monotonic() + timeout_s
-            while True:
-                job = (await client.get(job_url, headers=headers)).json()
-                if job["status"] == "running" and (job.get("progress") or {}).get("note") == "embedding":
-                    break
-                if job["status"] in ("done", "failed") or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"the job did not get to embedding before the kill (or not within the run's "
-                        f"time limit, --timeout {timeout_s:.0f} s): {job}"
-                    )
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(0.3)  # inside the embedding of the new version
-            job = (await client.get(job_url, headers=headers)).json()
-            result.killed_at_progress = f"{job['status']}: {(job.get('progress') or {}).get('note')}"
-            assert first.process is not None
-            os.killpg(first.process.pid, signal.SIGKILL)
-            killed = time.monotonic()
-            first.process.wait()
-            base.pop("url")
+            prober.url = None
             log(f"kill: SIGKILL sent while the job was {result.killed_at_progress}")
         async with _service(
             dsn, data_dir, workdir / "service-2.log", settings, start_within_s=timeout_s
         ) as second:
             result.restart_s = round(time.monotonic() - killed, 2)
-            base["url"] = second.base_url
-            conn = await asyncpg.connect(dsn)
-            try:
-                while True:
-                    row = await conn.fetchrow(
-                        "SELECT status, attempts, worker FROM ragoverlay_jobs WHERE id = $1", job_id
-                    )
-                    assert row is not None
-                    if not result.reclaim_s and (row["status"] != "running" or row["attempts"] > 1):
-                        result.reclaim_s = round(time.monotonic() - killed, 2)
-                    if row["status"] in ("done", "failed"):
-                        result.resume_s = round(time.monotonic() - killed, 2)
-                        result.job_status, result.job_attempts = str(row["status"]), int(row["attempts"])
-                        break
-                    if time.monotonic() - killed > timeout_s:
-                        raise RuntimeError(
-                            f"out of time: the job was not finished {timeout_s:.0f} s after the kill "
-                            f"(the run's time limit, --timeout): {dict(row)}"
-                        )
-                    await asyncio.sleep(0.1)
-            finally:
-                await conn.close()
-            stop_probing.set()
-            await prober
+            prober.url = second.base_url
+            await _until_the_job_ends(dsn, job_id, killed, timeout_s, result)
+            prober.stop.set()
+            await probing
             docs = (
                 await client.get(f"{second.base_url}/documents", params={"ids": file_id}, headers=headers)
             ).json()
@@ -418,6 +333,139 @@ async def run_kill(dsn: str, *, chunks: int, stale_s: int, workdir: Path, timeou
         f"({result.chunks_v2} chunks)"
     )
     return result
+
+
+@dataclass
+class _Prober:
+    """Reads the file through /documents and /query while a service listens at `url`, until `stop`.
+
+    Each answer on its own must hold one version, whole (the two requests may straddle the job's
+    commit, so they may differ from each other); what it saw goes into `result`.
+    """
+
+    file_id: str
+    headers: dict[str, str]
+    result: KillResult
+    chunks_v2: int
+    url: str | None = None
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def run(self, client: httpx.AsyncClient) -> None:
+        """Probe every 0.1 s until stopped; a refused connection (no service) is counted apart."""
+        result = self.result
+        while not self.stop.is_set():
+            url = self.url
+            if url:
+                try:
+                    docs = await client.get(
+                        f"{url}/documents", params={"ids": self.file_id}, headers=self.headers
+                    )
+                    hits = await client.post(
+                        f"{url}/query",
+                        json={"query": "ALPHA procedure", "file_id": self.file_id, "k": 3},
+                        headers=self.headers,
+                    )
+                except httpx.HTTPError:
+                    result.probes_refused += 1
+                else:
+                    result.probes += 1
+                    if docs.status_code != 200 or hits.status_code != 200:
+                        result.errors += 1
+                    else:
+                        self.judge(
+                            [d["page_content"] for d in docs.json()],
+                            [h[0]["page_content"] for h in hits.json()],
+                        )
+            await asyncio.sleep(0.1)
+
+    def judge(self, texts: list[str], found: list[str]) -> None:
+        """Count one pair of answers: partial, the new version, the old one after the new, or the old one."""
+        result = self.result
+        seen = {
+            _version(texts, {"v1": result.chunks_v1, "v2": self.chunks_v2}),
+            _version(found, {"v1": -1, "v2": -1}),
+        }
+        if "partial" in seen:
+            result.partial += 1
+            if len(result.partial_samples) < 5:
+                result.partial_samples.append(
+                    f"documents {len(texts)}: {sorted({t[:2] for t in texts})}, "
+                    f"search {sorted(f[:2] for f in found)}"
+                )
+        elif "v2" in seen:
+            result.v2_whole += 1
+        elif result.v2_whole:
+            result.back_to_v1 += 1
+        else:
+            result.v1_whole += 1
+
+
+async def _kill_while_embedding(
+    client: httpx.AsyncClient,
+    service: ServiceProcess,
+    file_id: str,
+    headers: dict[str, str],
+    chunks: int,
+    timeout_s: float,
+    result: KillResult,
+) -> tuple[int, float]:
+    """Upload v2 as a job and SIGKILL the service inside its embedding; the job's id, the kill's time."""
+    r = await client.post(
+        f"{service.base_url}/embed",
+        params={"async": "true"},
+        data={"file_id": file_id},
+        files={"file": ("manual.txt", _document("v2", chunks).encode(), "text/plain")},
+        headers=headers,
+    )
+    assert r.status_code == 202, r.text
+    job_url = f"{service.base_url}{r.json()['status_url']}"
+    job_id = int(r.json()["job_id"])
+    deadline = time.monotonic() + timeout_s
+    while True:
+        job = (await client.get(job_url, headers=headers)).json()
+        if job["status"] == "running" and (job.get("progress") or {}).get("note") == "embedding":
+            break
+        if job["status"] in ("done", "failed") or time.monotonic() > deadline:
+            raise RuntimeError(
+                f"the job did not get to embedding before the kill (or not within the run's "
+                f"time limit, --timeout {timeout_s:.0f} s): {job}"
+            )
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.3)  # inside the embedding of the new version
+    job = (await client.get(job_url, headers=headers)).json()
+    result.killed_at_progress = f"{job['status']}: {(job.get('progress') or {}).get('note')}"
+    assert service.process is not None
+    os.killpg(service.process.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    service.process.wait()
+    return job_id, killed
+
+
+async def _until_the_job_ends(
+    dsn: str, job_id: int, killed: float, timeout_s: float, result: KillResult
+) -> None:
+    """Watch the job's row: when it is taken back after the kill, and when it is done (or failed)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        while True:
+            row = await conn.fetchrow(
+                "SELECT status, attempts, worker FROM ragoverlay_jobs WHERE id = $1", job_id
+            )
+            assert row is not None
+            if not result.reclaim_s and (row["status"] != "running" or row["attempts"] > 1):
+                result.reclaim_s = round(time.monotonic() - killed, 2)
+            if row["status"] in ("done", "failed"):
+                result.resume_s = round(time.monotonic() - killed, 2)
+                result.job_status, result.job_attempts = str(row["status"]), int(row["attempts"])
+                break
+            if time.monotonic() - killed > timeout_s:
+                raise RuntimeError(
+                    f"out of time: the job was not finished {timeout_s:.0f} s after the kill "
+                    f"(the run's time limit, --timeout): {dict(row)}"
+                )
+            await asyncio.sleep(0.1)
+    finally:
+        await conn.close()
 
 
 # --- entry points ---------------------------------------------------------------------------------

@@ -142,37 +142,61 @@ def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 def render(result: dict[str, Any]) -> str:
     """The whole report as markdown."""
-    lines: list[str] = []
-    add = lines.append
+    sections = (
+        _setting,
+        _configurations,
+        _throughput,
+        _fanouts,
+        _memory,
+        _next_to_rag_api,
+        _targets,
+        _plans,
+        _phases,
+    )
+    return "\n".join(line for section in sections for line in section(result)) + "\n"
+
+
+def _primary(result: dict[str, Any]) -> str:
+    """The configuration the headline figures come from: `auto`, else the first."""
+    return "auto" if "auto" in result.get("configs", {}) else next(iter(result.get("configs", {})), "")
+
+
+def _setting(result: dict[str, Any]) -> list[str]:
+    """The title and what was measured on what: corpus, rows, machine, distances, load, client."""
     corpus, machine, db = result.get("corpus", {}), result.get("machine", {}), result.get("postgres", {})
     stats = corpus.get("table", {})
     sizes = corpus.get("file_size", {})
-    add(f"# ragoverlay search benchmark ({result.get('started_utc', '')})")
-    add("")
-    add(
+    lines = [f"# ragoverlay search benchmark ({result.get('started_utc', '')})", ""]
+    lines.append(
         f"- corpus: {corpus.get('rows', 0):,} chunks in {corpus.get('files', 0):,} files "
         f"(chunks per file p50 {sizes.get('p50')}, p95 {sizes.get('p95')}, "
         f"max {sizes.get('max')}), {corpus.get('topics')} topics, "
         f"{corpus.get('queries')} distinct queries, seed {corpus.get('seed')}"
     )
     if "vector_out_of_line_share" in stats:
-        add(
+        lines.append(
             f"- rows: document {stats.get('doc_chars', 0):.0f} chars avg "
             f"(stored {stats.get('doc_stored_bytes', 0):.0f} B, "
             f"{stats.get('doc_compressed_share', 0):.0%} compressed), vector stored out of line (TOAST) in "
             f"{stats.get('vector_out_of_line_share', 0):.0%} of rows; heap {_mib(stats.get('heap_bytes'))}, "
             f"TOAST {_mib(stats.get('toast_bytes'))}"
         )
-    add(
+    lines.append(
         f"- machine: {machine.get('nproc')} cores ({machine.get('cpu_model')}), "
         f"{machine.get('ram_gib')} GiB RAM; "
         f"PostgreSQL {db.get('server_version')}, pgvector {db.get('pgvector')}; "
         f"shared_buffers {db.get('settings', {}).get('shared_buffers')}"
     )
+    return lines + _difficulty(result) + _conditions(result)
+
+
+def _difficulty(result: dict[str, Any]) -> list[str]:
+    """How hard the data is: the exact distances of the largest list, the raw HNSW recall."""
+    lines: list[str] = []
     profiles = [(n, v["distances"]) for n, v in result.get("scenarios", {}).items() if v.get("distances")]
     if profiles:
         name, prof = max(profiles, key=lambda p: result["scenarios"][p[0]]["visible_rows"])
-        add(
+        lines.append(
             f"- query distances over {name} (exact): nearest median {prof['top1_median']}, "
             f"10th median {prof['topk_median']}, 10th-to-11th gap median {prof['gap_k_to_k1_median']}"
         )
@@ -181,23 +205,35 @@ def render(result: dict[str, Any]) -> str:
         parts = ", ".join(
             f"ef_search {ef}: {v['mean']:.3f} (min {v['min']:.1f})" for ef, v in raw["by_ef_search"].items()
         )
-        add(
+        lines.append(
             f"- data difficulty: pgvector HNSW alone, unfiltered, recall@10 over {raw['queries']} "
             f"queries: {parts}"
         )
+    return lines
+
+
+def _conditions(result: dict[str, Any]) -> list[str]:
+    """Under what conditions: the machine's load before the run, the HTTP client."""
+    lines: list[str] = []
     load = result.get("loadavg_at_start")
     if load and load[0] > 0.5:
-        add(
+        lines.append(
             f"- **warning**: load average {load} before the run started (other work on this machine); "
             "every figure is skewed by it"
         )
-    add(
+    lines.append(
         f"- HTTP client: {result.get('options', {}).get('client')}; "
         "latency is client-observed end to end from the same machine; server = the `Server-Timing` total "
         "and db = its db entry, when the service sends them; query embeddings are cached on the server "
         "before timing"
     )
-    add("")
+    return [*lines, ""]
+
+
+def _configurations(result: dict[str, Any]) -> list[str]:
+    """A section per configuration: how it was set up, and its latency and recall per allow-list."""
+    lines: list[str] = []
+    add = lines.append
     for name, cfg in result.get("configs", {}).items():
         add(f"## `/query_multiple` k={result.get('options', {}).get('k')}: config `{name}`")
         add(
@@ -221,34 +257,52 @@ def render(result: dict[str, Any]) -> str:
             "| path | recall@10 mean (min) | short / foreign / errors |"
         )
         add("| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |")
-        for sname, data in cfg.get("latency", {}).items():
-            st = data.get("server_timing", {})
-            labels = [v for v in st.values() if isinstance(v, dict) and "n" not in v]  # e.g. db.desc counts
-            path_text = "; ".join(", ".join(f"{k} {n}" for k, n in v.items()) for v in labels) or "-"
-            rec = data.get("recall", {})
-            label = sname if data["files"] == data["requested_files"] else f"{sname} ({data['files']} files)"
-            add(
-                f"| {label} | {data['visible_rows']:,} | {_triple(data['client_ms'])} "
-                f"| {_triple(st.get('total'))} "
-                f"| {_ms((st.get('db') or {}).get('p50'))} | {path_text} "
-                f"| {rec.get('mean', 0):.3f} ({rec.get('min', 0):.2f}) "
-                f"| {rec.get('short_answers', 0)} / {rec.get('foreign_rows', 0)} / {_errors(data)} |"
-            )
+        lines.extend(_latency_row(sname, data) for sname, data in cfg.get("latency", {}).items())
         add("")
+    return lines
+
+
+def _latency_row(sname: str, data: dict[str, Any]) -> str:
+    """One allow-list's row of a configuration's table."""
+    st = data.get("server_timing", {})
+    labels = [v for v in st.values() if isinstance(v, dict) and "n" not in v]  # e.g. db.desc counts
+    path_text = "; ".join(", ".join(f"{k} {n}" for k, n in v.items()) for v in labels) or "-"
+    rec = data.get("recall", {})
+    label = sname if data["files"] == data["requested_files"] else f"{sname} ({data['files']} files)"
+    return (
+        f"| {label} | {data['visible_rows']:,} | {_triple(data['client_ms'])} "
+        f"| {_triple(st.get('total'))} "
+        f"| {_ms((st.get('db') or {}).get('p50'))} | {path_text} "
+        f"| {rec.get('mean', 0):.3f} ({rec.get('min', 0):.2f}) "
+        f"| {rec.get('short_answers', 0)} / {rec.get('foreign_rows', 0)} / {_errors(data)} |"
+    )
+
+
+def _throughput(result: dict[str, Any]) -> list[str]:
+    """Requests per second at each concurrency, every configuration in one table."""
     tp_rows = [(n, t) for n, c in result.get("configs", {}).items() for t in c.get("throughput", [])]
-    if tp_rows:
-        add(f"## Throughput, `/query_multiple` over {result.get('throughput_files')} files")
-        add("")
-        add("| config | concurrency | req/s | client p50 / p95 ms | server p50 ms | errors |")
-        add("| --- | ---: | ---: | ---: | ---: | ---: |")
-        for name, t in tp_rows:
-            add(
-                f"| {name} | {t['concurrency']} | {t['req_per_s']:.1f} | {_ms(t['client_ms'].get('p50'))} / "
-                f"{_ms(t['client_ms'].get('p95'))} "
-                f"| {_ms((t['server_timing'].get('total') or {}).get('p50'))} "
-                f"| {t['errors']} |"
-            )
-        add("")
+    if not tp_rows:
+        return []
+    lines = [
+        f"## Throughput, `/query_multiple` over {result.get('throughput_files')} files",
+        "",
+        "| config | concurrency | req/s | client p50 / p95 ms | server p50 ms | errors |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, t in tp_rows:
+        lines.append(
+            f"| {name} | {t['concurrency']} | {t['req_per_s']:.1f} | {_ms(t['client_ms'].get('p50'))} / "
+            f"{_ms(t['client_ms'].get('p95'))} "
+            f"| {_ms((t['server_timing'].get('total') or {}).get('p50'))} "
+            f"| {t['errors']} |"
+        )
+    return [*lines, ""]
+
+
+def _fanouts(result: dict[str, Any]) -> list[str]:
+    """LibreChat's per-file fan-out against the batched call, for each configuration that measured it."""
+    lines: list[str] = []
+    add = lines.append
     for name, cfg in result.get("configs", {}).items():
         fan = cfg.get("fanout")
         if not fan:
@@ -285,33 +339,46 @@ def render(result: dict[str, Any]) -> str:
             f"more than 5 of the global top 10). Statuses: {fan.get('statuses')}"
         )
         add("")
-    add("## Service memory")
-    add("")
-    add("| config | peak RSS (psutil, sampled) | VmHWM |")
-    add("| --- | ---: | ---: |")
+    return lines
+
+
+def _memory(result: dict[str, Any]) -> list[str]:
+    """The service's peak memory per configuration."""
+    lines = [
+        "## Service memory",
+        "",
+        "| config | peak RSS (psutil, sampled) | VmHWM |",
+        "| --- | ---: | ---: |",
+    ]
     for name, cfg in result.get("configs", {}).items():
         mem = cfg.get("memory") or {}
         if mem:
-            add(f"| {name} | {_mib(mem.get('peak_rss_sampled_bytes'))} | {_mib(mem.get('vm_hwm_bytes'))} |")
-    add("")
-    add(f"## Next to rag_api (figures from {BASELINE_SOURCE})")
-    add("")
-    primary = "auto" if "auto" in result.get("configs", {}) else next(iter(result.get("configs", {})), "")
-    add(
+            lines.append(
+                f"| {name} | {_mib(mem.get('peak_rss_sampled_bytes'))} | {_mib(mem.get('vm_hwm_bytes'))} |"
+            )
+    return [*lines, ""]
+
+
+def _next_to_rag_api(result: dict[str, Any]) -> list[str]:
+    """The primary configuration's figures beside rag_api's (measured elsewhere, BASELINES.md)."""
+    primary = _primary(result)
+    lines = [
+        f"## Next to rag_api (figures from {BASELINE_SOURCE})",
+        "",
         "| workload (p50 / p95 ms) | rag_api + its btree indexes | rag_api default "
-        f"| ragoverlay `{primary}` (measured) |"
-    )
-    add("| --- | ---: | ---: | ---: |")
+        f"| ragoverlay `{primary}` (measured) |",
+        "| --- | ---: | ---: | ---: |",
+    ]
     for n, base in BASELINE_QUERY_MULTIPLE.items():
         ours = _scenario(result, primary, f"own-{n}")
         ours_text = f"{_ms(ours['client_ms']['p50'])} / {_ms(ours['client_ms']['p95'])}" if ours else "-"
-        add(
+        lines.append(
             f"| `/query_multiple` {n:,} files | {base['with_indexes'][0]} / {base['with_indexes'][1]} | "
             f"{base['default'][0]} / {base['default'][1]} | {ours_text} |"
         )
     fan = result.get("configs", {}).get(primary, {}).get("fanout")
     fan_text = f"{_ms(fan['wall_ms'].get('p50'))} / {_ms(fan['wall_ms'].get('p95'))}" if fan else "-"
-    add(
+    lines.append(
         f"| 373 parallel `/query` + merge (wall) | {BASELINE_FANOUT_373['with_indexes'][0]:,} / "
         f"{BASELINE_FANOUT_373['with_indexes'][1]:,} | {BASELINE_FANOUT_373['default'][0]:,} / "
         f"{BASELINE_FANOUT_373['default'][1]:,} | {fan_text} |"
@@ -325,17 +392,23 @@ def render(result: dict[str, Any]) -> str:
         None,
     )
     c8_text = f"{c8['req_per_s']:.0f} req/s (p50 {_ms(c8['client_ms'].get('p50'))})" if c8 else "-"
-    add(
+    lines.append(
         f"| 1,000 files at concurrency 8 | {BASELINE_THROUGHPUT_1000_C8['with_indexes'][0]} req/s (p50 "
         f"{BASELINE_THROUGHPUT_1000_C8['with_indexes'][1]}) "
         f"| {BASELINE_THROUGHPUT_1000_C8['default'][0]} req/s "
         f"(p50 {BASELINE_THROUGHPUT_1000_C8['default'][1]}) | {c8_text} |"
     )
-    add("")
-    add("## Targets (benchmark figures, not assertions)")
-    add("")
-    add("| target | measured (client) | server-side (total, else db) | where | |")
-    add("| --- | ---: | ---: | --- | --- |")
+    return [*lines, ""]
+
+
+def _targets(result: dict[str, Any]) -> list[str]:
+    """Each target, measured, and met or missed."""
+    lines = [
+        "## Targets (benchmark figures, not assertions)",
+        "",
+        "| target | measured (client) | server-side (total, else db) | where | |",
+        "| --- | ---: | ---: | --- | --- |",
+    ]
     for t in result.get("targets", []):
         verdict = "n/a" if t["met"] is None else ("met" if t["met"] else "**missed**")
         server_text = "-" if t["server_side"] is None else f"{_ms(t['server_side'])} ms"
@@ -351,30 +424,33 @@ def render(result: dict[str, Any]) -> str:
                 else f"{_ms(measured)} ms"
             )
         )
-        add(f"| {t['target']} | {text} | {server_text} | {t['where']} | {verdict} |")
-    add("")
+        lines.append(f"| {t['target']} | {text} | {server_text} | {t['where']} | {verdict} |")
+    return [*lines, ""]
+
+
+def _plans(result: dict[str, Any]) -> list[str]:
+    """The slowest statement's plan per configuration and list (the auto_explain pass)."""
     plans = [(n, c["plans"]) for n, c in result.get("configs", {}).items() if c.get("plans")]
-    if plans:
-        add("## Plans (auto_explain, separate pass; the slowest statement per request)")
-        add("")
-        for name, per_scenario in plans:
-            for sname, info in per_scenario.items():
-                if info.get("nodes"):
-                    add(
-                        f"- `{name}` {sname}: {info['duration_ms']:.1f} ms, "
-                        f"{info.get('statements_per_request')} statement(s)/request, "
-                        f"shared hit {info.get('shared_hit_blocks')} read {info.get('shared_read_blocks')}: "
-                        + " > ".join(n.strip() for n in info["nodes"][:6])
-                    )
-        add("")
-    add("## Phases (seconds)")
-    add("")
-    add("| phase | s |")
-    add("| --- | ---: |")
-    for phase, secs in result.get("phases", {}).items():
-        add(f"| {phase} | {secs:.1f} |")
-    add(f"| **total** | {result.get('total_s', 0):.1f} |")
-    return "\n".join(lines) + "\n"
+    if not plans:
+        return []
+    lines = ["## Plans (auto_explain, separate pass; the slowest statement per request)", ""]
+    for name, per_scenario in plans:
+        for sname, info in per_scenario.items():
+            if info.get("nodes"):
+                lines.append(
+                    f"- `{name}` {sname}: {info['duration_ms']:.1f} ms, "
+                    f"{info.get('statements_per_request')} statement(s)/request, "
+                    f"shared hit {info.get('shared_hit_blocks')} read {info.get('shared_read_blocks')}: "
+                    + " > ".join(n.strip() for n in info["nodes"][:6])
+                )
+    return [*lines, ""]
+
+
+def _phases(result: dict[str, Any]) -> list[str]:
+    """Seconds per phase of the run, and the total."""
+    lines = ["## Phases (seconds)", "", "| phase | s |", "| --- | ---: |"]
+    lines.extend(f"| {phase} | {secs:.1f} |" for phase, secs in result.get("phases", {}).items())
+    return [*lines, f"| **total** | {result.get('total_s', 0):.1f} |"]
 
 
 def write(result: dict[str, Any], out_dir: Path, stamp: str) -> tuple[Path, Path]:

@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import platform
 import secrets
-import shutil
-import tempfile
-import time
-import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,49 +18,13 @@ import psutil
 from benchmarks import corpus as cp
 from benchmarks import database as db
 from benchmarks import report
+from benchmarks.corpus_load import Corpus, data_root, prepare_corpus
 from benchmarks.options import Options
 from benchmarks.progress import Progress
 from benchmarks.recall import VisibleRows
 from benchmarks.service import Configuration, ServiceProcess, configurations, make_token
-from benchmarks.stats import summarize
+from benchmarks.service_state import db_state, wait_for_copy, wait_for_index, wait_quiet
 from benchmarks.workload import Client, Scenario, measure_fanout, measure_latency, measure_throughput, prime
-
-QUIET_SQL = """
-    SELECT count(*) FROM pg_stat_activity
-    WHERE pid <> pg_backend_pid() AND state = 'active'
-      AND backend_type IN ('client backend', 'autovacuum worker', 'parallel worker')
-"""
-TABLE_STATE_SQL = """
-    SELECT relname AS name, n_live_tup AS live_rows FROM pg_stat_user_tables ORDER BY relname
-"""
-
-
-@dataclass
-class Corpus:
-    """What the measurements need from the corpus: layout, queries, the collection."""
-
-    layout: cp.Layout
-    texts: list[str]
-    vectors: np.ndarray
-    collection_id: uuid.UUID
-
-
-def data_root(opts: Options) -> tuple[Path, bool]:
-    """The run's folder and whether it is temporary; world-traversable for the postgres user."""
-    if opts.data_dir is not None:
-        root, temporary = opts.data_dir.resolve(), False
-    elif opts.reuse:
-        root, temporary = Path(tempfile.gettempdir()) / f"ragoverlay-bench-{opts.spec().fingerprint()}", False
-    else:
-        root, temporary = Path(tempfile.mkdtemp(prefix="ragoverlay-bench-")), True
-    marker = root / "corpus.json"
-    if root.exists() and marker.exists() and not opts.reuse:
-        shutil.rmtree(root)  # an old corpus in a named folder, and no --reuse: start over
-    elif marker.exists() and json.loads(marker.read_text()).get("fingerprint") != opts.spec().fingerprint():
-        shutil.rmtree(root)  # another corpus spec: rebuild
-    root.mkdir(parents=True, exist_ok=True)
-    root.chmod(0o755)
-    return root, temporary
 
 
 def machine_facts() -> dict[str, Any]:
@@ -90,101 +49,6 @@ def machine_facts() -> dict[str, Any]:
         "kernel": platform.release(),
         "python": platform.python_version(),
     }
-
-
-def _cached_embeddings(cache: Path, spec: cp.CorpusSpec) -> tuple[np.ndarray, np.ndarray] | None:
-    """Centres and query vectors saved by an earlier run of the same spec, or None."""
-    if not cache.exists():
-        return None
-    with np.load(cache) as saved:
-        if str(saved["fingerprint"]) != spec.fingerprint():
-            return None
-        return saved["centres"], saved["queries"]
-
-
-async def embed_texts(
-    spec: cp.CorpusSpec, text: cp.TextModel, cache: Path, progress: Progress
-) -> tuple[np.ndarray, list[str], np.ndarray]:
-    """Topic centres, query texts and query vectors (cached in the data folder for `--reuse`)."""
-    texts, query_topics = cp.query_plan(spec, text)
-    cached = _cached_embeddings(cache, spec)
-    if cached is not None:
-        return cached[0], texts, cached[1]
-    from app.clients.embeddings.local import LocalEmbedder
-
-    embedder = LocalEmbedder(threads=max(1, min(4, os.cpu_count() or 1)))
-    try:
-        centre_texts = [s for t in range(spec.topics) for s in text.centre_texts(t, spec.seed)]
-        progress.say(f"embedding {len(centre_texts)} topic descriptions and {len(texts)} queries locally")
-        # the server embeds queries one by one through embed_query; so do we, for identical vectors
-        queries = np.stack([await embedder.embed_query(q) for q in texts])
-        centres = cp.topic_centres(
-            await embedder.embed_documents(centre_texts), spec.topics, queries, query_topics
-        )
-    finally:
-        await embedder.aclose()
-    np.savez(cache, fingerprint=np.array(spec.fingerprint()), centres=centres, queries=queries)
-    return centres, texts, queries
-
-
-async def prepare_corpus(
-    opts: Options, root: Path, dsn: str, superuser_dsn: str, conn: asyncpg.Connection, progress: Progress
-) -> tuple[Corpus, dict[str, Any]]:
-    """Generate and COPY the corpus unless `--reuse` finds it loaded; returns it and its facts."""
-    spec = opts.spec()
-    marker = root / "corpus.json"
-    with progress.phase("corpus: text model"):
-        layout = cp.make_layout(spec)
-        text = cp.TextModel(cp.load_vocabulary(), spec.topics, spec.seed)
-    with progress.phase("corpus: embed topics and queries"):
-        centres, texts, qvecs = await embed_texts(spec, text, root / "embeddings.npz", progress)
-    facts: dict[str, Any] = {
-        **asdict(spec),
-        "fingerprint": spec.fingerprint(),
-        "file_size": summarize(layout.sizes.tolist()),
-        "noise": {"alpha": cp.ALPHA, "beta": cp.BETA, "off_topic": cp.OFF_TOPIC},
-    }
-    existing = await db.collection_id_of(conn, opts.collection) if marker.exists() else None
-    if existing is not None and await db.row_count(conn, existing) == spec.chunks:
-        progress.say(f"reusing the loaded corpus in {root}")
-        facts["reused"] = True
-        return Corpus(layout, texts, qvecs, existing), facts
-    facts["reused"] = False
-    with progress.phase("corpus: create rag_api tables"):
-        collection_id = await db.create_schema(conn, opts.collection)
-    vectors = cp.VectorModel(centres, spec.files, spec.seed)
-    ranges = cp.batches(layout, opts.batch_rows)
-    last_report = [0.0]
-
-    def report_rows(done: int) -> None:
-        now = time.perf_counter()
-        if now - last_report[0] > 10 or done == spec.chunks:
-            last_report[0] = now
-            progress.say(f"  loaded {done:,} / {spec.chunks:,} rows")
-
-    with progress.phase("corpus: generate + COPY"):
-        loaded = await db.load_rows(
-            dsn,
-            collection_id,
-            ranges,
-            lambda first, last: cp.file_chunks(layout, text, vectors, first, last, spec.seed),
-            parallel=opts.load_parallel,
-            report=report_rows,
-        )
-    if loaded != spec.chunks:
-        raise RuntimeError(f"loaded {loaded} rows, expected {spec.chunks}")
-    if opts.gin:
-        with progress.phase("corpus: langchain's GIN index on cmetadata"):
-            await conn.execute(db.LANGCHAIN_GIN)
-    # VACUUM (not only ANALYZE): sets hint bits and the visibility map as on a deployment that has
-    # run for a while, and keeps autovacuum from starting in the middle of a measurement
-    with progress.phase("corpus: VACUUM ANALYZE"):
-        await conn.execute("VACUUM (ANALYZE) langchain_pg_embedding")
-        await conn.execute("ANALYZE langchain_pg_collection")
-    with progress.phase("corpus: CHECKPOINT"):
-        await db.checkpoint(superuser_dsn)
-    marker.write_text(json.dumps({"fingerprint": spec.fingerprint(), "collection": opts.collection}))
-    return Corpus(layout, texts, qvecs, collection_id), facts
 
 
 def make_scenarios(opts: Options, layout: cp.Layout) -> list[Scenario]:
@@ -221,100 +85,6 @@ def distance_profile(rows: VisibleRows, queries: np.ndarray, k: int) -> dict[str
         "top1_median": round(float(np.median(firsts)), 4),
         "topk_median": round(float(np.median(kths)), 4),
         "gap_k_to_k1_median": float(f"{np.median(gaps):.3g}"),
-    }
-
-
-async def wait_quiet(conn: asyncpg.Connection, limit: float = 120.0) -> float:
-    """Wait until no other backend is active for about a second; returns the seconds waited."""
-    t0 = time.perf_counter()
-    calm = 0
-    while time.perf_counter() - t0 < limit and calm < 4:
-        calm = calm + 1 if await conn.fetchval(QUIET_SQL) == 0 else 0
-        await asyncio.sleep(0.3)
-    return round(time.perf_counter() - t0, 2)
-
-
-async def wait_for_copy(conn: asyncpg.Connection, service: Any, limit_s: float) -> dict[str, Any]:
-    """Wait until the service's vector copy is backfilled (or is absent or disabled)."""
-    t0 = time.perf_counter()
-    while True:
-        state = await db.vector_copy(conn)
-        if state["state"] != "backfilling":
-            waited = time.perf_counter() - t0
-            await asyncio.sleep(1.0)  # the service reads the state right after its backfill
-            state["ready_after_service_start_s"] = round(time.perf_counter() - service.started_at, 1)
-            size = state.get("heap_bytes")
-            state["summary"] = f"{state['state']} after {waited:.0f} s wait" + (
-                f", heap {size / 2**20:,.0f} MiB" if size else ""
-            )
-            return state
-        if time.perf_counter() - t0 > limit_s:
-            state["summary"] = f"still backfilling after {limit_s:.0f} s; measured anyway"
-            return state
-        await asyncio.sleep(0.5)
-
-
-async def wait_for_index(
-    opts: Options, conn: asyncpg.Connection, service: ServiceProcess, progress: Progress
-) -> dict[str, Any]:
-    """Wait until the service's HNSW index is valid (or clearly not coming); returns what happened."""
-    t0 = time.perf_counter()
-    last_say = t0
-    seen_build = False
-    while True:
-        indexes = await db.hnsw_indexes(conn)
-        valid = [i for i in indexes if i["valid"]]
-        since_start = time.perf_counter() - service.started_at
-        if valid:
-            first = valid[0]
-            pre = time.perf_counter() - t0 < 0.01 and not seen_build
-            return {
-                "present": True,
-                "valid": True,
-                "name": first["name"],
-                "bytes": first["bytes"],
-                "definition": first["definition"],
-                "pre_existing": pre,
-                "ready_after_service_start_s": None if pre else round(since_start, 1),
-                "summary": f"{first['name']} ({first['bytes'] / 2**20:,.0f} MiB), "
-                + ("already built" if pre else f"valid {since_start:.0f} s after service start"),
-            }
-        building = await db.build_progress(conn)
-        seen_build = seen_build or bool(indexes) or bool(building)
-        waited = time.perf_counter() - t0
-        if not indexes and not building and waited > opts.index_appear:
-            return {
-                "present": False,
-                "summary": f"none appeared within {opts.index_appear:.0f} s "
-                "(the service does not build one yet?)",
-            }
-        if waited > opts.index_timeout:
-            return {
-                "present": bool(indexes),
-                "valid": False,
-                "timed_out": True,
-                "summary": f"not valid after {opts.index_timeout:.0f} s; measured anyway",
-            }
-        if time.perf_counter() - last_say > 10:
-            last_say = time.perf_counter()
-            detail = (
-                "; ".join(
-                    f"{b['phase']} tuples {b['tuples_done']}/{b['tuples_total']} "
-                    f"blocks {b['blocks_done']}/{b['blocks_total']}"
-                    for b in building
-                )
-                or ", ".join(i["name"] for i in indexes)
-                or "waiting"
-            )
-            progress.say(f"  HNSW index: {detail} ({since_start:.0f} s since service start)")
-        await asyncio.sleep(1.0)
-
-
-async def db_state(conn: asyncpg.Connection) -> dict[str, Any]:
-    """Tables (live rows) and indexes on the embedding table, as the service left them."""
-    return {
-        "tables": {r["name"]: r["live_rows"] for r in await conn.fetch(TABLE_STATE_SQL)},
-        "indexes": [dict(r) for r in await conn.fetch(db.INDEX_SIZES)],
     }
 
 
@@ -371,70 +141,16 @@ class Bench:
         try:
             with progress.phase(f"{cfg.name}: service start"):
                 out["start_s"] = round(await service.start(opts.start_timeout), 2)
-            with progress.phase(f"{cfg.name}: wait for the vector copy backfill"):
-                out["vector_copy"] = await wait_for_copy(self.conn, service, opts.index_timeout)
-            progress.say(f"  vector copy: {out['vector_copy']['summary']}")
-            if cfg.env.get("VECTOR_INDEX") != "none":
-                with progress.phase(f"{cfg.name}: wait for HNSW index"):
-                    out["index"] = await wait_for_index(opts, self.conn, service, progress)
-                progress.say(f"  HNSW index: {out['index']['summary']}")
-                if out["index"].get("valid"):
-                    if not out["index"].get("pre_existing"):
-                        with progress.phase(f"{cfg.name}: CHECKPOINT after the index build"):
-                            await db.checkpoint(self.superuser_dsn)
-                    await self.calibrate(out["index"]["definition"])
-            else:
-                out["index"] = {
-                    "summary": "not requested (VECTOR_INDEX=none)",
-                    "existing": [i["name"] for i in await db.hnsw_indexes(self.conn)],
-                }
-            with progress.phase(f"{cfg.name}: prewarm the vector copy and its indexes"):
-                out["prewarm_pages"] = await db.prewarm(self.superuser_dsn)
-            out["quiet_wait_s"] = await wait_quiet(self.conn)
-            out["db_state"] = await db_state(self.conn)
+            await self.settle(cfg, service, out)
             client = Client(service.base_url, self.tokens(), kind=self.opts.client)
             out["health_floor_ms"] = await client.health_floor()
             with progress.phase(f"{cfg.name}: prime query cache"):
                 await prime(client, cp.NAMESPACE_A, self.corpus.texts, opts.k)
-            out["latency"] = {}
             with progress.phase(f"{cfg.name}: latency + recall"):
-                for s in self.scenarios:
-                    data = await measure_latency(
-                        client,
-                        s,
-                        self.truth[s.name],
-                        self.corpus.texts,
-                        self.corpus.vectors,
-                        timed=opts.timed,
-                        k=opts.k,
-                    )
-                    out["latency"][s.name] = data
-                    st = data["server_timing"].get("total") or data["server_timing"].get("db") or {}
-                    progress.say(
-                        f"  {s.name:>20}: visible {data['visible_rows']:>7,}  "
-                        f"client p50 {data['client_ms']['p50']:7.2f} p95 {data['client_ms']['p95']:7.2f} ms  "
-                        f"server(total|db) p50 {st.get('p50', float('nan')):7.2f} ms"
-                        f"  recall {data['recall']['mean']:.3f} (min {data['recall']['min']:.2f})"
-                        f"  statuses {data['statuses']}"
-                    )
+                out["latency"] = await self.latency(client)
             if cfg.name != "index":
-                target = self.largest_own()
-                out["throughput"] = []
                 with progress.phase(f"{cfg.name}: throughput"):
-                    for c in opts.concurrency:
-                        t = await measure_throughput(
-                            client,
-                            target,
-                            self.corpus.texts,
-                            concurrency=c,
-                            seconds=opts.tp_seconds,
-                            k=opts.k,
-                        )
-                        out["throughput"].append(t)
-                        progress.say(
-                            f"  {target.name} c={c:>3}: {t['req_per_s']:8.1f} req/s  p50 "
-                            f"{t['client_ms'].get('p50', 0):.1f} ms  errors {t['errors']}"
-                        )
+                    out["throughput"] = await self.throughput(client)
             if fanout:
                 out["fanout"] = await self.fanout(client)
         finally:
@@ -448,6 +164,74 @@ class Bench:
                 except (RuntimeError, OSError, asyncpg.PostgresError) as exc:
                     out["plans_error"] = f"{type(exc).__name__}: {exc}"
         return out
+
+    async def settle(self, cfg: Configuration, service: ServiceProcess, out: dict[str, Any]) -> None:
+        """Wait for the started service's vector copy and HNSW index, prewarm, wait for quiet; into `out`."""
+        opts, progress = self.opts, self.progress
+        with progress.phase(f"{cfg.name}: wait for the vector copy backfill"):
+            out["vector_copy"] = await wait_for_copy(self.conn, service, opts.index_timeout)
+        progress.say(f"  vector copy: {out['vector_copy']['summary']}")
+        if cfg.env.get("VECTOR_INDEX") != "none":
+            with progress.phase(f"{cfg.name}: wait for HNSW index"):
+                out["index"] = await wait_for_index(opts, self.conn, service, progress)
+            progress.say(f"  HNSW index: {out['index']['summary']}")
+            if out["index"].get("valid"):
+                if not out["index"].get("pre_existing"):
+                    with progress.phase(f"{cfg.name}: CHECKPOINT after the index build"):
+                        await db.checkpoint(self.superuser_dsn)
+                await self.calibrate(out["index"]["definition"])
+        else:
+            out["index"] = {
+                "summary": "not requested (VECTOR_INDEX=none)",
+                "existing": [i["name"] for i in await db.hnsw_indexes(self.conn)],
+            }
+        with progress.phase(f"{cfg.name}: prewarm the vector copy and its indexes"):
+            out["prewarm_pages"] = await db.prewarm(self.superuser_dsn)
+        out["quiet_wait_s"] = await wait_quiet(self.conn)
+        out["db_state"] = await db_state(self.conn)
+
+    async def latency(self, client: Client) -> dict[str, Any]:
+        """Latency and recall of every scenario, by name."""
+        opts, latency = self.opts, {}
+        for s in self.scenarios:
+            data = await measure_latency(
+                client,
+                s,
+                self.truth[s.name],
+                self.corpus.texts,
+                self.corpus.vectors,
+                timed=opts.timed,
+                k=opts.k,
+            )
+            latency[s.name] = data
+            st = data["server_timing"].get("total") or data["server_timing"].get("db") or {}
+            self.progress.say(
+                f"  {s.name:>20}: visible {data['visible_rows']:>7,}  "
+                f"client p50 {data['client_ms']['p50']:7.2f} p95 {data['client_ms']['p95']:7.2f} ms  "
+                f"server(total|db) p50 {st.get('p50', float('nan')):7.2f} ms"
+                f"  recall {data['recall']['mean']:.3f} (min {data['recall']['min']:.2f})"
+                f"  statuses {data['statuses']}"
+            )
+        return latency
+
+    async def throughput(self, client: Client) -> list[dict[str, Any]]:
+        """Requests per second over the largest own-file list at each concurrency."""
+        opts, target, measured = self.opts, self.largest_own(), []
+        for c in opts.concurrency:
+            t = await measure_throughput(
+                client,
+                target,
+                self.corpus.texts,
+                concurrency=c,
+                seconds=opts.tp_seconds,
+                k=opts.k,
+            )
+            measured.append(t)
+            self.progress.say(
+                f"  {target.name} c={c:>3}: {t['req_per_s']:8.1f} req/s  p50 "
+                f"{t['client_ms'].get('p50', 0):.1f} ms  errors {t['errors']}"
+            )
+        return measured
 
     async def calibrate(self, index_definition: str) -> None:
         """Once per run: the raw (unfiltered, service-free) recall of the HNSW index on this corpus."""

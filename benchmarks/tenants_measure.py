@@ -20,11 +20,12 @@ import numpy as np
 from app.config import Settings
 from benchmarks import corpus as cp
 from benchmarks import database as db
+from benchmarks.corpus_load import embed_texts
 from benchmarks.options import Options
 from benchmarks.progress import Progress
 from benchmarks.recall import Judgement
-from benchmarks.run import embed_texts, wait_for_copy, wait_for_index, wait_quiet
 from benchmarks.service import ServiceProcess, make_token
+from benchmarks.service_state import wait_for_copy, wait_for_index, wait_quiet
 from benchmarks.stats import summarize
 from benchmarks.tenants_corpus import (
     Request,

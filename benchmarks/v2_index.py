@@ -29,8 +29,11 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import asyncpg
 
 from app.clients.blobs import build_blob_store
 from app.clients.embeddings import build_embedder
@@ -48,7 +51,7 @@ from app.ingest.worker import parse_in_worker
 from app.jobs.setup import retry_policy
 from app.runtime.postgres import EmbeddedPostgres
 from app.store import chunks as v1_store
-from app.store.db import bootstrap, create_pool
+from app.store.db import SupervisedPool, bootstrap, create_pool
 from app.store.scope import Scope
 from tests.fixtures import v2_corpus
 
@@ -105,6 +108,7 @@ async def measure(options: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _measure(settings: Settings, root: Path, pages: int) -> dict[str, Any]:
+    """Store the files, backfill each namespace through the job queue, time it; read back what it holds."""
     dsn = settings.external_dsn()
     info = await bootstrap(dsn, settings.collection_name)
     pool = await create_pool(dsn, min_size=1, max_size=4, statement_timeout_ms=600_000, command_timeout_s=900)
@@ -139,19 +143,20 @@ async def _measure(settings: Settings, root: Path, pages: int) -> dict[str, Any]
             await ingest.ingest(source_of(make(folder / name)), file_id=name, owner=mixed, uploader=mixed)
         await v1_only(ingest, folder, mixed)
         long_path = v2_corpus.long_pdf(folder / "long.pdf", pages)
+        times = _Times()
         started = time.perf_counter()
         await ingest.ingest(source_of(long_path), file_id="long.pdf", owner=long_ns, uploader=long_ns)
-        v1_seconds = time.perf_counter() - started
+        times.v1 = time.perf_counter() - started
 
         started = time.perf_counter()
         parsed = await parse_in_worker(long_path, "long.pdf", limits=ParseLimits.from_settings(settings))
-        parse_seconds = time.perf_counter() - started
+        times.parse = time.perf_counter() - started
         started = time.perf_counter()
         long_progress = await backfill(long_ns)
-        long_seconds = time.perf_counter() - started
+        times.long = time.perf_counter() - started
         started = time.perf_counter()
         mixed_progress = await backfill(mixed)
-        mixed_seconds = time.perf_counter() - started
+        times.mixed = time.perf_counter() - started
         for done in (long_progress, mixed_progress):
             assert done.run.status == "active", describe_run(done)
         # the embedding share of the long file: its chunk texts embedded once more, alone
@@ -161,84 +166,125 @@ async def _measure(settings: Settings, root: Path, pages: int) -> dict[str, Any]
             )
         started = time.perf_counter()
         await embedder.embed_documents([c.embed_text for c in long_chunks])
-        embed_seconds = time.perf_counter() - started
-
-        counter, window = local_model_counter()
-        async with pool.acquire() as conn:
-            mixed_chunks = await read_store.run_chunks(
-                conn, Scope.of(info.collection_id, [mixed]), mixed_progress.run.run_id, limit=1_000_000
-            )
-            documents = await conn.fetch(
-                "SELECT file_id, source, metadata::text AS metadata FROM ragoverlay_v2_documents "
-                "WHERE owner = $1",
-                mixed,
-            )
-            entity_kinds = await conn.fetch(
-                "SELECT kind, count(*) AS n FROM ragoverlay_v2_entities WHERE owner = $1 GROUP BY kind", mixed
-            )
-            long_entities = await conn.fetchval(
-                "SELECT count(*) FROM ragoverlay_v2_entities WHERE owner = $1", long_ns
-            )
-            v1_scope = Scope.of(info.collection_id, [mixed, long_ns])
-            v1_files = await v1_store.list_file_ids(conn, v1_scope, limit=1_000_000)
-            v1_rows = await v1_store.documents(conn, v1_scope.with_files(v1_files), limit=1_000_000)
-        all_v2 = mixed_chunks + long_chunks
-        v2_tokens = [counter.count(c.embed_text) + counter.special_tokens for c in all_v2]
-        v1_tokens = [counter.count(r.text) + counter.special_tokens for r in v1_rows]
-        kept = removed = 0
-        kinds: Counter[str] = Counter()
-        for doc in documents:
-            stats = json.loads(doc["metadata"]).get("stats", {})
-            kept += stats.get("kept_chars", 0)
-            removed += stats.get("boilerplate_chars", 0)
-            kinds.update(stats.get("boilerplate_by_kind", {}))
-        per_file = Counter(c.file_id for c in mixed_chunks)
-        return {
-            "pages": pages,
-            "long_pdf": {
-                "chunks": len(long_chunks),
-                "table_rows": sum(1 for c in long_chunks if c.place.kind == "table_row"),
-                "entities": int(long_entities),
-                "v2_backfill_seconds": round(long_seconds, 2),
-                "v2_seconds_per_100_pages": round(long_seconds * 100 / pages, 2),
-                "parse_seconds": round(parse_seconds, 2),
-                "embed_seconds": round(embed_seconds, 2),
-                "v1_ingest_seconds": round(v1_seconds, 2),
-                "pages_parsed": parsed.page_count,
-            },
-            "mixed": {
-                "files": len(per_file),
-                "chunks": len(mixed_chunks),
-                "table_rows": sum(1 for c in mixed_chunks if c.place.kind == "table_row"),
-                "prose": sum(1 for c in mixed_chunks if c.place.kind == "prose"),
-                "entities": sum(int(r["n"]) for r in entity_kinds),
-                "entities_by_kind": {r["kind"]: int(r["n"]) for r in entity_kinds},
-                "chunks_per_file": dict(sorted(per_file.items())),
-                "sources": dict(Counter(d["source"] for d in documents)),
-                "backfill_seconds": round(mixed_seconds, 2),
-            },
-            "model_window": window,
-            "v2_chunks_over_window": sum(1 for t in v2_tokens if t > window),
-            "v2_max_tokens": max(v2_tokens),
-            "v2_share_reaching_model": round(share(v2_tokens, window), 4),
-            "v1_chunks": len(v1_tokens),
-            "v1_chunks_over_window": sum(1 for t in v1_tokens if t > window),
-            "v1_share_if_truncated": round(share(v1_tokens, window), 4),
-            "boilerplate": {
-                "chars_removed": removed,
-                "chars_kept": kept,
-                "share_removed": round(removed / (removed + kept), 4) if removed + kept else 0.0,
-                "blocks_by_kind": dict(kinds),
-            },
-            "machine": {"cpus": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()]},
-            "run": str(uuid.uuid4())[:8],
-        }
+        times.embed = time.perf_counter() - started
+        held = await _held(pool, info.collection_id, mixed, long_ns, mixed_progress.run.run_id, long_chunks)
+        return _figures(pages, parsed.page_count, times, held)
     finally:
         await stack.aclose()
         ingest.close()
         await blobs.aclose()
         await embedder.aclose()
         await pool.close()
+
+
+@dataclass
+class _Times:
+    """Seconds taken: V1's ingest and the parse of the long file, each namespace's backfill, its embedding."""
+
+    v1: float = 0.0
+    parse: float = 0.0
+    long: float = 0.0
+    mixed: float = 0.0
+    embed: float = 0.0
+
+
+@dataclass
+class _Held:
+    """What the two runs and V1 hold once the backfills are done."""
+
+    mixed_chunks: list[read_store.StoredChunk]
+    long_chunks: list[read_store.StoredChunk]
+    documents: list[asyncpg.Record]  # the mixed corpus's V2 documents (file_id, source, metadata)
+    entity_kinds: list[asyncpg.Record]  # (kind, n) of the mixed corpus
+    long_entities: int
+    v1_rows: list[v1_store.StoredChunk]
+
+
+async def _held(
+    pool: SupervisedPool,
+    collection_id: uuid.UUID,
+    mixed: str,
+    long_ns: str,
+    mixed_run: int,
+    long_chunks: list[read_store.StoredChunk],
+) -> _Held:
+    """Read back the mixed run's chunks, documents and entities, the long file's entities, V1's rows."""
+    async with pool.acquire() as conn:
+        mixed_chunks = await read_store.run_chunks(
+            conn, Scope.of(collection_id, [mixed]), mixed_run, limit=1_000_000
+        )
+        documents = await conn.fetch(
+            "SELECT file_id, source, metadata::text AS metadata FROM ragoverlay_v2_documents "
+            "WHERE owner = $1",
+            mixed,
+        )
+        entity_kinds = await conn.fetch(
+            "SELECT kind, count(*) AS n FROM ragoverlay_v2_entities WHERE owner = $1 GROUP BY kind", mixed
+        )
+        long_entities = await conn.fetchval(
+            "SELECT count(*) FROM ragoverlay_v2_entities WHERE owner = $1", long_ns
+        )
+        v1_scope = Scope.of(collection_id, [mixed, long_ns])
+        v1_files = await v1_store.list_file_ids(conn, v1_scope, limit=1_000_000)
+        v1_rows = await v1_store.documents(conn, v1_scope.with_files(v1_files), limit=1_000_000)
+    return _Held(mixed_chunks, long_chunks, documents, entity_kinds, int(long_entities), v1_rows)
+
+
+def _figures(pages: int, pages_parsed: int | None, times: _Times, held: _Held) -> dict[str, Any]:
+    """The run's figures: the long PDF, the mixed corpus, what reaches the model, the boilerplate."""
+    counter, window = local_model_counter()
+    long_chunks, mixed_chunks, documents = held.long_chunks, held.mixed_chunks, held.documents
+    all_v2 = mixed_chunks + long_chunks
+    v2_tokens = [counter.count(c.embed_text) + counter.special_tokens for c in all_v2]
+    v1_tokens = [counter.count(r.text) + counter.special_tokens for r in held.v1_rows]
+    kept = removed = 0
+    kinds: Counter[str] = Counter()
+    for doc in documents:
+        stats = json.loads(doc["metadata"]).get("stats", {})
+        kept += stats.get("kept_chars", 0)
+        removed += stats.get("boilerplate_chars", 0)
+        kinds.update(stats.get("boilerplate_by_kind", {}))
+    per_file = Counter(c.file_id for c in mixed_chunks)
+    return {
+        "pages": pages,
+        "long_pdf": {
+            "chunks": len(long_chunks),
+            "table_rows": sum(1 for c in long_chunks if c.place.kind == "table_row"),
+            "entities": held.long_entities,
+            "v2_backfill_seconds": round(times.long, 2),
+            "v2_seconds_per_100_pages": round(times.long * 100 / pages, 2),
+            "parse_seconds": round(times.parse, 2),
+            "embed_seconds": round(times.embed, 2),
+            "v1_ingest_seconds": round(times.v1, 2),
+            "pages_parsed": pages_parsed,
+        },
+        "mixed": {
+            "files": len(per_file),
+            "chunks": len(mixed_chunks),
+            "table_rows": sum(1 for c in mixed_chunks if c.place.kind == "table_row"),
+            "prose": sum(1 for c in mixed_chunks if c.place.kind == "prose"),
+            "entities": sum(int(r["n"]) for r in held.entity_kinds),
+            "entities_by_kind": {r["kind"]: int(r["n"]) for r in held.entity_kinds},
+            "chunks_per_file": dict(sorted(per_file.items())),
+            "sources": dict(Counter(d["source"] for d in documents)),
+            "backfill_seconds": round(times.mixed, 2),
+        },
+        "model_window": window,
+        "v2_chunks_over_window": sum(1 for t in v2_tokens if t > window),
+        "v2_max_tokens": max(v2_tokens),
+        "v2_share_reaching_model": round(share(v2_tokens, window), 4),
+        "v1_chunks": len(v1_tokens),
+        "v1_chunks_over_window": sum(1 for t in v1_tokens if t > window),
+        "v1_share_if_truncated": round(share(v1_tokens, window), 4),
+        "boilerplate": {
+            "chars_removed": removed,
+            "chars_kept": kept,
+            "share_removed": round(removed / (removed + kept), 4) if removed + kept else 0.0,
+            "blocks_by_kind": dict(kinds),
+        },
+        "machine": {"cpus": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()]},
+        "run": str(uuid.uuid4())[:8],
+    }
 
 
 def report(figures: dict[str, Any]) -> str:

@@ -308,7 +308,7 @@ async def served(
     checkout: Path | None,
 ) -> dict[str, Any]:
     """Start the service (of `checkout`, else this one), measure, stop; its figures."""
-    from benchmarks.run import wait_for_copy
+    from benchmarks.service_state import wait_for_copy
 
     secret = secrets.token_hex(32)
     settings = {"COLLECTION_NAME": collection, "RAG_V2_NAMESPACE_IDS": f"{AGENT},{OTHER}"}

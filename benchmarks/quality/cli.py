@@ -10,6 +10,17 @@ from benchmarks.options import parse_env_pairs
 from benchmarks.quality.embedders import CANDIDATES
 from benchmarks.quality.run import QUICK, SET_NAMES, SYSTEM_NAMES, Options, Sizes, run
 
+# size options that override the --quick or full sizes when given
+SIZE_OPTIONS = (
+    "pages",
+    "held_out",
+    "html_pages",
+    "table_queries",
+    "identifier_queries",
+    "mutants",
+    "max_chars",
+)
+
 
 def _names(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
@@ -17,7 +28,64 @@ def _names(text: str) -> tuple[str, ...]:
 
 def parse(argv: list[str]) -> Options:
     """Options from the command line."""
-    d, s = Options(), Sizes()
+    d = Options()
+    p = _parser(d, Sizes())
+    a = p.parse_args(argv)
+    base = QUICK if a.quick else Sizes()
+    overrides = {name: getattr(a, name) for name in SIZE_OPTIONS if getattr(a, name) is not None}
+    _check(p, a, overrides)
+    return Options(
+        sizes=replace(base, **overrides),
+        quick=a.quick,
+        sets=a.sets,
+        systems=tuple(x for x in a.systems if x != "none"),
+        models=a.models,
+        seed=a.seed,
+        k=a.k,
+        depth=a.depth,
+        rrf_k=a.rrf_k,
+        kb_size=a.kb_size,
+        data_dir=a.data_dir.resolve(),
+        out_dir=a.out.resolve(),
+        fresh=a.fresh,
+        setup=a.setup,
+        service_env=parse_env_pairs(a.service_env),
+        tag=a.tag,
+        service_url=a.service_url,
+        token=a.token,
+        jwt_secret=a.jwt_secret,
+        v2_timed=a.v2_timed,
+        v2_wait_s=a.v2_wait,
+        man_dirs=a.man_dirs,
+        html_root=a.html_root,
+    )
+
+
+def _check(p: argparse.ArgumentParser, a: argparse.Namespace, overrides: dict[str, int]) -> None:
+    """Stop with the parser's error on a combination the run cannot use."""
+    for name, value in overrides.items():
+        if value < 0:
+            p.error(f"--{name.replace('_', '-')} must not be negative")
+    unknown = [x for x in a.sets if x not in SET_NAMES]
+    if unknown or not a.sets:
+        p.error(f"--sets takes {', '.join(SET_NAMES)}")
+    bad = [x for x in a.systems if x not in (*SYSTEM_NAMES, "none")]
+    if any(m not in CANDIDATES for m in a.models):
+        p.error(f"--models takes {', '.join(CANDIDATES)}")
+    if bad or not (a.systems or a.models):
+        p.error(f"--systems takes {', '.join(SYSTEM_NAMES)}")
+    if not 1 <= a.kb_size <= 1000:
+        p.error("--kb-size must be 1..1000 (the service answers at most 1,000 file ids per request)")
+    if not 1 <= a.k <= 10 or a.depth < a.k or a.depth > 100:
+        p.error("--k must be 1..10 and --depth k..100")
+    if a.v2_timed < 0 or a.v2_wait <= 0:
+        p.error("--v2-timed must not be negative and --v2-wait must be positive")
+    if (a.token or a.jwt_secret) and not a.service_url:
+        p.error("--token and --jwt-secret are for --service-url (the benchmark's own service gets a token)")
+
+
+def _parser(d: Options, s: Sizes) -> argparse.ArgumentParser:
+    """The quality benchmark's arguments, with `d`'s values and the full sizes `s` as defaults."""
     p = argparse.ArgumentParser(
         prog="scripts/bench quality",
         description="Retrieval quality on sets built from this machine's documentation: a seeded sample "
@@ -26,6 +94,14 @@ def parse(argv: list[str]) -> Options:
         "defaults), asks each system every query, prints Recall@1/5/10, MRR, nDCG@10, answer in a "
         "returned passage, refusal rates and p50/p95 latency; writes bench-results/quality-*.json.",
     )
+    _set_arguments(p, d, s)
+    _system_arguments(p, d)
+    _run_arguments(p, d)
+    return p
+
+
+def _set_arguments(p: argparse.ArgumentParser, d: Options, s: Sizes) -> None:
+    """Which query sets, and how large."""
     p.add_argument(
         "--quick",
         action="store_true",
@@ -44,6 +120,10 @@ def parse(argv: list[str]) -> Options:
         help=f"man page text cut at this many characters (full: {s.max_chars})",
     )
     p.add_argument("--sets", type=_names, default=d.sets, help=f"of {','.join(SET_NAMES)} (default both)")
+
+
+def _system_arguments(p: argparse.ArgumentParser, d: Options) -> None:
+    """The systems asked and how: V2's timed pass and wait, models, seed, k, fusion depth, KB size."""
     p.add_argument(
         "--systems",
         type=_names,
@@ -85,6 +165,10 @@ def parse(argv: list[str]) -> Options:
         default=d.kb_size,
         help="files per knowledge base (the service's per-request limit, %(default)s)",
     )
+
+
+def _run_arguments(p: argparse.ArgumentParser, d: Options) -> None:
+    """Where it runs: its folders, the service, the documentation it reads, the results' name."""
     p.add_argument(
         "--data-dir",
         type=Path,
@@ -132,65 +216,6 @@ def parse(argv: list[str]) -> Options:
         action="store_true",
         help="the hand-written questions of benchmarks/quality/natural/ instead, V1 beside V2 "
         "(its own options: scripts/bench quality --natural --help)",
-    )
-    a = p.parse_args(argv)
-    base = QUICK if a.quick else Sizes()
-    overrides = {
-        name: getattr(a, name)
-        for name in (
-            "pages",
-            "held_out",
-            "html_pages",
-            "table_queries",
-            "identifier_queries",
-            "mutants",
-            "max_chars",
-        )
-        if getattr(a, name) is not None
-    }
-    for name, value in overrides.items():
-        if value < 0:
-            p.error(f"--{name.replace('_', '-')} must not be negative")
-    unknown = [x for x in a.sets if x not in SET_NAMES]
-    if unknown or not a.sets:
-        p.error(f"--sets takes {', '.join(SET_NAMES)}")
-    bad = [x for x in a.systems if x not in (*SYSTEM_NAMES, "none")]
-    if any(m not in CANDIDATES for m in a.models):
-        p.error(f"--models takes {', '.join(CANDIDATES)}")
-    if bad or not (a.systems or a.models):
-        p.error(f"--systems takes {', '.join(SYSTEM_NAMES)}")
-    if not 1 <= a.kb_size <= 1000:
-        p.error("--kb-size must be 1..1000 (the service answers at most 1,000 file ids per request)")
-    if not 1 <= a.k <= 10 or a.depth < a.k or a.depth > 100:
-        p.error("--k must be 1..10 and --depth k..100")
-    if a.v2_timed < 0 or a.v2_wait <= 0:
-        p.error("--v2-timed must not be negative and --v2-wait must be positive")
-    if (a.token or a.jwt_secret) and not a.service_url:
-        p.error("--token and --jwt-secret are for --service-url (the benchmark's own service gets a token)")
-    return Options(
-        sizes=replace(base, **overrides),
-        quick=a.quick,
-        sets=a.sets,
-        systems=tuple(x for x in a.systems if x != "none"),
-        models=a.models,
-        seed=a.seed,
-        k=a.k,
-        depth=a.depth,
-        rrf_k=a.rrf_k,
-        kb_size=a.kb_size,
-        data_dir=a.data_dir.resolve(),
-        out_dir=a.out.resolve(),
-        fresh=a.fresh,
-        setup=a.setup,
-        service_env=parse_env_pairs(a.service_env),
-        tag=a.tag,
-        service_url=a.service_url,
-        token=a.token,
-        jwt_secret=a.jwt_secret,
-        v2_timed=a.v2_timed,
-        v2_wait_s=a.v2_wait,
-        man_dirs=a.man_dirs,
-        html_root=a.html_root,
     )
 
 

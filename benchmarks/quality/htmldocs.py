@@ -159,11 +159,23 @@ def build(
         for p in chosen
     ]
     rng = random.Random(seed + 2)
+    sampled = [parsed[path] for path in chosen]
+    table_pool, ident_pool, all_defs, counts = _pools(sampled, per_table, rng)
+    counts = {"eligible_pages": len(parsed), "pages": len(chosen), **counts}
+    tables_q = rng.sample(table_pool, min(table_queries, len(table_pool)))
+    idents_q = rng.sample(ident_pool, min(identifier_queries, len(ident_pool)))
+    return docs, _queries(tables_q, idents_q, kb), all_defs, counts
+
+
+def _pools(
+    sampled: list[tuple[list[list[TableCell]], list[Definition]]], per_table: int, rng: random.Random
+) -> tuple[list[TableCell], list[Definition], list[Definition], dict[str, int]]:
+    """The cells and identifiers a query may ask for (each on one sampled page only), every
+    definition, and counts; up to `per_table` cells drawn from each table."""
     # cross-page ambiguity, over the sampled pages only (what is indexed)
     pair_pages: dict[tuple[str, str], set[str]] = {}
     ident_pages: dict[str, set[str]] = {}
-    for path in chosen:
-        tables, defs = parsed[path]
+    for tables, defs in sampled:
         for cells in tables:
             for c in cells:
                 pair_pages.setdefault((normalise(c.label), normalise(c.header)), set()).add(c.page)
@@ -172,16 +184,8 @@ def build(
     table_pool: list[TableCell] = []
     ident_pool: list[Definition] = []
     all_defs: list[Definition] = []
-    counts = {
-        "eligible_pages": len(parsed),
-        "pages": len(chosen),
-        "tables": 0,
-        "cells": 0,
-        "cells_usable": 0,
-        "definitions": 0,
-    }
-    for path in chosen:
-        tables, defs = parsed[path]
+    counts = {"tables": 0, "cells": 0, "cells_usable": 0, "definitions": 0}
+    for tables, defs in sampled:
         counts["tables"] += len(tables)
         for cells in tables:
             counts["cells"] += len(cells)
@@ -200,9 +204,12 @@ def build(
             seen.add(d.ident)
             ident_pool.append(d)
     counts["definitions"] = len(ident_pool)
-    tables_q = rng.sample(table_pool, min(table_queries, len(table_pool)))
-    idents_q = rng.sample(ident_pool, min(identifier_queries, len(ident_pool)))
-    queries = [
+    return table_pool, ident_pool, all_defs, counts
+
+
+def _queries(tables_q: list[TableCell], idents_q: list[Definition], kb: str) -> list[Query]:
+    """A query per table cell (its row label and column header) and per identifier."""
+    return [
         Query(
             qid=f"html:table:{i}",
             set="html-tables",
@@ -227,4 +234,3 @@ def build(
         )
         for d in idents_q
     ]
-    return docs, queries, all_defs, counts

@@ -7,7 +7,6 @@ import os
 import platform
 import random
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from benchmarks.http import LeanHTTP
 from benchmarks.progress import Progress
 from benchmarks.quality import htmldocs, manpages, tuning
 from benchmarks.quality import service as svc
+from benchmarks.quality.build import SetupError, add_mutants, build_corpus
 from benchmarks.quality.dataset import MAX_FILES_PER_REQUEST, Chunk, Corpus, Query, save_json
 from benchmarks.quality.embedders import DenseInProcess
 from benchmarks.quality.metrics import Judged, judge, ndcg_at_k, percentile, recall_at_k, summarise
@@ -35,7 +35,6 @@ from benchmarks.quality.systems import (
     V1Dense,
 )
 from benchmarks.quality.targets import evaluate as evaluate_targets
-from benchmarks.quality.unanswerable import AbsenceChecker, long_options, mutants
 from benchmarks.quality.v2 import (
     CHANNEL_STAGES,
     FINAL,
@@ -103,126 +102,6 @@ class Options:
     v2_wait_s: float = 3 * 3600.0  # how long the V2 index may take to be ready
     man_dirs: tuple[Path, ...] = manpages.MAN_DIRS
     html_root: Path = htmldocs.DOC_ROOT
-
-
-def ensure_python_doc(setup: bool, progress: Progress, root: Path = htmldocs.DOC_ROOT) -> None:
-    """The HTML set's source: present, installed now (`--setup`, as root), or a clear error."""
-    if root.is_dir():
-        return
-    if root != htmldocs.DOC_ROOT:
-        raise SetupError(f"--html-root {root} is not a folder")
-    if not setup:
-        raise SetupError(htmldocs.INSTALL_HINT + " (or pass --setup to let the benchmark install it)")
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise SetupError("--setup installs python3-doc with apt-get and needs root; " + htmldocs.INSTALL_HINT)
-    progress.say("installing python3-doc (apt-get update && apt-get install -y python3-doc) ...")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "python3-doc"]):
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise SetupError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr[-500:]}")
-    if not htmldocs.DOC_ROOT.is_dir():
-        raise SetupError(f"python3-doc installed but {htmldocs.DOC_ROOT} is missing")
-
-
-class SetupError(RuntimeError):
-    """The benchmark cannot run as asked; the message says what to do."""
-
-
-def build_corpus(opts: Options, progress: Progress) -> tuple[Corpus, list[htmldocs.Definition]]:
-    """The documents and the answerable and held-out queries of the chosen sets (cached renders)."""
-    s = opts.sizes
-    corpus = Corpus()
-    defs: list[htmldocs.Definition] = []
-    cache = opts.data_dir / "cache"
-    if "man" in opts.sets:
-        with progress.phase("man pages: sample and render"):
-            indexed, held, counts = manpages.sample(
-                pages=s.pages,
-                held_out=s.held_out,
-                seed=opts.seed,
-                max_chars=s.max_chars,
-                cache=cache / "man-rendered",
-                workers=opts.render_workers,
-                say=progress.say,
-            )
-        if len(indexed) < s.pages:
-            raise SetupError(f"only {len(indexed)} usable man pages in sections 1 and 8 (asked {s.pages})")
-        docs, queries = manpages.build(
-            indexed, held, kb_size=opts.kb_size, folder=cache / f"man-text-{s.max_chars}", seed=opts.seed
-        )
-        corpus.documents += docs
-        corpus.queries += queries
-        counts["cut_at_max_chars"] = sum(p.cut for p in indexed)
-        counts["indexed"] = len(indexed)
-        counts["held_out"] = len(held)
-        counts["indexed_chars"] = sum(len(p.text) for p in indexed)
-        corpus.facts["man"] = counts
-    if "html" in opts.sets:
-        ensure_python_doc(opts.setup, progress, opts.html_root)
-        with progress.phase("HTML pages: sample and parse"):
-            docs, queries, defs, counts = htmldocs.build(
-                pages=s.html_pages,
-                table_queries=s.table_queries,
-                identifier_queries=s.identifier_queries,
-                per_table=s.per_table,
-                seed=opts.seed,
-                root=opts.html_root,
-            )
-        corpus.documents += docs
-        corpus.queries += queries
-        counts["indexed_bytes"] = sum(Path(d.path).stat().st_size for d in docs)
-        corpus.facts["html"] = counts
-    return corpus, defs
-
-
-def add_mutants(
-    corpus: Corpus, chunks: dict[str, list[Chunk]], defs: list[htmldocs.Definition], opts: Options
-) -> dict[str, int]:
-    """Mutated identifiers (HTML ids; man long options) verified absent from every stored chunk."""
-    checker = AbsenceChecker(c.content for kb in chunks.values() for c in kb)
-    kbs = corpus.kbs()
-    man_kbs = sorted(kb for kb in kbs if kb.startswith("agent_quality_man_"))
-    html_kbs = sorted(kb for kb in kbs if kb == "agent_quality_html")
-    total = opts.sizes.mutants
-    n_html = total // 2 if html_kbs and man_kbs else (total if html_kbs else 0)
-    n_man = total - n_html if man_kbs else 0
-    indexed_pages = {d.file_id for d in corpus.documents}
-    made = {"mutated-identifier": 0, "mutated-option": 0}
-    if n_html:
-        idents = [d.ident for d in defs if d.page in indexed_pages]
-        for mutant, original in mutants(idents, checker, n_html, opts.seed + 3):
-            corpus.queries.append(
-                Query(
-                    qid=f"unans:ident:{mutant}",
-                    set="unanswerable",
-                    kind="mutated-identifier",
-                    text=mutant,
-                    kb=html_kbs[0],
-                    relevant=(),
-                    answerable=False,
-                    note=original,
-                )
-            )
-            made["mutated-identifier"] += 1
-    if n_man:
-        rng = random.Random(opts.seed + 4)
-        options = long_options(c.content for kb in man_kbs for c in chunks[kb])
-        for mutant, original in mutants(options, checker, n_man, opts.seed + 5):
-            corpus.queries.append(
-                Query(
-                    qid=f"unans:option:{mutant}",
-                    set="unanswerable",
-                    kind="mutated-option",
-                    text=mutant,
-                    kb=rng.choice(man_kbs),
-                    relevant=(),
-                    answerable=False,
-                    note=original,
-                )
-            )
-            made["mutated-option"] += 1
-    return made
 
 
 def make_systems(
@@ -381,62 +260,22 @@ async def run_async(opts: Options, progress: Progress) -> dict[str, Any]:
             served = await svc.start(service_dir, env)
         base_url = served.base_url
     headers = svc.auth_headers(_token(opts, served))
-    with_v2 = "query_v2" in opts.systems
     result: dict[str, Any] = {}
     try:
-        with progress.phase("upload through POST /embed"):
-            upload_facts = await svc.upload(
-                base_url,
-                corpus.documents,
-                concurrency=opts.upload_concurrency,
-                say=progress.say,
-                headers=headers,
-            )
-        with progress.phase("fetch stored chunks"):
-            chunks = await svc.fetch_chunks(base_url, corpus.documents, headers=headers)
-        n_chunks = sum(len(v) for v in chunks.values())
-        if upload_facts["uploaded"]:
-            upload_facts["chunks_per_s"] = round(
-                n_chunks
-                * upload_facts["uploaded"]
-                / len(corpus.documents)
-                / max(upload_facts["seconds"], 1e-9),
-                2,
-            )
+        upload_facts, chunks = await _upload(base_url, corpus, opts, progress, headers)
         v2_index: dict[str, Any] | None = None
-        if with_v2:
+        if "query_v2" in opts.systems:
             with progress.phase(V2_INDEX_PHASE):
                 async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=120.0) as client:
                     v2_index = await wait_for_index(client, kbs, timeout_s=opts.v2_wait_s, say=progress.say)
         made = add_mutants(corpus, chunks, defs, opts)
         queries = _order(corpus.queries, opts.seed)
-        parsed = urlsplit(base_url)
-        http = LeanHTTP(parsed.hostname or "127.0.0.1", parsed.port or 80)
-        v2: dict[str, Any] = {}
-        try:
-            systems = make_systems(opts.systems, http, kbs, chunks, opts, progress.say, headers)
-            with progress.phase("prepare systems"):
-                for system in systems:
-                    await system.prepare()
-            with progress.phase(f"measure {len(queries)} queries x {len(systems)} systems"):
-                judged = await measure(systems, queries, progress)
-            source = next((s.source for s in systems if isinstance(s, V2Stage)), None)
-            if source is not None:
-                sample = timed_sample(queries, opts.v2_timed, opts.seed)
-                with progress.phase(f"/query_v2 without debug, timed: {len(sample)} queries"):
-                    plain = V2Client(http, kbs, k=opts.k, debug=False, headers=headers)
-                    timed = await timed_pass(plain, sample)
-                judged[FINAL] = [
-                    replace(j, latency_ms=timed[q.qid].latency_ms if q.qid in timed else None)
-                    for q, j in zip(queries, judged[FINAL], strict=True)
-                ]
-                v2 = {"timed": len(timed), "agreement": agreement(source.records, timed)}
-        finally:
-            await http.aclose()
-        summary = summaries(queries, judged)
+        asked = await _ask(base_url, kbs, chunks, queries, opts, progress, headers)
+        summary = summaries(queries, asked.judged)
+        source, v2 = asked.source, asked.v2
         if source is not None:
             with progress.phase("V2 tuning grids (offline)"):
-                v2.update(v2_tuning(queries, source, judged, summary, opts.k))
+                v2.update(v2_tuning(queries, source, asked.judged, summary, opts.k))
             v2.update(v2_health(source))
             v2["index"] = v2_index
             v2["debug_samples"] = source.samples
@@ -444,42 +283,27 @@ async def run_async(opts: Options, progress: Progress) -> dict[str, Any]:
             "kind": "quality",
             "started": started.isoformat(timespec="seconds"),
             "seconds": round(progress.elapsed(), 1),
-            "options": {
-                **asdict(opts),
-                "data_dir": str(opts.data_dir),
-                "out_dir": str(opts.out_dir),
-                "token": "***" if opts.token else None,
-                "jwt_secret": "***" if opts.jwt_secret else None,
-            },
+            "options": _shown_options(opts),
             "machine": {
                 "cpus": os.cpu_count(),
                 "load_avg": os.getloadavg(),
                 "python": sys.version.split()[0],
                 "platform": platform.platform(),
             },
-            "corpus": {
-                "fingerprint": fingerprint,
-                "documents": len(corpus.documents),
-                "knowledge_bases": {kb: len(ids) for kb, ids in kbs.items()},
-                "kb_files": kbs,
-                "chunks": {kb: len(v) for kb, v in chunks.items()},
-                "facts": corpus.facts,
-                "mutants": made,
-                "queries": _count_queries(corpus.queries),
-            },
+            "corpus": _corpus_facts(corpus, fingerprint, chunks, made),
             "upload": upload_facts,
             "systems": {
                 s.name: {"description": s.description, "refuses": s.refuses, "stage": _is_stage(s)}
-                for s in systems
+                for s in asked.systems
             },
             "summary": summary,
-            "per_query": per_query(queries, judged, source.records if source is not None else {}),
+            "per_query": per_query(queries, asked.judged, source.records if source is not None else {}),
             "phases": progress.phases,
         }
         if source is not None:
             result["v2"] = v2
             result["targets"] = evaluate_targets(summary)
-        for s in systems:
+        for s in asked.systems:
             if isinstance(s, DenseInProcess):
                 result["systems"][s.name]["model"] = s.facts
         if opts.write_results:
@@ -488,6 +312,105 @@ async def run_async(opts: Options, progress: Progress) -> dict[str, Any]:
         if served is not None:
             svc.stop(served)
     return result
+
+
+async def _upload(
+    base_url: str, corpus: Corpus, opts: Options, progress: Progress, headers: dict[str, str]
+) -> tuple[dict[str, Any], dict[str, list[Chunk]]]:
+    """Upload the documents through POST /embed and fetch the chunks stored: the upload's figures, and
+    the chunks by knowledge base."""
+    with progress.phase("upload through POST /embed"):
+        upload_facts = await svc.upload(
+            base_url,
+            corpus.documents,
+            concurrency=opts.upload_concurrency,
+            say=progress.say,
+            headers=headers,
+        )
+    with progress.phase("fetch stored chunks"):
+        chunks = await svc.fetch_chunks(base_url, corpus.documents, headers=headers)
+    n_chunks = sum(len(v) for v in chunks.values())
+    if upload_facts["uploaded"]:
+        upload_facts["chunks_per_s"] = round(
+            n_chunks * upload_facts["uploaded"] / len(corpus.documents) / max(upload_facts["seconds"], 1e-9),
+            2,
+        )
+    return upload_facts, chunks
+
+
+@dataclass
+class _Asked:
+    """What the systems answered: each one's judged answers, and /query_v2's debugged source (None
+    without V2) with the V2 figures of the timed pass."""
+
+    systems: list[System]
+    judged: dict[str, list[Judged]]
+    source: V2Debugged | None
+    v2: dict[str, Any]
+
+
+async def _ask(
+    base_url: str,
+    kbs: dict[str, list[str]],
+    chunks: dict[str, list[Chunk]],
+    queries: list[Query],
+    opts: Options,
+    progress: Progress,
+    headers: dict[str, str],
+) -> _Asked:
+    """Every system asked every query; with V2, a timed pass without debug whose latencies are FINAL's."""
+    parsed = urlsplit(base_url)
+    http = LeanHTTP(parsed.hostname or "127.0.0.1", parsed.port or 80)
+    v2: dict[str, Any] = {}
+    try:
+        systems = make_systems(opts.systems, http, kbs, chunks, opts, progress.say, headers)
+        with progress.phase("prepare systems"):
+            for system in systems:
+                await system.prepare()
+        with progress.phase(f"measure {len(queries)} queries x {len(systems)} systems"):
+            judged = await measure(systems, queries, progress)
+        source = next((s.source for s in systems if isinstance(s, V2Stage)), None)
+        if source is not None:
+            sample = timed_sample(queries, opts.v2_timed, opts.seed)
+            with progress.phase(f"/query_v2 without debug, timed: {len(sample)} queries"):
+                plain = V2Client(http, kbs, k=opts.k, debug=False, headers=headers)
+                timed = await timed_pass(plain, sample)
+            judged[FINAL] = [
+                replace(j, latency_ms=timed[q.qid].latency_ms if q.qid in timed else None)
+                for q, j in zip(queries, judged[FINAL], strict=True)
+            ]
+            v2 = {"timed": len(timed), "agreement": agreement(source.records, timed)}
+    finally:
+        await http.aclose()
+    return _Asked(systems, judged, source, v2)
+
+
+def _shown_options(opts: Options) -> dict[str, Any]:
+    """The options as the result shows them: paths as text, the token and the secret masked."""
+    return {
+        **asdict(opts),
+        "data_dir": str(opts.data_dir),
+        "out_dir": str(opts.out_dir),
+        "token": "***" if opts.token else None,
+        "jwt_secret": "***" if opts.jwt_secret else None,
+    }
+
+
+def _corpus_facts(
+    corpus: Corpus, fingerprint: str, chunks: dict[str, list[Chunk]], made: dict[str, int]
+) -> dict[str, Any]:
+    """The result's description of the corpus: knowledge bases, chunks, facts, mutants, queries."""
+    kbs = corpus.kbs()
+    return {
+        "fingerprint": fingerprint,
+        "documents": len(corpus.documents),
+        "knowledge_bases": {kb: len(ids) for kb, ids in kbs.items()},
+        "kb_files": kbs,
+        "chunks": {kb: len(v) for kb, v in chunks.items()},
+        "facts": corpus.facts,
+        "mutants": made,
+        "queries": _count_queries(corpus.queries),
+    }
 
 
 V2_INDEX_PHASE = "V2 index: backfill and wait"

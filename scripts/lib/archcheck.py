@@ -1,18 +1,24 @@
 #!/usr/bin/env python3
-"""Architecture checks over app/: no import cycles, no oversized files or functions (standard library only).
+"""Architecture checks over app/, benchmarks/ and scripts/: no import cycles, no oversized files or
+functions (standard library only).
 
-It lives in scripts/lib/ beside lockcheck.py rather than in app/: it is tooling that reads app/ as
-text (`ast`), never imports it, so it runs before any install and cannot be skewed by import-time
-side effects; tests/unit/test_archcheck.py loads it by path and runs it on small fake trees.
+It lives in scripts/lib/ beside lockcheck.py rather than in app/: it is tooling that reads the trees
+as text (`ast`), never imports them, so it runs before any install and cannot be skewed by
+import-time side effects; tests/unit/test_archcheck.py loads it by path and runs it on small fake
+trees. The import graph (which file an import statement imports, the cycles) is archgraph.py's.
 
-What fails:
+What fails, in every tree:
 - a cycle between modules (files): `a.py` imports `b.py` imports `a.py`, at any depth, counting
-  imports inside functions and relative ones, but not those under `if TYPE_CHECKING:`;
+  imports inside functions and relative ones, but not those under `if TYPE_CHECKING:`; a module in
+  a folder without `__init__.py` (scripts/lib/) imports its siblings by bare name, as Python lets a
+  script do;
+- a file over MAX_FILE_LINES lines, a function or method over MAX_FUNCTION_LINES lines
+  (`end_lineno - lineno + 1`: from `def` to its last line, decorators not counted).
+
+What fails in app/ only (its layers; benchmarks/ and scripts/ are collections of tools, not layers):
 - a cycle between packages: each `app/<pkg>/` is one node (evidence search's inner packages and its
   settings module are nodes of their own, see SPLIT_PACKAGES) and each top-level module (config,
   deps, main, ...) is one node;
-- a file over MAX_FILE_LINES lines, a function or method over MAX_FUNCTION_LINES lines
-  (`end_lineno - lineno + 1`: from `def` to its last line, decorators not counted);
 - a router (a module of app/api/) that imports app/store/ or calls `.acquire(`: routers call
   services, SQL and connections stay below them (no baseline: there is nothing to tolerate).
 
@@ -21,9 +27,12 @@ shrink: a cycle or offender missing from it fails, an offender larger than its l
 so does a line that no longer matches anything (delete it). Each cycle is printed as a chain with the
 file:line of every import along it.
 
-    python3 scripts/lib/archcheck.py                        # check app/ against the baseline
+    python3 scripts/lib/archcheck.py                        # check the three trees against the baseline
     python3 scripts/lib/archcheck.py --write-baseline       # print a baseline of what exists now
-    python3 scripts/lib/archcheck.py --root DIR --baseline FILE
+    python3 scripts/lib/archcheck.py --root DIR [--root DIR ...] --baseline FILE
+
+One baseline serves every tree: a line belongs to the tree its path or module name starts with
+(package cycles to app/), and a check of some trees leaves the other trees' lines alone.
 """
 
 from __future__ import annotations
@@ -33,13 +42,35 @@ import ast
 import itertools
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # loaded by path (the tests) rather than run: archgraph.py beside it
+    sys.path.insert(0, str(HERE))
+
+from archgraph import (  # noqa: E402
+    Graph,
+    ModuleFile,
+    Site,
+    TooManyCycles,
+    canonical,
+    chain,
+    describe,
+    elementary_cycles,
+    import_nodes,
+    imported_modules,
+    shortest_cycle,
+    strongly_connected,
+)
+
+REPO = HERE.parents[1]
 DEFAULT_ROOT = REPO / "app"
-DEFAULT_BASELINE = Path(__file__).resolve().with_name("arch-baseline.txt")
+# the trees `scripts/lint` checks; the layer rules (package cycles, routers) are app/'s alone
+DEFAULT_ROOTS = (DEFAULT_ROOT, REPO / "benchmarks", REPO / "scripts")
+LAYERED = "app"
+DEFAULT_BASELINE = HERE / "arch-baseline.txt"
 MAX_FILE_LINES = 600
 MAX_FUNCTION_LINES = 80
 # sub-packages that count as packages of their own in the package graph (dotted, below the root)
@@ -55,42 +86,9 @@ FUNCTION_LINES = "function-lines"
 MAX_CYCLES = 5000
 
 
-@dataclass(frozen=True)
-class Site:
-    """Where an import statement is: a file relative to the repository and a line."""
-
-    path: str
-    line: int
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line}"
-
-
-@dataclass
-class Graph:
-    """A directed graph whose edges remember the import statements that make them."""
-
-    edges: dict[str, dict[str, list[Site]]] = field(default_factory=dict)
-
-    def add(self, source: str, target: str, site: Site) -> None:
-        """Record that `source` imports `target` at `site` (self-imports are ignored)."""
-        if source != target:
-            self.edges.setdefault(source, {}).setdefault(target, []).append(site)
-            self.edges.setdefault(target, {})
-
-    def targets(self, node: str) -> list[str]:
-        """The nodes `node` imports, sorted."""
-        return sorted(self.edges.get(node, {}))
-
-
-@dataclass(frozen=True)
-class ModuleFile:
-    """One .py file of the tree: its dotted name, its path for messages, and whether it is a package."""
-
-    name: str
-    path: Path
-    shown: str
-    is_package: bool
+def shown_path(path: Path, shown_base: Path) -> str:
+    """A path as messages and the baseline write it: relative to `shown_base` when it lies below it."""
+    return path.relative_to(shown_base).as_posix() if path.is_relative_to(shown_base) else str(path)
 
 
 def discover(root: Path, shown_base: Path) -> dict[str, ModuleFile]:
@@ -101,77 +99,10 @@ def discover(root: Path, shown_base: Path) -> dict[str, ModuleFile]:
         is_package = parts[-1] == "__init__"
         if is_package:
             parts.pop()
-        shown = path.relative_to(shown_base).as_posix() if path.is_relative_to(shown_base) else str(path)
-        modules[".".join(parts)] = ModuleFile(".".join(parts), path, shown, is_package)
+        script_folder = not (path.parent / "__init__.py").is_file()
+        name = ".".join(parts)
+        modules[name] = ModuleFile(name, path, shown_path(path, shown_base), is_package, script_folder)
     return modules
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def import_nodes(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement in `tree`, at any depth, except inside `if TYPE_CHECKING:` bodies."""
-    stack: list[ast.AST] = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            yield node
-            continue
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            stack.extend(node.orelse)  # the `else:` branch does run
-            continue
-        stack.extend(ast.iter_child_nodes(node))
-
-
-def _resolve_from(module: ModuleFile, node: ast.ImportFrom) -> str:
-    """The absolute dotted name `from <...> import` refers to."""
-    if node.level == 0:
-        return node.module or ""
-    package = module.name.split(".")
-    if not module.is_package:
-        package.pop()
-    if node.level > 1:
-        package = package[: len(package) - (node.level - 1)]
-    return ".".join([*package, *([node.module] if node.module else [])])
-
-
-def _nearest(name: str, modules: dict[str, ModuleFile]) -> str | None:
-    """`name` if it is a file of the tree, else its longest prefix that is (for `import a.b.func`)."""
-    parts = name.split(".")
-    while parts:
-        candidate = ".".join(parts)
-        if candidate in modules:
-            return candidate
-        parts.pop()
-    return None
-
-
-def imported_modules(
-    module: ModuleFile, node: ast.Import | ast.ImportFrom, modules: dict[str, ModuleFile]
-) -> set[str]:
-    """The files of the tree that one import statement imports.
-
-    `from pkg import name` imports the module `pkg.name` when that is a file, else `pkg` itself.
-    Parent packages' `__init__` files, which Python also runs, are not counted: nearly every module
-    would otherwise depend on its own package's `__init__`, a cycle of no interest.
-    """
-    found: set[str] = set()
-    if isinstance(node, ast.Import):
-        for alias in node.names:
-            target = _nearest(alias.name, modules)
-            if target:
-                found.add(target)
-        return found
-    base = _resolve_from(module, node)
-    for alias in node.names:
-        if alias.name != "*" and f"{base}.{alias.name}" in modules:
-            found.add(f"{base}.{alias.name}")
-        elif base in modules:
-            found.add(base)
-    return found
 
 
 def package_of(name: str, root_name: str) -> str:
@@ -197,6 +128,7 @@ class Tree:
     function_lines: dict[str, int]
     errors: list[str]
     router_acquires: list[Site] = field(default_factory=list)
+    layered: bool = True  # app/: the package graph and the routers' rule apply
 
 
 def _functions(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, int]]:
@@ -214,8 +146,12 @@ def _functions(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, int]]:
 
 
 def read_tree(root: Path, shown_base: Path | None = None) -> Tree:
-    """Parse every file under `root` into the module and package graphs and the size tables."""
+    """Parse every file under `root` into the module and package graphs and the size tables.
+
+    The package graph and the routers' calls are read for the layered tree (app/) only.
+    """
     shown_base = shown_base or root.parent
+    layered = root.name == LAYERED
     modules = discover(root, shown_base)
     modules_graph, packages_graph = Graph(), Graph()
     file_lines: dict[str, int] = {}
@@ -235,16 +171,18 @@ def read_tree(root: Path, shown_base: Path | None = None) -> Tree:
             # a name defined twice (a conditional definition): the longer one counts
             function_lines[key] = max(length, function_lines.get(key, 0))
         source_package = package_of(module.name, root.name)
-        if source_package == ROUTERS:
+        if layered and source_package == ROUTERS:
             acquires.extend(Site(module.shown, node.lineno) for node in _acquire_calls(tree))
         modules_graph.edges.setdefault(module.name, {})
-        packages_graph.edges.setdefault(source_package, {})
+        if layered:
+            packages_graph.edges.setdefault(source_package, {})
         for node in import_nodes(tree):
             site = Site(module.shown, node.lineno)
             for target in imported_modules(module, node, modules):
                 modules_graph.add(module.name, target, site)
-                packages_graph.add(source_package, package_of(target, root.name), site)
-    return Tree(modules, modules_graph, packages_graph, file_lines, function_lines, errors, acquires)
+                if layered:
+                    packages_graph.add(source_package, package_of(target, root.name), site)
+    return Tree(modules, modules_graph, packages_graph, file_lines, function_lines, errors, acquires, layered)
 
 
 def _acquire_calls(tree: ast.AST) -> Iterator[ast.Call]:
@@ -278,103 +216,6 @@ def router_problems(tree: Tree, root_name: str) -> list[str]:
     return problems
 
 
-def _strongly_connected(graph: Graph) -> list[set[str]]:
-    """Tarjan's components with more than one node (iterative: no recursion limit)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on_stack: set[str] = set()
-    stack: list[str] = []
-    found: list[set[str]] = []
-    counter = 0
-    for start in sorted(graph.edges):
-        if start in index:
-            continue
-        work: list[tuple[str, Iterator[str]]] = [(start, iter(graph.targets(start)))]
-        index[start] = low[start] = counter
-        counter += 1
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is None:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    component: set[str] = set()
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        component.add(member)
-                        if member == node:
-                            break
-                    if len(component) > 1:
-                        found.append(component)
-            elif child not in index:
-                index[child] = low[child] = counter
-                counter += 1
-                stack.append(child)
-                on_stack.add(child)
-                work.append((child, iter(graph.targets(child))))
-            elif child in on_stack:
-                low[node] = min(low[node], index[child])
-    return found
-
-
-class TooManyCycles(Exception):
-    """The graph has more simple cycles than MAX_CYCLES: listing them would not help anyone."""
-
-
-def elementary_cycles(graph: Graph, limit: int | None = None) -> list[tuple[str, ...]]:
-    """Every simple cycle of `graph`, each rotated to start at its smallest node, sorted.
-
-    A depth-first search from each node that only visits larger nodes of the same strongly
-    connected component finds each cycle exactly once (from its smallest node). The graphs here
-    are small (tens of packages, a few tangled files); `limit` guards against a tangle that is not.
-    """
-    limit = MAX_CYCLES if limit is None else limit
-    cycles: list[tuple[str, ...]] = []
-    for component in _strongly_connected(graph):
-        for start in sorted(component):
-            path = [start]
-            work: list[Iterator[str]] = [iter(graph.targets(start))]
-            while work:
-                child = next(work[-1], None)
-                if child is None:
-                    work.pop()
-                    path.pop()
-                elif child == start:
-                    cycles.append(tuple(path))
-                    if len(cycles) > limit:
-                        raise TooManyCycles(f"more than {limit} simple cycles")
-                elif child in component and child > start and child not in path:
-                    path.append(child)
-                    work.append(iter(graph.targets(child)))
-    return sorted(cycles, key=lambda cycle: (len(cycle), cycle))
-
-
-def chain(cycle: Iterable[str]) -> str:
-    """`a -> b -> a`: the baseline's spelling of a cycle."""
-    nodes = list(cycle)
-    return " -> ".join([*nodes, nodes[0]])
-
-
-def describe(graph: Graph, cycle: tuple[str, ...]) -> list[str]:
-    """The import statements along a cycle, one line per edge (the first site, and how many more)."""
-    lines = []
-    for source, target in zip(cycle, (*cycle[1:], cycle[0]), strict=True):
-        sites = graph.edges[source][target]
-        more = f" (and {len(sites) - 1} more)" if len(sites) > 1 else ""
-        lines.append(f"    {source} -> {target}  at {sites[0]}{more}")
-    return lines
-
-
-def _canonical(nodes: list[str]) -> tuple[str, ...]:
-    first = nodes.index(min(nodes))
-    return tuple(nodes[first:] + nodes[:first])
-
-
 @dataclass(frozen=True)
 class Entry:
     """One baseline line: a cycle (`size` None) or a size offender, keyed by (kind, name)."""
@@ -396,7 +237,7 @@ def parse_entry(raw: str, number: int) -> Entry | str | None:
         nodes = [part.strip() for part in rest.split("->")]
         if len(nodes) < 3 or nodes[0] != nodes[-1] or not all(nodes):
             return f"line {number}: a cycle is written `{kind} a -> b -> a`: {raw!r}"
-        return Entry(kind, chain(_canonical(nodes[:-1])), None, number)
+        return Entry(kind, chain(canonical(nodes[:-1])), None, number)
     if kind in (FILE_LINES, FUNCTION_LINES):
         name, _, size = rest.rpartition(" ")
         if not name or not size.isdigit():
@@ -446,7 +287,7 @@ def findings(tree: Tree) -> Findings:
     tangled: set[str] = set()
     for kind, graph in ((MODULE_CYCLE, tree.module_graph), (PACKAGE_CYCLE, tree.package_graph)):
         try:
-            listed = elementary_cycles(graph)
+            listed = elementary_cycles(graph, MAX_CYCLES)
         except TooManyCycles:
             tangled.add(kind)
             continue
@@ -462,23 +303,6 @@ def findings(tree: Tree) -> Findings:
     return Findings(found, cycles, frozenset(tangled))
 
 
-def shortest_cycle(graph: Graph, source: str, target: str) -> tuple[str, ...] | None:
-    """The shortest cycle that takes the edge source -> target (breadth-first from target back)."""
-    previous: dict[str, str] = {target: target}
-    queue = [target]
-    for node in queue:
-        if node == source:
-            path = [source]
-            while path[-1] != target:
-                path.append(previous[path[-1]])
-            return (source, *reversed(path[1:]))
-        for child in graph.targets(node):
-            if child not in previous:
-                previous[child] = node
-                queue.append(child)
-    return None
-
-
 def tangle(kind: str, graph: Graph, baseline: Baseline, shown: int = 5) -> list[str]:
     """For a graph with too many cycles to list: the imports most of them go through.
 
@@ -491,13 +315,13 @@ def tangle(kind: str, graph: Graph, baseline: Baseline, shown: int = 5) -> list[
         if entry.kind == kind:
             allowed.update(itertools.pairwise(part.strip() for part in entry.name.split("->")))
     cycles: set[tuple[str, ...]] = set()
-    for component in _strongly_connected(graph):
+    for component in strongly_connected(graph):
         for source in sorted(component):
             for target in graph.targets(source):
                 if target in component and (source, target) not in allowed:
                     cycle = shortest_cycle(graph, source, target)
                     if cycle is not None:
-                        cycles.add(_canonical(list(cycle)))
+                        cycles.add(canonical(list(cycle)))
     through: Counter[tuple[str, str]] = Counter()
     for cycle in cycles:
         through.update(
@@ -521,12 +345,27 @@ LIMITS = {FILE_LINES: MAX_FILE_LINES, FUNCTION_LINES: MAX_FUNCTION_LINES}
 NOUNS = {FILE_LINES: "file", FUNCTION_LINES: "function", MODULE_CYCLE: "modules", PACKAGE_CYCLE: "packages"}
 
 
-def check(root: Path, baseline_path: Path, shown_base: Path | None = None) -> list[str]:
-    """Every problem of `root` against the baseline, as messages (empty: all is well)."""
-    tree = read_tree(root, shown_base)
-    baseline = read_baseline(baseline_path)
-    problems = [*tree.errors, *baseline.errors, *router_problems(tree, root.name)]
-    now = findings(tree)
+Roots = Path | Sequence[Path]
+
+
+def _trees(roots: Roots, shown_base: Path | None) -> list[tuple[Tree, str]]:
+    """Each root parsed, with its path as the baseline writes it (`app`, `benchmarks`, ...)."""
+    paths = [roots] if isinstance(roots, Path) else list(roots)
+    return [(read_tree(path, shown_base), shown_path(path, shown_base or path.parent)) for path in paths]
+
+
+def _owns(tree: Tree, shown: str, entry: Entry) -> bool:
+    """Whether a baseline line is about this tree: its path or module name starts with the tree's."""
+    if entry.kind == PACKAGE_CYCLE:
+        return tree.layered
+    if entry.kind == MODULE_CYCLE:
+        return entry.name.startswith(f"{Path(shown).name}.")
+    return entry.name.startswith(f"{shown}/")
+
+
+def _offences(tree: Tree, now: Findings, baseline: Baseline, baseline_path: Path) -> list[str]:
+    """The cycles and sizes of one tree that its baseline lines do not allow."""
+    problems: list[str] = []
     graphs = {MODULE_CYCLE: tree.module_graph, PACKAGE_CYCLE: tree.package_graph}
     for kind in sorted(now.tangled):
         problems.extend(tangle(kind, graphs[kind], baseline))
@@ -545,8 +384,31 @@ def check(root: Path, baseline_path: Path, shown_base: Path | None = None) -> li
                 f"{NOUNS[kind]} {name} has grown to {size} lines ({baseline_path.name}:{listed.line} allows "
                 f"{listed.size}, the limit is {LIMITS[kind]}): make it smaller, not larger"
             )
+    return problems
+
+
+def check(roots: Roots, baseline_path: Path, shown_base: Path | None = None) -> list[str]:
+    """Every problem of the trees against the baseline, as messages (empty: all is well).
+
+    Lines of the baseline that belong to no tree checked here are left alone.
+    """
+    baseline = read_baseline(baseline_path)
+    problems = list(baseline.errors)
+    for tree, shown in _trees(roots, shown_base):
+        now = findings(tree)
+        problems.extend(tree.errors)
+        if tree.layered:
+            problems.extend(router_problems(tree, Path(shown).name))
+        problems.extend(_offences(tree, now, baseline, baseline_path))
+        problems.extend(_stale(tree, shown, now, baseline, baseline_path))
+    return problems
+
+
+def _stale(tree: Tree, shown: str, now: Findings, baseline: Baseline, baseline_path: Path) -> list[str]:
+    """The tree's baseline lines that match nothing any more (a tangled graph's cycles cannot tell)."""
+    problems: list[str] = []
     for key, entry in sorted(baseline.entries.items(), key=lambda item: item[1].line):
-        if key not in now.found and entry.kind not in now.tangled:
+        if _owns(tree, shown, entry) and key not in now.found and entry.kind not in now.tangled:
             gone = (
                 "no longer occurs" if entry.size is None else f"is no longer over {LIMITS[entry.kind]} lines"
             )
@@ -557,43 +419,51 @@ def check(root: Path, baseline_path: Path, shown_base: Path | None = None) -> li
     return problems
 
 
-def baseline_text(root: Path, shown_base: Path | None = None) -> str:
+def _everything_now(roots: Roots, shown_base: Path | None, doing: str) -> list[tuple[Tree, str, Findings]]:
+    """Each tree with its findings, refusing a tree too tangled to list (`doing`: for the message)."""
+    found = [(tree, shown, findings(tree)) for tree, shown in _trees(roots, shown_base)]
+    if any(now.tangled for _, _, now in found):
+        raise SystemExit(f"archcheck: too many import cycles to {doing}: run the check first")
+    return found
+
+
+def baseline_text(roots: Roots, shown_base: Path | None = None) -> str:
     """A baseline listing everything that exists now (to start one, never to grow one)."""
-    now = findings(read_tree(root, shown_base))
-    if now.tangled:
-        raise SystemExit("archcheck: too many import cycles to write a baseline: run the check first")
     lines = [
         "# What scripts/lib/archcheck.py tolerates today. The list may only shrink: when an entry is fixed,",
         "# delete its line (the check fails while a line matches nothing; `archcheck.py --prune` deletes",
         "# such lines and lowers sizes that shrank). Never add a line: fix the new cycle or size instead.",
         "# Each cycle line is one simple cycle; removing one import often ends many of them.",
     ]
-    for (kind, name), size in now.found.items():
-        lines.append(f"{kind} {name}" + ("" if size is None else f" {size}"))
+    for _, _, now in _everything_now(roots, shown_base, "write a baseline"):
+        for (kind, name), size in now.found.items():
+            lines.append(f"{kind} {name}" + ("" if size is None else f" {size}"))
     return "\n".join(lines) + "\n"
 
 
-def prune(root: Path, baseline_path: Path, shown_base: Path | None = None) -> list[str]:
+def prune(roots: Roots, baseline_path: Path, shown_base: Path | None = None) -> list[str]:
     """Delete the baseline lines that match nothing and lower sizes that shrank; returns what changed.
 
-    It never adds an entry nor raises a size, so running it cannot hide a new problem.
+    It never adds an entry nor raises a size, so running it cannot hide a new problem; lines of
+    trees not given are kept as they are.
     """
-    current = findings(read_tree(root, shown_base))
-    if current.tangled:
-        raise SystemExit("archcheck: too many import cycles to prune against: run the check first")
-    now = current.found
+    trees = _everything_now(roots, shown_base, "prune against")
     kept: list[str] = []
     changes: list[str] = []
     for number, raw in enumerate(baseline_path.read_text(encoding="utf-8").splitlines(), start=1):
         entry = parse_entry(raw, number)
-        if not isinstance(entry, Entry):
+        owners = [
+            now.found for tree, shown, now in trees if isinstance(entry, Entry) and _owns(tree, shown, entry)
+        ]
+        if not isinstance(entry, Entry) or not owners:
             kept.append(raw)
             continue
+        owner = owners[0]
         key = (entry.kind, entry.name)
-        if key not in now:
+        if key not in owner:
             changes.append(f"deleted line {number}: {raw.strip()}")
             continue
-        size = now[key]
+        size = owner[key]
         if entry.size is not None and size is not None and size < entry.size:
             kept.append(f"{entry.kind} {entry.name} {size}")
             changes.append(f"lowered line {number}: {entry.kind} {entry.name} {entry.size} -> {size}")
@@ -604,24 +474,26 @@ def prune(root: Path, baseline_path: Path, shown_base: Path | None = None) -> li
 
 
 def main(argv: list[str]) -> int:
-    """Check the tree against the baseline (exit 1 on any problem), or write or prune a baseline."""
+    """Check the trees against the baseline (exit 1 on any problem), or write or prune a baseline."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="the package to check (app/)")
+    parser.add_argument(
+        "--root", type=Path, action="append", help="a tree to check, repeatable (app/, benchmarks/, scripts/)"
+    )
     parser.add_argument("--baseline", type=Path, default=DEFAULT_BASELINE)
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--write-baseline", action="store_true", help="print a baseline of today's state")
     action.add_argument("--prune", action="store_true", help="delete baseline lines that match nothing")
     args = parser.parse_args(argv[1:])
-    root: Path = args.root.resolve()
-    shown_base = REPO if root.is_relative_to(REPO) else root.parent
+    roots = [path.resolve() for path in (args.root or DEFAULT_ROOTS)]
+    shown_base = REPO if all(root.is_relative_to(REPO) for root in roots) else roots[0].parent
     if args.write_baseline:
-        sys.stdout.write(baseline_text(root, shown_base))
+        sys.stdout.write(baseline_text(roots, shown_base))
         return 0
     if args.prune:
-        for change in prune(root, args.baseline, shown_base):
+        for change in prune(roots, args.baseline, shown_base):
             print(change)
         return 0
-    problems = check(root, args.baseline, shown_base)
+    problems = check(roots, args.baseline, shown_base)
     for problem in problems:
         print(problem, file=sys.stderr)
     if problems:
@@ -631,7 +503,8 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 1
-    print(f"archcheck: no import cycle, file or function size beyond {args.baseline.name}")
+    names = ", ".join(f"{root.name}/" for root in roots)
+    print(f"archcheck: {names}: no import cycle, file or function size beyond {args.baseline.name}")
     return 0
 
 

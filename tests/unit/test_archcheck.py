@@ -24,9 +24,9 @@ def load_archcheck() -> ModuleType:
 archcheck = load_archcheck()
 
 
-def plant(tmp_path: Path, files: dict[str, str]) -> Path:
-    """A package `app` under tmp_path with these files (paths below app/), each package with an __init__."""
-    root = tmp_path / "app"
+def plant(tmp_path: Path, files: dict[str, str], name: str = "app") -> Path:
+    """A package `name` under tmp_path with these files (paths below it), each package with an __init__."""
+    root = tmp_path / name
     for name, text in {"__init__.py": "", **files}.items():
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -44,6 +44,12 @@ def problems(root: Path, baseline: str = "") -> list[str]:
 
 def test_todays_app_passes_with_its_baseline() -> None:
     assert archcheck.check(archcheck.DEFAULT_ROOT, archcheck.DEFAULT_BASELINE, REPO) == []
+
+
+def test_todays_benchmarks_and_scripts_pass_with_the_baseline() -> None:
+    roots = [REPO / "benchmarks", REPO / "scripts"]
+    assert roots == list(archcheck.DEFAULT_ROOTS[1:])  # what scripts/lint checks besides app/
+    assert archcheck.check(roots, archcheck.DEFAULT_BASELINE, REPO) == []
 
 
 def test_a_file_cycle_fails_with_its_chain_and_import_sites(tmp_path: Path) -> None:
@@ -217,3 +223,96 @@ def test_a_router_that_imports_the_store_or_acquires_a_connection_fails(tmp_path
         "SQL and its records stay in app/store/ and the services",
         "app/api/pool.py:2: a router acquires a database connection: call a service that does",
     ]
+
+
+def test_benchmarks_get_the_sizes_and_module_cycles_not_app_s_layer_rules(tmp_path: Path) -> None:
+    root = plant(
+        tmp_path,
+        {
+            "big.py": "x = 1\n" * 601,
+            "mod.py": function("long", 81),
+            "a.py": "from benchmarks import b\n",
+            "b.py": "import benchmarks.a\n",
+            # app's layer rules do not apply: a package cycle without a file cycle, a module named api
+            # importing one named store and acquiring a connection
+            "quality/x.py": "from benchmarks import y\n",
+            "y.py": "from benchmarks.quality import z\n",
+            "quality/z.py": "",
+            "api/r.py": "from benchmarks.store import q\n\n\ndef f(pool):\n    return pool.acquire()\n",
+            "store/q.py": "",
+        },
+        name="benchmarks",
+    )
+    found = problems(root)
+    assert found[:1] == [
+        "import cycle between modules: benchmarks.a -> benchmarks.b -> benchmarks.a\n"
+        "    benchmarks.a -> benchmarks.b  at benchmarks/a.py:1\n"
+        "    benchmarks.b -> benchmarks.a  at benchmarks/b.py:1"
+    ]
+    assert found[1:] == [
+        "file benchmarks/big.py has 601 lines, over the limit of 600",
+        "function benchmarks/mod.py:long has 81 lines, over the limit of 80",
+    ]
+
+
+def test_a_module_of_a_folder_of_scripts_imports_its_siblings_by_name(tmp_path: Path) -> None:
+    """scripts/lib/ has no __init__.py: `import b` there is scripts/lib/b.py, as Python runs a script."""
+    root = tmp_path / "scripts"
+    (root / "lib").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "lib" / "a.py").write_text("import os\n\nimport b\n")
+    (root / "lib" / "b.py").write_text("import sys\n\nfrom a import thing\n")
+    [found] = problems(root)
+    assert found.splitlines() == [
+        "import cycle between modules: scripts.lib.a -> scripts.lib.b -> scripts.lib.a",
+        "    scripts.lib.a -> scripts.lib.b  at scripts/lib/a.py:3",
+        "    scripts.lib.b -> scripts.lib.a  at scripts/lib/b.py:3",
+    ]
+    (root / "lib" / "b.py").write_text("import sys\n")
+    assert problems(root) == []
+
+
+def test_one_baseline_for_every_tree_and_a_check_of_one_leaves_the_others_lines(tmp_path: Path) -> None:
+    app = plant(tmp_path, {"mod.py": function("long", 90)})
+    benchmarks = plant(tmp_path, {"run.py": function("render", 85)}, name="benchmarks")
+    baseline = tmp_path / "baseline.txt"
+    listed = (
+        "function-lines app/mod.py:long 90\n"
+        "function-lines benchmarks/run.py:render 85  # split it\n"
+        "module-cycle benchmarks.a -> benchmarks.b -> benchmarks.a\n"
+        "package-cycle search -> store -> search\n"
+    )
+    baseline.write_text(listed)
+    # benchmarks' lines are not app's: a check of app alone calls only app's stale line stale
+    assert archcheck.check(app, baseline, tmp_path) == [
+        "baseline.txt:4: `package-cycle search -> store -> search` no longer occurs: delete that line "
+        "(archcheck.py --prune does)"
+    ]
+    assert archcheck.check([benchmarks], baseline, tmp_path) == [
+        "baseline.txt:3: `module-cycle benchmarks.a -> benchmarks.b -> benchmarks.a` no longer occurs: "
+        "delete that line (archcheck.py --prune does)"
+    ]
+    (benchmarks / "run.py").write_text(function("render", 80))
+    assert archcheck.prune([benchmarks], baseline, tmp_path) == [
+        "deleted line 2: function-lines benchmarks/run.py:render 85  # split it",
+        "deleted line 3: module-cycle benchmarks.a -> benchmarks.b -> benchmarks.a",
+    ]
+    assert (
+        baseline.read_text() == "function-lines app/mod.py:long 90\npackage-cycle search -> store -> search\n"
+    )
+    text = archcheck.baseline_text([app, benchmarks], tmp_path)
+    assert text.splitlines()[-1] == "function-lines app/mod.py:long 90"
+
+
+def test_the_command_checks_every_root_it_is_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = plant(tmp_path, {"a.py": ""})
+    scripts = plant(tmp_path, {"tool.py": function("main", 81)}, name="scripts")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    assert archcheck.main(["archcheck", "--root", str(app), "--baseline", str(empty)]) == 0
+    assert "archcheck: app/: no import cycle" in capsys.readouterr().out
+    args = ["archcheck", "--root", str(app), "--root", str(scripts), "--baseline", str(empty)]
+    assert archcheck.main(args) == 1
+    assert "function scripts/tool.py:main has 81 lines" in capsys.readouterr().err
