@@ -13,7 +13,7 @@ from app.errors import ConfigError
 from app.main import UNAUTHENTICATED_WARNING, create_app
 from app.runtime.lock import FolderLock
 from app.runtime.postgres import LOCK_NAME, LOCK_PURPOSE
-from app.runtime.stalls import stall_guarded_protocol
+from app.runtime.request_timeouts import stall_guarded_protocol
 
 LISTEN_BACKLOG = 2048  # uvicorn's default
 

@@ -27,9 +27,9 @@ def _env(*names: str) -> AliasChoices:
 class TuningKnobs(BaseSettings):
     """Settings no deployment needs to change (docs/tuning.md); never built alone, only as `Settings`."""
 
-    # --- requests (app/runtime/stalls.py, app/edge.py) and who an `entity_id` may name --------------------
+    # --- requests (app/runtime/request_timeouts.py, app/safe_text.py), who an `entity_id` may name -----
     entity_id_pattern: str = Field(DEFAULT_ENTITY_ID_PATTERN, validation_alias=_env("ENTITY_ID_PATTERN"))
-    # requests whose headers or body stall are closed with 408 (app/runtime/stalls.py)
+    # requests whose headers or body stall are closed with 408 (app/runtime/request_timeouts.py)
     request_header_timeout_s: float = Field(
         10.0, gt=0, le=3600, validation_alias=_env("REQUEST_HEADER_TIMEOUT_S")
     )

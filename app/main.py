@@ -15,8 +15,8 @@ from app import metrics
 from app.access.principal import TokenCache
 from app.api import admin, documents, embed, health, jobs, v2_admin, v2_query
 from app.api import metrics as metrics_route
+from app.api.body_limits import BodyGuardMiddleware
 from app.api.errors import install_error_handlers
-from app.api.guards import BodyGuardMiddleware
 from app.api.openapi import install_openapi
 from app.api.ratelimit import document_rate_limits, enforce_rate_limit
 from app.clients.embeddings import WarmsUp
@@ -29,7 +29,7 @@ from app.logs import RequestContextMiddleware, configure_logging
 from app.mcp.http import SESSION_LIMIT, mcp_route, open_sessions
 from app.mcp.server import build_server as build_mcp_server
 from app.ratelimit import RateLimiter
-from app.runtime.stalls import BodyTimeoutMiddleware
+from app.runtime.request_timeouts import BodyTimeoutMiddleware
 from app.services import build_services
 from app.text import vocabulary
 

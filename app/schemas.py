@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.edge import SafeStr, safe_str, safe_str_list
 from app.errors import BadRequest
+from app.safe_text import SafeStr, safe_str, safe_str_list
 
 MAX_QUERY_CHARS = 20_000
 MAX_FILE_ID_CHARS = 512

@@ -289,7 +289,7 @@ def serve(port: int, k: int) -> None:
     """The app with the canned search under uvicorn as `python -m app` runs it (no lifespan)."""
     import uvicorn
 
-    from app.runtime.stalls import stall_guarded_protocol
+    from app.runtime.request_timeouts import stall_guarded_protocol
 
     app, _ = _app(k)
     header_timeout = app.state.services.settings.request_header_timeout_s

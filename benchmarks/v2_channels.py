@@ -42,7 +42,7 @@ from app.runtime.postgres import EmbeddedPostgres
 from app.store.db import bootstrap
 from app.store.scope import Scope
 from app.store.vector_index import build_index, index_spec
-from app.text.chunks import ChunkKind, ChunkPlace, ChunkRecord
+from app.text.chunk_records import ChunkKind, ChunkPlace, ChunkRecord
 from app.text.entities import Entity
 from app.text.lexicon import STOPWORDS_DE, STOPWORDS_EN
 from app.text.normalize import normalize

@@ -63,7 +63,7 @@ except ImportError:  # pragma: no cover - depends on how the script was started
     raise  # .venv exists and was used, yet lacks them: the import error is the honest answer
 
 # the parts (scripts/provisioning/), once the dependencies are there
-from app.terminal import write_line  # noqa: E402
+from app.progress_display import write_line  # noqa: E402
 from scripts.provisioning.librechat import LibreChat, LibreChatError, RetryPolicy  # noqa: E402
 from scripts.provisioning.plan import EMAIL_ENV, PASSWORD_ENV, PlanError, load_plan  # noqa: E402
 from scripts.provisioning.provisioner import Provisioner, RunReport  # noqa: E402

@@ -13,8 +13,8 @@ from typing import Any
 
 import jwt
 
-from app.edge import UNSAFE_ERROR_TYPE, unsafe_reason
 from app.errors import Forbidden, InvalidInput, Unauthorized
+from app.safe_text import UNSAFE_ERROR_TYPE, unsafe_reason
 
 PUBLIC_NAMESPACE = "public"
 _ALGORITHMS = ["HS256"]

@@ -13,7 +13,6 @@ from fastapi import APIRouter, Query, Request
 
 from app.api.jobs import JobIdPath
 from app.deps import AdminPrincipal, EvidenceDep, JobsDep
-from app.edge import safe_str
 from app.errors import NotFound, RagError
 from app.jobs.schemas import (
     AdminJobOut,
@@ -26,6 +25,7 @@ from app.jobs.schemas import (
     TaskOut,
     WorkerOut,
 )
+from app.safe_text import safe_str
 from app.schemas import AUTHED_ERRORS, ErrorResponse, error_responses
 
 if TYPE_CHECKING:

@@ -18,11 +18,11 @@ from app.access.principal import Principal
 from app.api.multipart import MAX_FIELD_BYTES, SavedUpload, check_content_length, receive_multipart
 from app.config import Settings
 from app.deps import CurrentPrincipal, EntityIdQuery, IngestDep, SettingsDep, UploadsDep
-from app.edge import NON_BLANK_NUL_FREE_PATTERN, NUL_FREE_PATTERN, UNSAFE_ERROR_TYPE, unsafe_in_json
 from app.errors import BadRequest, InvalidInput, NotFound, PayloadTooLarge
 from app.ingest.pipeline import SourceFile
 from app.jobs.schemas import JobAccepted
 from app.jobs.uploads import Queued, Uploads
+from app.safe_text import NON_BLANK_NUL_FREE_PATTERN, NUL_FREE_PATTERN, UNSAFE_ERROR_TYPE, unsafe_in_json
 from app.schemas import (
     AUTHED_ERRORS,
     ENTITY_ID_FIELD_DESCRIPTION,

@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 from starlette.types import Scope
 
-from app.api.guards import not_json_errors
+from app.api.body_limits import not_json_errors
 from app.errors import DatabaseUnavailable, InvalidInput, RagError, database_unavailable
 from app.logs import request_id_var
 from app.validation import bounds_detail

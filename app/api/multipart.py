@@ -23,9 +23,9 @@ from typing import IO
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.exceptions import HTTPException
 
-from app.edge import UNSAFE_ERROR_TYPE, unsafe_reason
 from app.errors import BadRequest, InvalidInput, PayloadTooLarge
 from app.ingest.tempfiles import process_temp_dir
+from app.safe_text import UNSAFE_ERROR_TYPE, unsafe_reason
 
 logger = logging.getLogger(__name__)
 

@@ -15,11 +15,11 @@ from pydantic import BaseModel, Field
 
 from app.api.multipart import check_content_length, receive_multipart
 from app.deps import AdminPrincipal, EvidenceDep, SettingsDep
-from app.edge import NON_BLANK_NUL_FREE_PATTERN, SafeStr, safe_str, safe_str_list
 from app.errors import BadRequest, InvalidInput, UnsupportedFileType
 from app.evidence.index.lifecycle import RunStatus
 from app.evidence.index.sources import Derivative
 from app.evidence.index.staging import FileOutcome
+from app.safe_text import NON_BLANK_NUL_FREE_PATTERN, SafeStr, safe_str, safe_str_list
 from app.schemas import AUTHED_ERRORS, MAX_ENTITY_ID_CHARS, MAX_FILE_ID_CHARS, error_responses
 
 router = APIRouter(prefix="/v2", tags=["v2 index (admin)"])

@@ -48,6 +48,7 @@ from app.evidence.jobs import v2_worker
 from app.evidence.store import runs as run_store
 from app.ingest.contextual import build_contextualizer
 from app.jobs.setup import retry_policy
+from app.progress_display import ProgressDisplay
 from app.runtime.lock import FolderInUse
 from app.runtime.postgres import (
     EmbeddedPostgres,
@@ -55,7 +56,6 @@ from app.runtime.postgres import (
     running_service_database,
 )
 from app.store.db import bootstrap, create_pool
-from app.terminal import ProgressDisplay
 
 logger = logging.getLogger("ragoverlay.v2-backfill")
 

@@ -16,8 +16,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app.edge import SafeStr
 from app.mcp.describe import JOBS_MAX, LIST_DEFAULT, LIST_MAX, READ_DEFAULT_CHARS, READ_MAX_CHARS
+from app.safe_text import SafeStr
 from app.schemas import MAX_ENTITY_ID_CHARS, EntityId, FileId
 from app.validation import bounds_detail
 

@@ -29,8 +29,8 @@ from typing import Literal
 from app.access.namespaces import Caller
 from app.access.principal import PUBLIC_NAMESPACE, Principal, anonymous, single_authorization, verify_token
 from app.config_sections import McpSettings
-from app.edge import unsafe_reason
 from app.errors import Unauthorized
+from app.safe_text import unsafe_reason
 
 Mode = Literal["jwt", "api_key", "gateway", "stdio", "anonymous"]
 MAX_GATEWAY_USER_CHARS = 200

@@ -35,12 +35,12 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from app.config_sections import McpSettings
-from app.edge import unsafe_in_json
 from app.errors import InvalidInput, RagError, Unauthorized
 from app.mcp.auth import McpAuthenticator
 from app.mcp.server import CALLER_SCOPE_KEY
 from app.metrics import MCP_SESSIONS_REFUSED
 from app.ratelimit import RateLimiter
+from app.safe_text import unsafe_in_json
 
 PATH = "/mcp"
 SESSION_LIMIT = "mcp_session"  # the RateLimiter budget new sessions count against

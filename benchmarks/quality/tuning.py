@@ -32,7 +32,7 @@ import numpy as np
 from app.evidence.query.fusion import fuse
 from app.evidence.query.records import Candidate, Scored
 from app.evidence.settings import ChannelWeights, FusionSettings, RefusalSettings
-from app.text.chunks import ChunkPlace
+from app.text.chunk_records import ChunkPlace
 from app.text.normalize import normalize
 from benchmarks.quality.metrics import file_ranking, ndcg_at_k, recall_at_k
 from benchmarks.quality.v2 import CHANNEL_STAGES, RefusalRecord, StageItem

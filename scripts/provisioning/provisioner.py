@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
 
-from app.terminal import ProgressDisplay
+from app.progress_display import ProgressDisplay
 from scripts.provisioning.librechat import FILE_SEARCH, VIEWER_ROLE, LibreChat, LibreChatError
 from scripts.provisioning.plan import KnowledgeBasePlan, LocalFile, Plan, local_files
 from scripts.provisioning.state import State, now_iso

@@ -17,8 +17,8 @@ import pytest
 import uvicorn
 
 from app.main import create_app
-from app.runtime import stalls
-from app.runtime.stalls import stall_guarded_protocol
+from app.runtime import request_timeouts as stalls
+from app.runtime.request_timeouts import stall_guarded_protocol
 from tests.fixtures.patience import ceiling
 from tests.fixtures.serve import free_port
 from tests.fixtures.service import SettingsFactory, make_token

@@ -18,7 +18,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from app.main import create_app
-from app.runtime.stalls import stall_guarded_protocol
+from app.runtime.request_timeouts import stall_guarded_protocol
 from tests.fixtures.patience import ceiling
 from tests.fixtures.serve import free_port
 from tests.fixtures.service import SettingsFactory

@@ -12,7 +12,7 @@ import pytest
 import uvicorn
 
 from app.main import create_app
-from app.runtime.stalls import stall_guarded_protocol
+from app.runtime.request_timeouts import stall_guarded_protocol
 from tests.fixtures.patience import ceiling, out_of_time
 from tests.fixtures.serve import free_port
 from tests.fixtures.service import SettingsFactory, make_token

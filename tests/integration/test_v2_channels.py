@@ -32,7 +32,7 @@ from app.store.db import vector_array
 from app.store.migrate import load_migrations, split_statements
 from app.store.scope import SCOPE_SQL, Scope, ScopeError
 from app.store.vector_index import build_index, index_spec
-from app.text.chunks import ChunkPlace, ChunkRecord
+from app.text.chunk_records import ChunkPlace, ChunkRecord
 from app.text.normalize import normalize
 from app.text.stems import COMPOUNDS_MARKER, STEMS_MARKER, lexical_keys
 from app.text.tokens import SimpleTokenCounter

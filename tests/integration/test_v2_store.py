@@ -21,7 +21,7 @@ from app.evidence.store import runs as run_store
 from app.evidence.store import vectors as vector_store
 from app.store.db import StoreInfo, bootstrap
 from app.store.scope import SCOPE_SQL, Scope
-from app.text.chunks import ChunkRecord
+from app.text.chunk_records import ChunkRecord
 from app.text.tokens import SimpleTokenCounter
 from tests.fixtures import v2_corpus
 from tests.fixtures.service import Database, new_id

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from app.api.guards import BodyGuardMiddleware
+from app.api.body_limits import BodyGuardMiddleware
 from app.api.openapi import entity_id_schema_pattern, patch_entity_ids
 from app.config import load_settings
 from app.config_tuning import DEFAULT_ENTITY_ID_PATTERN
-from app.edge import SafeStr, safe_str_list, unsafe_in_json, unsafe_reason
 from app.errors import ConfigError
+from app.safe_text import SafeStr, safe_str_list, unsafe_in_json, unsafe_reason
 
 
 @pytest.mark.parametrize("value", ["", "plain", "ünïcödé ✓", "emoji 😀", "tab\tnew\nline"])

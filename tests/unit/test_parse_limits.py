@@ -22,7 +22,7 @@ from app.ingest.limits import (
     read_board,
 )
 from app.ingest.loaders import load_document
-from app.ingest.loaders.bounds import scan_html
+from app.ingest.loaders.prescan import scan_html
 from tests.fixtures.bombs import docx_bomb, nested_html, xlsx_huge_sheet, xlsx_shared_string_bomb
 from tests.fixtures.documents import make_html, make_pdf, make_text
 

@@ -16,7 +16,7 @@ from app.ingest import progress as progress_module
 from app.ingest.pipeline import _chunk_counter
 from app.ingest.progress import IngestProgress, describe
 from app.jobs.worker import _Run
-from app.terminal import ProgressDisplay, write_line
+from app.progress_display import ProgressDisplay, write_line
 
 
 class Recorder:

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.ingest.types import Block
-from app.text.chunks import ChunkKind, ChunkPlace, ChunkRecord
+from app.text.chunk_records import ChunkKind, ChunkPlace, ChunkRecord
 from app.text.entities import Entity, EntityExtractor
 from app.text.normalize import normalize
 from app.text.tokens import TokenCounter, window_texts

@@ -34,7 +34,7 @@ from app.evidence.index.chunk_writer import ChunkerConfig, ChunkingStats, ChunkW
 from app.evidence.index.prose import pack
 from app.evidence.index.table_rows import emit_table
 from app.ingest.types import Block, LoadedDocument
-from app.text.chunks import ChunkRecord
+from app.text.chunk_records import ChunkRecord
 from app.text.entities import EntityExtractor, default_extractor
 from app.text.tokens import TokenCounter
 

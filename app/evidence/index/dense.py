@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from app.ingest.derived import V1Chunk
-from app.text.chunks import ChunkRecord
+from app.text.chunk_records import ChunkRecord
 from app.text.normalize import normalize
 
 # V1 chunks take pooled vectors only once evidence search embeds its prose alone (not yet: pooled

@@ -20,7 +20,7 @@ from app.evidence.store import runs as run_store
 from app.evidence.store import vectors as vector_store
 from app.ingest.checkpointed import CheckpointedEmbedding
 from app.ingest.contextual import log_situated, with_context
-from app.text.chunks import ChunkRecord
+from app.text.chunk_records import ChunkRecord
 from app.text.normalize import normalize
 from app.text.tokens import pool_windows, window_texts, window_weights
 

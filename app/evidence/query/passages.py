@@ -25,7 +25,7 @@ from app.evidence.query.records import Fused
 from app.evidence.settings import EvidenceSettings
 from app.search.context import overlap_length
 from app.store.scope import ScopeError
-from app.text.chunks import ChunkPlace
+from app.text.chunk_records import ChunkPlace
 
 logger = logging.getLogger(__name__)
 

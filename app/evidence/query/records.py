@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.text.chunks import ChunkPlace
+from app.text.chunk_records import ChunkPlace
 
 # Channel names in the order provenance is reported.
 CHANNELS = ("exact", "lexical", "vector")

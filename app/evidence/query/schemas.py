@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.edge import SafeStr, safe_str_list
 from app.errors import BadRequest
+from app.safe_text import SafeStr, safe_str_list
 from app.schemas import MAX_FILE_IDS, too_many_file_ids  # one cap and wording for every route
 
 if TYPE_CHECKING:  # built at run time; to a type checker a list of str
     SafeStrList = list[str]
 else:
-    # NUL and lone surrogates are refused at the edge (422, app/edge.py); lengths are the route's 400s
+    # NUL and lone surrogates are refused at the edge (422, app/safe_text.py); lengths are the route's 400s
     SafeStrList = safe_str_list()
 
 MAX_QUERY_CHARS = 4000

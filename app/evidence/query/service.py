@@ -65,7 +65,7 @@ from app.evidence.store.gaps import MissingFile, describe_missing
 from app.metrics import V2_CHANNEL_FAILURES, V2_QUERIES, V2_RERANK_FALLBACKS, V2_RETRIEVE_FALLBACKS
 from app.store.db import PoolShare, StoreInfo
 from app.store.scope import Scope, ScopeError
-from app.text.chunks import ChunkPlace
+from app.text.chunk_records import ChunkPlace
 from app.text.stems import lexical_keys
 
 logger = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ import numpy as np
 from app.evidence.settings import ChannelSettings, ExactWeights
 from app.evidence.store.calls import named_call
 from app.store.scope import SCOPE_SQL, Scope
-from app.text.chunks import ChunkPlace
+from app.text.chunk_records import ChunkPlace
 from app.text.normalize import normalize
 
 Key = tuple[int, int]  # (document_id, ordinal)

@@ -19,7 +19,7 @@ import numpy as np
 from app.evidence.store.calls import named_insert
 from app.evidence.store.channels import label_key
 from app.store.db import rows_affected
-from app.text.chunks import ChunkRecord
+from app.text.chunk_records import ChunkRecord
 from app.text.entities import language_of_tokens
 from app.text.stems import posting_keys
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.store.scope import SCOPE_SQL, Scope
-from app.text.chunks import ChunkPlace
+from app.text.chunk_records import ChunkPlace
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,8 +27,8 @@ from selectolax.lexbor import LexborHTMLParser, LexborNode
 from app.errors import UnsupportedFileType
 from app.ingest.limits import BoundedZipFile, ParseLimitExceeded, current_guard
 from app.ingest.loaders.archive import check_zip
-from app.ingest.loaders.bounds import scan_html, scan_package
 from app.ingest.loaders.navigation import NavigationKind, html_navigation, html_page_stats
+from app.ingest.loaders.prescan import scan_html, scan_package
 from app.ingest.loaders.render import render_blocks, render_table
 from app.ingest.types import Block, BlockKind, BoilerplateKind, LoadedDocument, Section
 

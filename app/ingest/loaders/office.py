@@ -33,7 +33,7 @@ from pptx.parts.presentation import PresentationPart
 from app.errors import RagError, UnsupportedFileType
 from app.ingest.limits import BoundedZipFile, current_guard
 from app.ingest.loaders.archive import check_zip
-from app.ingest.loaders.bounds import scan_package
+from app.ingest.loaders.prescan import scan_package
 from app.ingest.loaders.render import render_blocks, render_table
 from app.ingest.types import Block, BoilerplateKind, LoadedDocument, Section
 

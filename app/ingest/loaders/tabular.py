@@ -31,7 +31,7 @@ except ImportError:  # pragma: no cover - depends on the installation
 from app.errors import RagError, UnsupportedFileType
 from app.ingest.limits import ParseGuard, current_guard
 from app.ingest.loaders.archive import check_zip
-from app.ingest.loaders.bounds import scan_package
+from app.ingest.loaders.prescan import scan_package
 from app.ingest.loaders.render import render_table
 from app.ingest.loaders.text import load_text
 from app.ingest.loaders.workbook import core_title, fast_read_allowed, fast_sheets, open_fast

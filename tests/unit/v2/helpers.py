@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from app.evidence.query.records import Candidate, DocumentInfo, Fused
-from app.text.chunks import ChunkPlace, ChunkRecord
+from app.text.chunk_records import ChunkPlace, ChunkRecord
 from app.text.normalize import normalize
 
 PLACE_FIELDS = frozenset(f.name for f in dataclasses.fields(ChunkPlace))

@@ -12,7 +12,7 @@ from app.evidence.index.boilerplate import block_fingerprint
 from app.evidence.index.chunk_writer import ChunkerConfig
 from app.evidence.index.chunker import chunk_document
 from app.ingest.types import Block, LoadedDocument
-from app.text.chunks import ChunkPlace, ChunkRecord
+from app.text.chunk_records import ChunkPlace, ChunkRecord
 from app.text.entities import EntityExtractor, split_header_unit
 from app.text.normalize import normalize
 from app.text.tokens import SimpleTokenCounter

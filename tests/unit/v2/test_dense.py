@@ -7,7 +7,7 @@ import numpy as np
 
 from app.evidence.index.dense import link, pool
 from app.ingest.derived import V1Chunk
-from app.text.chunks import ChunkPlace, ChunkRecord
+from app.text.chunk_records import ChunkPlace, ChunkRecord
 from app.text.normalize import normalize
 
 PUMP = "The pump P7 runs at seventy litres per minute when the inlet valve is fully open"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from app.evidence.query.evidence import OCR_PAGES, build_evidence, ocr_confidence
 from app.evidence.query.records import Candidate, DocumentInfo, Fused
-from app.text.chunks import ChunkPlace
+from app.text.chunk_records import ChunkPlace
 from tests.unit.v2.helpers import cand, fused
 
 SCAN = DocumentInfo(filename="scan.pdf", metadata={"kind": "pdf", OCR_PAGES: {"2": 0.81, "3": 0.42}})

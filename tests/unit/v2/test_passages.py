@@ -9,7 +9,7 @@ import pytest
 from app.evidence.query.passages import Neighbour, neighbour_keys, widen, widen_results
 from app.evidence.settings import EvidenceSettings
 from app.store.scope import ScopeError
-from app.text.chunks import ChunkPlace
+from app.text.chunk_records import ChunkPlace
 from tests.unit.v2.helpers import cand, fused
 
 PLACE = ChunkPlace(kind="prose", page=3, section=("Install", "Options"))

@@ -14,7 +14,7 @@ from app.evidence.query.service import Statistics, candidate_lists, rank
 from app.evidence.settings import FusionSettings, V2Settings
 from app.evidence.store import channels as v2_search
 from app.evidence.store.channels import ChannelHit, ChannelResult, ChunkDetail, Retrieval, Visible
-from app.text.chunks import ChunkPlace
+from app.text.chunk_records import ChunkPlace
 from tests.unit.v2.helpers import cand
 
 ROW = cand("row", "f1", "K 28 length 14 mm weight 4 kg", kind="table_row", row_label="K 28", page=2)

@@ -27,10 +27,11 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 _BODYLESS_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-# A refusal sets no `Connection: close` itself: the server's protocol (app/runtime/stalls.py) adds it
-# to every answer that starts while the request body is still arriving, and then closes lingering, as
-# nginx does (the answer and a FIN go out, what the client still sends is read and dropped), so a
-# client still sending reads its 413 instead of a reset, and a kept-alive one opens a new connection.
+# A refusal sets no `Connection: close` itself: the server's protocol
+# (app/runtime/request_timeouts.py) adds it to every answer that starts while the request body is
+# still arriving, and then closes lingering, as nginx does (the answer and a FIN go out, what the
+# client still sends is read and dropped), so a client still sending reads its 413 instead of a
+# reset, and a kept-alive one opens a new connection.
 # A small body that arrived whole with its headers leaves the connection open.
 INVALID_UTF8_MESSAGE = "The request body is not valid UTF-8; JSON bodies must be UTF-8 encoded (RFC 8259)"
 INVALID_URL_MESSAGE = (
