@@ -8,6 +8,9 @@
                      v1-best1   per V1 hit only its best chunk by BM25 of the question within it
                      v1-best2   the best two
                      v1-ranked  every hit's best first, then the others, best by BM25 again
+    (D) evidence-prose  only the evidence index's prose chunks have vectors (a small table's whole-table
+                   chunk is prose); table rows are found by the exact and lexical channels alone.
+                   `evidence-all` is (A) recomputed here by an exact scan, to check the capture.
     (C) pooled     no V1 vectors: each V1 chunk's vector is the normalised mean of the vectors of
                    the evidence chunks it contains, each weighted by the words they share (V1's
                    quality measured against its own stored vectors; V2 stays (A))
@@ -35,7 +38,7 @@ from app.text.chunks import ChunkPlace
 from app.text.normalize import normalize
 from app.text.stems import forms
 
-VECTOR_SOURCES = ("evidence", "v1-all", "v1-best1", "v1-best2", "v1-ranked")
+VECTOR_SOURCES = ("evidence", "v1-all", "v1-best1", "v1-best2", "v1-ranked", "evidence-all", "evidence-prose")
 V1_SOURCES = ("stored", "pooled")
 SHINGLE = 3
 # an evidence chunk belongs to a V1 chunk holding at least this share of its shingles; one that no
@@ -308,7 +311,16 @@ def vector_list(
     hits: int,
     limit: int,
 ) -> list[Scored]:
-    """(B): the vector channel of `source` for one question (V1's top `hits` chunks mapped)."""
+    """The vector channel of `source` for one question: (B) V1's top `hits` chunks mapped, or (D)."""
+    if source.startswith("evidence-"):
+        rows = p.kb.vectors
+        if source == "evidence-prose":
+            rows = (
+                rows
+                * np.array([d.place.kind != "table_row" for d in p.kb.details], dtype=np.float32)[:, None]
+            )
+        near = [(j, sim) for j, sim in nearest(rows, query, limit) if np.any(rows[j])]
+        return scored(p.kb, near, p.made)
     found = nearest(p.kb.v1_vectors, query, hits)
     picks = v1_channel(p.kb, p.links, p.lexicon, found, terms, statistics, source=source, limit=limit)
     return scored(p.kb, picks, p.made)
