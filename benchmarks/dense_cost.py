@@ -61,6 +61,8 @@ class FileCost:
     prose_embed_s: float  # the evidence chunks that are not table rows, embedded on their own
     overlap_s: float
     pool_s: float
+    unmapped: int = 0  # evidence chunks in no V1 chunk: (B) never scores them
+    empty_v1: int = 0  # V1 chunks holding no evidence chunk: (C) leaves them without a vector
 
     def rows(self) -> dict[str, float]:
         """CPU seconds of V1 alone and of each candidate (module docstring)."""
@@ -149,6 +151,8 @@ async def measure(path: Path, embedder: Any, settings: Any, profile: Any) -> Fil
         prose_embed_s=prose_embed_s,
         overlap_s=overlap_s,
         pool_s=pool_s,
+        unmapped=links.unmapped_evidence,
+        empty_v1=links.empty_v1,
     )
 
 
@@ -187,7 +191,8 @@ def report(costs: Sequence[FileCost]) -> str:
         f"{t.evidence_chunk_s:.1f}, evidence vectors {t.evidence_embed_s:.1f} "
         f"({1000 * t.evidence_embed_s / max(t.evidence_chunks, 1):.0f} ms a chunk; prose only "
         f"{t.prose_embed_s:.1f}), overlap "
-        f"{t.overlap_s:.2f}, pooling {t.pool_s:.2f}"
+        f"{t.overlap_s:.2f}, pooling {t.pool_s:.2f}; evidence chunks in no V1 chunk {t.unmapped}, "
+        f"V1 chunks holding none {t.empty_v1}"
     )
     return "\n".join(lines)
 
