@@ -297,7 +297,10 @@ def prepare(kb: KbData, *, pool: str | None = None) -> Prepared:
     }
     out = Prepared(kb, links, Lexicon.of(kb), neighbours, {})
     if pool is not None:
-        out.pooled, out.pooled_empty = pooled_vectors(kb, links, rows=pool == "rows")
+        out.pooled, out.pooled_empty = pooled_vectors(kb, links, rows=pool.startswith("rows"))
+        if pool.endswith("-own"):  # a V1 chunk holding no evidence chunk is embedded on its own
+            empty = ~np.any(out.pooled, axis=1)
+            out.pooled[empty] = kb.v1_vectors[empty]
     return out
 
 

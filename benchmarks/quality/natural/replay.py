@@ -521,7 +521,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--v1-hits", type=int, default=20, help="V1 chunks a v1-* vector channel maps (%(default)s)"
     )
     s.add_argument("--v1-source", choices=dense.V1_SOURCES, default="stored", help="V1's vectors (dense.py)")
-    s.add_argument("--pool", choices=("rows", "prose"), default="rows", help="pooled: table rows count")
+    s.add_argument(
+        "--pool",
+        choices=("rows", "prose", "rows-own", "prose-own"),
+        default="rows",
+        help="pooled: table rows count or not; -own: a V1 chunk holding no evidence chunk keeps its vector",
+    )
     a = p.parse_args(argv)
     default = DATA_ROOT / "bench-results" / "replay" / f"capture-others{a.others}.pkl"
     if a.command == "capture":
