@@ -38,7 +38,17 @@ from app.text.chunks import ChunkPlace
 from app.text.normalize import normalize
 from app.text.stems import forms
 
-VECTOR_SOURCES = ("evidence", "v1-all", "v1-best1", "v1-best2", "v1-ranked", "evidence-all", "evidence-prose")
+VECTOR_SOURCES = (
+    "evidence",
+    "v1-all",
+    "v1-best1",
+    "v1-best2",
+    "v1-ranked",
+    "v1w-best1",
+    "v1w-ranked",
+    "evidence-all",
+    "evidence-prose",
+)
 V1_SOURCES = ("stored", "pooled")
 SHINGLE = 3
 # an evidence chunk belongs to a V1 chunk holding at least this share of its shingles; one that no
@@ -281,9 +291,11 @@ class Prepared:
     made: dict[int, Candidate]
     pooled: np.ndarray | None = None
     pooled_empty: int = 0
+    windows: np.ndarray | None = None  # V1's window vectors (dense_windows.py), for v1w-*
+    window_links: Overlap | None = None
 
 
-def prepare(kb: KbData, *, pool: str | None = None) -> Prepared:
+def prepare(kb: KbData, *, pool: str | None = None, windows: Any = None) -> Prepared:
     """The overlap of V1 and evidence chunks, BM25 inside them, the neighbours, the pooled vectors."""
     from app.evidence.query.passages import Neighbour
     from app.text.chunks import ChunkPlace
@@ -301,6 +313,12 @@ def prepare(kb: KbData, *, pool: str | None = None) -> Prepared:
         if pool.endswith("-own"):  # a V1 chunk holding no evidence chunk is embedded on its own
             empty = ~np.any(out.pooled, axis=1)
             out.pooled[empty] = kb.v1_vectors[empty]
+    if windows is not None:
+        out.windows = windows.vectors
+        out.window_links = link(
+            [(kb.v1_files[o], kb.v1_pages[o], t) for o, t in zip(windows.owner, windows.texts, strict=True)],
+            [(d.file_id, d) for d in kb.details],
+        )
     return out
 
 
@@ -324,6 +342,15 @@ def vector_list(
             )
         near = [(j, sim) for j, sim in nearest(rows, query, limit) if np.any(rows[j])]
         return scored(p.kb, near, p.made)
+    if source.startswith("v1w-"):  # V1's windows instead of its whole chunks
+        if p.windows is None or p.window_links is None:
+            raise ValueError("v1w-* needs the capture's windows (dense_windows.py)")
+        found = nearest(p.windows, query, hits)
+        plain = source.replace("v1w-", "v1-")
+        picks = v1_channel(
+            p.kb, p.window_links, p.lexicon, found, terms, statistics, source=plain, limit=limit
+        )
+        return scored(p.kb, picks, p.made)
     found = nearest(p.kb.v1_vectors, query, hits)
     picks = v1_channel(p.kb, p.links, p.lexicon, found, terms, statistics, source=source, limit=limit)
     return scored(p.kb, picks, p.made)

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.progress import Progress
-from benchmarks.quality.natural import bench, dense, scoring, sets
+from benchmarks.quality.natural import bench, dense, dense_windows, scoring, sets
 from benchmarks.quality.natural.sets import UNANSWERABLE
 from benchmarks.service import REPO_ROOT
 
@@ -557,7 +557,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not doc.get("kbs"):
             raise SystemExit("this capture has no knowledge base data: capture again")
         pool = a.pool if a.v1_source == "pooled" else None
-        prepared = {kb: dense.prepare(data, pool=pool) for kb, data in doc["kbs"].items()}
+        windows = {}
+        if a.vector_source.startswith("v1w-"):
+            with dense_windows.path_for(a.capture or default).open("rb") as f:
+                windows = pickle.load(f)  # noqa: S301 - our own file, written by dense_windows
+        prepared = {
+            kb: dense.prepare(data, pool=pool, windows=windows.get(kb)) for kb, data in doc["kbs"].items()
+        }
         print(dense_facts(cases, prepared, v1))
         cases = with_dense(
             cases, prepared, source=a.vector_source, hits=a.v1_hits, limit=tuning.channels.limit
