@@ -66,6 +66,22 @@ def path_for(capture: Path) -> Path:
     return capture.with_suffix(".windows.pkl")
 
 
+def load(capture: Path) -> dict[str, Windows]:
+    """A capture's windows, per knowledge base."""
+    with path_for(capture).open("rb") as f:
+        out: dict[str, Windows] = _Unpickler(f).load()  # our own file, written by `main` below
+    return out
+
+
+class _Unpickler(pickle.Unpickler):
+    """Finds `Windows` here whether `main` ran as `python -m` (`__main__.Windows`) or imported."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "__main__" and name == "Windows":
+            return Windows
+        return super().find_class(module, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line."""
     from app.clients.embeddings.local import shared_runtime

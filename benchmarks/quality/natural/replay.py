@@ -559,8 +559,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pool = a.pool if a.v1_source == "pooled" else None
         windows = {}
         if a.vector_source.startswith("v1w-"):
-            with dense_windows.path_for(a.capture or default).open("rb") as f:
-                windows = pickle.load(f)  # noqa: S301 - our own file, written by dense_windows
+            windows = dense_windows.load(a.capture or default)
         prepared = {
             kb: dense.prepare(data, pool=pool, windows=windows.get(kb)) for kb, data in doc["kbs"].items()
         }
