@@ -48,6 +48,10 @@ VECTOR_SOURCES = (
     "v1w-ranked",
     "evidence-all",
     "evidence-prose",
+    "evidence-rows-v1",
+    "evidence-rows-table",
+    "evidence-rows-v1-best1",
+    "evidence-rows-table-best1",
 )
 V1_SOURCES = ("stored", "pooled")
 SHINGLE = 3
@@ -293,12 +297,15 @@ class Prepared:
     pooled_empty: int = 0
     windows: np.ndarray | None = None  # V1's window vectors (dense_windows.py), for v1w-*
     window_links: Overlap | None = None
+    channel: np.ndarray | None = None  # evidence-prose and evidence-rows-*: the vector channel's rows
+    shared: np.ndarray | None = None  # evidence-rows-*: the vector each row shares (dense_rows.py)
 
 
-def prepare(kb: KbData, *, pool: str | None = None, windows: Any = None) -> Prepared:
+def prepare(kb: KbData, *, pool: str | None = None, windows: Any = None, source: str = "") -> Prepared:
     """The overlap of V1 and evidence chunks, BM25 inside them, the neighbours, the pooled vectors."""
     from app.evidence.query.passages import Neighbour
     from app.text.chunks import ChunkPlace
+    from benchmarks.quality.natural import dense_rows
 
     links = overlap(kb)
     neighbours = {
@@ -308,7 +315,9 @@ def prepare(kb: KbData, *, pool: str | None = None, windows: Any = None) -> Prep
         for d in kb.details
     }
     out = Prepared(kb, links, Lexicon.of(kb), neighbours, {})
-    if pool is not None:
+    if pool in dense_rows.POOLS:  # (D1)..(D3): no row's own vector is read
+        out.pooled, out.pooled_empty = dense_rows.pool_strict(kb, links, pool)
+    elif pool is not None:
         out.pooled, out.pooled_empty = pooled_vectors(kb, links, rows=pool.startswith("rows"))
         if pool.endswith("-own"):  # a V1 chunk holding no evidence chunk is embedded on its own
             empty = ~np.any(out.pooled, axis=1)
@@ -319,6 +328,8 @@ def prepare(kb: KbData, *, pool: str | None = None, windows: Any = None) -> Prep
             [(kb.v1_files[o], kb.v1_pages[o], t) for o, t in zip(windows.owner, windows.texts, strict=True)],
             [(d.file_id, d) for d in kb.details],
         )
+    if source in dense_rows.ROW_SOURCES:
+        out.channel, out.shared = dense_rows.row_vectors(kb, links, out.pooled, source)
     return out
 
 
@@ -334,13 +345,13 @@ def vector_list(
 ) -> list[Scored]:
     """The vector channel of `source` for one question: (B) V1's top `hits` chunks mapped, or (D)."""
     if source.startswith("evidence-"):
-        rows = p.kb.vectors
-        if source == "evidence-prose":
-            rows = (
-                rows
-                * np.array([d.place.kind != "table_row" for d in p.kb.details], dtype=np.float32)[:, None]
-            )
-        near = [(j, sim) for j, sim in nearest(rows, query, limit) if np.any(rows[j])]
+        from benchmarks.quality.natural import dense_rows
+
+        rows = p.channel if p.channel is not None else p.kb.vectors
+        wide = limit * 4 if source.endswith("-best1") else limit
+        near = [(j, sim) for j, sim in nearest(rows, query, wide) if np.any(rows[j])]
+        if source.endswith("-best1") and p.shared is not None:
+            near = dense_rows.thin(near, p.shared, lambda j: p.lexicon.bm25(j, terms, statistics), limit)
         return scored(p.kb, near, p.made)
     if source.startswith("v1w-"):  # V1's windows instead of its whole chunks
         if p.windows is None or p.window_links is None:

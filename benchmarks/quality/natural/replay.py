@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.progress import Progress
-from benchmarks.quality.natural import bench, dense, dense_windows, scoring, sets
+from benchmarks.quality.natural import bench, dense, dense_rows, dense_windows, scoring, sets
+from benchmarks.quality.natural.diagnose import diagnose
 from benchmarks.quality.natural.sets import UNANSWERABLE
 from benchmarks.service import REPO_ROOT
 
@@ -383,43 +384,6 @@ def _as_row(s: scoring.Scored) -> dict[str, Any]:
     return {"first": s.first, "top5": s.top5, "answer": s.answer, "refused": s.refused}
 
 
-def file_rank(files: Sequence[str], gold: Sequence[str]) -> int | None:
-    """1-based rank of the first gold file in the de-duplicated file order of `files` (None: absent)."""
-    seen: list[str] = []
-    for f in files:
-        if f not in seen:
-            seen.append(f)
-            if f in gold:
-                return len(seen)
-    return None
-
-
-def diagnose(ranked: Sequence[tuple[Case, list[Any], Any]], split: str) -> str:
-    """Per answerable case: the gold file's rank in each channel, fused, reranked and served."""
-    lines = []
-    counts: dict[str, dict[str, int]] = {}
-    for case, results, ranking in ranked:
-        if case.kind in UNANSWERABLE or (split != "all" and case.split != split):
-            continue
-        row: dict[str, int | None] = {}
-        for name in ("exact", "lexical", "vector"):
-            row[name] = file_rank([s.candidate.file_id for s in case.lists.get(name, [])], case.gold)
-        row["fused"] = file_rank([f.candidate.file_id for f in ranking.fused], case.gold)
-        row["reranked"] = file_rank([f.candidate.file_id for f in ranking.items], case.gold)
-        row["served"] = file_rank([r.file_id for r in results], case.gold)
-        for stage, r in row.items():
-            c = counts.setdefault(stage, {"n": 0, "first": 0, "top5": 0})
-            c["n"] += 1
-            c["first"] += r == 1
-            c["top5"] += r is not None and r <= 5
-        cells = " ".join(f"{k[:3]}={'-' if v is None else v}" for k, v in row.items())
-        lines.append(f"{case.qid:22s} {case.kind[:5]:5s} {cells}  {case.text[:70]}")
-    lines.append("stage      first  top5")
-    for stage, c in counts.items():
-        lines.append(f"{stage:10s} {c['first'] / c['n']:.3f}  {c['top5'] / c['n']:.3f}")
-    return "\n".join(lines)
-
-
 def dense_facts(cases: Sequence[Case], prepared: Mapping[str, dense.Prepared], v1: Mapping[str, Any]) -> str:
     """Per knowledge base: chunks, evidence chunks no V1 chunk holds, V1 chunks holding none (pooled:
     left without a vector); and how often V1 recomputed here (stored vectors) equals V1 as served."""
@@ -523,9 +487,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     s.add_argument("--v1-source", choices=dense.V1_SOURCES, default="stored", help="V1's vectors (dense.py)")
     s.add_argument(
         "--pool",
-        choices=("rows", "prose", "rows-own", "prose-own"),
+        choices=("rows", "prose", "rows-own", "prose-own", *dense_rows.POOLS),
         default="rows",
-        help="pooled: table rows count or not; -own: a V1 chunk holding no evidence chunk keeps its vector",
+        help="pooled: rows count or not; -own: a V1 chunk holding none keeps its vector (dense_rows.py)",
     )
     a = p.parse_args(argv)
     default = DATA_ROOT / "bench-results" / "replay" / f"capture-others{a.others}.pkl"
@@ -561,7 +525,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if a.vector_source.startswith("v1w-"):
             windows = dense_windows.load(a.capture or default)
         prepared = {
-            kb: dense.prepare(data, pool=pool, windows=windows.get(kb)) for kb, data in doc["kbs"].items()
+            kb: dense.prepare(data, pool=pool, windows=windows.get(kb), source=a.vector_source)
+            for kb, data in doc["kbs"].items()
         }
         print(dense_facts(cases, prepared, v1))
         cases = with_dense(
