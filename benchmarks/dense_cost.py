@@ -17,6 +17,8 @@ changes the figures little. Then per file and in all:
     (B)        V1 alone + evidence chunks + the overlap (one parse, no evidence vector)
     (C)        parse + V1 chunks + evidence chunks + evidence vectors + the overlap + pooling
     (D)        (C) with vectors for the evidence chunks that are not table rows only
+    (D1)       (D) pooled strictly (`dense_rows.py`: prose-strict-own): V1 chunks holding no prose
+               chunk embedded on their own; each table row given its V1 chunk's vector (the mapping)
 
 Storing (PostgreSQL's CPU, another process) is left out of every row alike. (A) counts the second
 parse as today's V2 job does when the kept parse is gone; with it kept, (A) is lower by one parse.
@@ -63,6 +65,10 @@ class FileCost:
     pool_s: float
     unmapped: int = 0  # evidence chunks in no V1 chunk: (B) never scores them
     empty_v1: int = 0  # V1 chunks holding no evidence chunk: (C) leaves them without a vector
+    own_chunks: int = 0  # (D1): V1 chunks holding no prose chunk, embedded on their own
+    own_embed_s: float = 0.0
+    strict_pool_s: float = 0.0  # (D1): pooling the prose chunks only
+    map_s: float = 0.0  # (D1): each row's V1 chunk and its vector
 
     def rows(self) -> dict[str, float]:
         """CPU seconds of V1 alone and of each candidate (module docstring)."""
@@ -83,6 +89,14 @@ class FileCost:
             + self.prose_embed_s
             + self.overlap_s
             + self.pool_s,
+            "(D1) rows inherit": self.parse_s
+            + self.v1_chunk_s
+            + self.evidence_chunk_s
+            + self.prose_embed_s
+            + self.overlap_s
+            + self.own_embed_s
+            + self.strict_pool_s
+            + self.map_s,
         }
 
 
@@ -105,7 +119,7 @@ async def measure(path: Path, embedder: Any, settings: Any, profile: Any) -> Fil
     from app.evidence.index.staging import _chunk
     from app.ingest.chunking import clean_text, split_sections
     from app.ingest.loaders import load_document
-    from benchmarks.quality.natural import dense
+    from benchmarks.quality.natural import dense, dense_rows
 
     doc, parse_s = _cpu(lambda: load_document(path, path.name))
     placed, v1_chunk_s = _cpu(
@@ -134,7 +148,20 @@ async def measure(path: Path, embedder: Any, settings: Any, profile: Any) -> Fil
         )
     )
     matrix = np.asarray(vectors, dtype=np.float32)
-    _, pool_s = _cpu(lambda: dense.pool(matrix, [c.place.kind for c in chunks], links))
+    kinds = [c.place.kind for c in chunks]
+    _, pool_s = _cpu(lambda: dense.pool(matrix, kinds, links))
+    # (D1): the prose vectors as embedded above, the V1 chunks holding none embedded on their own
+    prose_matrix = np.zeros_like(matrix)
+    prose_rows = [i for i, k in enumerate(kinds) if k != "table_row"]
+    prose_matrix[prose_rows] = matrix[prose_rows]
+    alone = dense_rows.without_prose(kinds, links)
+    own = np.zeros((len(pieces), matrix.shape[1]), dtype=np.float32)
+    own_embed_s = 0.0
+    if alone:
+        own_vectors, own_embed_s = await _acpu(lambda: embedder.embed_documents([pieces[i] for i in alone]))
+        own[alone] = dense.unit_rows(np.asarray(own_vectors, dtype=np.float32))
+    (pooled, _), strict_pool_s = _cpu(lambda: dense_rows.pool_prose(prose_matrix, kinds, links.members, own))
+    _, map_s = _cpu(lambda: _row_vectors(kinds, links, pooled))
     counter = profile.counter
     return FileCost(
         name=path.name,
@@ -153,7 +180,21 @@ async def measure(path: Path, embedder: Any, settings: Any, profile: Any) -> Fil
         pool_s=pool_s,
         unmapped=links.unmapped_evidence,
         empty_v1=links.empty_v1,
+        own_chunks=len(alone),
+        own_embed_s=own_embed_s,
+        strict_pool_s=strict_pool_s,
+        map_s=map_s,
     )
+
+
+def _row_vectors(kinds: Sequence[str], links: Any, pooled: np.ndarray) -> np.ndarray:
+    """(D1): each table row's vector, its V1 chunk's (zero: no V1 chunk holds it)."""
+    from benchmarks.quality.natural import dense_rows
+
+    out = np.zeros((len(kinds), pooled.shape[1]), dtype=np.float32)
+    for j, i in dense_rows.holders(kinds, links).items():
+        out[j] = pooled[i]
+    return out
 
 
 def some_pages(pdf: Path, first: int, last: int, folder: Path) -> Path:
@@ -174,7 +215,8 @@ def report(costs: Sequence[FileCost]) -> str:
     """Per file and in all: the CPU seconds of each row, per V1 chunk, and its ratio to V1 alone."""
     lines = [
         "file | pages | V1 / evidence chunks | V1 / evidence tokens | "
-        "V1 alone | (A) today | (B) V1 vectors | (C) pooled | (D) prose vectors   (CPU s; × V1 alone)",
+        "V1 alone | (A) today | (B) V1 vectors | (C) pooled | (D) prose vectors | (D1) rows inherit"
+        "   (CPU s; × V1 alone)",
     ]
     for c in [*costs, _total(costs)]:
         rows = c.rows()
@@ -192,7 +234,8 @@ def report(costs: Sequence[FileCost]) -> str:
         f"({1000 * t.evidence_embed_s / max(t.evidence_chunks, 1):.0f} ms a chunk; prose only "
         f"{t.prose_embed_s:.1f}), overlap "
         f"{t.overlap_s:.2f}, pooling {t.pool_s:.2f}; evidence chunks in no V1 chunk {t.unmapped}, "
-        f"V1 chunks holding none {t.empty_v1}"
+        f"V1 chunks holding none {t.empty_v1}; (D1) V1 chunks holding no prose {t.own_chunks} embedded "
+        f"{t.own_embed_s:.2f}, prose pooling {t.strict_pool_s:.2f}, rows' vectors {t.map_s:.2f}"
     )
     return "\n".join(lines)
 
