@@ -11,6 +11,8 @@
     (D) evidence-prose  only the evidence index's prose chunks have vectors (a small table's whole-table
                    chunk is prose); table rows are found by the exact and lexical channels alone.
                    `evidence-all` is (A) recomputed here by an exact scan, to check the capture.
+    (D1)/(D2) evidence-rows-*  (D) with rows given a vector that is already computed: their V1 chunk's
+                   pooled one, or their small table's whole-table one (dense_rows.py)
     (C) pooled     no V1 vectors: each V1 chunk's vector is the normalised mean of the vectors of
                    the evidence chunks it contains, each weighted by the words they share (V1's
                    quality measured against its own stored vectors; V2 stays (A))
