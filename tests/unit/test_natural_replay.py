@@ -10,6 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from benchmarks.quality.natural import replay
+from benchmarks.quality.natural.diagnose import file_rank
 
 
 def test_settings_overrides_are_nested_by_dots_and_validated_as_the_service_does() -> None:
@@ -23,8 +24,8 @@ def test_settings_overrides_are_nested_by_dots_and_validated_as_the_service_does
 
 
 def test_the_gold_file_rank_counts_files_not_passages() -> None:
-    assert replay.file_rank(["a", "a", "b", "c"], ["c"]) == 3
-    assert replay.file_rank(["a", "b"], ["z"]) is None
+    assert file_rank(["a", "a", "b", "c"], ["c"]) == 3
+    assert file_rank(["a", "b"], ["z"]) is None
 
 
 def test_a_capture_written_by_python_m_loads_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -29,8 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from benchmarks.progress import Progress
-from benchmarks.quality.natural import bench, scoring, sets
+from benchmarks.quality.natural import bench, dense, dense_rows, dense_windows, scoring, sets
+from benchmarks.quality.natural.diagnose import diagnose
 from benchmarks.quality.natural.sets import UNANSWERABLE
 from benchmarks.service import REPO_ROOT
 
@@ -56,6 +59,8 @@ class Case:
     v1: list[tuple[str, str]] = field(default_factory=list)
     # the chunks around every candidate ((document_id, ordinal) -> Neighbour), for the passages
     neighbours: dict[tuple[int, int], Any] = field(default_factory=dict)
+    # the question's vector (the service's embedder), for the dense variants of `dense.py`
+    query_vector: Any = None
 
 
 # the benchmark's data and results may live in another checkout (the one that ran it)
@@ -72,7 +77,8 @@ def _options(others: int | None) -> bench.Options:
     )
 
 
-def _splits(folder: Path) -> dict[str, str]:
+def _splits(folder: Path, key: str = "split") -> dict[str, str]:
+    """Each question's `key` (its split, or its language with "lang"), by id."""
     out: dict[str, str] = {}
     for name in sets.corpus_names(folder):
         path = sets.questions_path(name, folder)
@@ -80,7 +86,7 @@ def _splits(folder: Path) -> dict[str, str]:
             for line in path.read_text().splitlines():
                 if line.strip():
                     item = json.loads(line)
-                    out[item["id"]] = item["split"]
+                    out[item["id"]] = item[key]
     return out
 
 
@@ -116,10 +122,19 @@ async def capture(
     )
     app = create_app(settings, attach_database=attach)
     cases: list[Case] = []
+    kb_data: dict[str, dense.KbData] = {}
     async with app.router.lifespan_context(app):
         services = app.state.services
         v2 = services.evidence.parts.search
         search = services.search
+        for kb in sorted(kbs):
+            if corpora and not any(q.kb == kb and q.set in corpora for q in corpus.queries):
+                continue
+            scope = search.scope(["public", kb], "public", sorted(files[kb]))
+            kb_data[kb] = await _kb_data(v2, search, kb, scope)
+            progress.say(
+                f"{kb}: {len(kb_data[kb].details)} evidence chunks, {len(kb_data[kb].v1_texts)} V1 chunks"
+            )
         queries = [q for q in corpus.queries if not corpora or q.set in corpora]
         for n, q in enumerate(sorted(queries, key=lambda q: q.qid), start=1):
             ids = sorted(files[q.kb])
@@ -130,6 +145,7 @@ async def capture(
             retrieved = await v2.retrieve(request, scope, q.kb, plan)
             neighbours = await _neighbours(v2, scope, retrieved, v2.tuning.evidence.context_reach)
             v1 = await search.search(q.text, scope, 10)
+            query_vector = np.asarray(await search.embedder.embed_query(q.text), dtype=np.float32)
             cases.append(
                 Case(
                     qid=q.qid,
@@ -147,14 +163,65 @@ async def capture(
                     failed=list(retrieved.failed),
                     v1=[(h.file_id, h.text) for h in v1.hits],
                     neighbours=neighbours,
+                    query_vector=query_vector,
                 )
             )
             if n % 50 == 0:
                 progress.say(f"captured {n}/{len(corpus.queries)}")
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("wb") as f:
-        pickle.dump({"fingerprint": corpus.fingerprint(), "cases": cases}, f)
+        pickle.dump({"fingerprint": corpus.fingerprint(), "cases": cases, "kbs": kb_data}, f)
     progress.say(f"wrote {len(cases)} cases to {out}")
+
+
+# every evidence chunk of a run's staged files, with its vector; every V1 chunk of the files, with its
+# vector (the benchmark's own reads: the details themselves come through the service's scoped read)
+EVIDENCE_VECTORS = """
+    SELECT c.document_id, c.ordinal, c.embedding::real[] AS vector
+    FROM ragoverlay_v2_run_files rf
+    JOIN ragoverlay_v2_chunks c ON c.document_id = rf.document_id
+    WHERE rf.run_id = $1 AND rf.state = 'staged' AND rf.file_id = ANY($2::text[])
+    ORDER BY c.document_id, c.ordinal
+"""
+V1_VECTORS = """
+    SELECT custom_id AS file_id, document, cmetadata::text AS metadata, embedding::real[] AS vector
+    FROM langchain_pg_embedding
+    WHERE collection_id = $1 AND custom_id = ANY($2::text[])
+    ORDER BY custom_id, (cmetadata->>'page')::int NULLS FIRST, uuid
+"""
+
+
+async def _kb_data(v2: Any, search: Any, kb: str, scope: Any) -> dense.KbData:
+    """Every evidence chunk of the knowledge base's active run and every V1 chunk, with their vectors."""
+    from app.evidence.store import channels as channels_sql
+
+    ids = list(scope.file_ids)
+    async with v2.pool.acquire(timeout=600) as conn:
+        run = await v2.active_runs.run(conn, kb, None)
+        rows = await conn.fetch(EVIDENCE_VECTORS, run.run_id, ids, timeout=600)
+        keys = [(int(r["document_id"]), int(r["ordinal"])) for r in rows]
+        details: dict[tuple[int, int], Any] = {}
+        for start in range(0, len(keys), 2000):
+            found = await channels_sql.chunk_details(conn, scope, run.run_id, keys[start : start + 2000])
+            details.update({(d.document_id, d.ordinal): d for d in found})
+        v1_rows = await conn.fetch(V1_VECTORS, search.info.collection_id, ids, timeout=600)
+    dims = next((len(r["vector"]) for r in rows if r["vector"] is not None), 0)
+    kept = [(r, details[k]) for r, k in zip(rows, keys, strict=True) if k in details]
+    vectors = np.array(
+        [r["vector"] if r["vector"] is not None else [0.0] * dims for r, _ in kept], dtype=np.float32
+    )
+    pages: list[int | None] = []
+    for r in v1_rows:
+        page = json.loads(r["metadata"] or "{}").get("page")
+        pages.append(page if isinstance(page, int) and not isinstance(page, bool) else None)
+    return dense.KbData(
+        details=[d for _, d in kept],
+        vectors=dense.unit_rows(vectors),
+        v1_files=[r["file_id"] for r in v1_rows],
+        v1_texts=[r["document"] or "" for r in v1_rows],
+        v1_pages=pages,
+        v1_vectors=dense.unit_rows(np.array([r["vector"] for r in v1_rows], dtype=np.float32)),
+    )
 
 
 async def _neighbours(v2: Any, scope: Any, retrieved: Any, reach: int) -> dict[tuple[int, int], Any]:
@@ -271,6 +338,7 @@ def table(
     """Per kind: V1 | V2 first, top 5, answer, refused (answerable) or refused (unanswerable)."""
     lines = [f"split {split}: kind (n)        first V1/V2    top5 V1/V2     answer V1/V2   V2 refused"]
     by_kind: dict[str, list[tuple[Case, Mapping[str, Any]]]] = {}
+    langs = _splits(sets.HERE, "lang")
     for case, s in zip(cases, scored, strict=True):
         if split != "all" and case.split != split:
             continue
@@ -278,6 +346,10 @@ def table(
         by_kind.setdefault("answerable" if case.kind not in UNANSWERABLE else "unanswerable", []).append(
             (case, s)
         )
+        if case.kind not in UNANSWERABLE:
+            by_kind.setdefault(f"answerable, {langs.get(case.qid, '?')}", []).append((case, s))
+        else:
+            by_kind.setdefault(f"unanswerable, {langs.get(case.qid, '?')}", []).append((case, s))
     order = [
         "paraphrase",
         "table",
@@ -285,9 +357,13 @@ def table(
         "keyword",
         "section",
         "answerable",
+        "answerable, en",
+        "answerable, de",
         "unanswerable-named",
         "unanswerable-topic",
         "unanswerable",
+        "unanswerable, en",
+        "unanswerable, de",
     ]
     for kind in order:
         group = by_kind.get(kind, [])
@@ -309,48 +385,70 @@ def _as_row(s: scoring.Scored) -> dict[str, Any]:
     return {"first": s.first, "top5": s.top5, "answer": s.answer, "refused": s.refused}
 
 
-def file_rank(files: Sequence[str], gold: Sequence[str]) -> int | None:
-    """1-based rank of the first gold file in the de-duplicated file order of `files` (None: absent)."""
-    seen: list[str] = []
-    for f in files:
-        if f not in seen:
-            seen.append(f)
-            if f in gold:
-                return len(seen)
-    return None
-
-
-def diagnose(ranked: Sequence[tuple[Case, list[Any], Any]], split: str) -> str:
-    """Per answerable case: the gold file's rank in each channel, fused, reranked and served."""
+def dense_facts(cases: Sequence[Case], prepared: Mapping[str, dense.Prepared], v1: Mapping[str, Any]) -> str:
+    """Per knowledge base: chunks, evidence chunks no V1 chunk holds, V1 chunks holding none (pooled:
+    left without a vector); and how often V1 recomputed here (stored vectors) equals V1 as served."""
     lines = []
-    counts: dict[str, dict[str, int]] = {}
-    for case, results, ranking in ranked:
-        if case.kind in UNANSWERABLE or (split != "all" and case.split != split):
-            continue
-        row: dict[str, int | None] = {}
-        for name in ("exact", "lexical", "vector"):
-            row[name] = file_rank([s.candidate.file_id for s in case.lists.get(name, [])], case.gold)
-        row["fused"] = file_rank([f.candidate.file_id for f in ranking.fused], case.gold)
-        row["reranked"] = file_rank([f.candidate.file_id for f in ranking.items], case.gold)
-        row["served"] = file_rank([r.file_id for r in results], case.gold)
-        for stage, r in row.items():
-            c = counts.setdefault(stage, {"n": 0, "first": 0, "top5": 0})
-            c["n"] += 1
-            c["first"] += r == 1
-            c["top5"] += r is not None and r <= 5
-        cells = " ".join(f"{k[:3]}={'-' if v is None else v}" for k, v in row.items())
-        lines.append(f"{case.qid:22s} {case.kind[:5]:5s} {cells}  {case.text[:70]}")
-    lines.append("stage      first  top5")
-    for stage, c in counts.items():
-        lines.append(f"{stage:10s} {c['first'] / c['n']:.3f}  {c['top5'] / c['n']:.3f}")
+    for kb, p in sorted(prepared.items()):
+        lines.append(
+            f"{kb}: {len(p.kb.details)} evidence chunks ({p.links.unmapped_evidence} in no V1 chunk), "
+            f"{len(p.kb.v1_texts)} V1 chunks ({p.links.empty_v1} holding none; pooled zero: {p.pooled_empty})"
+        )
+    here = v1_offline(cases, prepared, pooled=False)
+    same = sum(
+        c.qid in v1 and all(bool(here[c.qid][k]) == bool(v1[c.qid][k]) for k in ("first", "top5", "answer"))
+        for c in cases
+    )
+    lines.append(f"V1 from the captured vectors equals V1 as served on {same} of {len(cases)} questions")
     return "\n".join(lines)
 
 
 def load(path: Path) -> tuple[str, list[Case]]:
     """The fingerprint and cases of a capture."""
-    with path.open("rb") as f:
-        doc = _Unpickler(f).load()  # our own capture, written by `capture` above
+    doc = load_document(path)
     return doc["fingerprint"], doc["cases"]
+
+
+def load_document(path: Path) -> dict[str, Any]:
+    """A capture as written: fingerprint, cases and (newer captures) each knowledge base's chunks."""
+    with path.open("rb") as f:
+        doc: dict[str, Any] = _Unpickler(f).load()  # our own capture, written by `capture` above
+    return doc
+
+
+def with_dense(
+    cases: Sequence[Case], prepared: Mapping[str, dense.Prepared], *, source: str, hits: int, limit: int
+) -> list[Case]:
+    """The cases with the vector channel of `source` (dense.py) and every evidence chunk as a neighbour."""
+    from dataclasses import replace
+
+    out = []
+    for case in cases:
+        p = prepared[case.kb]
+        lists = dict(case.lists)
+        if source != "evidence" and "vector" in lists:  # a failed channel stays failed
+            lists["vector"] = dense.vector_list(
+                p,
+                case.query_vector,
+                case.analysis.terms,
+                case.statistics,
+                source=source,
+                hits=hits,
+                limit=limit,
+            )
+        out.append(replace(case, lists=lists, neighbours={**p.neighbours, **case.neighbours}))
+    return out
+
+
+def v1_offline(
+    cases: Sequence[Case], prepared: Mapping[str, dense.Prepared], *, pooled: bool
+) -> dict[str, Any]:
+    """V1's rows computed here from the captured vectors (stored or pooled), scored as the run does."""
+    rows = {}
+    for case in cases:
+        files, texts = dense.v1_answer(prepared[case.kb], case.query_vector, pooled=pooled)
+        rows[case.qid] = _as_row(score_case(case, files, texts, refused=False))
+    return rows
 
 
 class _Unpickler(pickle.Unpickler):
@@ -378,22 +476,67 @@ def main(argv: Sequence[str] | None = None) -> int:
     s.add_argument("--split", choices=("dev", "test", "all"), default="dev")
     s.add_argument("--dump", type=Path, default=None, help="write per-question outcomes (JSON lines)")
     s.add_argument("--diagnose", action="store_true", help="print the gold file's rank per stage")
+    s.add_argument(
+        "--vector-source",
+        choices=dense.VECTOR_SOURCES,
+        default="evidence",
+        help="the vector channel (dense.py)",
+    )
+    s.add_argument(
+        "--v1-hits", type=int, default=20, help="V1 chunks a v1-* vector channel maps (%(default)s)"
+    )
+    s.add_argument("--v1-source", choices=dense.V1_SOURCES, default="stored", help="V1's vectors (dense.py)")
+    s.add_argument(
+        "--pool",
+        choices=("rows", "prose", "rows-own", "prose-own", *dense_rows.POOLS),
+        default="rows",
+        help="pooled: rows count or not; -own: a V1 chunk holding none keeps its vector (dense_rows.py)",
+    )
     a = p.parse_args(argv)
     default = DATA_ROOT / "bench-results" / "replay" / f"capture-others{a.others}.pkl"
     if a.command == "capture":
         names = tuple(x for x in a.corpora.split(",") if x)
         asyncio.run(capture(a.others, a.out or default, names, attach=a.attach))
         return 0
-    fingerprint, cases = load(a.capture or default)
+    doc = load_document(a.capture or default)
+    fingerprint, cases = doc["fingerprint"], doc["cases"]
     tuning = settings_with(a.pairs)
     t0 = time.perf_counter()
-    ranked = asyncio.run(_rank_all(cases, tuning))
-    scored = score_cases(ranked)
-    v1 = v1_scores(fingerprint) or {
+    # V1 as served by the benchmark's run where it asked the question, else as the capture asked it
+    captured = {
         case.qid: _as_row(score_case(case, [f for f, _ in case.v1], [t for _, t in case.v1], refused=False))
         for case in cases
         if case.v1
     }
+    served = v1_scores(fingerprint)
+    v1 = {**captured, **served}
+    keys = ("first", "top5", "answer")
+    same = sum(
+        qid in captured and all(bool(captured[qid][k]) == bool(row[k]) for k in keys)
+        for qid, row in served.items()
+    )
+    print(
+        f"V1: {len(served)} rows as the run served them ({same} scored alike by the capture); others captured"
+    )
+    if a.vector_source != "evidence" or a.v1_source != "stored":
+        if not doc.get("kbs"):
+            raise SystemExit("this capture has no knowledge base data: capture again")
+        pool = a.pool if a.v1_source == "pooled" else None
+        windows = {}
+        if a.vector_source.startswith("v1w-"):
+            windows = dense_windows.load(a.capture or default)
+        prepared = {
+            kb: dense.prepare(data, pool=pool, windows=windows.get(kb), source=a.vector_source)
+            for kb, data in doc["kbs"].items()
+        }
+        print(dense_facts(cases, prepared, v1))
+        cases = with_dense(
+            cases, prepared, source=a.vector_source, hits=a.v1_hits, limit=tuning.channels.limit
+        )
+        if a.v1_source == "pooled":
+            v1 = v1_offline(cases, prepared, pooled=True)
+    ranked = asyncio.run(_rank_all(cases, tuning))
+    scored = score_cases(ranked)
     print(table(cases, [_as_row(s) for s in scored], v1, a.split))
     if a.diagnose:
         print(diagnose(ranked, a.split))
