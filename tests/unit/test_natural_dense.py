@@ -6,7 +6,7 @@ import numpy as np
 
 from app.evidence.query.statistics import Statistics
 from app.evidence.store.channels import ChunkDetail
-from app.text.chunks import ChunkPlace
+from app.text.chunk_records import ChunkPlace
 from app.text.normalize import normalize
 from benchmarks.quality.natural import dense
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.text.chunks import ChunkPlace
+from app.text.chunk_records import ChunkPlace
 from benchmarks.quality.natural import dense, dense_rows
 
 

@@ -36,7 +36,7 @@ import numpy as np
 from app.evidence.query.bm25 import idf
 from app.evidence.query.records import Candidate, DocumentInfo, Scored
 from app.evidence.store.channels import ChunkDetail
-from app.text.chunks import ChunkPlace
+from app.text.chunk_records import ChunkPlace
 from app.text.normalize import normalize
 from app.text.stems import forms
 
@@ -306,7 +306,7 @@ class Prepared:
 def prepare(kb: KbData, *, pool: str | None = None, windows: Any = None, source: str = "") -> Prepared:
     """The overlap of V1 and evidence chunks, BM25 inside them, the neighbours, the pooled vectors."""
     from app.evidence.query.passages import Neighbour
-    from app.text.chunks import ChunkPlace
+    from app.text.chunk_records import ChunkPlace
     from benchmarks.quality.natural import dense_rows
 
     links = overlap(kb)
