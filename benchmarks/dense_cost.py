@@ -116,7 +116,7 @@ async def measure(path: Path, embedder: Any, settings: Any, profile: Any) -> Fil
     """One file through both pipelines' stages, each timed in CPU seconds."""
     from app.evidence.index.embedding import embed_texts
     from app.evidence.index.sources import Source, clean_document
-    from app.evidence.index.staging import _chunk
+    from app.evidence.index.staging import chunk_file as _chunk
     from app.ingest.chunking import clean_text, split_sections
     from app.ingest.loaders import load_document
     from benchmarks.quality.natural import dense, dense_rows

@@ -2,6 +2,7 @@
 
     work = await index.prepare(draft, report)   # before the commit, from the upload's own parse
     work.v1_vectors(v1_chunks)                  # vectors it made that serve V1's chunks (one pass)
+    await work.v1_embedded(v1_chunks, vectors)  # V1's final vectors, for what it left to them
     await work.write(conn)                      # inside the transaction that stores the V1 chunks
     await work.written(ok=...)                  # after it (ok: its part committed too)
     await index.delete_files(conn, scope)       # inside a delete's transaction, before the core rows
@@ -53,6 +54,9 @@ class DerivedWork(Protocol):
 
     def v1_vectors(self, chunks: Sequence[V1Chunk]) -> Sequence[np.ndarray | None]:
         """A vector for each V1 chunk made from what this part embedded already (None: embed it)."""
+
+    async def v1_embedded(self, chunks: Sequence[V1Chunk], vectors: Sequence[np.ndarray]) -> None:
+        """V1's chunks have their vectors now: what this part left to them takes theirs."""
 
     async def write(self, conn: asyncpg.Connection) -> None:
         """Store it, inside the upload's transaction."""

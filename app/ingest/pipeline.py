@@ -207,10 +207,13 @@ class IngestService:
             loaded_at = time.perf_counter()
             tracker.stage("embedding", 0, len(texts))
             # one embedding pass: V1 chunks made of what a derived index embedded are not embedded again
-            provided = self._provided_vectors(works, metas, texts)
+            v1_chunks = _v1_chunks(texts, metas) if works else []
+            provided = self._provided_vectors(works, v1_chunks)
             vectors, embedded, reused, spent = await self._vectors_for(
                 file_id, owner, texts, metas, tracker, title=name, provided=provided
             )
+            for _, work in works:
+                await work.v1_embedded(v1_chunks, list(vectors))
             embedded_at = time.perf_counter()
             tracker.stage("storing", len(texts), len(texts))
             content_type = source.content_type or parsed.content_type
@@ -266,7 +269,7 @@ class IngestService:
         return written
 
     def _provided_vectors(
-        self, works: Sequence[tuple[DerivedIndex, DerivedWork]], metas: list[dict[str, Any]], texts: list[str]
+        self, works: Sequence[tuple[DerivedIndex, DerivedWork]], chunks: list[V1Chunk]
     ) -> list[np.ndarray | None]:
         """V1 chunks' vectors the derived parts made of theirs (None where a chunk must be embedded).
 
@@ -274,9 +277,7 @@ class IngestService:
         """
         if not works or self.contextualizer is not None:
             return []
-        page = [m.get("page") if isinstance(m.get("page"), int) else None for m in metas]
-        chunks = [V1Chunk(text, page[i]) for i, text in enumerate(texts)]
-        out: list[np.ndarray | None] = [None] * len(texts)
+        out: list[np.ndarray | None] = [None] * len(chunks)
         for _, work in works:
             for i, vector in enumerate(work.v1_vectors(chunks)):
                 if out[i] is None and vector is not None:
@@ -484,6 +485,15 @@ class IngestService:
         for key in result.blob_keys:
             await self._remove_if_unreferenced(key)
         return result.found
+
+
+def _v1_chunks(texts: list[str], metas: list[dict[str, Any]]) -> list[V1Chunk]:
+    """The V1 chunks of an upload as a derived index reads them: text and 0-based page."""
+    pages = [m.get("page") for m in metas]
+    return [
+        V1Chunk(text, page if isinstance(page, int) else None)
+        for text, page in zip(texts, pages, strict=True)
+    ]
 
 
 def _file_record(

@@ -493,3 +493,38 @@ async def test_a_run_of_fewer_files_needs_force_to_become_the_default(world: Wor
         "namespace_files": len(world.files),
         "reindex_needed": None,  # built by this service's extractor and model
     }
+
+
+async def vectors_of(world: World, file_id: str) -> tuple[dict[str, list[str]], set[str]]:
+    """The file's evidence vectors by kind (as text) and its V1 chunks' vectors."""
+    res = resources(world.client)
+    async with res.pool.acquire() as conn:
+        evidence = await conn.fetch(
+            "SELECT kind, embedding::text AS v FROM ragoverlay_v2_chunks WHERE file_id = $1", file_id
+        )
+        v1 = await conn.fetch(
+            "SELECT embedding::text AS v FROM langchain_pg_embedding WHERE custom_id = $1", file_id
+        )
+    by_kind: dict[str, list[str]] = {}
+    for row in evidence:
+        by_kind.setdefault(row["kind"], []).append(row["v"])
+    return by_kind, {row["v"] for row in v1}
+
+
+async def test_table_rows_take_the_vector_of_the_v1_chunk_holding_them(world: World, backfilled: int) -> None:
+    # staged by the backfill's job, from the stored V1 chunks
+    by_kind, v1 = await vectors_of(world, world.files["manual.pdf"])
+    assert len(by_kind["table_row"]) == 2 and set(by_kind["table_row"]) <= v1
+    # staged with its upload, from the V1 vectors of the same embedding pass
+    file_id = new_id("one-pass")
+    text = (
+        "# Fans\n\nThe fans below are rated at their maximum speed; the F 9 is the quietest of them.\n\n"
+        "| Model | Speed (rpm) |\n| --- | --- |\n| F 7 | 1500 |\n| F 8 | 2100 |\n| F 9 | 900 |\n"
+    )
+    r = await upload(world.client, file_id, "fans.md", text.encode(), auth(UPLOADER), entity_id=world.agent)
+    assert r.status_code == 200, r.text
+    assert r.json()["evidence"]["searchable"] is True, r.json()
+    by_kind, v1 = await vectors_of(world, file_id)
+    assert len(by_kind["table_row"]) == 3 and None not in by_kind["table_row"]
+    assert set(by_kind["table_row"]) <= v1
+    assert by_kind["prose"] and None not in by_kind["prose"]

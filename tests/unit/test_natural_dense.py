@@ -8,7 +8,7 @@ from app.evidence.query.statistics import Statistics
 from app.evidence.store.channels import ChunkDetail
 from app.text.chunk_records import ChunkPlace
 from app.text.normalize import normalize
-from benchmarks.quality.natural import dense
+from benchmarks.quality.natural import dense, dense_rows
 
 
 def _detail(
@@ -88,7 +88,7 @@ def test_v1_hits_map_to_their_best_evidence_chunks_by_the_questions_words() -> N
         _detail(2, "other words"),
     ]
     kb = _kb(details, [("f", None, "apt is a package tool mount the swap file"), ("f", None, "other words")])
-    p = dense.prepare(kb)
+    p = dense_rows.prepare(kb)
     stats = Statistics(chunks=3, document_frequency={"swap": 1})
     hits = [(0, 0.8), (1, 0.5)]
     best = dense.v1_channel(kb, p.links, p.lexicon, hits, ["swap"], stats, source="v1-best1", limit=10)

@@ -54,4 +54,4 @@ def test_rows_sharing_one_vector_leave_the_channel_one_best_row() -> None:
     group = np.array([-1, 7, 7, 7, -1])
     near = [(1, 0.9), (2, 0.9), (3, 0.9), (0, 0.8), (4, 0.7)]
     score = {1: 0.0, 2: 2.0, 3: 1.0}
-    assert dense_rows.thin(near, group, lambda j: score.get(j, 0.0), 3) == [(2, 0.9), (0, 0.8), (4, 0.7)]
+    assert dense.thin(near, group, lambda j: score.get(j, 0.0), 3) == [(2, 0.9), (0, 0.8), (4, 0.7)]

@@ -1,14 +1,17 @@
-"""One embedding pass for both indexes: which evidence chunks a V1 chunk holds, and V1 vectors made of theirs.
+"""One embedding pass for both indexes: which evidence chunks a V1 chunk holds, and vectors shared.
 
     links = link(v1_chunks, evidence_chunks)        # per V1 chunk: (evidence index, shared shingles)
-    vectors = pool(evidence_vectors, links)         # a V1 chunk's vector from its evidence chunks'
+    vectors = pool(evidence_vectors, links)         # a V1 chunk's vector from its prose chunks'
+    rows = inherit(links, v1_vectors, n)            # a table row's vector: its V1 chunk's
 
-An upload of a namespace evidence search serves embeds its evidence prose chunks (not its table
-rows) once, and each V1 chunk's vector is the normalised mean of the vectors of the evidence chunks
-it holds, weighted by the words they share: V1 and evidence search are fed by one embedding pass
-(about 1.14x V1's CPU alone instead of 2.6x, measured on Debian Reference pages). A V1 chunk that
-holds no embedded evidence chunk (a table only, or text the evidence chunker left out) is embedded
-on its own. Table rows are found by the exact and lexical channels, whose wins they are.
+An upload of a namespace evidence search serves embeds its evidence prose chunks (and small tables
+kept whole) once; each V1 chunk's vector is the normalised mean of the vectors of the prose chunks
+it holds, weighted by the words they share, and a V1 chunk holding none (a table only, text the
+evidence chunker left out) is embedded on its own. Each table row then takes the vector of the V1
+chunk that holds it: rows are not embedded at all (they were half of the evidence tokens on manual
+pages), and the vector channel keeps one row of each such group (`thin_shared_vectors`). Measured
+on the natural questions (dev split chose it, test reported): ingestion CPU 1.19x V1 alone against
+2.63x with evidence chunks embedded on their own; see docs/v2.md.
 
 A V1 chunk holds an evidence chunk of the same file and page (V1's pages count from 0, evidence's
 from 1) whose word 3-shingles (after `normalize`) it shares at least `MIN_CONTAINMENT` of; an
@@ -27,10 +30,9 @@ from app.ingest.derived import V1Chunk
 from app.text.chunk_records import ChunkRecord
 from app.text.normalize import normalize
 
-# V1 chunks take pooled vectors only once evidence search embeds its prose alone (not yet: pooled
-# from every evidence chunk, table rows included, V1's top 5 fell from .870 to .796 on the natural
-# questions' dev split)
-ONE_PASS = False
+# V1 chunks take vectors pooled from evidence prose (off: every V1 chunk embedded on its own, and
+# evidence embeds its rows too, as before this representation)
+ONE_PASS = True
 SHINGLE = 3
 MIN_CONTAINMENT = 0.5
 FALLBACK_SHARE = 0.2
@@ -96,3 +98,16 @@ def pool(
         norm = float(np.linalg.norm(total))
         out.append((total / norm).astype(np.float32) if norm > 0 else None)
     return out
+
+
+def inherit(
+    members: Sequence[Sequence[tuple[int, int]]], v1_vectors: Sequence[np.ndarray | None], count: int
+) -> list[np.ndarray | None]:
+    """For each of `count` evidence chunks, the vector of the V1 chunk holding most of it (None: held
+    by none, or that chunk has no vector)."""
+    best: dict[int, tuple[int, int]] = {}  # evidence index -> (shared shingles, V1 index)
+    for i, held in enumerate(members):
+        for j, shared in held:
+            if j not in best or shared > best[j][0]:
+                best[j] = (shared, i)
+    return [v1_vectors[best[j][1]] if j in best else None for j in range(count)]

@@ -14,12 +14,14 @@ import numpy as np
 from app.clients.embeddings import Embedder
 from app.errors import UpstreamUnavailable
 from app.evidence.index.context import V2Context
+from app.evidence.index.dense import inherit, link
 from app.evidence.index.profile import IndexProfile
 from app.evidence.store import documents as document_store
 from app.evidence.store import runs as run_store
 from app.evidence.store import vectors as vector_store
 from app.ingest.checkpointed import CheckpointedEmbedding
 from app.ingest.contextual import log_situated, with_context
+from app.ingest.derived import V1Chunk
 from app.text.chunk_records import ChunkRecord
 from app.text.normalize import normalize
 from app.text.tokens import pool_windows, window_texts, window_weights
@@ -118,10 +120,18 @@ async def embed_rows(
     chunks: Sequence[ChunkRecord],
     *,
     reuse: bool = True,
+    rows_later: bool = False,
 ) -> tuple[list[document_store.ChunkRow], int, int, str | None]:
-    """Rows with vectors (reused by text digest, else embedded); without vectors if the provider fails."""
+    """Rows with vectors (reused by text digest, else embedded); without vectors if the provider fails.
+
+    `rows_later`: table rows are left without a vector: they take their V1 chunk's (`inherit_rows`).
+    """
     profile = ctx.profile
-    digests = [document_store.text_digest(c.embed_text) for c in chunks]
+    # a digest of None (a table row left for later) is never reused nor embedded here
+    digests: list[str | None] = [
+        None if rows_later and c.place.kind == "table_row" else document_store.text_digest(c.embed_text)
+        for c in chunks
+    ]
     known: dict[str, np.ndarray] = {}
     if reuse:
         async with ctx.pool.acquire() as conn:
@@ -132,11 +142,11 @@ async def embed_rows(
                 checksum=checksum,
                 owner=run.namespace,
                 file_id=file_id,
-                digests=digests,
+                digests=[d for d in digests if d is not None],
             )
     missing: dict[str, str] = {}
     for digest, chunk in zip(digests, chunks, strict=True):
-        if digest not in known:
+        if digest is not None and digest not in known:
             missing.setdefault(digest, chunk.embed_text)
     fresh: dict[str, np.ndarray] = {}
     error: str | None = None
@@ -154,11 +164,46 @@ async def embed_rows(
     if dims and any(v.shape[0] not in dims for v in known.values()):
         known = {}  # a model that changed its dimension under the same name: never mix
     rows = [
-        document_store.ChunkRow(c, fresh.get(d, known.get(d))) for c, d in zip(chunks, digests, strict=True)
+        document_store.ChunkRow(c, None if d is None else fresh.get(d, known.get(d)))
+        for c, d in zip(chunks, digests, strict=True)
     ]
-    reused = sum(1 for d in digests if d in known)
+    reused = sum(1 for d in digests if d is not None and d in known)
     embedded = len(fresh)
     return rows, embedded, reused, error
+
+
+async def inherit_rows(
+    ctx: V2Context,
+    rows: Sequence[document_store.ChunkRow],
+    v1: Sequence[V1Chunk],
+    v1_vectors: Sequence[np.ndarray | None],
+) -> tuple[list[document_store.ChunkRow], int]:
+    """Table rows without a vector take the vector of the V1 chunk holding them; a row no V1 chunk
+    holds (or whose V1 chunk has no vector) is embedded on its own. Returns the rows and how many
+    were embedded (a provider failure leaves them without a vector, as `embed_rows` does)."""
+    chunks = [r.chunk for r in rows]
+    inherited = inherit(link(v1, chunks), v1_vectors, len(rows))
+    out = [
+        dataclasses.replace(r, embedding=inherited[j])
+        if r.embedding is None and r.chunk.place.kind == "table_row" and inherited[j] is not None
+        else r
+        for j, r in enumerate(rows)
+    ]
+    left = [j for j, r in enumerate(out) if r.embedding is None and r.chunk.place.kind == "table_row"]
+    if not left:
+        return out, 0
+    try:
+        vectors = await embed_texts(
+            ctx.embedder, ctx.profile, [out[j].chunk.embed_text for j in left], ctx.checkpoints
+        )
+    except UpstreamUnavailable as exc:
+        logger.warning(
+            "V2: embedding %d table rows failed (%s); stored without vectors", len(left), exc.detail
+        )
+        return out, 0
+    for j, vector in zip(left, vectors, strict=True):
+        out[j] = dataclasses.replace(out[j], embedding=vector)
+    return out, len(left)
 
 
 # --- the re-embed sweep's work -----------------------------------------------------------------

@@ -14,12 +14,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from app.errors import NotFound
 from app.evidence.index.context import V2Context
 from app.evidence.store import documents as document_store
 from app.evidence.store import reads as read_store
 from app.evidence.store import runs as run_store
 from app.ingest.chunking import clean_text
+from app.ingest.derived import V1Chunk
 from app.ingest.loaders import safe_basename
 from app.ingest.recent import parse_and_keep, recall, recent_parses
 from app.ingest.types import Block, LoadedDocument
@@ -102,6 +105,20 @@ async def v1_source(ctx: V2Context, namespace: str, file_id: str, filename: str 
     name = filename or str(rows[0].metadata.get("source") or file_id)
     checksum = hashlib.sha256(text.encode("utf-8")).hexdigest()
     return Source("v1_chunks", safe_basename(name), checksum, "text/plain", v1_text=text)
+
+
+async def v1_chunk_vectors(
+    ctx: V2Context, namespace: str, file_id: str
+) -> tuple[list[V1Chunk], list[np.ndarray | None]]:
+    """The file's stored V1 chunks (text, 0-based page) and their vectors by this service's model
+    (None: stored by another model, or without a vector): what its evidence table rows take theirs from."""
+    async with ctx.pool.acquire() as conn:
+        rows = await v1_store.documents(conn, _scope(ctx, namespace, file_id), limit=_V1_MAX_CHUNKS)
+        known = await v1_store.existing_vectors(
+            conn, ctx.info, file_id=file_id, owner=namespace, model=ctx.profile.embedding_model
+        )
+    chunks = [V1Chunk(r.text, _page(r.metadata.get("page"))) for r in rows]
+    return chunks, [known.get(str(r.metadata.get("digest") or "")) for r in rows]
 
 
 def _page(value: object) -> int | None:

@@ -27,7 +27,8 @@ from app.evidence.index.boilerplate import document_fingerprints, repeated_finge
 from app.evidence.index.chunk_writer import ChunkingStats
 from app.evidence.index.chunker import ChunkedDocument, chunk_document
 from app.evidence.index.context import V2Context
-from app.evidence.index.embedding import embed_rows, situate_chunks
+from app.evidence.index.dense import ONE_PASS
+from app.evidence.index.embedding import embed_rows, inherit_rows, situate_chunks
 from app.evidence.index.lifecycle import check_profile, forced
 from app.evidence.index.metadata import DocumentMetadata, document_metadata
 from app.evidence.index.parse_cache import PARSE_CACHE_MAX_AGE_S, ParseCache
@@ -38,6 +39,7 @@ from app.evidence.index.sources import (
     clean_document,
     parse_source,
     resolve_source,
+    v1_chunk_vectors,
     v1_source,
 )
 from app.evidence.settings import BoilerplateSettings
@@ -151,9 +153,13 @@ async def _stage_file(
     if not chunked.chunks and not navigation:
         raise NoExtractableText()
     chunks = await situate_chunks(ctx, run.run_id, file_id, meta.title or source.filename, chunked.chunks)
+    # one pass: table rows take the vector of the stored V1 chunk holding them (else their own)
     rows, embedded, reused, error = await embed_rows(
-        ctx, run, file_id, source.checksum, chunks, reuse=not force
+        ctx, run, file_id, source.checksum, chunks, reuse=not force, rows_later=ONE_PASS
     )
+    if ONE_PASS and error is None:
+        rows, own = await inherit_rows(ctx, rows, *await v1_chunk_vectors(ctx, run.namespace, file_id))
+        embedded += own
     missing = sum(1 for row in rows if row.embedding is None)
     stats = chunked.stats
     row = document_row(profile, run, file_id, source, document, meta, stats, fingerprints, repeated, error)

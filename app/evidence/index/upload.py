@@ -19,6 +19,7 @@ the file's staging job exactly as before (`V2Jobs.note_upload`), and until that 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -34,7 +35,7 @@ from app.evidence.index.boilerplate import document_fingerprints
 from app.evidence.index.chunk_writer import ChunkingStats
 from app.evidence.index.context import V2Context
 from app.evidence.index.dense import ONE_PASS, link, pool
-from app.evidence.index.embedding import embed_rows, situate_chunks
+from app.evidence.index.embedding import embed_rows, inherit_rows, situate_chunks
 from app.evidence.index.lifecycle import ProfileMismatch, check_profile, forced
 from app.evidence.index.sources import Source, clean_document
 from app.evidence.index.staging import (
@@ -103,6 +104,21 @@ class EvidenceUpload:
             "embedded": sum(s.outcome.embedded for s in self.staged),
             "reused": sum(s.outcome.reused for s in self.staged),
         }
+
+    async def v1_embedded(self, chunks: Sequence[V1Chunk], vectors: Sequence[np.ndarray]) -> None:
+        """The upload's V1 vectors are known: each table row takes the one of the V1 chunk holding it."""
+        if self.deferred is not None:
+            return
+        for staged in self.staged:
+            if staged.row is None or not staged.rows:
+                continue
+            staged.rows, embedded = await inherit_rows(self.ctx, staged.rows, chunks, vectors)
+            if embedded:
+                staged.outcome = dataclasses.replace(
+                    staged.outcome, embedded=staged.outcome.embedded + embedded
+                )
+            missing = sum(1 for r in staged.rows if r.embedding is None)
+            staged.outcome = dataclasses.replace(staged.outcome, vectors_missing=missing)
 
     def v1_vectors(self, chunks: Sequence[V1Chunk]) -> list[np.ndarray | None]:
         """V1's chunks' vectors pooled from the evidence vectors embedded for this upload (one pass).
@@ -278,8 +294,9 @@ async def _stage_run(
     if report is not None:
         report("evidence: embedding", 0, len(chunks))
     with reporting_batches(embedded_batch):
+        # one pass: table rows take their V1 chunk's vector once V1's are known (`v1_embedded`)
         rows, embedded, reused, error = await embed_rows(
-            ctx, run, work.file_id, source.checksum, chunks, reuse=not forced(run)
+            ctx, run, work.file_id, source.checksum, chunks, reuse=not forced(run), rows_later=ONE_PASS
         )
     stats: ChunkingStats = chunked.stats
     row = document_row(

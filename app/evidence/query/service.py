@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -45,16 +45,16 @@ from app.evidence.query.analysis import QueryAnalysis, QueryConfig, analyze_quer
 from app.evidence.query.candidates import candidate_lists
 from app.evidence.query.debug import channel_debug, plan_debug, stage_list
 from app.evidence.query.evidence import build_evidence
-from app.evidence.query.fusion import fuse
 from app.evidence.query.passages import widen_results
 from app.evidence.query.plan import ChannelPlan, plan_channels
-from app.evidence.query.records import CHANNELS, Fused, Scored
-from app.evidence.query.refusal import SAFE_REFUSAL, RefusalDecision, decide_refusal
-from app.evidence.query.rerank import FeatureReranker, Reranker, RerankOutcome, rerank_window
+from app.evidence.query.ranking import Ranking, rank
+from app.evidence.query.records import CHANNELS, Scored
+from app.evidence.query.refusal import SAFE_REFUSAL
+from app.evidence.query.rerank import FeatureReranker, Reranker
 from app.evidence.query.rerank_http import HttpReranker
 from app.evidence.query.rerank_onnx import OnnxCrossEncoder
 from app.evidence.query.schemas import EvidenceItem, QueryV2Request, QueryV2Response
-from app.evidence.query.statistics import Statistics, discount_common_labels, lexical_statistics
+from app.evidence.query.statistics import Statistics, lexical_statistics
 from app.evidence.query.vectors import PlannedVectors, RunVectorCache, plan_vectors
 from app.evidence.settings import V2Settings
 from app.evidence.store import channels as channels_sql
@@ -139,22 +139,6 @@ class _Read:
 
 
 @dataclass(frozen=True)
-class Ranking:
-    """What rank made of the lists: the fused list, the reranked window and the refusal decision."""
-
-    fused: list[Fused]
-    reranked: RerankOutcome
-    decision: RefusalDecision
-    fuse_ms: float = 0.0
-    rerank_ms: float = 0.0
-
-    @property
-    def items(self) -> list[Fused]:
-        """The reranked window: what the evidence is built from."""
-        return self.reranked.items
-
-
-@dataclass(frozen=True)
 class Answer:
     """One query's whole result: the response, its debug output and the metrics derive from it."""
 
@@ -180,67 +164,6 @@ class Answer:
         if self.retrieved.failed:
             parts.append(f"search channels left out: {', '.join(self.retrieved.failed)}")
         return "; ".join(parts) + "." if parts else None
-
-
-async def rank(
-    analysis: QueryAnalysis,
-    lists: Mapping[str, Sequence[Scored]],
-    stats: Statistics,
-    tuning: V2Settings,
-    reranker: Reranker,
-) -> Ranking:
-    """Fusion, the reranked window (features when `reranker` fails) and the refusal; no other I/O.
-
-    `lists` holds the channels that ran without failing (an empty list: ran, found nothing).
-    """
-    t0 = time.perf_counter()
-    if "exact" in lists and stats.chunks:
-        lists = {
-            **lists,
-            "exact": discount_common_labels(lists["exact"], stats, tuning.refusal.rare_share),
-        }
-    # query-adaptive: plain-word questions lean on the vector channel (FusionSettings.prose_weights)
-    fusion = (
-        tuning.fusion.model_copy(update={"weights": tuning.fusion.prose_weights})
-        if leans_on_meaning(analysis, tuning.fusion.dense_languages)
-        else tuning.fusion
-    )
-    fused = fuse(lists, fusion)
-    t1 = time.perf_counter()
-    outcome = await rerank_window(
-        analysis,
-        fused,
-        reranker,
-        window=tuning.rerank.window,
-        per_file_cap=tuning.fusion.per_file_cap,
-        per_page_cap=tuning.fusion.per_page_cap,
-        diverse_head=tuning.fusion.diverse_head,
-        fallback=FeatureReranker(tuning.rerank.features),
-        ocr_discount=tuning.rerank.ocr_discount,
-    )
-    t2 = time.perf_counter()
-    decision = decide_refusal(
-        analysis,
-        outcome.items,
-        tuning.refusal,
-        document_frequency=stats.document_frequency if stats.chunks else None,
-        documents=stats.chunks,
-        channels_run=len(lists),
-        # how close anything visible comes in meaning: the vector channel's best similarity
-        best_dense=max((hit.score for hit in lists["vector"]), default=0.0) if "vector" in lists else None,
-    )
-    return Ranking(fused, outcome, decision, (t1 - t0) * 1000, (t2 - t1) * 1000)
-
-
-def leans_on_meaning(analysis: QueryAnalysis, languages: Sequence[str]) -> bool:
-    """A plain-word question in a language the embedding model reads: fuse with the prose weights.
-
-    A paraphrase shares few words with its answer, so the vector channel holds its wins, but only
-    where the model understands the language: the offline model reads English, and on German
-    questions the lexical channel finds the answer's passage far more often (German natural
-    questions, dev split).
-    """
-    return analysis.prose and (analysis.language in languages or "*" in languages)
 
 
 def respond(answer: Answer, *, debug: bool) -> QueryV2Response:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -303,38 +303,6 @@ class Prepared:
     shared: np.ndarray | None = None  # evidence-rows-*: the vector each row shares (dense_rows.py)
 
 
-def prepare(kb: KbData, *, pool: str | None = None, windows: Any = None, source: str = "") -> Prepared:
-    """The overlap of V1 and evidence chunks, BM25 inside them, the neighbours, the pooled vectors."""
-    from app.evidence.query.passages import Neighbour
-    from app.text.chunk_records import ChunkPlace
-    from benchmarks.quality.natural import dense_rows
-
-    links = overlap(kb)
-    neighbours = {
-        (d.document_id, d.ordinal): Neighbour(
-            d.content, ChunkPlace(kind=d.place.kind, page=d.place.page, section=d.place.section)
-        )
-        for d in kb.details
-    }
-    out = Prepared(kb, links, Lexicon.of(kb), neighbours, {})
-    if pool in dense_rows.POOLS:  # (D1)..(D3): no row's own vector is read
-        out.pooled, out.pooled_empty = dense_rows.pool_strict(kb, links, pool)
-    elif pool is not None:
-        out.pooled, out.pooled_empty = pooled_vectors(kb, links, rows=pool.startswith("rows"))
-        if pool.endswith("-own"):  # a V1 chunk holding no evidence chunk is embedded on its own
-            empty = ~np.any(out.pooled, axis=1)
-            out.pooled[empty] = kb.v1_vectors[empty]
-    if windows is not None:
-        out.windows = windows.vectors
-        out.window_links = link(
-            [(kb.v1_files[o], kb.v1_pages[o], t) for o, t in zip(windows.owner, windows.texts, strict=True)],
-            [(d.file_id, d) for d in kb.details],
-        )
-    if source in dense_rows.ROW_SOURCES:
-        out.channel, out.shared = dense_rows.row_vectors(kb, links, out.pooled, source)
-    return out
-
-
 def vector_list(
     p: Prepared,
     query: np.ndarray,
@@ -347,13 +315,11 @@ def vector_list(
 ) -> list[Scored]:
     """The vector channel of `source` for one question: (B) V1's top `hits` chunks mapped, or (D)."""
     if source.startswith("evidence-"):
-        from benchmarks.quality.natural import dense_rows
-
         rows = p.channel if p.channel is not None else p.kb.vectors
         wide = limit * 4 if source.endswith("-best1") else limit
         near = [(j, sim) for j, sim in nearest(rows, query, wide) if np.any(rows[j])]
         if source.endswith("-best1") and p.shared is not None:
-            near = dense_rows.thin(near, p.shared, lambda j: p.lexicon.bm25(j, terms, statistics), limit)
+            near = thin(near, p.shared, lambda j: p.lexicon.bm25(j, terms, statistics), limit)
         return scored(p.kb, near, p.made)
     if source.startswith("v1w-"):  # V1's windows instead of its whole chunks
         if p.windows is None or p.window_links is None:
@@ -374,3 +340,25 @@ def v1_answer(p: Prepared, query: np.ndarray, *, pooled: bool, k: int = 10) -> t
     matrix = p.pooled if pooled and p.pooled is not None else p.kb.v1_vectors
     found = nearest(matrix, query, k)
     return [p.kb.v1_files[i] for i, _ in found], [p.kb.v1_texts[i] for i, _ in found]
+
+
+def thin(
+    near: Sequence[tuple[int, float]],
+    group: np.ndarray,
+    score: Callable[[int], float],
+    limit: int,
+) -> list[tuple[int, float]]:
+    """`near` with, of the chunks sharing one vector, only the one best by `score` (ties: earlier)."""
+    members: dict[int, list[int]] = {}
+    for k in map(int, np.flatnonzero(group >= 0)):
+        members.setdefault(int(group[k]), []).append(k)
+    out: list[tuple[int, float]] = []
+    seen: set[int] = set()
+    for j, sim in near:
+        g = int(group[j])
+        if g < 0:
+            out.append((j, sim))
+        elif g not in seen:
+            seen.add(g)
+            out.append((max(members[g], key=lambda k: (score(k), -k)), sim))
+    return out[:limit]

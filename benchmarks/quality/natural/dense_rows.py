@@ -29,8 +29,9 @@ by BM25 of the question (`dense.Lexicon`), as v1-best1 keeps one chunk per V1 hi
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -192,23 +193,34 @@ def row_vectors(
     return out, group
 
 
-def thin(
-    near: Sequence[tuple[int, float]],
-    group: np.ndarray,
-    score: Callable[[int], float],
-    limit: int,
-) -> list[tuple[int, float]]:
-    """`near` with, of the chunks sharing one vector, only the one best by `score` (ties: earlier)."""
-    members: dict[int, list[int]] = {}
-    for k in map(int, np.flatnonzero(group >= 0)):
-        members.setdefault(int(group[k]), []).append(k)
-    out: list[tuple[int, float]] = []
-    seen: set[int] = set()
-    for j, sim in near:
-        g = int(group[j])
-        if g < 0:
-            out.append((j, sim))
-        elif g not in seen:
-            seen.add(g)
-            out.append((max(members[g], key=lambda k: (score(k), -k)), sim))
-    return out[:limit]
+def prepare(
+    kb: dense.KbData, *, pool: str | None = None, windows: Any = None, source: str = ""
+) -> dense.Prepared:
+    """The overlap of V1 and evidence chunks, BM25 inside them, the neighbours, the pooled vectors."""
+    from app.evidence.query.passages import Neighbour
+    from app.text.chunk_records import ChunkPlace
+
+    links = dense.overlap(kb)
+    neighbours = {
+        (d.document_id, d.ordinal): Neighbour(
+            d.content, ChunkPlace(kind=d.place.kind, page=d.place.page, section=d.place.section)
+        )
+        for d in kb.details
+    }
+    out = dense.Prepared(kb, links, dense.Lexicon.of(kb), neighbours, {})
+    if pool in POOLS:  # (D1)..(D3): no row's own vector is read
+        out.pooled, out.pooled_empty = pool_strict(kb, links, pool)
+    elif pool is not None:
+        out.pooled, out.pooled_empty = dense.pooled_vectors(kb, links, rows=pool.startswith("rows"))
+        if pool.endswith("-own"):  # a V1 chunk holding no evidence chunk is embedded on its own
+            empty = ~np.any(out.pooled, axis=1)
+            out.pooled[empty] = kb.v1_vectors[empty]
+    if windows is not None:
+        out.windows = windows.vectors
+        out.window_links = dense.link(
+            [(kb.v1_files[o], kb.v1_pages[o], t) for o, t in zip(windows.owner, windows.texts, strict=True)],
+            [(d.file_id, d) for d in kb.details],
+        )
+    if source in ROW_SOURCES:
+        out.channel, out.shared = row_vectors(kb, links, out.pooled, source)
+    return out

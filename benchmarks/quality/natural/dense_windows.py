@@ -1,6 +1,6 @@
 """V1's window vectors, for a variant of (B) that keeps what V1's local embedder computes anyway.
 
-    python -m benchmarks.quality.natural.dense_windows [CAPTURE]   # writes CAPTURE.windows.pkl
+    python -m benchmarks.quality.natural.dense_windows_cli [CAPTURE]   # writes CAPTURE.windows.pkl
 
 The offline model reads 256 tokens; a longer V1 chunk (most of rag_api's 1,500 characters) is
 embedded as its windows, and its stored vector is their token-weighted mean. Kept, those window
@@ -13,10 +13,7 @@ the evidence chunks they hold, as `v1-ranked` does with whole V1 chunks.
 
 from __future__ import annotations
 
-import argparse
 import pickle
-import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,30 +77,3 @@ class _Unpickler(pickle.Unpickler):
         if module == "__main__" and name == "Windows":
             return Windows
         return super().find_class(module, name)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line."""
-    from app.clients.embeddings.local import shared_runtime
-    from benchmarks.quality.natural import replay
-
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.quality.natural.dense_windows", description=__doc__
-    )
-    p.add_argument("capture", type=Path, nargs="?", default=None)
-    a = p.parse_args(argv)
-    capture = a.capture or replay.DATA_ROOT / "bench-results" / "replay" / "capture-others60.pkl"
-    doc = replay.load_document(capture)
-    runtime = shared_runtime()
-    out: dict[str, Windows] = {}
-    for kb, data in sorted(doc["kbs"].items()):
-        out[kb], lowest = make(data, runtime)
-        print(f"{kb}: {len(data.v1_texts)} V1 chunks, {len(out[kb].texts)} windows; pooled windows to stored "
-              f"vector, lowest cosine {lowest:.4f}")  # fmt: skip
-    with path_for(capture).open("wb") as f:
-        pickle.dump(out, f)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

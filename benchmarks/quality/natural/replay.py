@@ -100,10 +100,6 @@ async def capture(
     """
     from app.access.principal import anonymous
     from app.config import Settings
-    from app.evidence.query.analysis import analyze_query
-    from app.evidence.query.plan import plan_channels
-    from app.evidence.query.schemas import QueryV2Request
-    from app.evidence.query.service import QUERY_CONFIG
     from app.main import create_app
 
     opts = _options(others)
@@ -130,42 +126,14 @@ async def capture(
         for kb in sorted(kbs):
             if corpora and not any(q.kb == kb and q.set in corpora for q in corpus.queries):
                 continue
-            scope = search.scope(["public", kb], "public", sorted(files[kb]))
+            scope = await services.access.read_scope(anonymous(), kb, sorted(files[kb]))
             kb_data[kb] = await _kb_data(v2, search, kb, scope)
             progress.say(
                 f"{kb}: {len(kb_data[kb].details)} evidence chunks, {len(kb_data[kb].v1_texts)} V1 chunks"
             )
         queries = [q for q in corpus.queries if not corpora or q.set in corpora]
         for n, q in enumerate(sorted(queries, key=lambda q: q.qid), start=1):
-            ids = sorted(files[q.kb])
-            request = QueryV2Request(query=q.text, file_ids=ids, entity_id=q.kb, k=10)
-            scope = await services.access.read_scope(anonymous(), q.kb, ids)
-            analysis = analyze_query(q.text, QUERY_CONFIG)
-            plan = plan_channels(analysis, QUERY_CONFIG.stopwords)
-            retrieved = await v2.retrieve(request, scope, q.kb, plan)
-            neighbours = await _neighbours(v2, scope, retrieved, v2.tuning.evidence.context_reach)
-            v1 = await search.search(q.text, scope, 10)
-            query_vector = np.asarray(await search.embedder.embed_query(q.text), dtype=np.float32)
-            cases.append(
-                Case(
-                    qid=q.qid,
-                    corpus=q.set,
-                    kind=q.kind,
-                    split=splits.get(q.qid, "?"),
-                    text=q.text,
-                    kb=q.kb,
-                    gold=tuple(q.relevant),
-                    answer=q.answer,
-                    file_ids=ids,
-                    analysis=analysis,
-                    lists=retrieved.lists,
-                    statistics=retrieved.statistics,
-                    failed=list(retrieved.failed),
-                    v1=[(h.file_id, h.text) for h in v1.hits],
-                    neighbours=neighbours,
-                    query_vector=query_vector,
-                )
-            )
+            cases.append(await _capture_case(services, q, sorted(files[q.kb]), splits.get(q.qid, "?")))
             if n % 50 == 0:
                 progress.say(f"captured {n}/{len(corpus.queries)}")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -189,6 +157,43 @@ V1_VECTORS = """
     WHERE collection_id = $1 AND custom_id = ANY($2::text[])
     ORDER BY custom_id, (cmetadata->>'page')::int NULLS FIRST, uuid
 """
+
+
+async def _capture_case(services: Any, q: Any, ids: list[str], split: str) -> Case:
+    """One question run through the service's analysis, plan and retrieve, and V1's search, as served."""
+    from app.access.principal import anonymous
+    from app.evidence.query.analysis import analyze_query
+    from app.evidence.query.plan import plan_channels
+    from app.evidence.query.schemas import QueryV2Request
+    from app.evidence.query.service import QUERY_CONFIG
+
+    v2, search = services.evidence.parts.search, services.search
+    request = QueryV2Request(query=q.text, file_ids=ids, entity_id=q.kb, k=10)
+    scope = await services.access.read_scope(anonymous(), q.kb, ids)
+    analysis = analyze_query(q.text, QUERY_CONFIG)
+    plan = plan_channels(analysis, QUERY_CONFIG.stopwords)
+    retrieved = await v2.retrieve(request, scope, q.kb, plan)
+    neighbours = await _neighbours(v2, scope, retrieved, v2.tuning.evidence.context_reach)
+    v1 = await search.search(q.text, scope, 10)
+    query_vector = np.asarray(await search.embedder.embed_query(q.text), dtype=np.float32)
+    return Case(
+        qid=q.qid,
+        corpus=q.set,
+        kind=q.kind,
+        split=split,
+        text=q.text,
+        kb=q.kb,
+        gold=tuple(q.relevant),
+        answer=q.answer,
+        file_ids=ids,
+        analysis=analysis,
+        lists=retrieved.lists,
+        statistics=retrieved.statistics,
+        failed=list(retrieved.failed),
+        v1=[(h.file_id, h.text) for h in v1.hits],
+        neighbours=neighbours,
+        query_vector=query_vector,
+    )
 
 
 async def _kb_data(v2: Any, search: Any, kb: str, scope: Any) -> dense.KbData:
@@ -267,8 +272,8 @@ def settings_with(pairs: Sequence[str]) -> Any:
 async def _rank_all(cases: Sequence[Case], tuning: Any) -> list[tuple[Case, list[Any], Any]]:
     from app.evidence.query.evidence import build_evidence
     from app.evidence.query.passages import widen
+    from app.evidence.query.ranking import rank
     from app.evidence.query.rerank import FeatureReranker
-    from app.evidence.query.service import rank
 
     reranker = FeatureReranker(tuning.rerank.features)
     policy = tuning.evidence
@@ -460,8 +465,8 @@ class _Unpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line."""
+def _parser() -> argparse.ArgumentParser:
+    """The command line's two commands and their options."""
     p = argparse.ArgumentParser(prog="python -m benchmarks.quality.natural.replay", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("capture", help="run retrieve for every question once, in process")
@@ -492,24 +497,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="rows",
         help="pooled: rows count or not; -own: a V1 chunk holding none keeps its vector (dense_rows.py)",
     )
-    a = p.parse_args(argv)
-    default = DATA_ROOT / "bench-results" / "replay" / f"capture-others{a.others}.pkl"
-    if a.command == "capture":
-        names = tuple(x for x in a.corpora.split(",") if x)
-        asyncio.run(capture(a.others, a.out or default, names, attach=a.attach))
-        return 0
-    doc = load_document(a.capture or default)
-    fingerprint, cases = doc["fingerprint"], doc["cases"]
-    tuning = settings_with(a.pairs)
-    t0 = time.perf_counter()
-    # V1 as served by the benchmark's run where it asked the question, else as the capture asked it
+    return p
+
+
+def _v1_rows(fingerprint: str, cases: Sequence[Case]) -> dict[str, dict[str, Any]]:
+    """V1 as served by the benchmark's run where it asked the question, else as the capture asked it."""
     captured = {
         case.qid: _as_row(score_case(case, [f for f, _ in case.v1], [t for _, t in case.v1], refused=False))
         for case in cases
         if case.v1
     }
     served = v1_scores(fingerprint)
-    v1 = {**captured, **served}
     keys = ("first", "top5", "answer")
     same = sum(
         qid in captured and all(bool(captured[qid][k]) == bool(row[k]) for k in keys)
@@ -518,23 +516,66 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"V1: {len(served)} rows as the run served them ({same} scored alike by the capture); others captured"
     )
-    if a.vector_source != "evidence" or a.v1_source != "stored":
-        if not doc.get("kbs"):
-            raise SystemExit("this capture has no knowledge base data: capture again")
-        pool = a.pool if a.v1_source == "pooled" else None
-        windows = {}
-        if a.vector_source.startswith("v1w-"):
-            windows = dense_windows.load(a.capture or default)
-        prepared = {
-            kb: dense.prepare(data, pool=pool, windows=windows.get(kb), source=a.vector_source)
-            for kb, data in doc["kbs"].items()
-        }
-        print(dense_facts(cases, prepared, v1))
-        cases = with_dense(
-            cases, prepared, source=a.vector_source, hits=a.v1_hits, limit=tuning.channels.limit
-        )
-        if a.v1_source == "pooled":
-            v1 = v1_offline(cases, prepared, pooled=True)
+    return {**captured, **served}
+
+
+def _with_representation(
+    a: argparse.Namespace,
+    doc: dict[str, Any],
+    cases: list[Case],
+    v1: dict[str, Any],
+    capture: Path,
+    limit: int,
+) -> tuple[list[Case], dict[str, Any]]:
+    """The cases with another dense representation's vector channel (and V1 pooled), as asked."""
+    if a.vector_source == "evidence" and a.v1_source == "stored":
+        return cases, v1
+    if not doc.get("kbs"):
+        raise SystemExit("this capture has no knowledge base data: capture again")
+    pool = a.pool if a.v1_source == "pooled" else None
+    windows = dense_windows.load(capture) if a.vector_source.startswith("v1w-") else {}
+    prepared = {
+        kb: dense_rows.prepare(data, pool=pool, windows=windows.get(kb), source=a.vector_source)
+        for kb, data in doc["kbs"].items()
+    }
+    print(dense_facts(cases, prepared, v1))
+    cases = with_dense(cases, prepared, source=a.vector_source, hits=a.v1_hits, limit=limit)
+    if a.v1_source == "pooled":
+        v1 = v1_offline(cases, prepared, pooled=True)
+    return cases, v1
+
+
+def _dump(path: Path, ranked: Sequence[Any], scored: Sequence[Any], v1: dict[str, Any]) -> None:
+    """Per-question outcomes as JSON lines (for comparing two settings question by question)."""
+    with path.open("w") as f:
+        for (case, results, ranking), sc in zip(ranked, scored, strict=True):
+            row = {
+                "id": case.qid,
+                "split": case.split,
+                "kind": case.kind,
+                "q": case.text,
+                "gold": case.gold,
+                "v2": _as_row(sc),
+                "v1": v1.get(case.qid),
+                "files": [r.file_id for r in results][:5],
+                "refusal": ranking.decision.as_debug(),
+            }
+            f.write(json.dumps(row) + "\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line."""
+    a = _parser().parse_args(argv)
+    default = DATA_ROOT / "bench-results" / "replay" / f"capture-others{a.others}.pkl"
+    if a.command == "capture":
+        names = tuple(x for x in a.corpora.split(",") if x)
+        asyncio.run(capture(a.others, a.out or default, names, attach=a.attach))
+        return 0
+    doc = load_document(a.capture or default)
+    tuning = settings_with(a.pairs)
+    t0 = time.perf_counter()
+    v1 = _v1_rows(doc["fingerprint"], doc["cases"])
+    cases, v1 = _with_representation(a, doc, doc["cases"], v1, a.capture or default, tuning.channels.limit)
     ranked = asyncio.run(_rank_all(cases, tuning))
     scored = score_cases(ranked)
     print(table(cases, [_as_row(s) for s in scored], v1, a.split))
@@ -542,24 +583,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(diagnose(ranked, a.split))
     print(f"({len(cases)} cases ranked in {time.perf_counter() - t0:.1f} s; V1 rows: {len(v1)})")
     if a.dump:
-        with a.dump.open("w") as f:
-            for (case, results, ranking), sc in zip(ranked, scored, strict=True):
-                f.write(
-                    json.dumps(
-                        {
-                            "id": case.qid,
-                            "split": case.split,
-                            "kind": case.kind,
-                            "q": case.text,
-                            "gold": case.gold,
-                            "v2": _as_row(sc),
-                            "v1": v1.get(case.qid),
-                            "files": [r.file_id for r in results][:5],
-                            "refusal": ranking.decision.as_debug(),
-                        }
-                    )
-                    + "\n"
-                )
+        _dump(a.dump, ranked, scored, v1)
     return 0
 
 

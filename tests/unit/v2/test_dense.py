@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.evidence.index.dense import link, pool
+from app.evidence.index.dense import inherit, link, pool
 from app.ingest.derived import V1Chunk
 from app.text.chunk_records import ChunkPlace, ChunkRecord
 from app.text.normalize import normalize
@@ -42,3 +42,29 @@ def test_pooled_vectors_weigh_each_held_chunk_by_the_words_it_shares() -> None:
     # (3 * a + 1 * b) / |3, 1| = (0.9487, 0.3162); a chunk holding only vector-less chunks, or none: embed it
     np.testing.assert_allclose(pooled[0], [3 / np.sqrt(10), 1 / np.sqrt(10)], rtol=1e-6)
     assert pooled[1] is None and pooled[2] is None
+
+
+def test_a_table_row_inherits_the_vector_of_the_v1_chunk_holding_most_of_it() -> None:
+    first, second = np.array([1.0, 0.0], dtype=np.float32), np.array([0.0, 1.0], dtype=np.float32)
+    # per V1 chunk, (row, shingles shared): row 0 is held by the first two, more by the second; row 1
+    # by the first only; row 2 by none; row 3 by a V1 chunk without a vector (embed it on its own)
+    members = [[(0, 2), (1, 4)], [(0, 5)], [(3, 9)]]
+    inherited = inherit(members, [first, second, None], 4)
+    assert inherited[0] is second and inherited[1] is first
+    assert inherited[2] is None and inherited[3] is None
+
+
+def test_a_tie_between_two_v1_chunks_goes_to_the_first() -> None:
+    a, b = np.array([1.0, 0.0], dtype=np.float32), np.array([0.0, 1.0], dtype=np.float32)
+    assert inherit([[(0, 3)], [(0, 3)]], [a, b], 1)[0] is a
+
+
+def test_rows_linked_and_inherited_end_to_end_take_their_own_tables_vector() -> None:
+    v1 = [V1Chunk(f"{PUMP}. Model K 28 2.8 12", 0), V1Chunk(f"{VALVE}. Model K 40 4.0 19", 0)]
+    rows = [
+        chunk(0, "Model: K 40\nPower (kW): 4.0\nWeight (kg): 19", page=1, row=("K 40", "4.0", "19")),
+        chunk(1, "Model: K 28\nPower (kW): 2.8\nWeight (kg): 12", page=1, row=("K 28", "2.8", "12")),
+        chunk(2, "Model: Z 99\nPower (kW): 9.9\nWeight (kg): 99", page=1, row=("Z 99", "9.9", "99")),
+    ]
+    a, b = np.array([1.0, 0.0], dtype=np.float32), np.array([0.0, 1.0], dtype=np.float32)
+    assert inherit(link(v1, rows), [a, b], 3) == [b, a, None]

@@ -7,10 +7,12 @@ from collections.abc import Sequence
 import pytest
 
 from app.evidence.query.analysis import QueryAnalysis, analyze_query
+from app.evidence.query.candidates import candidate_lists
 from app.evidence.query.evidence import build_evidence
+from app.evidence.query.ranking import rank
 from app.evidence.query.records import CHANNELS, Fused, Scored
 from app.evidence.query.rerank import FeatureReranker
-from app.evidence.query.service import Statistics, candidate_lists, rank
+from app.evidence.query.statistics import Statistics
 from app.evidence.settings import FusionSettings, V2Settings
 from app.evidence.store import channels as v2_search
 from app.evidence.store.channels import ChannelHit, ChannelResult, ChunkDetail, Retrieval, Visible
