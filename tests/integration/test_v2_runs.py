@@ -496,11 +496,14 @@ async def test_a_run_of_fewer_files_needs_force_to_become_the_default(world: Wor
 
 
 async def vectors_of(world: World, file_id: str) -> tuple[dict[str, list[str]], set[str]]:
-    """The file's evidence vectors by kind (as text) and its V1 chunks' vectors."""
+    """The evidence vectors by kind (as text) of the file's latest document (earlier tests of the
+    module may have staged it into other runs too) and its V1 chunks' vectors."""
     res = resources(world.client)
     async with res.pool.acquire() as conn:
         evidence = await conn.fetch(
-            "SELECT kind, embedding::text AS v FROM ragoverlay_v2_chunks WHERE file_id = $1", file_id
+            "SELECT kind, embedding::text AS v FROM ragoverlay_v2_chunks WHERE file_id = $1"
+            " AND document_id = (SELECT max(document_id) FROM ragoverlay_v2_chunks WHERE file_id = $1)",
+            file_id,
         )
         v1 = await conn.fetch(
             "SELECT embedding::text AS v FROM langchain_pg_embedding WHERE custom_id = $1", file_id
