@@ -61,6 +61,11 @@ class ChannelWeights(Weights):
 class FusionSettings(Section):
     """Reciprocal rank fusion of the channel lists, de-duplication and diversity caps."""
 
+    # rrf: reciprocal ranks; convex: each channel's scores scaled to 0..1 over its list, weighted
+    method: Literal["rrf", "convex"] = "rrf"
+    # each chunk also gets this share of its file's votes (each channel's vote for its best chunk
+    # of the file, ranked among files): channels that agree on a file through different chunks
+    file_weight: float = Field(0.0, ge=0, le=10)
     # 20, not the literature's 60: chosen with the weights by the same fusion grid
     rrf_k: float = Field(20.0, gt=0, le=1000)
     weights: ChannelWeights = Field(default_factory=ChannelWeights)

@@ -1,6 +1,12 @@
-"""Reciprocal rank fusion of the exact, lexical and vector channels.
+"""Fusion of the exact, lexical and vector channels: reciprocal ranks, or normalised scores.
 
-    fused(d) = Σ_c  w_c / (k + rank_c(d))   +   exact_boost · exact(d) / (k + 1)
+    rrf:     fused(d) = Σ_c  w_c / (k + rank_c(d))   +   exact_boost · exact(d) / (k + 1)
+    convex:  fused(d) = Σ_c  w_c · norm_c(d)          +   exact_boost · exact(d)
+
+`norm_c(d)` is d's score in channel c scaled to 0..1 over that channel's list (its best hit 1, its
+last 0; the exact channel's match weight as it is). Ranks throw away how far ahead a channel's
+first hit is; scores keep it, so a channel sure of one page is not outvoted by two channels that
+each rank it second (`method`, chosen on the natural questions' dev split).
 
 `rank_c(d)` is d's 1-based rank in channel c (channels that did not find d add nothing) and
 `exact(d)` the exact channel's match weight in 0..1 (a row label match weighs more than a title
@@ -17,7 +23,7 @@ cannot fill the top of the list while others have evidence, and a single-file re
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from app.evidence.query.records import CHANNELS, Candidate, Fused, Scored
 from app.evidence.settings import FusionSettings
@@ -59,15 +65,19 @@ def normalized_prefix(text: str, chars: int) -> str:
 def fuse(channels: Mapping[str, Sequence[Scored]], config: FusionSettings | None = None) -> list[Fused]:
     """Fuse ranked channel lists into one list (see the module docstring)."""
     config = config or FusionSettings()
+    convex = config.method == "convex"
     k = config.rrf_k
     totals: dict[str, float] = {}
     ranks: dict[str, dict[str, int]] = {}
     exact: dict[str, float] = {}
     dense: dict[str, float] = {}
     candidates: dict[str, Candidate] = {}
+    # per file, each channel's vote for its best chunk as if the file were the item ranked
+    files: dict[str, dict[str, float]] = {}
     for channel, hits in channels.items():
         weight = config.weights.of(channel)
-        rank = 0
+        scale = _scale(hits) if convex and channel != "exact" else None
+        rank = file_rank = 0
         seen: set[str] = set()
         for hit in hits:
             chunk = hit.candidate.chunk_id
@@ -76,7 +86,15 @@ def fuse(channels: Mapping[str, Sequence[Scored]], config: FusionSettings | None
             seen.add(chunk)
             rank += 1
             candidates.setdefault(chunk, hit.candidate)
-            totals[chunk] = totals.get(chunk, 0.0) + weight / (k + rank)
+            if convex:  # the exact channel's share is its boost below
+                vote = weight * scale(hit.score) if scale else 0.0
+            else:
+                vote = weight / (k + rank)
+            totals[chunk] = totals.get(chunk, 0.0) + vote
+            votes = files.setdefault(hit.candidate.file_id, {})
+            if channel not in votes:
+                file_rank += 1
+                votes[channel] = vote if convex else weight / (k + file_rank)
             ranks.setdefault(chunk, {})[channel] = rank
             if channel == "exact":
                 exact[chunk] = max(exact.get(chunk, 0.0), min(max(hit.score, 0.0), 1.0))
@@ -85,11 +103,16 @@ def fuse(channels: Mapping[str, Sequence[Scored]], config: FusionSettings | None
     # the best possible: every channel that found anything ranks it first (a channel with nothing
     # to say, such as exact for a question without names, does not deflate everyone's score)
     answered = [c for c, hits in channels.items() if hits]
-    best = sum(max(config.weights.of(c), 0.0) for c in answered) / (k + 1)
-    best += config.exact_boost / (k + 1) if "exact" in answered else 0.0
-    values = {
-        chunk: total + config.exact_boost * exact.get(chunk, 0.0) / (k + 1) for chunk, total in totals.items()
-    }
+    unit = 1.0 if convex else 1.0 / (k + 1)  # what a first place is worth
+    voting = [c for c in answered if not (convex and c == "exact")]
+    best = sum(max(config.weights.of(c), 0.0) for c in voting) * unit
+    boost = config.exact_boost + (max(config.weights.of("exact"), 0.0) if convex else 0.0)
+    best += boost * unit if "exact" in answered else 0.0
+    values = {chunk: total + boost * exact.get(chunk, 0.0) * unit for chunk, total in totals.items()}
+    if config.file_weight > 0:  # channels agreeing on a file through different chunks of it
+        best += config.file_weight * sum(max(config.weights.of(c), 0.0) for c in voting) * unit
+        for chunk in values:
+            values[chunk] += config.file_weight * sum(files[candidates[chunk].file_id].values())
     # best fused value first; ties go to the better best rank, then the id (deterministic)
     order = sorted(values, key=lambda chunk: (-values[chunk], min(ranks[chunk].values()), chunk))
     fused = [
@@ -106,6 +129,16 @@ def fuse(channels: Mapping[str, Sequence[Scored]], config: FusionSettings | None
     fused = dedupe(fused, config.dedupe_prefix_chars)
     fused = [item for item in fused if item.score >= config.min_score]
     return apply_caps(fused, config.per_file_cap, config.per_page_cap, config.diverse_head)
+
+
+def _scale(hits: Sequence[Scored]) -> Callable[[float], float]:
+    """A channel's score scaled to 0..1 over its own list: its best hit 1, its worst 0 (one hit, or
+    all equal: 1)."""
+    scores = [hit.score for hit in hits]
+    top, floor = max(scores), min(scores)
+    if top <= floor:
+        return lambda score: 1.0
+    return lambda score: (score - floor) / (top - floor)
 
 
 def _provenance(ranks: Mapping[str, int]) -> tuple[str, ...]:

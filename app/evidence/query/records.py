@@ -62,7 +62,7 @@ class Fused:
     """A candidate after fusion: its fused score, the channels that found it and their ranks."""
 
     candidate: Candidate
-    score: float  # the fused score in 0..1: reciprocal rank fusion over the best it can give
+    score: float  # the fused score in 0..1: the fusion value over the best it can give
     channels: tuple[str, ...]
     ranks: Mapping[str, int]
     exact: float = 0.0  # the exact channel's weight for it, 0 when that channel did not find it

@@ -143,3 +143,50 @@ def test_the_normalised_prefix_equals_normalising_it_all(chars: int) -> None:
         )
         assert normalized_prefix(text, chars) == normalize(text)[:chars], text
     assert normalized_prefix("", chars) == "" and normalized_prefix("short", chars) == "short"[:chars]
+
+
+def test_convex_fusion_keeps_how_far_ahead_a_channel_is() -> None:
+    # vector is sure of C (0.9 against 0.3 and 0.29); lexical barely prefers B to A (10.0, 9.9, 1.0)
+    # and finds A, B. Scaled over each list: vector C 1, A 0.0167, B 0; lexical B 1, A 0.989, C -.
+    # convex, weights lexical 1 vector 1: C 1.0, B 1.0, A ~1.005 -> A first, C beside B;
+    # with vector 2 (a paraphrase leans on meaning) C 2.0 beats A 1.022: the sure channel wins,
+    # where reciprocal ranks (k 20) put A first: 1/22 + 2/22 against C's 2/21
+    lexical = [Scored(B, 10.0), Scored(A, 9.9), Scored(cand("D", "f4"), 1.0)]
+    vector = [Scored(C, 0.9), Scored(A, 0.3), Scored(B, 0.29)]
+    lists = {"lexical": lexical, "vector": vector}
+    sure = FusionSettings(method="convex", weights={"exact": 1, "lexical": 1, "vector": 2}, per_file_cap=9)
+    assert fuse(lists, sure)[0].candidate.chunk_id == "C"
+    ranks = FusionSettings(weights={"exact": 1, "lexical": 1, "vector": 2}, per_file_cap=9)
+    assert fuse(lists, ranks)[0].candidate.chunk_id != "C"
+    out = fuse(lists, sure)
+    # scores: best possible is 1 + 2 = 3; C 2/3; the last of each list adds nothing
+    assert out[0].score == pytest.approx(2 / 3)
+    d = next(f for f in out if f.candidate.chunk_id == "D")
+    assert d.score == 0.0 and d.ranks == {"lexical": 3}
+
+
+def test_convex_fusion_counts_an_exact_match_by_its_weight() -> None:
+    # exact weight 1 + boost 1 on A's match weight 0.5 -> 1.0; lexical (weight 2) ranks B 1 and A 0
+    # best possible: lexical 2 + exact 1 + boost 1 = 4
+    config = FusionSettings(method="convex", per_file_cap=9)
+    out = fuse({"exact": [Scored(A, 0.5)], "lexical": [Scored(B, 5.0), Scored(A, 1.0)]}, config)
+    assert [f.candidate.chunk_id for f in out] == ["B", "A"]
+    assert [f.score for f in out] == pytest.approx([2 / 4, 1 / 4])
+    # one hit alone in its channel is that channel's best
+    alone = fuse({"vector": [Scored(C, 0.2)]}, config)
+    assert alone[0].score == pytest.approx(1.0)
+
+
+def test_a_file_both_channels_found_through_different_chunks_gains_with_file_weight() -> None:
+    # lexical ranks A1 (file f1) then B (f2); vector ranks C (f3) then B2 (f2): both channels found
+    # f2, never through one chunk, so reciprocal ranks alone put A1 and C first
+    a1, b, b2, c = cand("A1", "f1"), cand("B", "f2"), cand("B2", "f2"), cand("C", "f3")
+    lists = {"lexical": [Scored(a1, 3.0), Scored(b, 2.0)], "vector": [Scored(c, 0.9), Scored(b2, 0.8)]}
+    plain = FusionSettings(weights={"exact": 1, "lexical": 1, "vector": 1}, per_file_cap=9, per_page_cap=9)
+    assert [f.candidate.chunk_id for f in fuse(lists, plain)][:2] == ["A1", "C"]
+    out = fuse(lists, plain.model_copy(update={"file_weight": 1.0}))
+    # f2 is the 2nd file of both channels: B = 1/22 + (1/22 + 1/22) = 3/22 (B2 the same, behind by
+    # id) beats A1 = 1/21 + 1/21 (f1 first in lexical only) and C likewise; the best possible
+    # doubles to (1 + 1) / 21 * 2
+    assert [f.candidate.chunk_id for f in out][:2] == ["B", "B2"]
+    assert out[0].score == pytest.approx((3 / 22) / (4 / 21))
