@@ -35,7 +35,7 @@ MISSING_FILES = f"""
     WHERE ragoverlay_in_scope(p_scope => s.scope, p_collection => f.collection_id, p_file_id => f.file_id,
                               p_owner => f.owner)
       -- staged with a document of the version the catalogue names is held; a document of a
-      -- replaced version is no document of the file (ragoverlay_v2_current)
+      -- replaced version is no document of the file (as ragoverlay_v2_visible_documents reads it)
       AND NOT (rf.state IS NOT DISTINCT FROM 'staged'
                AND (f.sha256 IS NULL OR f.sha256 IS NOT DISTINCT FROM d.version_sha256))
     ORDER BY f.file_id

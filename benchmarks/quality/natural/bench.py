@@ -18,7 +18,7 @@ import platform
 import random
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,6 +33,7 @@ from benchmarks.progress import Progress
 from benchmarks.quality import service as svc
 from benchmarks.quality.dataset import Corpus, Document, Query, save_json
 from benchmarks.quality.natural import check, scoring, sets
+from benchmarks.quality.natural.latency import summarise_latency, timed_pass
 from benchmarks.quality.natural.report import text as report_text
 from benchmarks.quality.natural.sets import UNANSWERABLE, CorpusSpec
 from benchmarks.quality.natural.text import TextCache
@@ -192,6 +193,23 @@ async def ask_all(
     return out
 
 
+async def _ask_and_time(
+    systems: Sequence[System],
+    queries: Sequence[Query],
+    progress: Progress,
+    http: LeanHTTP,
+    kbs: Mapping[str, Sequence[str]],
+    headers: Mapping[str, str],
+    k: int,
+) -> tuple[dict[str, list[scoring.Scored]], dict[str, Any]]:
+    """Every system's scored answers, then a timed pass of V1 and /query_v2 in turn (latency.py)."""
+    with progress.phase(f"ask {len(queries)} questions of V1 and V2"):
+        scored = await ask_all(systems, queries, progress)
+    with progress.phase(f"time {len(queries)} questions, V1 and V2 in turn"):
+        timed = await timed_pass(http, kbs, queries, headers, k=k)
+    return scored, timed
+
+
 def per_item(
     queries: Sequence[Query], scored: dict[str, list[scoring.Scored]], source: V2Debugged | None = None
 ) -> list[dict[str, Any]]:
@@ -254,8 +272,7 @@ async def run_async(opts: Options, progress: Progress) -> dict[str, Any]:
             systems: list[System] = [V1Dense(http, kbs, k=opts.k, headers=headers), *v2_systems(source)]
             for system in systems:
                 await system.prepare()
-            with progress.phase(f"ask {len(queries)} questions of V1 and V2"):
-                scored = await ask_all(systems, queries, progress)
+            scored, timed = await _ask_and_time(systems, queries, progress, http, kbs, headers, opts.k)
         finally:
             await http.aclose()
     finally:
@@ -290,6 +307,7 @@ async def run_async(opts: Options, progress: Progress) -> dict[str, Any]:
             "degraded": sum(r.degraded for r in source.records.values()),
             "rerank_fell_back": sum(r.rerank_fell_back for r in source.records.values()),
         },
+        "latency": summarise_latency(timed),
         "per_item": per_item(queries, scored, source),
         "phases": progress.phases,
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from benchmarks.quality.natural.latency import latency_table
 from benchmarks.quality.natural.scoring import V1, V2
 from benchmarks.quality.natural.sets import KINDS, UNANSWERABLE
 from benchmarks.quality.v2 import STAGE_SYSTEMS, STAGES
@@ -122,6 +123,9 @@ def text(result: Mapping[str, Any]) -> str:
     stages = stage_table(result["summary"])
     if stages:
         lines += ["V2 stages (debug answers, before the refusal): first / top5 / answer", "", *stages, ""]
+    if result.get("latency"):
+        timed = latency_table(result["latency"])
+        lines += ["Latency, one request at a time, V1 and V2 in turn", "", *timed, ""]
     if result.get("targets"):
         lines += ["Targets", "", *targets_table(result["targets"]), ""]
     return "\n".join(lines)
