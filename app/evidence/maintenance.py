@@ -18,6 +18,7 @@ from app.evidence.store import reads as read_store
 from app.evidence.store import runs as run_store
 from app.evidence.store import vectors as vector_store
 from app.maintenance.registry import MaintenanceRegistry, MaintenanceTask, Pass, Report, TaskStatus
+from app.store.build_lock import TURN_SECONDS, waiting_note
 from app.store.db import StoreInfo, dedicated_connection
 from app.store.vector_index import IndexSpec, build_index, index_spec
 
@@ -40,14 +41,18 @@ class V2IndexTask:
         """One pass: build (or wait for another session's build)."""
         report(f"building {self.spec.name}")
         async with dedicated_connection(self.dsn) as conn:
-            valid = await build_index(
+            outcome = await build_index(
                 conn,
                 self.spec,
                 m=self.settings.hnsw_m,
                 ef_construction=self.settings.hnsw_ef_construction,
                 memory=self.settings.hnsw_build_memory,
             )
-        if not valid:
+        if outcome == "table-busy":
+            return Pass(
+                progress=f"{self.spec.name}: {waiting_note(self.spec.family.table)}", again_in=TURN_SECONDS
+            )
+        if outcome == "busy":
             return Pass(
                 progress=f"{self.spec.name}: another session is building it", again_in=INDEX_RECHECK_SECONDS
             )

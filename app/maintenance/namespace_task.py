@@ -5,19 +5,26 @@ with `plan_namespace_indexes` (pure), drops what is no longer wanted, builds at 
 build of 100k rows takes minutes on two cores; the next pass follows at once while more are
 wanted) and tells the search state which namespaces have a valid index. Until then, and whenever
 the index is missing, a search walks the dimension's global index as before.
+
+Every index of `ragoverlay_vectors` is built one at a time (the table's build lock,
+`app/store/build_lock.py`), and a dimension's global index goes first: it serves every search, a
+namespace index only one namespace's. So a namespace of a dimension whose global index is still
+wanted waits for it, and a pass that finds another build running comes back later.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from app.config_sections import VectorIndexSettings
 from app.maintenance.registry import Pass, Report
 from app.search.namespaces import NamespaceWalk, plan_namespace_indexes, usable_walks
 from app.search.state import SearchState
+from app.store.build_lock import TURN_SECONDS, waiting_note
 from app.store.maintenance import MaintenanceStore
-from app.store.namespace_index import NamespaceSize
+from app.store.namespace_index import NAMESPACE_WALKS, NamespaceSize
 from app.store.vector_index import MAX_INDEX_DIMS
 
 logger = logging.getLogger(__name__)
@@ -49,13 +56,28 @@ async def copy_ready(store: MaintenanceStore, state: SearchState, report: Report
     return True
 
 
-class NamespaceIndexTask:
-    """Keep an HNSW index for each large namespace of the collection, and the planner told of them."""
+def _nothing_pending(dims: int) -> bool:
+    return False
 
-    def __init__(self, settings: VectorIndexSettings, store: MaintenanceStore, state: SearchState) -> None:
+
+class NamespaceIndexTask:
+    """Keep an HNSW index for each large namespace of the collection, and the planner told of them.
+
+    `global_pending(dims)`: whether the global index of `dims` is wanted and not yet usable (its
+    namespaces' builds wait for it).
+    """
+
+    def __init__(
+        self,
+        settings: VectorIndexSettings,
+        store: MaintenanceStore,
+        state: SearchState,
+        global_pending: Callable[[int], bool] = _nothing_pending,
+    ) -> None:
         self.settings = settings
         self.store = store
         self.state = state
+        self.global_pending = global_pending
 
     async def __call__(self, report: Report) -> Pass:
         """One pass: drop, build one, publish the usable walks."""
@@ -72,27 +94,36 @@ class NamespaceIndexTask:
             max_indexes=self.settings.namespace_max,
             max_dims=MAX_INDEX_DIMS,
         )
+        dropped = 0
         for name in plan.drop:
             report(f"dropping {name}")
-            await self.store.drop_namespace_index(name)
-        built = 0
-        if plan.build:
-            size = plan.build[0]
+            dropped += await self.store.drop_namespace_index(name)
+        outcome, note = "busy", ""
+        ready = [size for size in plan.build if not self.global_pending(size.dims)]
+        if ready:
+            size = ready[0]
             report(f"building the index of a namespace of {size.rows} rows ({size.dims} dimensions)")
-            if await self.store.build_namespace_index(
+            outcome = await self.store.build_namespace_index(
                 size,
                 m=self.settings.m,
                 ef_construction=self.settings.ef_construction,
                 memory=self.settings.build_memory,
-            ):
-                built = 1
+            )
+            if outcome == "table-busy":
+                note = f"; {waiting_note(NAMESPACE_WALKS.table)}"
+        elif plan.build:
+            note = f"; waiting for the global index of {plan.build[0].dims} dimensions, built first"
+        built = outcome == "valid"
         walks = await self.publish([*plan.keep, *plan.build])
         left = len(plan.build) - built
-        progress = f"{len(walks)} namespace indexes valid, {left} to build, {len(plan.drop)} dropped"
+        progress = f"{len(walks)} namespace indexes valid, {left} to build, {dropped} dropped{note}"
         if not left:
             return Pass(progress=progress)
-        # more to build: at once after a build, later while another replica holds the build
-        return Pass(progress=progress, again_in=NEXT_BUILD_SECONDS if built else BUSY_SECONDS)
+        # more to build: at once after a build; soon while another build of the table runs or the
+        # global index goes first; later while another replica builds the one planned
+        if built:
+            return Pass(progress=progress, again_in=NEXT_BUILD_SECONDS)
+        return Pass(progress=progress, again_in=TURN_SECONDS if note else BUSY_SECONDS)
 
     async def publish(self, sizes: list[NamespaceSize]) -> dict[tuple[str, int], NamespaceWalk]:
         """Tell the search state which of `sizes` have a valid index (their walks made current)."""

@@ -26,6 +26,7 @@ from app.maintenance.namespace_task import (
 from app.maintenance.registry import MaintenanceRegistry, MaintenanceTask, Pass, Report
 from app.search.planner import CatalogueStats
 from app.search.state import SearchState
+from app.store.build_lock import TURN_SECONDS, waiting_note
 from app.store.maintenance import MaintenanceStore
 from app.store.vector_index import IndexSpec, index_spec
 
@@ -129,19 +130,24 @@ class HnswIndexTask:
         state = await self.store.index_state(self.spec)
         if state == "valid":
             await self.store.ensure_walk(self.spec)
-            valid = True
         else:
             report(f"building {self.spec.name}")
-            valid = await self.store.build_index(
+            outcome = await self.store.build_index(
                 self.spec,
                 m=self.settings.m,
                 ef_construction=self.settings.ef_construction,
                 memory=self.settings.build_memory,
             )
-        if not valid:
-            return Pass(
-                progress=f"{self.spec.name}: another session is building it", again_in=INDEX_RECHECK_SECONDS
-            )
+            if outcome == "table-busy":
+                return Pass(
+                    progress=f"{self.spec.name}: {waiting_note(self.spec.family.table)}",
+                    again_in=TURN_SECONDS,
+                )
+            if outcome == "busy":
+                return Pass(
+                    progress=f"{self.spec.name}: another session is building it",
+                    again_in=INDEX_RECHECK_SECONDS,
+                )
         self.state.add_walk(self.spec.dims, self.spec.function_name)
         return Pass(progress=f"{self.spec.name} valid", done=True)
 
@@ -173,6 +179,13 @@ class Maintenance:
         self.want_index(int(dims))
         return True
 
+    def _global_pending(self, dims: int) -> bool:
+        """Whether the global index of `dims` is wanted here and not usable yet (it is built first)."""
+        name = f"{HNSW_PREFIX}{dims}"
+        if name not in self.registry or self.state.walk(dims) is not None:
+            return False
+        return self.registry.status(name).state != "done"
+
     def start(self, dims_hint: int | None) -> None:
         """Start the catalogue and vector copy tasks, and the index of `dims_hint` when known."""
         self.registry.add(
@@ -187,7 +200,7 @@ class Maintenance:
             )
         )
         if self.settings.enabled:
-            self._namespaces = NamespaceIndexTask(self.settings, self.store, self.state)
+            self._namespaces = NamespaceIndexTask(self.settings, self.store, self.state, self._global_pending)
             self.registry.add(
                 MaintenanceTask(
                     NAMESPACE_INDEXES, self._namespaces, NAMESPACE_SECONDS, retry_interval=INDEX_RETRY_SECONDS

@@ -10,7 +10,7 @@ from app.store import catalogue, checkpoints, namespace_index, vector_copy, vect
 from app.store.catalogue import CatalogueSnapshot
 from app.store.db import StoreInfo, dedicated_connection
 from app.store.namespace_index import NamespaceSize
-from app.store.vector_index import IndexSpec
+from app.store.vector_index import BuildOutcome, IndexSpec
 
 
 class MaintenanceStore:
@@ -55,8 +55,10 @@ class MaintenanceStore:
         async with dedicated_connection(self.dsn) as conn:
             return await vector_index.index_state(conn, spec)
 
-    async def build_index(self, spec: IndexSpec, *, m: int, ef_construction: int, memory: str) -> bool:
-        """Build the index unless another session is; True when it is valid (with its walk)."""
+    async def build_index(
+        self, spec: IndexSpec, *, m: int, ef_construction: int, memory: str
+    ) -> BuildOutcome:
+        """Build the index unless another session is building it or another index of its table."""
         async with dedicated_connection(self.dsn) as conn:
             return await vector_index.build_index(
                 conn, spec, m=m, ef_construction=ef_construction, memory=memory
@@ -79,17 +81,17 @@ class MaintenanceStore:
 
     async def build_namespace_index(
         self, size: NamespaceSize, *, m: int, ef_construction: int, memory: str
-    ) -> bool:
-        """Build one namespace's index unless another session is; True when it is valid (with its walk)."""
+    ) -> BuildOutcome:
+        """Build one namespace's index unless another session is building it or another of its table."""
         async with dedicated_connection(self.dsn) as conn:
             return await namespace_index.build_namespace_index(
                 conn, self.info.collection_id, size, m=m, ef_construction=ef_construction, memory=memory
             )
 
-    async def drop_namespace_index(self, name: str) -> None:
-        """Drop one namespace index."""
+    async def drop_namespace_index(self, name: str) -> bool:
+        """Drop one namespace index; False when it is left for a later pass (a build holds its table)."""
         async with dedicated_connection(self.dsn) as conn:
-            await namespace_index.drop_namespace_index(conn, self.info.collection_id, name)
+            return await namespace_index.drop_namespace_index(conn, self.info.collection_id, name)
 
     async def ensure_namespace_walk(self, dims: int) -> bool:
         """Create the namespace walk function of `dims` unless it is current."""

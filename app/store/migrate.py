@@ -6,7 +6,9 @@ once apply each exactly once:
   and recorded in `ragoverlay_migrations`. A file whose first line is
   `-- ragoverlay: no-transaction` runs statement by statement outside a transaction (needed for
   CREATE INDEX CONCURRENTLY); an index such a statement left INVALID after a crash is dropped and
-  rebuilt on the next run.
+  rebuilt on the next run. Each such build, and each drop, holds its table's build lock
+  (`build_lock.py`) like the maintenance builds, so it never runs beside another build of the table
+  (two would deadlock) and never drops an index another session is still building.
 - SQL code (`sql/NN_name.sql` here and evidence search's in `app/evidence/store/sql/`): functions
   and triggers, whose text is the truth. They are recorded with their checksum in
   `ragoverlay_sql_code`; when any file's checksum differs from the record, all of them are applied
@@ -24,6 +26,8 @@ from importlib import resources
 
 import asyncpg
 
+from app.store.build_lock import table_build_lock, wait_table_build_lock
+
 logger = logging.getLogger(__name__)
 
 MIGRATIONS_PACKAGE = "app.store.migrations"
@@ -33,6 +37,12 @@ NO_TRANSACTION_MARKER = "-- ragoverlay: no-transaction"
 _LOCK_KEY = 0x7261676F  # "rago": one constant key for the migration advisory lock
 _NAME_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _CODE_RE = re.compile(r"^\d{2}_[a-z0-9_]+\.sql$")
+# the table of a CREATE INDEX CONCURRENTLY statement (names of ours: plain identifiers)
+_CONCURRENT_BUILD_RE = re.compile(
+    r"^\s*CREATE\s+(?:UNIQUE\s+)?INDEX\s+CONCURRENTLY\s+(?:IF\s+NOT\s+EXISTS\s+)?\w+\s+"
+    r"ON\s+(?:ONLY\s+)?(\w+)",
+    re.IGNORECASE,
+)
 
 
 class SchemaError(RuntimeError):
@@ -186,9 +196,9 @@ async def migrate(conn: asyncpg.Connection) -> list[int]:
                     await conn.execute(mig.sql)
                     await _record(conn, mig)
             else:
-                await _drop_invalid_indexes(conn)
+                await drop_invalid_indexes(conn)
                 for statement in split_statements(mig.sql):
-                    await conn.execute(statement)
+                    await execute_outside_transaction(conn, statement)
                 await _record(conn, mig)
         except asyncpg.PostgresError as exc:
             raise SchemaError(f"migration {mig.version:04d}_{mig.name}", exc) from exc
@@ -269,16 +279,48 @@ async def _record(conn: asyncpg.Connection, mig: Migration) -> None:
     )
 
 
-async def _drop_invalid_indexes(conn: asyncpg.Connection) -> None:
-    """Drop our indexes that a crashed CREATE INDEX CONCURRENTLY left invalid."""
+def concurrent_build_table(statement: str) -> str | None:
+    """The table a CREATE INDEX CONCURRENTLY statement builds on, or None for any other statement."""
+    match = _CONCURRENT_BUILD_RE.match(statement)
+    return match.group(1) if match else None
+
+
+async def execute_outside_transaction(conn: asyncpg.Connection, statement: str) -> None:
+    """Run one statement of a no-transaction migration; a concurrent build waits for its table's turn."""
+    table = concurrent_build_table(statement)
+    if table is None:
+        await conn.execute(statement)
+        return
+    async with wait_table_build_lock(conn, table):
+        await conn.execute(statement)
+
+
+async def drop_invalid_indexes(conn: asyncpg.Connection) -> None:
+    """Drop our indexes that a crashed CREATE INDEX CONCURRENTLY left invalid.
+
+    An index is invalid while it is built too: one whose table's build lock another session holds
+    may be that session's build (a maintenance task's, another replica's), and is left alone.
+    """
     rows = await conn.fetch(
         """
-        SELECT c.relname
-        FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+        SELECT c.relname, t.relname AS table_name
+        FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid
         WHERE NOT i.indisvalid AND c.relname LIKE 'ragoverlay\\_%'
         """
     )
     for row in rows:
-        logger.warning("Dropping invalid index %s left by an interrupted build", row["relname"])
-        # the name comes from the catalogue and matched our own prefix; quote it anyway
-        await conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{row["relname"]}"')
+        async with table_build_lock(conn, row["table_name"]) as turn:
+            if not turn:
+                logger.info(
+                    "Leaving invalid index %s: an index build on its table is running", row["relname"]
+                )
+                continue
+            # read again under the lock: the build that held it may have just made it valid
+            if not await conn.fetchval(
+                "SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(quote_ident($1))",
+                row["relname"],
+            ):
+                continue
+            logger.warning("Dropping invalid index %s left by an interrupted build", row["relname"])
+            # the name comes from the catalogue and matched our own prefix; quote it anyway
+            await conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{row["relname"]}"')

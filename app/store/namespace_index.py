@@ -4,8 +4,9 @@ Which namespaces get one is decided in `app/search/namespaces.py` (pure); this m
 the catalogue's sizes and carries the decision out. An index is partial on the namespace's dimension,
 collection and owner (`dims = d AND collection_id = c AND owner = o`), on the same expression as the
 dimension's global index, so the walk function (`sql/vec_ns_walk.template.sql`, one per dimension)
-reaches it with the owner as a parameter. Builds run CONCURRENTLY on a dedicated connection under
-an advisory lock per index: ingestion and searches go on (on the global index) meanwhile.
+reaches it with the owner as a parameter. Builds and drops run CONCURRENTLY on a dedicated
+connection under an advisory lock per index and the table's build lock (`build_lock.py`, shared with
+the global indexes' builds): ingestion and searches go on (on the global index) meanwhile.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from app.store.build_lock import table_build_lock
 from app.store.db import try_advisory_lock
-from app.store.vector_index import IndexFamily, IndexSpec, ensure_walk, prepare_build
+from app.store.vector_index import BuildOutcome, IndexFamily, IndexSpec, ensure_walk, prepare_build
 
 logger = logging.getLogger(__name__)
 
@@ -116,38 +118,66 @@ async def build_namespace_index(
     m: int,
     ef_construction: int,
     memory: str,
-) -> bool:
-    """Build one namespace's index unless another session is; True when it is valid afterwards.
+) -> BuildOutcome:
+    """Build one namespace's index unless another session is building it or another index of the table.
 
     `conn` must be a dedicated connection outside any transaction (CONCURRENTLY needs that).
     """
     name = namespace_index_name(collection_id, size.owner, size.dims)
     async with try_advisory_lock(conn, _LOCK_KEY, _lock_id(name)) as got:
         if not got:
-            return False
-        state = (await namespace_indexes(conn, collection_id)).get(name)
-        if state is False:
-            # we hold its build lock, so nobody is building it: a crash left it invalid
-            logger.warning("Dropping invalid index %s left by an interrupted build", name)
-            await conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
-        if not state:
-            await prepare_build(conn, memory)
-            sql = await conn.fetchval(
-                CREATE_SQL, name, size.dims, int(m), int(ef_construction), collection_id, size.owner
-            )
-            logger.info("Building %s for a namespace of %d rows of %d dimensions", name, size.rows, size.dims)
-            await conn.execute(sql)
-        valid = bool((await namespace_indexes(conn, collection_id)).get(name))
-        if valid:
-            await ensure_walk(conn, IndexSpec(size.dims, NAMESPACE_WALKS))
-        return valid
+            return "busy"
+        if not (await namespace_indexes(conn, collection_id)).get(name):
+            async with table_build_lock(conn, NAMESPACE_WALKS.table) as turn:
+                if not turn:
+                    return "table-busy"
+                await _create(
+                    conn, collection_id, name, size, m=m, ef_construction=ef_construction, memory=memory
+                )
+        if not (await namespace_indexes(conn, collection_id)).get(name):
+            return "busy"
+        await ensure_walk(conn, IndexSpec(size.dims, NAMESPACE_WALKS))
+        return "valid"
 
 
-async def drop_namespace_index(conn: asyncpg.Connection, collection_id: uuid.UUID, name: str) -> None:
-    """Drop a namespace index (CONCURRENTLY: searches and writes go on); `name` must be one of ours."""
+async def _create(
+    conn: asyncpg.Connection,
+    collection_id: uuid.UUID,
+    name: str,
+    size: NamespaceSize,
+    *,
+    m: int,
+    ef_construction: int,
+    memory: str,
+) -> None:
+    """Drop what an interrupted build left, then build; the caller holds both build locks."""
+    state = (await namespace_indexes(conn, collection_id)).get(name)
+    if state is False:
+        # we hold its build lock, so nobody is building it: a crash left it invalid
+        logger.warning("Dropping invalid index %s left by an interrupted build", name)
+        await conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+    if not state:
+        await prepare_build(conn, memory)
+        sql = await conn.fetchval(
+            CREATE_SQL, name, size.dims, int(m), int(ef_construction), collection_id, size.owner
+        )
+        logger.info("Building %s for a namespace of %d rows of %d dimensions", name, size.rows, size.dims)
+        await conn.execute(sql)
+
+
+async def drop_namespace_index(conn: asyncpg.Connection, collection_id: uuid.UUID, name: str) -> bool:
+    """Drop a namespace index (CONCURRENTLY: searches and writes go on); `name` must be one of ours.
+
+    False when it was left for a later pass: another session holds its lock or its table's.
+    """
     if not name.startswith(collection_prefix(collection_id)) or not name.replace("_", "").isalnum():
         raise ValueError(f"not a namespace index: {name!r}")
     async with try_advisory_lock(conn, _LOCK_KEY, _lock_id(name)) as got:
-        if got:
+        if not got:
+            return False
+        async with table_build_lock(conn, NAMESPACE_WALKS.table) as turn:
+            if not turn:
+                return False
             await conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
             logger.info("Dropped %s (its namespace shrank below the threshold)", name)
+            return True

@@ -8,8 +8,9 @@ and inline, so each candidate the filtered walk meets is checked against plain "
 instead of a TOASTed row and its JSON metadata (measured: ~6x faster at a 10 % allow-list, same
 recall). One halfvec index per dimension, partial on `dims = d`, on an expression cast to that
 dimension; the walk function (`sql/vec_walk.template.sql`) queries through the very same
-expression. Builds run CONCURRENTLY on a dedicated connection under an advisory lock: ingestion and
-searches go on, and only one replica builds.
+expression. Builds run CONCURRENTLY on a dedicated connection under an advisory lock per index
+(only one replica builds it) and the table's build lock (`build_lock.py`: one concurrent build per
+table, or two would deadlock): ingestion and searches go on.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass
+from typing import Literal
 
 import asyncpg
 
+from app.store.build_lock import table_build_lock
 from app.store.db import try_advisory_lock
 from app.store.migrate import code_checksum, read_template, record_code
 
@@ -30,6 +33,10 @@ MAX_INDEX_DIMS = 4000
 _BUILD_LOCK_KEY = 0x72616769  # "ragi"
 WALK_TEMPLATE = "vec_walk.template.sql"
 
+BuildOutcome = Literal["valid", "busy", "table-busy"]
+"""What a build call found: the index valid; another session building it (or it is not valid after
+the build); or the table's build lock taken by another index's build (this one waits its turn)."""
+
 
 @dataclass(frozen=True)
 class IndexFamily:
@@ -37,7 +44,8 @@ class IndexFamily:
 
     Every dimension gets `<index_prefix><dims>` on `table` (partial on `dims`, on the embedding cast
     to `halfvec(dims)`) and the walk function `<walk_prefix><dims>` from `walk_template`; builds of
-    the family take the advisory lock (`lock_key`, dims), so one session builds each index.
+    the family take the advisory lock (`lock_key`, dims), so one session builds each index, and then
+    the build lock of `table`, shared with every other index on it.
     """
 
     table: str
@@ -115,31 +123,42 @@ async def index_state(conn: asyncpg.Connection, spec: IndexSpec) -> str:
 
 async def build_index(
     conn: asyncpg.Connection, spec: IndexSpec, *, m: int, ef_construction: int, memory: str
-) -> bool:
-    """Build the index if no other session is; return True when it is valid afterwards.
+) -> BuildOutcome:
+    """Build the index unless another session is building it or another index of its table.
 
     `conn` must be a dedicated connection outside any transaction (CONCURRENTLY needs that).
     """
     async with try_advisory_lock(conn, spec.family.lock_key, spec.dims) as got:
         if not got:
             logger.info("Another session is building %s", spec.name)
-            return False
-        state = await index_state(conn, spec)
-        if state == "building":
-            # we hold the build lock, so nobody is building it: a crash left it invalid
-            logger.warning("Dropping invalid index %s left by an interrupted build", spec.name)
-            await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {spec.name}")
-            state = "missing"
-        if state == "missing":
-            await prepare_build(conn, memory)
-            sql = spec.create_sql.replace("$M", str(int(m))).replace("$EFC", str(int(ef_construction)))
-            logger.info("Building %s (CONCURRENTLY; searches use the exact path meanwhile)", spec.name)
-            await conn.execute(sql)
-            logger.info("Built %s", spec.name)
-        valid = await index_state(conn, spec) == "valid"
-        if valid:
-            await ensure_walk(conn, spec)
-        return valid
+            return "busy"
+        if await index_state(conn, spec) != "valid":
+            async with table_build_lock(conn, spec.family.table) as turn:
+                if not turn:
+                    return "table-busy"
+                await _create(conn, spec, m=m, ef_construction=ef_construction, memory=memory)
+        if await index_state(conn, spec) != "valid":
+            return "busy"
+        await ensure_walk(conn, spec)
+        return "valid"
+
+
+async def _create(
+    conn: asyncpg.Connection, spec: IndexSpec, *, m: int, ef_construction: int, memory: str
+) -> None:
+    """Drop what an interrupted build left, then build; the caller holds both build locks."""
+    state = await index_state(conn, spec)
+    if state == "building":
+        # we hold the build lock, so nobody is building it: a crash left it invalid
+        logger.warning("Dropping invalid index %s left by an interrupted build", spec.name)
+        await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {spec.name}")
+        state = "missing"
+    if state == "missing":
+        await prepare_build(conn, memory)
+        sql = spec.create_sql.replace("$M", str(int(m))).replace("$EFC", str(int(ef_construction)))
+        logger.info("Building %s (CONCURRENTLY; searches use the exact path meanwhile)", spec.name)
+        await conn.execute(sql)
+        logger.info("Built %s", spec.name)
 
 
 async def prepare_build(conn: asyncpg.Connection, memory: str) -> None:

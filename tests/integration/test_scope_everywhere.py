@@ -632,7 +632,7 @@ async def corpus(database: Database) -> AsyncIterator[Corpus]:
                 ],
             )
         await conn.execute("ANALYZE ragoverlay_vectors")
-        assert await build_index(conn, SPEC, m=16, ef_construction=64, memory="64MB")
+        assert await build_index(conn, SPEC, m=16, ef_construction=64, memory="64MB") == "valid"
     finally:
         await conn.close()
     yield Corpus(info, other, query_vector, mine, "small", "shared", foreign)
@@ -730,8 +730,11 @@ async def test_the_namespace_walk_keeps_foreign_rows_out(database: Database, cor
     await register_vector(conn)
     try:
         size = NamespaceSize(CALLER, DIMS, 319)
-        assert await build_namespace_index(
-            conn, corpus.info.collection_id, size, m=16, ef_construction=64, memory="64MB"
+        assert (
+            await build_namespace_index(
+                conn, corpus.info.collection_id, size, m=16, ef_construction=64, memory="64MB"
+            )
+            == "valid"
         )
         c = candidate_count(10)
 

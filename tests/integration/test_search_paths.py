@@ -103,7 +103,7 @@ async def corpus(database: Database) -> AsyncIterator[Corpus]:
                 new,
             )
         await conn.execute("ANALYZE langchain_pg_embedding")
-        assert await build_index(conn, SPEC, m=16, ef_construction=64, memory="256MB")
+        assert await build_index(conn, SPEC, m=16, ef_construction=64, memory="256MB") == "valid"
     finally:
         await conn.close()
     yield Corpus(info, file_ids, foreign, queries)

@@ -354,7 +354,9 @@ async def test_foreign_files_and_other_owners_never_appear(world: World) -> None
     conn, run = world.conn, world.run_id
     # both vector paths: the walk needs this dimension's index
     spec = index_spec(DIMS, vector_store.V2_CHUNK_INDEX)
-    assert spec is not None and await build_index(conn, spec, m=8, ef_construction=32, memory="64MB")
+    assert (
+        spec is not None and await build_index(conn, spec, m=8, ef_construction=32, memory="64MB") == "valid"
+    )
     foreign_doc = world.document_ids[world.foreign]
     # the foreign file in the allow-list changes nothing: it is another owner's
     listed = world.scope(*world.docs, world.foreign)
@@ -582,7 +584,7 @@ async def test_vector_paths_return_as_many_rows_as_are_visible(world: World) -> 
     assert plan == VectorPlan("exact", None, 110)
     hits, path = await search.vector(conn, world.scope(), world.run_id, query, limit=50, plan=plan)
     assert path == "exact" and keys_of(hits) == best  # all of them, fewer than the limit
-    assert await build_index(conn, spec, m=8, ef_construction=32, memory="64MB")
+    assert await build_index(conn, spec, m=8, ef_construction=32, memory="64MB") == "valid"
     plan = await planned(5)
     assert (plan.path, plan.walk, plan.candidates) == ("index", WALK, 20)
     hits, path = await search.vector(conn, world.scope(), world.run_id, query, limit=5, plan=plan)
@@ -615,7 +617,7 @@ async def test_a_filtered_walk_that_under_returns_is_refilled_exactly(world: Wor
     await store_document(conn, world.collection_id, far_run.run_id, far_doc, rng)
     spec = index_spec(DIMS, vector_store.V2_CHUNK_INDEX)
     assert spec is not None
-    assert await build_index(conn, spec, m=8, ef_construction=32, memory="64MB")
+    assert await build_index(conn, spec, m=8, ef_construction=32, memory="64MB") == "valid"
     scope = Scope.of(world.collection_id, [world.owner], file_ids=[far_doc.file_id])
 
     async def far_walk(limit: int, walk: bool) -> tuple[list[ChannelHit], str]:
@@ -793,7 +795,7 @@ async def test_the_one_statement_returns_what_each_channel_returns(world: World)
     scan = await world.retrieve(ask(query=query))
     visible = sum(len(d.chunks) for d in world.docs.values())
     assert scan.channels["vector"].path == "exact" and len(scan.channels["vector"].hits) == visible == 13
-    assert await build_index(conn, spec, m=8, ef_construction=32, memory="64MB")
+    assert await build_index(conn, spec, m=8, ef_construction=32, memory="64MB") == "valid"
     walk = await world.retrieve(ask(query=query, walk=True, limit=5))
     assert walk.channels["vector"].path == "hnsw"
     assert walk.channels["vector"].hits == scan.channels["vector"].hits[:5]

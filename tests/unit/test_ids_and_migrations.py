@@ -4,7 +4,7 @@ import itertools
 import uuid
 
 from app.store.ids import uuid7_batch
-from app.store.migrate import load_code, load_migrations, split_statements
+from app.store.migrate import concurrent_build_table, load_code, load_migrations, split_statements
 from app.store.vector_index import IndexSpec
 
 
@@ -67,3 +67,17 @@ def test_split_statements_respects_dollar_quotes() -> None:
     parts = split_statements(sql)
     assert len(parts) == 3
     assert parts[1].startswith("CREATE FUNCTION") and parts[1].endswith("plpgsql;")
+
+
+def test_each_concurrent_build_of_a_migration_names_its_table_for_the_build_lock() -> None:
+    builds = [
+        concurrent_build_table(statement)
+        for mig in load_migrations()
+        if not mig.transactional
+        for statement in split_statements(mig.sql)
+    ]
+    # 0003's two indexes and 0012's: every statement of those files is such a build
+    assert builds == ["langchain_pg_embedding"] * 3
+    assert concurrent_build_table("create unique index concurrently ix on only t1 (a)") == "t1"
+    assert concurrent_build_table("CREATE INDEX ix ON t1 (a)") is None  # not concurrent: no lock
+    assert concurrent_build_table("DROP INDEX CONCURRENTLY IF EXISTS ix") is None

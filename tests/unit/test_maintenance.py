@@ -16,10 +16,11 @@ from app.maintenance.namespace_task import NAMESPACE_INDEXES, NEXT_BUILD_SECONDS
 from app.maintenance.registry import MaintenanceRegistry, MaintenanceTask, Pass, Report
 from app.maintenance.tasks import CATALOGUE, CHECKPOINTS, HNSW_PREFIX, VECTOR_COPY, Maintenance
 from app.search.state import SearchState
+from app.store.build_lock import TURN_SECONDS
 from app.store.catalogue import CatalogueFile, CatalogueSnapshot
 from app.store.db import StoreInfo
 from app.store.namespace_index import NamespaceSize, namespace_index_name
-from app.store.vector_index import IndexSpec
+from app.store.vector_index import BuildOutcome, IndexSpec
 from tests.fixtures.patience import ceiling
 
 
@@ -31,7 +32,8 @@ class FakeStore:
         self.calls: list[str] = []
         self.state = "backfilling"
         self.index = "missing"
-        self.build_results = [True]
+        self.build_results: list[BuildOutcome] = ["valid"]
+        self.namespace_outcome: BuildOutcome = "valid"
         self.fail_catalogue_backfill = False
         self.repairs: tuple[int, int] | None = (0, 0)
 
@@ -66,7 +68,7 @@ class FakeStore:
         self.calls.append(f"index_state {spec.dims}")
         return self.index
 
-    async def build_index(self, spec: IndexSpec, **kwargs: Any) -> bool:
+    async def build_index(self, spec: IndexSpec, **kwargs: Any) -> BuildOutcome:
         self.calls.append(f"build_index {spec.dims}")
         return self.build_results.pop(0)
 
@@ -86,17 +88,21 @@ class FakeStore:
         self.calls.append("namespace_indexes")
         return dict(self.namespaces)
 
-    async def build_namespace_index(self, size: NamespaceSize, **kwargs: Any) -> bool:
+    async def build_namespace_index(self, size: NamespaceSize, **kwargs: Any) -> BuildOutcome:
         self.calls.append(f"build_namespace_index {size.owner}")
-        self.namespaces = {
-            **self.namespaces,
-            namespace_index_name(self.info.collection_id, size.owner, size.dims): True,
-        }
-        return True
+        if self.namespace_outcome == "valid":
+            self.namespaces = {
+                **self.namespaces,
+                namespace_index_name(self.info.collection_id, size.owner, size.dims): True,
+            }
+        return self.namespace_outcome
 
-    async def drop_namespace_index(self, name: str) -> None:
+    async def drop_namespace_index(self, name: str) -> bool:
         self.calls.append("drop_namespace_index")
+        if self.namespace_outcome == "table-busy":
+            return False
         self.namespaces = {n: v for n, v in self.namespaces.items() if n != name}
+        return True
 
     async def ensure_namespace_walk(self, dims: int) -> bool:
         self.calls.append(f"ensure_namespace_walk {dims}")
@@ -158,7 +164,7 @@ async def test_hnsw_task_waits_for_the_copy_and_makes_the_index_usable() -> None
     await asyncio.sleep(0.01)
     assert not waiting.done() and m.registry.status(name).progress == "waiting for the vector copy"
     m.state.set_copy_state("ready")
-    store.build_results = [False]  # another replica holds the build lock
+    store.build_results = ["busy"]  # another replica holds the build lock
     result = await waiting
     assert (result.done, result.again_in) == (False, 30.0)
     assert m.state.walk(384) is None
@@ -334,3 +340,63 @@ async def test_namespace_indexes_are_built_one_per_pass_largest_first_and_publis
     await m.registry.run_once(NAMESPACE_INDEXES)
     assert "drop_namespace_index" in store.calls
     assert set(m.state.knowledge().namespaces) == {("kb-b", 384)}
+
+
+async def test_an_index_build_whose_table_is_busy_waits_its_turn_without_failing() -> None:
+    store = FakeStore()
+    store.state = "ready"
+    m = maintenance(store)
+    m.start(384)
+    name = f"{HNSW_PREFIX}384"
+    store.build_results = ["table-busy", "valid"]  # another index of ragoverlay_vectors is being built
+    result = await m.registry.run_once(name)
+    assert (result.done, result.again_in) == (False, TURN_SECONDS)
+    status = m.registry.status(name)
+    assert status.state == "idle" and status.failures == 0 and status.last_error is None
+    assert status.progress == (
+        "ragoverlay_vec_hnsw_384: waiting for another index build on ragoverlay_vectors to end"
+    )
+    assert m.state.walk(384) is None
+    result = await m.registry.run_once(name)  # its turn
+    assert result.done and m.state.walk(384) == "ragoverlay_vec_walk_384"
+
+
+async def test_namespace_indexes_wait_for_their_dimensions_global_index() -> None:
+    store = FakeStore()
+    store.state = "ready"
+    store.sizes = [NamespaceSize("kb-a", 384, 80_000), NamespaceSize("kb-b", 768, 90_000)]
+    m = maintenance(store, hnsw_namespace_min_rows=50_000)
+    m.start(384)  # the global index of 384 dimensions is wanted and not built yet
+    first = await m.registry.run_once(NAMESPACE_INDEXES)
+    # 768 has no global index wanted here: its namespace goes on; 384's waits
+    assert "build_namespace_index kb-b" in store.calls and "build_namespace_index kb-a" not in store.calls
+    second = await m.registry.run_once(NAMESPACE_INDEXES)
+    assert "build_namespace_index kb-a" not in store.calls
+    assert second.again_in == TURN_SECONDS
+    assert second.progress.endswith("waiting for the global index of 384 dimensions, built first")
+    assert first.again_in == NEXT_BUILD_SECONDS
+    assert (await m.registry.run_once(f"{HNSW_PREFIX}384")).done  # the global index is valid
+    await m.registry.run_once(NAMESPACE_INDEXES)
+    assert "build_namespace_index kb-a" in store.calls
+    assert set(m.state.knowledge().namespaces) == {("kb-a", 384), ("kb-b", 768)}
+
+
+async def test_a_namespace_pass_that_finds_the_table_busy_comes_back_later() -> None:
+    store = FakeStore()
+    store.state = "ready"
+    kept = namespace_index_name(store.info.collection_id, "kb-old", 384)
+    store.namespaces = {kept: True}
+    store.sizes = [NamespaceSize("kb-a", 384, 80_000)]  # kb-old is gone: its index is to drop
+    store.namespace_outcome = "table-busy"
+    m = maintenance(store, hnsw_namespace_min_rows=50_000)
+    m.start(None)
+    result = await m.registry.run_once(NAMESPACE_INDEXES)
+    assert result.again_in == TURN_SECONDS
+    assert result.progress == (
+        "0 namespace indexes valid, 1 to build, 0 dropped; "
+        "waiting for another index build on ragoverlay_vectors to end"
+    )
+    assert m.registry.status(NAMESPACE_INDEXES).failures == 0 and store.namespaces == {kept: True}
+    store.namespace_outcome = "valid"
+    result = await m.registry.run_once(NAMESPACE_INDEXES)
+    assert result.progress == "1 namespace indexes valid, 0 to build, 1 dropped"
