@@ -12,7 +12,8 @@ The lock is only ever tried (`pg_try_advisory_lock`), never waited for inside Po
 blocked in `pg_advisory_lock` sits in a statement with a snapshot, which the running build's last
 phase would wait for, the same cycle again (measured: PostgreSQL cancels the waiting statement with
 `deadlock detected`). A maintenance build that finds the lock taken comes back later (its task says
-so); a migration polls for it here, between statements.
+so); a migration polls for it here, between statements, and so do replicas waiting for the
+migrations' own lock (`wait_advisory_lock`), which a migration holds through its concurrent builds.
 """
 
 from __future__ import annotations

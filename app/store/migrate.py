@@ -26,7 +26,7 @@ from importlib import resources
 
 import asyncpg
 
-from app.store.build_lock import table_build_lock, wait_table_build_lock
+from app.store.build_lock import table_build_lock, wait_advisory_lock, wait_table_build_lock
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +35,7 @@ MIGRATIONS_PACKAGE = "app.store.migrations"
 CODE_PACKAGES = ("app.store.sql", "app.evidence.store.sql")
 NO_TRANSACTION_MARKER = "-- ragoverlay: no-transaction"
 _LOCK_KEY = 0x7261676F  # "rago": one constant key for the migration advisory lock
+SCHEMA_POLL_SECONDS = 0.2  # how often a replica starting beside another tries the lock again
 _NAME_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _CODE_RE = re.compile(r"^\d{2}_[a-z0-9_]+\.sql$")
 # the table of a CREATE INDEX CONCURRENTLY statement (names of ours: plain identifiers)
@@ -153,8 +154,14 @@ class SchemaChanges:
 
 
 async def prepare_schema(conn: asyncpg.Connection) -> SchemaChanges:
-    """Apply pending migrations, then the SQL code files if they changed, under the advisory lock."""
-    await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
+    """Apply pending migrations, then the SQL code files if they changed, under the advisory lock.
+
+    The lock is polled for, not waited for in PostgreSQL: the holder may be building an index
+    CONCURRENTLY, whose last phase would wait for a waiting session's snapshot (a deadlock).
+    """
+    await wait_advisory_lock(
+        conn, _LOCK_KEY, what="Another replica's schema preparation", poll=SCHEMA_POLL_SECONDS
+    )
     try:
         migrations = await migrate(conn)
         code = await apply_code(conn)

@@ -6,7 +6,8 @@ its last phase); on a first start the global HNSW build and the namespace builds
 every index valid, no task failed, the global index built first and never two builds of the table
 at once; a build whose table's lock another session holds waits and says so, then completes once
 it is released, while another table's build goes on; a migration's concurrent build waits for its
-table's turn, and the migrations leave alone an invalid index whose table another build holds.
+table's turn, and the migrations leave alone an invalid index whose table another build holds; a
+replica starting while another's migration builds an index waits without deadlocking it.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from app.store.build_lock import TABLE_LOCK_KEY, table_lock_id
 from app.store.db import StoreInfo, bootstrap
 from app.store.ids import uuid7_batch
 from app.store.maintenance import MaintenanceStore
-from app.store.migrate import drop_invalid_indexes, execute_outside_transaction
+from app.store.migrate import drop_invalid_indexes, execute_outside_transaction, prepare_schema
 from app.store.namespace_index import namespace_index_name
 from app.store.vector_index import IndexSpec, build_index
 from tests.fixtures.patience import ceiling, until
@@ -258,3 +259,37 @@ async def test_the_migrations_leave_an_invalid_index_alone_while_its_table_is_be
         assert await index_validity(probe, [index]) == {}  # nobody builds on the table: a leftover
     finally:
         await holder.close()
+
+
+async def test_a_replica_waiting_for_the_migrations_never_deadlocks_their_concurrent_build(
+    database: Database, probe: asyncpg.Connection, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A session blocked in pg_advisory_lock holds a snapshot that a CREATE INDEX CONCURRENTLY of
+    the lock's holder waits for, while it waits for the lock: PostgreSQL cancels one of them (with
+    prepare_schema's former pg_advisory_lock this test fails so). The schema lock is polled for."""
+    migrating = await asyncpg.connect(database.dsn)  # one replica, in its migrations
+    starting = await asyncpg.connect(database.dsn)  # another, starting beside it
+    try:
+        await prepare_schema(migrating)  # the schema current: the second replica finds nothing to apply
+        await migrating.execute("SELECT pg_advisory_lock($1)", 0x7261676F)  # prepare_schema's lock
+        with caplog.at_level(logging.INFO, logger="app.store.build_lock"):
+            waiting = asyncio.create_task(prepare_schema(starting))
+            pid = starting.get_server_pid()
+
+            async def asked() -> bool:
+                # the second replica has asked for the lock (however it waits for it)
+                query = await probe.fetchval("SELECT query FROM pg_stat_activity WHERE pid = $1", pid)
+                return "advisory_lock" in (query or "")
+
+            await until(asked, what="the second replica to ask for the schema lock", within_s=30)
+            await probe.execute(f"INSERT INTO {PROBE} VALUES (1)")  # a transaction after its snapshot
+            await migrating.execute(f"CREATE INDEX CONCURRENTLY {PROBE}_y ON {PROBE} (x)")
+            assert not waiting.done()
+            await migrating.execute("SELECT pg_advisory_unlock_all()")
+            changes = await asyncio.wait_for(waiting, ceiling(60))
+        assert any("schema preparation is running" in r.getMessage() for r in caplog.records)
+        assert changes.migrations == []  # the session's schema is current: nothing to apply
+        assert await index_validity(probe, [f"{PROBE}_y"]) == {f"{PROBE}_y": True}
+    finally:
+        await migrating.close()
+        await starting.close()

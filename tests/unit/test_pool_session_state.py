@@ -32,12 +32,11 @@ ALLOWED = {
     "store/sql/50_jobs.sql": {"session advisory lock"},
     # try_advisory_lock and dedicated_connection: for maintenance's own connections
     "store/db.py": {"session advisory lock", "session setting (SET)"},
-    # the table's index-build lock: maintenance's dedicated connections and bootstrap's own
+    # the table's index-build lock and the polled schema lock: maintenance's dedicated connections,
+    # and bootstrap's own for the migrations
     "store/build_lock.py": {"session advisory lock"},
     # the HNSW build: on a dedicated connection (MaintenanceStore, V2IndexTask)
     "store/vector_index.py": {"session setting (SET)", "session setting (set_config)"},
-    # the migrations: bootstrap's own connection
-    "store/migrate.py": {"session advisory lock"},
 }
 
 
