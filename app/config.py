@@ -13,7 +13,7 @@ import functools
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 from urllib.parse import quote, quote_plus
 
 from pydantic import (
@@ -25,9 +25,9 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import NoDecode, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
-from app.config_tuning import DEFAULT_ENTITY_ID_PATTERN, TuningKnobs
+from app.config_tuning import DEFAULT_ENTITY_ID_PATTERN, CsvList, TuningKnobs, split_csv
 from app.errors import ConfigError
 from app.evidence.settings import ENV_DELIMITER, V2Settings
 from app.evidence.settings import ENV_PREFIX as V2_ENV_PREFIX
@@ -80,16 +80,6 @@ def _env(*names: str) -> AliasChoices:
     return AliasChoices(*names)
 
 
-def _csv(value: object) -> list[str]:
-    """Parse a comma-separated env value into a list of non-empty, stripped strings."""
-    if value is None:
-        return []
-    if isinstance(value, (list, tuple)):
-        return [str(v).strip() for v in value if str(v).strip()]
-    return [part.strip() for part in str(value).split(",") if part.strip()]
-
-
-CsvList = Annotated[list[str], NoDecode]
 # A Tesseract language (traineddata) name: "deu", "eng", "chi_sim", "deu_latf"
 _OCR_LANGUAGE = re.compile(r"[a-z]{3}(?:_[a-z]{2,8})?")
 
@@ -118,29 +108,21 @@ class Settings(TuningKnobs):
     data_dir: Path = Field(Path("./data"), validation_alias=_env("DATA_DIR"))
     debug: bool = Field(False, validation_alias=_env("DEBUG_RAG_API"))
     console_json: bool = Field(False, validation_alias=_env("CONSOLE_JSON"))
-    cors_origins: CsvList = Field(default_factory=lambda: ["*"], validation_alias=_env("RAG_CORS_ORIGINS"))
 
     # --- auth ---------------------------------------------------------------------------------
     jwt_secret: str | None = Field(None, validation_alias=_env("JWT_SECRET"))
-    jwt_audience: str | None = Field(None, validation_alias=_env("RAG_JWT_AUDIENCE"))
     allow_unauthenticated: bool = Field(False, validation_alias=_env("ALLOW_UNAUTHENTICATED"))
     admin_user_ids: CsvList = Field(default_factory=list, validation_alias=_env("RAG_ADMIN_USER_IDS"))
     delete_scope: Literal["owner", "caller"] = Field("owner", validation_alias=_env("DELETE_SCOPE"))
-    legacy_unowned_readable: bool = Field(False, validation_alias=_env("LEGACY_UNOWNED_READABLE"))
     _entity_id_regex: re.Pattern[str] = PrivateAttr(
         default_factory=lambda: re.compile(DEFAULT_ENTITY_ID_PATTERN)
     )
 
-    # --- operations: /metrics and rate limits (app/api/metrics.py, app/api/ratelimit.py) --------
+    # --- operations: /metrics (app/api/metrics.py) -----------------------------------------------
     metrics_token: str | None = Field(None, min_length=16, validation_alias=_env("METRICS_TOKEN"))
-    search_rate_per_minute: int = Field(0, ge=0, validation_alias=_env("SEARCH_RATE_PER_MINUTE"))
-    embed_rate_per_minute: int = Field(0, ge=0, validation_alias=_env("EMBED_RATE_PER_MINUTE"))
 
     # --- database -----------------------------------------------------------------------------
     database_url: str | None = Field(None, validation_alias=_env("DATABASE_URL"))
-    embedded_postgres: Literal["auto", "true", "false"] = Field(
-        "auto", validation_alias=_env("EMBEDDED_POSTGRES")
-    )
     postgres_db: str = Field("mydatabase", validation_alias=_env("POSTGRES_DB"))
     postgres_user: str = Field("myuser", validation_alias=_env("POSTGRES_USER"))
     postgres_password: str = Field("mypassword", validation_alias=_env("POSTGRES_PASSWORD"))
@@ -148,7 +130,6 @@ class Settings(TuningKnobs):
     db_port: int = Field(5432, validation_alias=_env("DB_PORT"))
     postgres_use_unix_socket: bool = Field(False, validation_alias=_env("POSTGRES_USE_UNIX_SOCKET"))
     collection_name: str = Field("testcollection", min_length=1, validation_alias=_env("COLLECTION_NAME"))
-    db_pool_max_size: int = Field(30, ge=1, validation_alias=_env("DB_POOL_MAX_SIZE"))
 
     # --- ingestion ----------------------------------------------------------------------------
     chunk_size: int = Field(1500, ge=50, validation_alias=_env("CHUNK_SIZE"))
@@ -162,11 +143,7 @@ class Settings(TuningKnobs):
         default_factory=lambda: ["deu", "eng"], validation_alias=_env("OCR_LANGUAGES")
     )
 
-    # --- background jobs (app/jobs/) ----------------------------------------------------------
-    indexer_concurrency: int = Field(4, ge=0, le=64, validation_alias=_env("INDEXER_CONCURRENCY"))
-
     # --- blob store ---------------------------------------------------------------------------
-    blob_dir: Path | None = Field(None, validation_alias=_env("BLOB_DIR"))
     s3_bucket: str | None = Field(None, validation_alias=_env("S3_BUCKET"))
     s3_endpoint_url: str | None = Field(None, validation_alias=_env("S3_ENDPOINT_URL"))
     s3_region: str = Field(
@@ -178,7 +155,6 @@ class Settings(TuningKnobs):
     )
     s3_session_token: str | None = Field(None, validation_alias=_env("S3_SESSION_TOKEN", "AWS_SESSION_TOKEN"))
     s3_force_path_style: bool = Field(False, validation_alias=_env("S3_FORCE_PATH_STYLE"))
-    s3_prefix: str = Field("ragoverlay/originals/", validation_alias=_env("S3_PREFIX"))
 
     # --- embeddings ---------------------------------------------------------------------------
     embeddings_provider: Provider | None = Field(None, validation_alias=_env("EMBEDDINGS_PROVIDER"))
@@ -221,26 +197,17 @@ class Settings(TuningKnobs):
     # --- LibreChat catalogue re-check (app/access/allowlist.py; CONTRACT section 7) -----------
     allowlist_verify: Literal["off", "mongo"] = Field("off", validation_alias=_env("ALLOWLIST_VERIFY"))
     librechat_mongo_uri: str | None = Field(None, validation_alias=_env("LIBRECHAT_MONGO_URI"))
-    librechat_mongo_db: str | None = Field(None, validation_alias=_env("LIBRECHAT_MONGO_DB"))
-    allowlist_fail_open: bool = Field(False, validation_alias=_env("ALLOWLIST_FAIL_OPEN"))
 
     # --- MCP server (app/mcp/; CONTRACT section 9) ----------------------------------------------
     mcp_enabled: bool = Field(True, validation_alias=_env("MCP_ENABLED"))
     # `sha256hex:principal[:ns1|ns2...]` entries, comma-separated (app/mcp/auth.py parses them)
     mcp_api_keys: CsvList = Field(default_factory=list, validation_alias=_env("MCP_API_KEYS"))
     mcp_gateway_key_sha256: str | None = Field(None, validation_alias=_env("MCP_GATEWAY_KEY_SHA256"))
-    mcp_gateway_user_header: str = Field(
-        "X-LibreChat-User-Id",
-        min_length=1,
-        max_length=100,
-        pattern=r"^[A-Za-z0-9-]+$",
-        validation_alias=_env("MCP_GATEWAY_USER_HEADER"),
-    )
 
-    @field_validator("cors_origins", "admin_user_ids", "v2_namespace_ids", "mcp_api_keys", mode="before")
+    @field_validator("admin_user_ids", "v2_namespace_ids", "mcp_api_keys", mode="before")
     @classmethod
     def _split_csv(cls, value: object) -> list[str]:
-        return _csv(value)
+        return split_csv(value)
 
     @field_validator("ocr_engine", mode="before")
     @classmethod
@@ -251,7 +218,7 @@ class Settings(TuningKnobs):
     @classmethod
     def _ocr_languages(cls, value: object) -> list[str]:
         # Tesseract's own spelling "deu+eng" is accepted as well as a comma-separated list
-        names = _csv(value.replace("+", ",") if isinstance(value, str) else value)
+        names = split_csv(value.replace("+", ",") if isinstance(value, str) else value)
         for name in names:
             if not _OCR_LANGUAGE.fullmatch(name):
                 raise ValueError(

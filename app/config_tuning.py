@@ -1,4 +1,5 @@
-"""The knobs no operator needs: tuned against a benchmark, or bounds sized for hostile input.
+"""The knobs no operator needs: tuned against a benchmark, bounds sized for hostile input, or
+switches whose default fits a LibreChat deployment (a rate limit, the pool's size, a key prefix).
 
 `Settings` (app/config.py) inherits them, so every one is still an environment variable read as
 before; declaring them here is their tier. docs/tuning.md documents them (default, what each does,
@@ -10,10 +11,11 @@ how it was chosen) apart from the operator's table in docs/configuration.md, and
 from __future__ import annotations
 
 import re
-from typing import Literal
+from pathlib import Path
+from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, field_validator
-from pydantic_settings import BaseSettings
+from pydantic_settings import BaseSettings, NoDecode
 
 # The shape of a LibreChat Agent id, the only thing LibreChat sends as `entity_id` (CONTRACT.md section 3).
 DEFAULT_ENTITY_ID_PATTERN = r"^agent_[A-Za-z0-9_-]{1,100}$"
@@ -24,11 +26,27 @@ def _env(*names: str) -> AliasChoices:
     return AliasChoices(*names)
 
 
-class TuningKnobs(BaseSettings):
-    """Settings no deployment needs to change (docs/tuning.md); never built alone, only as `Settings`."""
+def split_csv(value: object) -> list[str]:
+    """Parse a comma-separated env value into a list of non-empty, stripped strings."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [str(v).strip() for v in value if str(v).strip()]
+    return [part.strip() for part in str(value).split(",") if part.strip()]
 
-    # --- requests (app/runtime/request_timeouts.py, app/safe_text.py), who an `entity_id` may name -----
+
+# a list read from one comma-separated variable (pydantic-settings would expect JSON)
+CsvList = Annotated[list[str], NoDecode]
+
+
+class TuningKnobs(BaseSettings):
+    """Settings whose defaults fit a LibreChat deployment (docs/tuning.md); built only as `Settings`."""
+
+    # --- requests (app/runtime/request_timeouts.py, app/safe_text.py), who may call and read what ---------
+    cors_origins: CsvList = Field(default_factory=lambda: ["*"], validation_alias=_env("RAG_CORS_ORIGINS"))
+    jwt_audience: str | None = Field(None, validation_alias=_env("RAG_JWT_AUDIENCE"))
     entity_id_pattern: str = Field(DEFAULT_ENTITY_ID_PATTERN, validation_alias=_env("ENTITY_ID_PATTERN"))
+    legacy_unowned_readable: bool = Field(False, validation_alias=_env("LEGACY_UNOWNED_READABLE"))
     # requests whose headers or body stall are closed with 408 (app/runtime/request_timeouts.py)
     request_header_timeout_s: float = Field(
         10.0, gt=0, le=3600, validation_alias=_env("REQUEST_HEADER_TIMEOUT_S")
@@ -38,10 +56,17 @@ class TuningKnobs(BaseSettings):
     )
     # a /query_multiple body needs ~260 KB for 1,000 ids of 200 chars and a 20,000-char query
     max_json_body_bytes: int = Field(512 * 1024, ge=1024, validation_alias=_env("MAX_JSON_BODY_BYTES"))
+    # requests a minute per client (app/api/ratelimit.py); 0: no limit
+    search_rate_per_minute: int = Field(0, ge=0, validation_alias=_env("SEARCH_RATE_PER_MINUTE"))
+    embed_rate_per_minute: int = Field(0, ge=0, validation_alias=_env("EMBED_RATE_PER_MINUTE"))
     reindex_rate_per_minute: int = Field(10, ge=0, validation_alias=_env("REINDEX_RATE_PER_MINUTE"))
 
-    # --- database: the pool's floor and every statement's limits ------------------------------------------
+    # --- database: embedded or not, the pool's size and every statement's limits --------------------------
+    embedded_postgres: Literal["auto", "true", "false"] = Field(
+        "auto", validation_alias=_env("EMBEDDED_POSTGRES")
+    )
     db_pool_min_size: int = Field(1, ge=0, validation_alias=_env("DB_POOL_MIN_SIZE"))
+    db_pool_max_size: int = Field(30, ge=1, validation_alias=_env("DB_POOL_MAX_SIZE"))
     db_statement_timeout_ms: int = Field(30_000, ge=100, validation_alias=_env("DB_STATEMENT_TIMEOUT_MS"))
     query_timeout_ms: int = Field(10_000, ge=50, validation_alias=_env("QUERY_TIMEOUT_MS"))
     db_check_interval_s: float = Field(5.0, gt=0, le=3600, validation_alias=_env("DB_CHECK_INTERVAL_S"))
@@ -77,7 +102,12 @@ class TuningKnobs(BaseSettings):
     ocr_dpi: int = Field(200, ge=72, le=600, validation_alias=_env("OCR_DPI"))
     ocr_min_chars: int = Field(30, ge=0, le=100_000, validation_alias=_env("OCR_MIN_CHARS"))
 
+    # --- where originals are kept: the local folder, the key prefix in S3_BUCKET --------------------------
+    blob_dir: Path | None = Field(None, validation_alias=_env("BLOB_DIR"))
+    s3_prefix: str = Field("ragoverlay/originals/", validation_alias=_env("S3_PREFIX"))
+
     # --- background jobs (app/jobs/) ----------------------------------------------------------------------
+    indexer_concurrency: int = Field(4, ge=0, le=64, validation_alias=_env("INDEXER_CONCURRENCY"))
     indexer_retry_max: int = Field(3, ge=0, le=100, validation_alias=_env("INDEXER_RETRY_MAX"))
     indexer_retry_base_ms: int = Field(5000, ge=0, validation_alias=_env("INDEXER_RETRY_BASE_MS"))
     indexer_retry_max_ms: int = Field(300_000, ge=0, validation_alias=_env("INDEXER_RETRY_MAX_MS"))
@@ -140,6 +170,8 @@ class TuningKnobs(BaseSettings):
     )
 
     # --- LibreChat's catalogue and MCP sessions -----------------------------------------------------------
+    librechat_mongo_db: str | None = Field(None, validation_alias=_env("LIBRECHAT_MONGO_DB"))
+    allowlist_fail_open: bool = Field(False, validation_alias=_env("ALLOWLIST_FAIL_OPEN"))
     librechat_mongo_timeout_ms: int = Field(
         2000, ge=100, le=60_000, validation_alias=_env("LIBRECHAT_MONGO_TIMEOUT_MS")
     )
@@ -148,6 +180,13 @@ class TuningKnobs(BaseSettings):
     )
     allowlist_cache_size: int = Field(
         100_000, ge=0, le=10_000_000, validation_alias=_env("ALLOWLIST_CACHE_SIZE")
+    )
+    mcp_gateway_user_header: str = Field(
+        "X-LibreChat-User-Id",
+        min_length=1,
+        max_length=100,
+        pattern=r"^[A-Za-z0-9-]+$",
+        validation_alias=_env("MCP_GATEWAY_USER_HEADER"),
     )
     mcp_session_ttl_seconds: float = Field(
         1800.0, gt=0.0, le=86_400.0, validation_alias=_env("MCP_SESSION_TTL_SECONDS")
@@ -159,6 +198,11 @@ class TuningKnobs(BaseSettings):
     search_snippet_max_chars: int = Field(
         1000, ge=50, le=100_000, validation_alias=_env("SEARCH_SNIPPET_MAX_CHARS")
     )
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _split_cors_origins(cls, value: object) -> list[str]:
+        return split_csv(value)
 
     @field_validator("entity_id_pattern", mode="before")
     @classmethod

@@ -7,9 +7,9 @@ query code read their knobs from here and nowhere else, so a unit test that buil
 runs exactly what a user gets.
 
 Nearly all of them are tuning knobs, chosen against a benchmark and documented in docs/tuning.md.
-The few an operator sets (the reranker an operator points at, the languages and window of the
-embedding model they chose) carry `json_schema_extra=OPERATOR` and are documented in
-docs/configuration.md instead; tests/unit/test_config_docs.py holds both pages to these marks.
+The few an operator sets (the reranker an operator points at, the languages of the embedding
+model they chose) carry `json_schema_extra=OPERATOR` and are documented in docs/configuration.md
+instead; tests/unit/test_config_docs.py holds both pages to these marks.
 
 This module imports nothing from the rest of the application: configuration, the V2 index, the V2
 query path and the store all import it, and it must not close an import cycle between them.
@@ -148,7 +148,7 @@ class RerankSettings(Section):
     window: int = Field(25, ge=1, le=MAX_RERANK_WINDOW)
     # the /rerank URL of a Cohere-, Jina- or TEI-style service (backend http)
     url: str | None = Field(None, json_schema_extra=OPERATOR)
-    flavour: Literal["cohere", "jina", "tei"] = Field("cohere", json_schema_extra=OPERATOR)
+    flavour: Literal["cohere", "jina", "tei"] = Field("cohere")
     model: str | None = Field(None, json_schema_extra=OPERATOR)
     api_key: str | None = Field(None, repr=False, json_schema_extra=OPERATOR)
     timeout_ms: int = Field(1500, ge=50, le=30_000)
@@ -228,7 +228,7 @@ class IndexSettings(Section):
     chunk_tokens: int = Field(256, ge=32, le=8192)
     overlap_tokens: int = Field(32, ge=0, le=1024)
     # an HTTP embedding model's tokenizer is unknown here: chunks are cut at this many characters
-    http_window_chars: int = Field(1500, ge=200, le=100_000, json_schema_extra=OPERATOR)
+    http_window_chars: int = Field(1500, ge=200, le=100_000)
     boilerplate: BoilerplateSettings = Field(default_factory=BoilerplateSettings)
     # the lexical channel over Snowball stems (a document's words under its language's stems): off,
     # since on the natural questions it raised the lexical channel's first file (0.604 -> 0.651)
