@@ -41,8 +41,8 @@ from app.config_sections import (
 from app.errors import BlobStoreError
 from app.evidence.service import Evidence, build_evidence
 from app.ingest.contextual import Contextualizer, build_contextualizer
+from app.ingest.parse_cache import parse_cache
 from app.ingest.pipeline import IngestService
-from app.ingest.recent import recent_parses
 from app.ingest.tempfiles import sweep_stale_uploads
 from app.jobs.maintenance import MaintenanceSchedule, QueuedMaintenance
 from app.jobs.setup import JobSystem, build_jobs, build_queue
@@ -196,7 +196,7 @@ async def _open_database(settings: Settings, stack: contextlib.AsyncExitStack, *
         stack.callback(embedded.stop)
     info = await bootstrap(dsn, settings.collection_name)
     await asyncio.to_thread(sweep_stale_uploads, settings.data_dir.resolve() / "tmp")
-    await asyncio.to_thread(recent_parses(settings.data_dir).prune)  # kept parses past their hour
+    await asyncio.to_thread(parse_cache(settings.data_dir).prune)  # cached parses past their hour
     alarm = FailureAlarm()  # made before both: the pool rings it, the supervisor built after it listens
     pool = await create_pool(
         dsn,

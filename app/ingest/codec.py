@@ -1,7 +1,8 @@
 """The parsed document on disk and on the wire: one pickle format, one unpickler that reads nothing else.
 
 A `LoadedDocument` crosses from the parsing worker to the service through a pipe, and is kept on
-disk by the recent-parse cache and by a backfill's survey until its stage step. Every one of them
+disk by the parse cache (`app/ingest/parse_cache.py`: an expensive parse, or a backfill's survey
+until its stage step). Every one of them
 writes with `dump` and reads with `load`, whose unpickler accepts only the document model's
 classes: a pickle that names anything else (a subverted worker, a tampered file) is refused, never
 run.

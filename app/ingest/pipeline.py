@@ -40,8 +40,8 @@ from app.ingest.contextual import Contextualizer, log_situated, with_context
 from app.ingest.derived import DerivedIndex, DerivedWork, UploadDraft, V1Chunk
 from app.ingest.limits import ParseLimits
 from app.ingest.loaders import safe_basename
+from app.ingest.parse_cache import parse_cache, parse_remembered
 from app.ingest.progress import IngestProgress, Report
-from app.ingest.recent import parse_remembered, recent_parses
 from app.ingest.types import Chunk, LoadedDocument, Section
 from app.ingest.worker import start_worker_server
 from app.store import chunks as store
@@ -145,7 +145,7 @@ class IngestService:
         )
         self._slots = asyncio.Semaphore(settings.ingest_concurrency)
         self._limits = ParseLimits.from_settings(settings)
-        self._recent = recent_parses(settings.data_dir)
+        self._parsed = parse_cache(settings.data_dir)
         self.listeners = tuple(listeners)  # told of every stored file, after its commit
         self.derived = tuple(derived)  # prepared with each upload of an owner they want, written in it
         # CONTEXTUAL_CHUNKING_ENABLED: a sentence situating each new chunk goes before its embedded text
@@ -159,7 +159,7 @@ class IngestService:
     async def load(self, source: SourceFile) -> LoadedDocument:
         """Parse a file into text sections and blocks, in a worker process bounded by PARSE_* limits."""
         return await parse_remembered(
-            self._recent,
+            self._parsed,
             source.sha256,
             source.path,
             source.filename,

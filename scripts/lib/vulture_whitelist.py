@@ -52,7 +52,7 @@ _.disabled  # logging.Logger.disabled (app/logs.py silences uvicorn's access log
 # --- methods a protocol or library calls ----------------------------------------------------------
 _.readinto  # io: app/ingest/limits.py's bounded zip member is a file object
 _._get_size  # openpyxl's ReadOnlyWorksheet hook, overridden in app/ingest/limits.py
-_.find_class  # pickle.Unpickler hook (app/ingest/worker.py, app/evidence/index/parse_cache.py)
+_.find_class  # pickle.Unpickler hook (app/ingest/codec.py)
 # markdown-it token handlers, called as getattr(self, "_" + token.type) in app/ingest/loaders/markdown.py
 _._heading_open
 _._heading_close

@@ -41,6 +41,6 @@ async def test_the_v2_index_reuses_the_uploads_ocr_instead_of_reading_the_scan_a
             r = await client.post("/query_v2", json=body, headers=auth(USER))
             (hit,) = r.json()["results"]
             assert "6.5 bar" in hit["content"] and hit["metadata"]["ocr"] is True
-    reused = [r.getMessage() for r in caplog.records if r.name == "app.ingest.recent"]
+    reused = [r.getMessage() for r in caplog.records if r.name == "app.ingest.parse_cache"]
     # the V2 index's file job read the upload's parse: the page went through OCR once
     assert reused == ["Parse of 'scan.pdf' reused: the same bytes and options were parsed moments ago"]

@@ -25,6 +25,7 @@ from app.evidence.index.backfill import start_backfill_run
 from app.evidence.index.lifecycle import fail
 from app.evidence.store import reads as read_store
 from app.evidence.store import runs as run_store
+from app.ingest import parse_cache as parse_cache_module
 from app.jobs.kinds import MAINTENANCE, REEMBED_MISSING
 from app.jobs.setup import JobSystem
 from app.jobs.worker import JobWorker
@@ -235,6 +236,36 @@ async def test_reindex_is_one_job_per_file_activated_once_and_force_rebuilds_eve
         assert done is not None and float(done.group(1)) >= 39  # 3 plans + 36 file jobs
         assert re.search(r'^ragoverlay_jobs_running\{kind="v2-index-file"\} \S+$', text, re.MULTILINE)
         assert re.search(r"^ragoverlay_job_worker_concurrency 4\.0$", text, re.MULTILINE)
+
+
+async def test_the_stage_step_chunks_the_document_its_survey_parsed_without_parsing_again(
+    settings_factory: SettingsFactory, fake_provider: FakeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The survey holds its parse in the one parse cache under the bytes' key; the stage reads it."""
+    agent = agent_id()
+    settings = http_settings(settings_factory, fake_provider)
+    parsed: list[str] = []
+    real_parse = parse_cache_module.parse_in_worker
+
+    async def counted(path: Path, filename: str, *args: Any, **kwargs: Any) -> Any:
+        parsed.append(filename)
+        return await real_parse(path, filename, *args, **kwargs)
+
+    monkeypatch.setattr(parse_cache_module, "parse_in_worker", counted)
+    async with running_app(settings) as client:
+        # five files: as many as a run needs for its survey (min_documents), cheap HTML parses that
+        # the cache would not keep by their cost alone
+        for n in range(5):
+            r = await upload(client, new_id("page"), f"page{n}.html", page(n), auth("owner"), entity_id=agent)
+            assert r.status_code == 200
+        parsed.clear()
+        done = await reindex(client, agent)
+        assert done["job"]["result"]["surveys"] == done["job"]["result"]["stages"] == 5
+        assert not any(f["linked"] for f in done["files"])
+    # each file parsed once, by its survey: its stage step read that parse back
+    assert sorted(parsed) == [f"page{n}.html" for n in range(5)]
+    # and removed it once it had the document: nothing is held past the stage step
+    assert not list((settings.data_dir.resolve() / "tmp" / "parsed").glob("*.held.pickle"))
 
 
 async def test_a_killed_workers_file_job_is_taken_back_by_another_replica_and_the_run_completes(

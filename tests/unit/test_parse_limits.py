@@ -226,7 +226,7 @@ def test_parse_time_settings_reach_the_worker_limits(monkeypatch: pytest.MonkeyP
 
 
 def test_one_codec_reads_documents_and_refuses_every_other_class(tmp_path: Path) -> None:
-    """The worker's pipe, the recent-parse cache and a survey's kept parse share `app.ingest.codec`."""
+    """The worker's pipe and the parse cache (expensive parses, surveys' parses) share `app.ingest.codec`."""
     from app.ingest import codec
     from app.ingest.types import Block, LoadedDocument, Section
 

@@ -14,7 +14,8 @@ The modules beside these do exactly this against the database and store the resu
 `app/evidence/store/`: `profile.py` (counter, window, extractor version), `context.py` (what runs need),
 `lifecycle.py` (start, activate, fail, status), `staging.py` (survey and stage one file),
 `sources.py` (the original, a derivative or the V1 text, parsed), `embedding.py` (vectors, reuse, the
-re-embed sweep), `backfill.py` (backfill runs, new uploads) and `parse_cache.py`.
+re-embed sweep) and `backfill.py` (backfill runs, new uploads); a survey's parse waits for its stage
+step in the one parse cache, `app/ingest/parse_cache.py`.
 
 The text helpers it shares with the query side, the store and the embedding clients live in
 `app/text` (normalisation, lexicons, entities, token windows).

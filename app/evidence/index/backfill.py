@@ -10,7 +10,6 @@ async function of the context and ids. A new upload is staged into every open ru
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
@@ -121,7 +120,6 @@ async def complete_run(ctx: V2Context, run_id: int) -> run_store.RunRecord | Non
         active = await activate(ctx, run_id)
     except (run_store.RunIncomplete, run_store.RunStateError):
         return None  # a file arrived meanwhile, or another job activated it first
-    await asyncio.to_thread(ctx.parse_cache(run_id).clear)
     return active
 
 

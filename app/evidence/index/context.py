@@ -16,12 +16,10 @@ from app.clients.blobs import BlobStore
 from app.clients.embeddings import Embedder
 from app.config import Settings
 from app.errors import ConfigError
-from app.evidence.index.parse_cache import ParseCache
 from app.evidence.index.profile import IndexProfile, build_profile
 from app.ingest.checkpointed import CHECKPOINT_BATCH, CheckpointedEmbedding
 from app.ingest.contextual import Contextualizer
 from app.ingest.limits import ParseLimits
-from app.ingest.tempfiles import process_temp_dir
 from app.store.db import StoreInfo
 
 
@@ -83,8 +81,3 @@ class V2Context:
         finally:
             if not lock.locked() and self._locks.get(key) is lock:
                 del self._locks[key]
-
-    def parse_cache(self, run_id: int) -> ParseCache:
-        """Documents a survey parsed for run `run_id` in this process, until their stage step."""
-        base = process_temp_dir(self.settings.data_dir.resolve() / "tmp")
-        return ParseCache(base / f"v2-run-{run_id}")

@@ -24,9 +24,8 @@ from app.evidence.store import runs as run_store
 from app.ingest.chunking import clean_text
 from app.ingest.derived import V1Chunk
 from app.ingest.loaders import safe_basename
-from app.ingest.recent import parse_and_keep, recall, recent_parses
+from app.ingest.parse_cache import ParseCache, parse_and_keep, parse_cache, recall
 from app.ingest.types import Block, LoadedDocument
-from app.ingest.worker import parse_in_worker
 from app.search.context import overlap_length
 from app.store import chunks as v1_store
 from app.store.scope import Scope
@@ -219,47 +218,50 @@ def clean_document(document: LoadedDocument) -> LoadedDocument:
     )
 
 
-async def parse_source(ctx: V2Context, source: Source, tmp_dir: Path) -> LoadedDocument:
-    """The source parsed in the bounded worker (downloading an original to a temporary file first)."""
-    suffix = Path(source.filename).suffix[:16]
-    if source.path is not None:
-        return await parse_in_worker(
-            source.path,
-            source.filename,
-            source.content_type,
-            limits=ctx.limits,
-            pdf_extract_images=ctx.settings.pdf_extract_images,
+def _parsed_as(ctx: V2Context, source: Source) -> tuple[str, str | None, bool]:
+    """The name, content type and PDF_EXTRACT_IMAGES the source is parsed with (V1 text: plain text)."""
+    if source.v1_text is not None:
+        return Path(source.filename).stem + ".txt", "text/plain", False
+    return source.filename, source.content_type, ctx.settings.pdf_extract_images
+
+
+def parse_key(ctx: V2Context, source: Source) -> str:
+    """The source's key in the parse cache: its checksum and everything that shapes its parse."""
+    name, content_type, images = _parsed_as(ctx, source)
+    return ParseCache.key(source.checksum, name, content_type, ctx.limits, images)
+
+
+async def parse_source(
+    ctx: V2Context, source: Source, tmp_dir: Path, *, hold: bool = False
+) -> LoadedDocument:
+    """The source parsed in the bounded worker (downloading an original to a temporary file first),
+    or its parse from the parse cache; `hold`: cache it for the file's stage step whatever it cost."""
+    cache = parse_cache(ctx.settings.data_dir)
+    name, content_type, images = _parsed_as(ctx, source)
+    key = parse_key(ctx, source)
+    # the upload's own parse (V1's ingest of the same bytes) or the survey's: no second parse or OCR
+    kept = await recall(cache, key, source.filename)
+    if kept is not None:
+        return kept
+
+    async def parse(path: Path) -> LoadedDocument:
+        return await parse_and_keep(
+            cache, key, path, name, content_type, limits=ctx.limits, pdf_extract_images=images, hold=hold
         )
+
+    if source.path is not None:
+        return await parse(source.path)
     await asyncio.to_thread(tmp_dir.mkdir, parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(
-        prefix="v2-", suffix=suffix if source.v1_text is None else ".txt", dir=tmp_dir
-    )
+    handle, temp_name = tempfile.mkstemp(prefix="v2-", suffix=Path(name).suffix[:16], dir=tmp_dir)
     os.close(handle)
-    path = Path(name)
+    path = Path(temp_name)
     try:
         if source.v1_text is not None:
             await asyncio.to_thread(path.write_text, source.v1_text, "utf-8")
-            parse_name = Path(source.filename).stem + ".txt"
-            return await parse_in_worker(path, parse_name, "text/plain", limits=ctx.limits)
-        assert source.blob_key is not None
-        recent = recent_parses(ctx.settings.data_dir)
-        key = recent.key(
-            source.checksum, source.filename, source.content_type, ctx.limits, ctx.settings.pdf_extract_images
-        )
-        # the upload's own parse, made moments ago by V1's ingest of the same bytes: no second OCR
-        kept = await recall(recent, key, source.filename)
-        if kept is not None:
-            return kept
-        await ctx.blobs.download(source.blob_key, path)
-        return await parse_and_keep(
-            recent,
-            key,
-            path,
-            source.filename,
-            source.content_type,
-            limits=ctx.limits,
-            pdf_extract_images=ctx.settings.pdf_extract_images,
-        )
+        else:
+            assert source.blob_key is not None
+            await ctx.blobs.download(source.blob_key, path)
+        return await parse(path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             await asyncio.to_thread(path.unlink)

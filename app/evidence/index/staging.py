@@ -31,12 +31,12 @@ from app.evidence.index.dense import ONE_PASS
 from app.evidence.index.embedding import embed_rows, inherit_rows, situate_chunks
 from app.evidence.index.lifecycle import check_profile, forced
 from app.evidence.index.metadata import DocumentMetadata, document_metadata
-from app.evidence.index.parse_cache import PARSE_CACHE_MAX_AGE_S, ParseCache
 from app.evidence.index.profile import IndexProfile
 from app.evidence.index.sources import (
     Derivative,
     Source,
     clean_document,
+    parse_key,
     parse_source,
     resolve_source,
     v1_chunk_vectors,
@@ -45,6 +45,7 @@ from app.evidence.index.sources import (
 from app.evidence.settings import BoilerplateSettings
 from app.evidence.store import documents as document_store
 from app.evidence.store import runs as run_store
+from app.ingest.parse_cache import parse_cache
 from app.ingest.types import LoadedDocument
 
 logger = logging.getLogger(__name__)
@@ -94,8 +95,7 @@ async def index_file(
                 raise RunFileNotFound(f"File {file_id} is not one of the files of index run {run_id}")
             await run_store.start_file(conn, run_id, file_id)
         try:
-            cache = ctx.parse_cache(run_id) if derivative is None else None
-            return await _stage_file(ctx, run, file_id, derivative, cache)
+            return await _stage_file(ctx, run, file_id, derivative)
         except RagError as exc:
             await _record_failure(ctx, run_id, file_id, exc.detail)
             raise
@@ -125,7 +125,6 @@ async def _stage_file(
     run: run_store.RunRecord,
     file_id: str,
     derivative: Derivative | None,
-    cache: ParseCache | None = None,
 ) -> FileOutcome:
     """Link the file's unchanged stored document, or parse, chunk, embed and store a new one."""
     started = time.perf_counter()
@@ -133,14 +132,14 @@ async def _stage_file(
     check_profile(ctx, run)
     force = forced(run)
     source = await resolve_source(ctx, run, file_id, derivative)
-    # what the survey of this file parsed in this process, if it was the same bytes
-    parsed = await asyncio.to_thread(cache.take, file_id, source.checksum) if cache is not None else None
     others, candidates = await fingerprints_and_candidates(ctx, run, file_id, source.checksum, force=force)
     unchanged = unchanged_document(profile.boilerplate, candidates, others.values())
     if unchanged is not None:
+        await release_survey_parse(ctx, source)
         return await _link_unchanged(ctx, run, file_id, unchanged, started)
-    if parsed is None:
-        source, parsed = await _parse_or_rebuild(ctx, run, file_id, source)
+    # the survey's parse of these bytes, when this process or one sharing DATA_DIR surveyed them
+    source, parsed = await _parse_or_rebuild(ctx, run, file_id, source)
+    await release_survey_parse(ctx, source)
     document = clean_document(parsed)
     for warning in document.warnings:
         logger.info("V2 file %s: %s", file_id, warning)
@@ -258,6 +257,11 @@ async def _link_unchanged(
         vectors_missing=candidate.vectors_missing,
         seconds=time.perf_counter() - started,
     )
+
+
+async def release_survey_parse(ctx: V2Context, source: Source) -> None:
+    """The stage step has the document: the parse the survey held for it goes (one it kept stays)."""
+    await asyncio.to_thread(parse_cache(ctx.settings.data_dir).release, parse_key(ctx, source))
 
 
 async def _parse_or_rebuild(
@@ -407,7 +411,7 @@ def chunk_file(
 async def survey_file(ctx: V2Context, run_id: int, file_id: str) -> bool:
     """Record one file's repeated-block fingerprints on a running run, before any file is chunked.
 
-    The parsed document is kept in this process until the file's stage step. False when there was
+    The parsed document is held in the parse cache until the file's stage step. False when there was
     nothing to do (the run is not running, the file is staged or surveyed already) or the file
     cannot be read (its stage step records why). Raises when the blob store or the database is away.
     """
@@ -416,8 +420,6 @@ async def survey_file(ctx: V2Context, run_id: int, file_id: str) -> bool:
         entry = await run_store.run_file(conn, run_id, file_id)
     if run.status != "running" or entry is None or entry.state == "staged" or entry.surveyed:
         return False
-    cache = ctx.parse_cache(run_id)
-    await asyncio.to_thread(cache.prune, PARSE_CACHE_MAX_AGE_S)
     try:
         check_profile(ctx, run)
         source = await resolve_source(ctx, run, file_id, None)
@@ -437,15 +439,14 @@ async def survey_file(ctx: V2Context, run_id: int, file_id: str) -> bool:
             fingerprints = reusable[0].fingerprints
         else:
             tmp_dir = ctx.settings.data_dir.resolve() / "tmp"
+            # held under the bytes' key for the stage step, which reads it by the same key
             try:
-                raw = await parse_source(ctx, source, tmp_dir)
+                raw = await parse_source(ctx, source, tmp_dir, hold=True)
             except BlobNotFound:
                 # the store lost the original: staging will use the V1 chunks, so does the survey
                 source = await v1_source(ctx, run.namespace, file_id, source.filename)
-                raw = await parse_source(ctx, source, tmp_dir)
-            parsed = clean_document(raw)
-            fingerprints = document_fingerprints(parsed.blocks, ctx.profile.boilerplate)
-            await asyncio.to_thread(cache.put, file_id, source.checksum, parsed)
+                raw = await parse_source(ctx, source, tmp_dir, hold=True)
+            fingerprints = document_fingerprints(clean_document(raw).blocks, ctx.profile.boilerplate)
     except UpstreamUnavailable:
         raise  # the blob store is away: the survey runs again
     except (RagError, run_store.RunError) as exc:
