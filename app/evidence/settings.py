@@ -95,6 +95,8 @@ class ExactWeights(Weights):
 
     # a table row whose label is the question's phrase is the answer's own row
     row_label: float = Field(1.0, ge=0, le=1)
+    # ... times this when the label is one ordinary English or German word (a glossary's term)
+    word_label: float = Field(0.5, ge=0, le=1)
     # an identifier, standard or number of the chunk equal to one of the question's
     entity: float = Field(0.9, ge=0, le=1)
     # a match of the document's number, title or file name stands for its first chunks

@@ -17,7 +17,7 @@ from app.evidence.query.inherited import thin_shared_vectors
 from app.evidence.query.records import Fused, Scored
 from app.evidence.query.refusal import RefusalDecision, decide_refusal
 from app.evidence.query.rerank import FeatureReranker, Reranker, RerankOutcome, rerank_window
-from app.evidence.query.statistics import Statistics, discount_common_labels
+from app.evidence.query.statistics import Statistics, discount_common_labels, discount_word_labels
 from app.evidence.settings import V2Settings
 
 
@@ -57,6 +57,8 @@ async def rank(
             **lists,
             "exact": discount_common_labels(lists["exact"], stats, tuning.refusal.rare_share),
         }
+    if "exact" in lists:
+        lists = {**lists, "exact": discount_word_labels(lists["exact"], tuning.channels.exact.word_label)}
     # query-adaptive: plain-word questions lean on the vector channel (FusionSettings.prose_weights)
     fusion = (
         tuning.fusion.model_copy(update={"weights": tuning.fusion.prose_weights})

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from app.evidence.query.records import Scored
 from app.text.normalize import normalize
+from app.text.vocabulary import known
 
 
 @dataclass(frozen=True)
@@ -47,5 +48,23 @@ def discount_common_labels(hits: Sequence[Scored], stats: Statistics, rare_share
         if df > 0 and n > 1 and df / n > rare_share:
             factor = max(0.0, math.log(n / df) / math.log(1 / rare_share)) if rare_share < 1 else 0.0
             hit = Scored(hit.candidate, hit.score * min(factor, 1.0))
+        out.append(hit)
+    return sorted(out, key=lambda hit: -hit.score)
+
+
+def discount_word_labels(hits: Sequence[Scored], weight: float) -> list[Scored]:
+    """Exact hits on a row labelled with one ordinary English or German word, times `weight`.
+
+    A glossary table's rows ("Open", "Speichern") match a question that uses the word in passing:
+    such a label names a term, not a thing only this row holds, as a code ("K28") or a name no
+    dictionary knows ("unpaper") does. Re-sorted by the new weights (stable).
+    """
+    if weight >= 1.0:
+        return list(hits)
+    out: list[Scored] = []
+    for hit in hits:
+        label = normalize(hit.candidate.place.row_label or "")
+        if hit.candidate.place.kind == "table_row" and label.isalpha() and known(label):
+            hit = Scored(hit.candidate, hit.score * weight)
         out.append(hit)
     return sorted(out, key=lambda hit: -hit.score)

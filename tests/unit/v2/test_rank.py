@@ -235,3 +235,20 @@ async def test_the_dense_feature_keeps_a_paraphrase_closer_in_meaning_above_lite
     # dense: literal 0 (the window's lowest), near 1 (its best)
     assert with_dense.features(analysis, items)[1]["dense"] == 1.0
     assert with_dense.score_all(analysis, items)[1] > with_dense.score_all(analysis, items)[0]
+
+
+def test_an_exact_hit_on_a_row_labelled_with_an_ordinary_word_weighs_less() -> None:
+    from app.evidence.query.statistics import discount_word_labels
+
+    glossary = cand("open", "g", "Open: begin using a file", kind="table_row", row_label="Open")
+    german = cand("save", "g", "Speichern: die Datei sichern", kind="table_row", row_label="Speichern")
+    code = cand("k28", "t", "K28 weight 14 kg", kind="table_row", row_label="K28")
+    name = cand("unpaper", "t", "unpaper: post-processing of scans", kind="table_row", row_label="unpaper")
+    heading = cand("title", "d", "Open files", kind="prose", row_label=None)
+    hits = [Scored(glossary, 1.0), Scored(german, 1.0), Scored(code, 0.9), Scored(name, 0.9)]
+    hits.append(Scored(heading, 0.7))
+    out = discount_word_labels(hits, 0.5)
+    # the two dictionary words fall behind the code and the name no dictionary knows; prose untouched
+    assert [h.candidate.chunk_id for h in out] == ["k28", "unpaper", "title", "open", "save"]
+    assert [h.score for h in out] == [0.9, 0.9, 0.7, 0.5, 0.5]
+    assert [h.score for h in discount_word_labels(hits, 1.0)] == [1.0, 1.0, 0.9, 0.9, 0.7]
