@@ -9,7 +9,8 @@ quality ...` runs the retrieval quality benchmark instead (see `scripts/bench qu
 (`scripts/bench tenants --help`), and `python -m benchmarks overhead ...` a search request's cost
 outside the database (`scripts/bench overhead --help`), and `python -m benchmarks ingest ...` uploads
 through `POST /embed`: throughput, the overhead beyond the embedder, peak memory
-(`scripts/bench ingest --help`)."""
+(`scripts/bench ingest --help`), and `python -m benchmarks ingest-ab ...` the previous release's
+ingestion cost beside this checkout's (`scripts/bench ingest-ab --help`)."""
 
 from __future__ import annotations
 
@@ -189,6 +190,10 @@ if __name__ == "__main__":
         from benchmarks.ingest import main as ingest_main
 
         sys.exit(ingest_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["ingest-ab"]:
+        from benchmarks.ingest_ab import main as ingest_ab_main
+
+        sys.exit(ingest_ab_main(sys.argv[2:]))
     if sys.argv[1:2] == ["v2-query"]:
         from benchmarks.v2_query import main as v2_query_main
 
