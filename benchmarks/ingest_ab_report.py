@@ -282,7 +282,7 @@ def render(result: dict[str, Any]) -> str:
     if "error" in result:
         lines += ["", f"**The run failed**: {result['error']}"]
     lines += ["", *file_rows(uploads), "", *total_rows(uploads), ""]
-    lines += ["| target | A | B | B: |", "|---|---|---|---|"]
+    lines += ["| target | A | B | B meets it |", "|---|---|---|---|"]
     for t in targets(uploads, result.get("latency", {})):
         lines.append(f"| {t['target']} | {t['A']} | {t['B']} | {t['verdict']} |")
     memory = result.get("memory", {})
