@@ -3,6 +3,7 @@
     scripts/bench ingest-ab --quick        # 2 Debian Reference chapters (en, de) and a 30-page manual
     scripts/bench ingest-ab --set middle   # the same chapters, 300-page manuals (en, de)
     scripts/bench ingest-ab                # every chapter (en, de), 300- and 1,400-page manuals (en, de)
+    scripts/bench ingest-ab --set big      # the 1,400-page English manual alone
 
 A is `--ref` (default c670082, where evidence search was a second job after /embed), exported with
 `git archive` into ~/.cache/ragoverlay/bench-ingest-ab/ref-<commit> with its own .venv (kept for the
@@ -33,13 +34,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchmarks.ingest_ab_pdfs import SETS  # the standard library only: `--help` needs nothing installed
+
 if TYPE_CHECKING:  # imported where they run: `--help` needs nothing installed
     from benchmarks.ingest_ab_pdfs import BenchPdf
     from benchmarks.ingest_ab_side import Side
     from benchmarks.progress import Progress
 
 DEFAULT_REF = "c670082"
-SET_NAMES = ("quick", "middle", "full")
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,15 @@ def parse(argv: list[str]) -> AbOptions:
         "small upload's latency while a big one embeds, peak RSS, and the issue's target rows.",
     )
     p.add_argument("--quick", action="store_true", help="the quick set (same as --set quick)")
-    p.add_argument("--set", dest="set_name", choices=SET_NAMES, default=d.set_name, help="(%(default)s)")
+    p.add_argument(
+        "--set",
+        dest="set_name",
+        choices=tuple(SETS),
+        default=d.set_name,
+        help="quick: Debian Reference ch03, ch04 (en, de) and a 30-page manual; middle: those chapters "
+        "and 300-page manuals (en, de); full: every chapter, 300- and 1,400-page manuals (en, de); "
+        "big: the 1,400-page English manual alone (default %(default)s)",
+    )
     p.add_argument("--ref", default=d.ref, help="the previous release's git ref (%(default)s)")
     p.add_argument("--no-latency", action="store_true", help="skip the small uploads during a big one")
     p.add_argument("--data-dir", type=Path, default=None, help="data folder (kept); default temporary")

@@ -32,6 +32,7 @@ SETS: dict[str, tuple[tuple[str, ...], tuple[tuple[int, str], ...]]] = {
     "quick": (("ch03", "ch04"), ((30, "en"),)),
     "middle": (("ch03", "ch04"), ((300, "en"), (300, "de"))),
     "full": (CHAPTERS, ((300, "en"), (300, "de"), (1400, "en"), (1400, "de"))),
+    "big": ((), ((1400, "en"),)),  # the 1,400-page target alone
 }
 LANGUAGES = ("en", "de")
 _BLOCKS = {"p", "h1", "h2", "h3", "h4", "li", "dt", "dd", "pre", "title", "div", "table", "tr"}
