@@ -10,7 +10,8 @@ A is `--ref` (default c670082, where evidence search was a second job after /emb
 next run). Each side runs its own service on its own embedded PostgreSQL, with its offline default
 model and V2 enabled for one user (benchmarks/ingest_ab_side.py). After a warm-up, every PDF
 (benchmarks/ingest_ab_pdfs.py, made once and cached) is uploaded as V1 alone, then as V1 + evidence,
-the client alternating A, B, A, B file by file so that load drift hits both. Last, on each side,
+the client alternating between the sides upload by upload, the side that goes first swapped at every
+step (A B, B A, A B ...) so that load drift hits both alike. Last, on each side,
 170-byte uploads one after another while a ~300-page PDF uploads (its wait). Prints the per-page
 table, the totals, the issue's target rows (met / not met, never asserted) and peak RSS; writes
 bench-results/ingest-ab-<UTC>.json (after every upload, so a stopped run keeps what it measured)
@@ -99,6 +100,11 @@ def latency_pdf(pdfs: list[BenchPdf]) -> BenchPdf:
     return max((p for p in pdfs if p.pages <= 400), key=lambda p: p.pages, default=pdfs[-1])
 
 
+def pair_order(sides: list[Side], step: int) -> list[Side]:
+    """The sides in the order of `step`: A B, then B A, then A B ... (load drift hits both alike)."""
+    return sides if step % 2 == 0 else sides[::-1]
+
+
 def _git(*args: str) -> str:
     from benchmarks.service import REPO_ROOT
 
@@ -143,18 +149,18 @@ async def bench(
             side.start_sampling()
         out.write()
         result["loadavg_before_uploads"] = [round(x, 2) for x in os.getloadavg()]
-        for pdf in pdfs:
-            for mode in ("v1", "evidence"):
-                path = gen.variant(pdf.path, root / "uploads", mode)
-                for side in sides:
-                    with progress.phase(f"{side.label}: {pdf.name} ({pdf.pages} pages) {mode}"):
-                        r = await side.upload(path, pdf.name, mode, pdf.pages, pdf.lang)
-                    progress.say(
-                        f"  {side.label} {pdf.name} {mode}: {r.status} wall {r.wall_s:.1f} s, "
-                        f"CPU {r.cpu_s:.1f} s, ready after {r.ready_after_s} s"
-                    )
-                    result["uploads"].append(_asdict(r))
-                    out.write()
+        steps = [(pdf, mode) for pdf in pdfs for mode in ("v1", "evidence")]
+        for step, (pdf, mode) in enumerate(steps):
+            path = gen.variant(pdf.path, root / "uploads", mode)
+            for side in pair_order(sides, step):
+                with progress.phase(f"{side.label}: {pdf.name} ({pdf.pages} pages) {mode}"):
+                    r = await side.upload(path, pdf.name, mode, pdf.pages, pdf.lang)
+                progress.say(
+                    f"  {side.label} {pdf.name} {mode}: {r.status} wall {r.wall_s:.1f} s, "
+                    f"CPU {r.cpu_s:.1f} s, ready after {r.ready_after_s} s"
+                )
+                result["uploads"].append(_asdict(r))
+                out.write()
         result["loadavg_after_uploads"] = [round(x, 2) for x in os.getloadavg()]
         if opts.latency:
             big = latency_pdf(pdfs)

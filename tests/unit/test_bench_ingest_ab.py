@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks import ingest_ab_pdfs as gen
 from benchmarks import ingest_ab_report as report
-from benchmarks.ingest_ab import latency_pdf, parse
+from benchmarks.ingest_ab import latency_pdf, pair_order, parse
 
 
 def _upload(
@@ -44,6 +44,11 @@ def test_latency_pdf_prefers_the_english_300_page_manual() -> None:
     assert latency_pdf(pdfs).name == "manual-300p.en"
     # without it: the largest of at most 400 pages
     assert latency_pdf([pdfs[0], pdfs[2]]).name == "a"
+
+
+def test_pair_order_swaps_who_goes_first() -> None:
+    sides: list[Any] = ["A", "B"]
+    assert [pair_order(sides, step) for step in range(3)] == [["A", "B"], ["B", "A"], ["A", "B"]]
 
 
 def test_latin1_keeps_umlauts_and_plain_punctuation() -> None:
