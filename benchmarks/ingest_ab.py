@@ -52,6 +52,7 @@ class AbOptions:
     set_name: str = "full"
     ref: str = DEFAULT_REF
     latency: bool = True
+    this_only: bool = False  # side B alone (no previous release): a quick look at one big file
     data_dir: Path | None = None
     out_dir: Path = Path("bench-results")
 
@@ -77,6 +78,9 @@ def parse(argv: list[str]) -> AbOptions:
     )
     p.add_argument("--ref", default=d.ref, help="the previous release's git ref (%(default)s)")
     p.add_argument("--no-latency", action="store_true", help="skip the small uploads during a big one")
+    p.add_argument(
+        "--this-only", action="store_true", help="this checkout alone, without the previous release (no A)"
+    )
     p.add_argument("--data-dir", type=Path, default=None, help="data folder (kept); default temporary")
     p.add_argument("--out", type=Path, default=d.out_dir, help="results folder (%(default)s)")
     a = p.parse_args(argv)
@@ -86,6 +90,7 @@ def parse(argv: list[str]) -> AbOptions:
         set_name="quick" if a.quick else a.set_name,
         ref=a.ref,
         latency=not a.no_latency,
+        this_only=a.this_only,
         data_dir=a.data_dir,
         out_dir=a.out,
     )
@@ -186,19 +191,20 @@ def _sides(opts: AbOptions, root: Path, progress: Progress, result: dict[str, An
     from benchmarks.ingest_ab_side import Side, ref_checkout
     from benchmarks.service import REPO_ROOT
 
-    commit = _git("rev-parse", "--verify", f"{opts.ref}^{{commit}}")
-    with progress.phase(f"A: the checkout of {opts.ref} ({commit[:10]}) and its .venv"):
-        tree = ref_checkout(commit)
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
     this = _git("rev-parse", "HEAD")
     result["sides"] = {
-        "A": {"name": f"{opts.ref} ({commit[:10]})", "commit": commit, "tree": str(tree)},
         "B": {"name": "this checkout" + (" (uncommitted changes)" if dirty else ""), "commit": this},
     }
-    return [
-        Side("A", result["sides"]["A"]["name"], tree, str(tree / ".venv" / "bin" / "python"), root / "A"),
-        Side("B", result["sides"]["B"]["name"], REPO_ROOT, sys.executable, root / "B"),
-    ]
+    b = Side("B", result["sides"]["B"]["name"], REPO_ROOT, sys.executable, root / "B")
+    if opts.this_only:
+        return [b]
+    commit = _git("rev-parse", "--verify", f"{opts.ref}^{{commit}}")
+    with progress.phase(f"A: the checkout of {opts.ref} ({commit[:10]}) and its .venv"):
+        tree = ref_checkout(commit)
+    result["sides"]["A"] = {"name": f"{opts.ref} ({commit[:10]})", "commit": commit, "tree": str(tree)}
+    a = Side("A", result["sides"]["A"]["name"], tree, str(tree / ".venv" / "bin" / "python"), root / "A")
+    return [a, b]
 
 
 def run(opts: AbOptions) -> int:

@@ -35,6 +35,7 @@ def test_options_quick_default_and_conflict() -> None:
     assert parse([]).set_name == "full"
     assert parse(["--quick"]).set_name == "quick"
     assert parse(["--set", "middle", "--no-latency"]).latency is False
+    assert parse(["--set", "big", "--this-only"]).this_only is True
     with pytest.raises(SystemExit):
         parse(["--quick", "--set", "middle"])
 
