@@ -75,7 +75,8 @@ def _parser(d: Options) -> argparse.ArgumentParser:
         epilog="Other benchmarks, each with its own --help: scripts/bench quality (retrieval quality), "
         "v2-query (/query_v2 latency), tenants (many Agents and users, LibreChat's query mix), "
         "mcp (rag_search over MCP beside the HTTP routes), ingest (uploads through POST /embed: "
-        "throughput, overhead beyond the embedder, peak memory), pdf-text (PDF "
+        "throughput, overhead beyond the embedder, peak memory), ingest-ab (the previous release's "
+        "ingestion cost beside this checkout's), pdf-text (PDF "
         "text extractors). This help needs nothing installed; a run, or another benchmark's help, "
         "creates .venv first.",
     )
