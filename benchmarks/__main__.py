@@ -9,7 +9,8 @@ quality ...` runs the retrieval quality benchmark instead (see `scripts/bench qu
 (`scripts/bench tenants --help`), and `python -m benchmarks overhead ...` a search request's cost
 outside the database (`scripts/bench overhead --help`), and `python -m benchmarks ingest ...` uploads
 through `POST /embed`: throughput, the overhead beyond the embedder, peak memory
-(`scripts/bench ingest --help`)."""
+(`scripts/bench ingest --help`), and `python -m benchmarks ingest-ab ...` the previous release's
+ingestion cost beside this checkout's (`scripts/bench ingest-ab --help`)."""
 
 from __future__ import annotations
 
@@ -74,7 +75,8 @@ def _parser(d: Options) -> argparse.ArgumentParser:
         epilog="Other benchmarks, each with its own --help: scripts/bench quality (retrieval quality), "
         "v2-query (/query_v2 latency), tenants (many Agents and users, LibreChat's query mix), "
         "mcp (rag_search over MCP beside the HTTP routes), ingest (uploads through POST /embed: "
-        "throughput, overhead beyond the embedder, peak memory), pdf-text (PDF "
+        "throughput, overhead beyond the embedder, peak memory), ingest-ab (the previous release's "
+        "ingestion cost beside this checkout's), pdf-text (PDF "
         "text extractors). This help needs nothing installed; a run, or another benchmark's help, "
         "creates .venv first.",
     )
@@ -189,6 +191,10 @@ if __name__ == "__main__":
         from benchmarks.ingest import main as ingest_main
 
         sys.exit(ingest_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["ingest-ab"]:
+        from benchmarks.ingest_ab import main as ingest_ab_main
+
+        sys.exit(ingest_ab_main(sys.argv[2:]))
     if sys.argv[1:2] == ["v2-query"]:
         from benchmarks.v2_query import main as v2_query_main
 
