@@ -145,7 +145,8 @@ def _run_arguments(p: argparse.ArgumentParser, d: Options) -> None:
         "--index-timeout",
         type=float,
         default=d.index_timeout,
-        help="seconds to wait for the HNSW index to become valid (%(default)s)",
+        help="seconds to wait for the HNSW index to become valid; with --ab-v2 also the longest the V2 "
+        "backfill may go without progress (%(default)s)",
     )
     p.add_argument(
         "--service-env",

@@ -394,22 +394,34 @@ async def settle(
 
 
 async def v2_backfill(client: Client, admin: str, progress: Progress, limit_s: float) -> str:
-    """Build side B's V2 index of namespace A from its V1 chunks (admin route); what became of it."""
+    """Build side B's V2 index of namespace A from its V1 chunks (admin route); what became of it.
+
+    Waits while the run makes progress (files staged, chunks held) and gives up only after
+    `limit_s` without any: a slow machine or a big corpus takes longer, a stuck run does not.
+    """
     reply = await client.post("/v2/backfill", {"namespace": cp.NAMESPACE_A}, admin)
     if reply.status != 202:
         return f"backfill refused: {reply.status}"
     run_id = json.loads(reply.content)["run"]["run_id"]
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit_s
+    seen: tuple[int, int] | None = None
+    moved = said = loop.time()
     with progress.phase("ab: V2 backfill of namespace A (side B)"):
-        while loop.time() < deadline:
+        while loop.time() - moved < limit_s:
             assert client.lean is not None
             r = await client.lean.request("GET", f"/v2/runs/{run_id}", b"", client.headers[admin])
-            status = json.loads(r.content).get("run", {}).get("status") if r.status == 200 else None
+            body = json.loads(r.content) if r.status == 200 else {}
+            status = body.get("run", {}).get("status")
             if status in ("active", "failed", "abandoned"):
                 return f"run {run_id} {status}"
+            now = (int(body.get("counts", {}).get("staged", 0)), int(body.get("chunks", 0)))
+            if now != seen:
+                seen, moved = now, loop.time()
+                if moved - said >= 30.0:
+                    progress.say(f"  V2 backfill: {now[0]} files staged, {now[1]} chunks")
+                    said = moved
             await asyncio.sleep(2.0)
-    return f"run {run_id} not active after {limit_s:.0f} s"
+    return f"run {run_id} not active: no progress for {limit_s:.0f} s (at {seen})"
 
 
 async def _migrate(run: ABRun, side: Checkout, conn: asyncpg.Connection) -> None:
