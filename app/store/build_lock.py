@@ -46,6 +46,7 @@ def table_lock_id(table: str) -> int:
     return zlib.crc32(table.encode()) - 2**31
 
 
+# (app.store.db's try_advisory_lock does the same try, but db imports migrate, which imports this)
 @contextlib.asynccontextmanager
 async def table_build_lock(conn: asyncpg.Connection, table: str) -> AsyncIterator[bool]:
     """Hold `table`'s build lock if it is free; yields whether it was (False: another build runs)."""

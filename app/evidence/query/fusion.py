@@ -91,10 +91,11 @@ def fuse(channels: Mapping[str, Sequence[Scored]], config: FusionSettings | None
             else:
                 vote = weight / (k + rank)
             totals[chunk] = totals.get(chunk, 0.0) + vote
-            votes = files.setdefault(hit.candidate.file_id, {})
-            if channel not in votes:
-                file_rank += 1
-                votes[channel] = vote if convex else weight / (k + file_rank)
+            if config.file_weight > 0:  # only asked for: off by default
+                votes = files.setdefault(hit.candidate.file_id, {})
+                if channel not in votes:
+                    file_rank += 1
+                    votes[channel] = vote if convex else weight / (k + file_rank)
             ranks.setdefault(chunk, {})[channel] = rank
             if channel == "exact":
                 exact[chunk] = max(exact.get(chunk, 0.0), min(max(hit.score, 0.0), 1.0))
