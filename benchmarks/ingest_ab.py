@@ -4,6 +4,7 @@
     scripts/bench ingest-ab --set middle   # the same chapters, 300-page manuals (en, de)
     scripts/bench ingest-ab                # every chapter (en, de), 300- and 1,400-page manuals (en, de)
     scripts/bench ingest-ab --set big      # the 1,400-page English manual alone
+    scripts/bench ingest-ab --resume bench-results/ingest-ab-<UTC>.json   # go on with a stopped run
 
 A is `--ref` (default c670082, where evidence search was a second job after /embed), exported with
 `git archive` into ~/.cache/ragoverlay/bench-ingest-ab/ref-<commit> with its own .venv (kept for the
@@ -15,7 +16,13 @@ step (A B, B A, A B ...) so that load drift hits both alike. Last, on each side,
 170-byte uploads one after another while a ~300-page PDF uploads (its wait). Prints the per-page
 table, the totals, the issue's target rows (met / not met, never asserted) and peak RSS; writes
 bench-results/ingest-ab-<UTC>.json (after every upload, so a stopped run keeps what it measured)
-and ingest-ab-latest.json. Exit code 1 when an upload failed or the run broke.
+and ingest-ab-latest.json. Every upload records the machine's 1-minute load average before and after
+it: CPU seconds grow on a busy machine (the same German 300-page upload cost 236 and 180 CPU s at
+about the same load average), so a ratio is read beside its load. `--resume FILE` goes on with a
+stopped run of the same set and ref: the uploads FILE holds with status 200 are kept (and marked
+`resumed`), the rest are made, on fresh services and databases (every upload is a file of its own,
+so none depends on another); the full set takes hours on 2 cores and may be run in parts.
+Exit code 1 when an upload failed or the run broke.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ class AbOptions:
     ref: str = DEFAULT_REF
     latency: bool = True
     this_only: bool = False  # side B alone (no previous release): a quick look at one big file
+    resume: Path | None = None  # a stopped run's JSON: its good uploads are kept, the rest made
     data_dir: Path | None = None
     out_dir: Path = Path("bench-results")
 
@@ -81,6 +89,12 @@ def parse(argv: list[str]) -> AbOptions:
     p.add_argument(
         "--this-only", action="store_true", help="this checkout alone, without the previous release (no A)"
     )
+    p.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        help="a stopped run's JSON (same set and ref): keep its uploads with status 200, make the rest",
+    )
     p.add_argument("--data-dir", type=Path, default=None, help="data folder (kept); default temporary")
     p.add_argument("--out", type=Path, default=d.out_dir, help="results folder (%(default)s)")
     a = p.parse_args(argv)
@@ -91,6 +105,7 @@ def parse(argv: list[str]) -> AbOptions:
         ref=a.ref,
         latency=not a.no_latency,
         this_only=a.this_only,
+        resume=a.resume,
         data_dir=a.data_dir,
         out_dir=a.out,
     )
@@ -108,6 +123,29 @@ def latency_pdf(pdfs: list[BenchPdf]) -> BenchPdf:
 def pair_order(sides: list[Side], step: int) -> list[Side]:
     """The sides in the order of `step`: A B, then B A, then A B ... (load drift hits both alike)."""
     return sides if step % 2 == 0 else sides[::-1]
+
+
+def kept_uploads(previous: dict[str, Any], set_name: str, sides: dict[str, Any]) -> list[dict[str, Any]]:
+    """The uploads of a stopped run to keep: status 200, same set and same commit on each side.
+
+    Raises ValueError when the run is of another set or another commit (its figures would not be
+    comparable with the uploads made now).
+    """
+    if previous.get("set") != set_name:
+        raise ValueError(f"--resume: that run is of the set {previous.get('set')!r}, not {set_name!r}")
+    for label, side in sides.items():
+        before = previous.get("sides", {}).get(label, {}).get("commit")
+        if before is not None and before != side.get("commit"):
+            raise ValueError(
+                f"--resume: that run's side {label} was {before[:10]}, this one is {side['commit'][:10]}"
+            )
+    kept = [dict(u, resumed=True) for u in previous.get("uploads", []) if u.get("status") == 200]
+    return [u for u in kept if u.get("side") in sides]
+
+
+def done_keys(uploads: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    """(side, file name, mode) of every upload already measured."""
+    return {(str(u["side"]), str(u["name"]), str(u["mode"])) for u in uploads}
 
 
 def _git(*args: str) -> str:
@@ -155,14 +193,17 @@ async def bench(
         out.write()
         result["loadavg_before_uploads"] = [round(x, 2) for x in os.getloadavg()]
         steps = [(pdf, mode) for pdf in pdfs for mode in ("v1", "evidence")]
+        done = done_keys(result["uploads"])
         for step, (pdf, mode) in enumerate(steps):
             path = gen.variant(pdf.path, root / "uploads", mode)
             for side in pair_order(sides, step):
+                if (side.label, pdf.name, mode) in done:
+                    continue
                 with progress.phase(f"{side.label}: {pdf.name} ({pdf.pages} pages) {mode}"):
                     r = await side.upload(path, pdf.name, mode, pdf.pages, pdf.lang)
                 progress.say(
                     f"  {side.label} {pdf.name} {mode}: {r.status} wall {r.wall_s:.1f} s, "
-                    f"CPU {r.cpu_s:.1f} s, ready after {r.ready_after_s} s"
+                    f"CPU {r.cpu_s:.1f} s, ready after {r.ready_after_s} s, load {r.load}"
                 )
                 result["uploads"].append(_asdict(r))
                 out.write()
@@ -171,6 +212,8 @@ async def bench(
             big = latency_pdf(pdfs)
             path = gen.variant(big.path, root / "uploads", "latency")
             for side in sides:
+                if side.label in result["latency"]:  # kept from the run resumed
+                    continue
                 with progress.phase(f"{side.label}: 170-byte uploads while {big.name} uploads"):
                     figures = await side.small_while_big(path, small)
                 result["latency"][side.label] = {**figures, "pages": big.pages}
@@ -242,6 +285,12 @@ def run(opts: AbOptions) -> int:
             pdfs = gen.build_set(opts.set_name)
         result["pdfs"] = [{"name": p.name, "pages": p.pages, "file": p.path.name} for p in pdfs]
         sides = _sides(opts, root, progress, result)
+        if opts.resume is not None:
+            previous = json.loads(opts.resume.read_text())
+            result["uploads"] = kept_uploads(previous, opts.set_name, result["sides"])
+            result["resumed_from"] = {"file": str(opts.resume), "started_utc": previous.get("started_utc")}
+            if opts.latency and previous.get("latency"):
+                result["latency"] = previous["latency"]
         asyncio.run(bench(opts, root, pdfs, sides, progress, out))
     except KeyboardInterrupt:
         result["interrupted"] = True

@@ -279,6 +279,15 @@ def render(result: dict[str, Any]) -> str:
         "CPU: the service's process tree (parse workers included; PostgreSQL apart), from the upload "
         "until the service is quiet again (for V1 + evidence: after /query_v2 answers whole).",
     ]
+    loads = [x for u in uploads for x in (u.get("load") or [])]
+    if loads:
+        lines.append(f"1-minute load average around the uploads: {min(loads):.1f}-{max(loads):.1f}.")
+    resumed = result.get("resumed_from")
+    if resumed:
+        kept = sum(1 for u in uploads if u.get("resumed"))
+        lines.append(
+            f"Resumed: {kept} uploads kept from {resumed.get('file')} (started {resumed.get('started_utc')})."
+        )
     if "error" in result:
         lines += ["", f"**The run failed**: {result['error']}"]
     lines += ["", *file_rows(uploads), "", *total_rows(uploads), ""]

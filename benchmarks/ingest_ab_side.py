@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import secrets
 import shutil
 import subprocess
@@ -90,6 +91,9 @@ class UploadResult:
     v1_hits: int | None = None  # /query's results for the file
     v2_hits: int | None = None  # /query_v2's results when ready
     error: str | None = None
+    # the machine's 1-minute load average before the upload and when it was measured (CPU seconds
+    # grow on a busy machine: read a ratio beside its load)
+    load: list[float] | None = None
 
 
 @dataclass
@@ -210,6 +214,7 @@ class Side:
         user = EVIDENCE_USER if mode == "evidence" else V1_USER
         file_id = f"{mode}-{name}"
         cpu0, db0 = self.cpu()
+        load0 = os.getloadavg()[0]
         started = time.perf_counter()
         reply = await self.post(path, file_id, user)
         wall = time.perf_counter() - started
@@ -226,6 +231,7 @@ class Side:
         await self.quiet()
         cpu1, db1 = self.cpu()
         out.cpu_s, out.db_cpu_s = round(cpu1 - cpu0, 3), round(db1 - db0, 3)
+        out.load = [round(load0, 2), round(os.getloadavg()[0], 2)]
         if reply.status_code == 200:
             out.v1_hits = await self.v1_hits(file_id, user, lang)
             if mode == "evidence":

@@ -163,3 +163,38 @@ def test_render_prints_every_section() -> None:
     text = report.render({"uploads": uploads, "set": "quick", "machine": {"nproc": 2}, "memory": {}})
     assert "| ch03.en | 9 | 0.333 / 0.333 |" in text
     assert "V1+ev ÷ V1 CPU" in text and "peak RSS" in text
+
+
+def test_resume_keeps_good_uploads_of_the_same_set_and_commits() -> None:
+    from benchmarks.ingest_ab import done_keys, kept_uploads
+
+    sides = {"A": {"commit": "a" * 40}, "B": {"commit": "b" * 40}}
+    previous = {
+        "set": "full",
+        "started_utc": "2026-12-07T15:00:00+00:00",
+        "sides": sides,
+        "uploads": [
+            _upload("A", "ch01.en", "v1", 9, 3.0, 3.0),
+            _upload("B", "ch01.en", "v1", 9, 3.0, 3.0, status=500),
+            _upload("B", "ch01.en", "evidence", 9, 3.5, 3.0),
+        ],
+    }
+    kept = kept_uploads(previous, "full", sides)
+    assert done_keys(kept) == {("A", "ch01.en", "v1"), ("B", "ch01.en", "evidence")}
+    assert all(u["resumed"] for u in kept)
+    # B alone now (--this-only): A's uploads are not carried over
+    assert done_keys(kept_uploads(previous, "full", {"B": sides["B"]})) == {("B", "ch01.en", "evidence")}
+    with pytest.raises(ValueError, match="set 'full'"):
+        kept_uploads(previous, "middle", sides)
+    with pytest.raises(ValueError, match="side B was bbbbbbbbbb"):
+        kept_uploads(previous, "full", {**sides, "B": {"commit": "c" * 40}})
+
+
+def test_render_states_load_and_resumed_uploads() -> None:
+    uploads = [
+        _upload("A", "ch01.en", "v1", 9, 3.0, 3.0, load=[1.5, 2.0], resumed=True),
+        _upload("B", "ch01.en", "v1", 9, 3.0, 3.0, load=[0.5, 4.25]),
+    ]
+    text = report.render({"uploads": uploads, "resumed_from": {"file": "x.json", "started_utc": "t"}})
+    assert "load average around the uploads: 0.5-4.2" in text
+    assert "Resumed: 1 uploads kept from x.json (started t)" in text
