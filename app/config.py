@@ -31,6 +31,7 @@ from app.config_tuning import DEFAULT_ENTITY_ID_PATTERN, CsvList, TuningKnobs, s
 from app.errors import ConfigError
 from app.evidence.settings import ENV_DELIMITER, V2Settings
 from app.evidence.settings import ENV_PREFIX as V2_ENV_PREFIX
+from app.text.pii import DESTINATIONS as PII_DESTINATIONS
 
 Provider = Literal["openai", "azure", "ollama", "huggingfacetei", "local"]
 
@@ -189,6 +190,12 @@ class Settings(TuningKnobs):
         None, validation_alias=_env("CONTEXTUAL_CHUNKING_API_KEY")
     )
 
+    # --- personal data (app/text/pii.py): redacted on its way to each destination named ---------
+    # embeddings (a remote provider), reranker (RAG_V2__RERANK__BACKEND=http), contextual (the
+    # contextual-chunking chat endpoint), logs (e-mail, phone, IBAN, card in log lines); "all", or
+    # "none". What is stored and what LibreChat reads stay as uploaded (docs/privacy.md)
+    pii_redact: CsvList = Field(default_factory=lambda: ["logs"], validation_alias=_env("PII_REDACT"))
+
     # --- evidence search: the V2 index and /query_v2 (app/evidence/) ------------------------------
     v2_namespace_ids: CsvList = Field(default_factory=list, validation_alias=_env("RAG_V2_NAMESPACE_IDS"))
     # every V2 tuning knob, as RAG_V2__<SECTION>__<FIELD> (app/evidence/settings.py: them and their defaults)
@@ -208,6 +215,21 @@ class Settings(TuningKnobs):
     @classmethod
     def _split_csv(cls, value: object) -> list[str]:
         return split_csv(value)
+
+    @field_validator("pii_redact", mode="before")
+    @classmethod
+    def _pii_destinations(cls, value: object) -> list[str]:
+        names = [name.lower() for name in split_csv(value)]
+        if names in (["all"], ["*"]):
+            return list(PII_DESTINATIONS)
+        if names == ["none"]:
+            return []
+        unknown = [name for name in names if name not in PII_DESTINATIONS]
+        if unknown:
+            raise ValueError(
+                f"unknown destinations {unknown}: name some of {', '.join(PII_DESTINATIONS)}, or all, or none"
+            )
+        return names
 
     @field_validator("ocr_engine", mode="before")
     @classmethod

@@ -200,6 +200,7 @@ class ContextualSettings:
     timeout_ms: int = 10_000
     concurrency: int = 4
     budget_s: float = 120.0
+    redact_pii: bool = False  # PII_REDACT names "contextual"
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ContextualSettings:
@@ -212,6 +213,7 @@ class ContextualSettings:
             timeout_ms=settings.contextual_chunking_timeout_ms,
             concurrency=settings.contextual_chunking_concurrency,
             budget_s=settings.contextual_chunking_budget_s,
+            redact_pii="contextual" in settings.pii_redact,
         )
 
 

@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.text.pii import LOG_KINDS, Redactor
+
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 access_logger = logging.getLogger("ragoverlay.access")
 _SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -41,8 +43,23 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False)
 
 
-def configure_logging(*, debug: bool, console_json: bool) -> None:
-    """Configure the root logger once: level from DEBUG_RAG_API, format from CONSOLE_JSON."""
+class _RedactFilter(logging.Filter):
+    """PII_REDACT=logs: e-mail addresses, phone numbers, IBANs and card numbers out of log messages."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._redactor = Redactor(LOG_KINDS)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = self._redactor.redact(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        return True
+
+
+def configure_logging(*, debug: bool, console_json: bool, redact: bool = False) -> None:
+    """Configure the root logger once: level from DEBUG_RAG_API, format from CONSOLE_JSON, PII_REDACT."""
     root = logging.getLogger()
     for handler in list(root.handlers):
         if getattr(handler, "_ragoverlay", False):
@@ -50,6 +67,8 @@ def configure_logging(*, debug: bool, console_json: bool) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler._ragoverlay = True  # type: ignore[attr-defined]
     handler.addFilter(_RequestIdFilter())
+    if redact:
+        handler.addFilter(_RedactFilter())
     if console_json:
         handler.setFormatter(JsonFormatter())
     else:

@@ -93,7 +93,9 @@ def create_app(settings: Settings | None = None, *, attach_database: bool = Fals
     instead of starting it (the stdio MCP server; it then serves no HTTP).
     """
     settings = settings or get_settings()
-    configure_logging(debug=settings.debug, console_json=settings.console_json)
+    configure_logging(
+        debug=settings.debug, console_json=settings.console_json, redact="logs" in settings.pii_redact
+    )
     app = FastAPI(
         title="ragoverlay",
         version="0.1.0",

@@ -110,6 +110,13 @@ EMBEDDING_ATTEMPTS = Counter(
     ("provider", "outcome"),
     registry=REGISTRY,
 )
+PII_REDACTED = Counter(
+    "ragoverlay_pii_redacted_total",
+    "Pieces of personal data replaced by a placeholder before text left the service (PII_REDACT), "
+    "by destination (embeddings, reranker, contextual) and kind (EMAIL, PHONE, IBAN, ...)",
+    ("destination", "kind"),
+    registry=REGISTRY,
+)
 CONTEXTUAL_CHUNKS = Counter(
     "ragoverlay_contextual_chunks_total",
     "Chunks contextual chunking was to situate, by outcome: situated, failed (timeout, error, garbage), "

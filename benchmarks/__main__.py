@@ -10,7 +10,8 @@ quality ...` runs the retrieval quality benchmark instead (see `scripts/bench qu
 outside the database (`scripts/bench overhead --help`), and `python -m benchmarks ingest ...` uploads
 through `POST /embed`: throughput, the overhead beyond the embedder, peak memory
 (`scripts/bench ingest --help`), and `python -m benchmarks ingest-ab ...` the previous release's
-ingestion cost beside this checkout's (`scripts/bench ingest-ab --help`)."""
+ingestion cost beside this checkout's (`scripts/bench ingest-ab --help`), and `python -m benchmarks pii`
+the PII detectors' precision, recall and cost (`scripts/bench pii --help`)."""
 
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ def _parser(d: Options) -> argparse.ArgumentParser:
         "v2-query (/query_v2 latency), tenants (many Agents and users, LibreChat's query mix), "
         "mcp (rag_search over MCP beside the HTTP routes), ingest (uploads through POST /embed: "
         "throughput, overhead beyond the embedder, peak memory), ingest-ab (the previous release's "
-        "ingestion cost beside this checkout's), pdf-text (PDF "
+        "ingestion cost beside this checkout's), pii (PII detectors: precision, recall, cost), pdf-text (PDF "
         "text extractors). This help needs nothing installed; a run, or another benchmark's help, "
         "creates .venv first.",
     )
@@ -196,6 +197,10 @@ if __name__ == "__main__":
         from benchmarks.ingest_ab import main as ingest_ab_main
 
         sys.exit(ingest_ab_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["pii"]:
+        from benchmarks.pii import main as pii_main
+
+        sys.exit(pii_main(sys.argv[2:]))
     if sys.argv[1:2] == ["v2-query"]:
         from benchmarks.v2_query import main as v2_query_main
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -48,8 +49,11 @@ class ChatClient:
         max_retries: int = 1,
         transport: httpx.AsyncBaseTransport | None = None,
         max_connections: int = 16,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         self.model = model
+        # PII_REDACT=contextual: every message's text is redacted before it is sent
+        self._redact = redact
         self._url = base_url.rstrip("/") + "/chat/completions"
         # the key goes into this header only: never into a log line or an error
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -64,6 +68,8 @@ class ChatClient:
 
     async def complete(self, messages: list[dict[str, str]]) -> str:
         """The assistant's text for `messages`; ChatFailed when there is none to use."""
+        if self._redact is not None:
+            messages = [{**m, "content": self._redact(m["content"])} for m in messages]
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,

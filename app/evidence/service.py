@@ -23,6 +23,7 @@ import httpx
 from app.clients.blobs import BlobStore
 from app.clients.embeddings import Embedder
 from app.clients.http import build_http_client
+from app.clients.redaction import redactor_for
 from app.config import Settings
 from app.evidence.admin import BackfillStarted, V2Admin, V2Overview
 from app.evidence.index.context import V2Context
@@ -210,7 +211,12 @@ def build_evidence(
         # its own client: the embedding client may carry RAG_OPENAI_PROXY, which is for OpenAI only
         rerank_http = build_http_client(timeout_s=tuning.rerank.timeout_seconds)
         stack.push_async_callback(rerank_http.aclose)
-    reranker = build_reranker(tuning, rerank_http, api_key=tuning.rerank.api_key)
+    reranker = build_reranker(
+        tuning,
+        rerank_http,
+        api_key=tuning.rerank.api_key,
+        redact=redactor_for("reranker", settings.pii_redact),
+    )
     # its statements hold their connection longest: all but a reserve, so they never take all of it
     connections = PoolShare(pool, pool_share(settings.db_pool_max_size))
     # files /query_v2 finds missing from the answering run: their staging goes first

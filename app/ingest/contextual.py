@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from app import metrics
 from app.clients.chat import ChatClient, ChatFailed
+from app.clients.redaction import redactor_for
 from app.config_sections import ContextualSettings
 
 logger = logging.getLogger(__name__)
@@ -267,6 +268,7 @@ def build_contextualizer(settings: ContextualSettings) -> Contextualizer | None:
         api_key=key.get_secret_value() if key is not None else None,
         timeout_s=settings.timeout_ms / 1000,
         max_connections=max(16, 2 * settings.concurrency),
+        redact=redactor_for("contextual", ["contextual"] if settings.redact_pii else []),
     )
     return Contextualizer(client, concurrency=settings.concurrency, budget_s=settings.budget_s)
 

@@ -24,7 +24,9 @@ from tests.unit.docs_text import page
 # The operator table's length today. A new operator setting must push out one that no operator
 # needs (declare it in app/config_tuning.py), or raise this with a reason in the commit: the
 # table is meant to stay readable in one sitting (datasette documents 24, rag_api about 48).
-OPERATOR_TABLE_MAX = 60
+# 61: PII_REDACT, the one privacy control, is an operator's to find (a German deployment that must
+# not send personal data to a hosted model decides it on day one)
+OPERATOR_TABLE_MAX = 61
 
 Tier = Literal["operator", "tuning"]
 PAGES: dict[Tier, str] = {"operator": "configuration.md", "tuning": "tuning.md"}

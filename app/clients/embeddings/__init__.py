@@ -38,6 +38,7 @@ from app.clients.embeddings.http import (
 from app.clients.embeddings.identity import model_identity, query_space, vector_revision
 from app.clients.embeddings.local import LocalEmbedder, MiniLMRuntime
 from app.clients.http import build_http_client, parse_retry_after
+from app.clients.redaction import redactor_for
 from app.config import LOCAL_DIMENSIONS, Settings
 from app.errors import ConfigError
 
@@ -91,6 +92,8 @@ def build_embedder(settings: Settings, *, http_client: httpx.AsyncClient | None 
         "cache_size": settings.query_embedding_cache_size,
         "breaker_failures": settings.embedding_breaker_failures,
         "breaker_reset_s": settings.embedding_breaker_reset_s,
+        # PII_REDACT=embeddings: what a remote provider receives (the local model sends nothing)
+        "redact": redactor_for("embeddings", settings.pii_redact),
     }
     if provider == "openai":
         # rag_api applies RAG_OPENAI_PROXY to OpenAI only; a passed-in client brings its own transport.

@@ -12,6 +12,7 @@ import asyncio
 import base64
 import binascii
 import logging
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -79,6 +80,7 @@ class HttpEmbedder(BaseEmbedder):
         breaker_failures: int = 5,
         breaker_reset_s: float = 10.0,
         max_input_tokens: int | None = None,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         super().__init__(provider=provider, model=model, dimensions=dimensions, cache_size=cache_size)
         # texts that may pass the model's input limit are cut into windows and pooled (windows.py)
@@ -100,6 +102,9 @@ class HttpEmbedder(BaseEmbedder):
             retry_after_max_s=retry_after_max_s,
         )
         self._breaker = CircuitBreaker(breaker_failures, breaker_reset_s)
+        # PII_REDACT=embeddings: texts are redacted on the wire only (caches and checkpoints key the
+        # original text, so a changed setting never mixes in a vector of the other form unnoticed)
+        self._redact = redact
         self._batch_size = batch_size or self.default_batch_size
         self._batch_max_chars = batch_max_chars
         # Batches share one bound; queries get their own lane so a search never waits behind an ingest.
@@ -151,6 +156,8 @@ class HttpEmbedder(BaseEmbedder):
     async def _run_batch(self, texts: list[str], slots: asyncio.Semaphore) -> np.ndarray:
         # OpenAI and TEI reject an empty string outright; a space embeds to (nearly) the same thing.
         wire_texts = [text if text else " " for text in texts]
+        if self._redact is not None:
+            wire_texts = [self._redact(text) for text in wire_texts]
         async with slots:
             payload = await self._post(wire_texts)
         try:

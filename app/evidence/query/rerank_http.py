@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import httpx
@@ -40,6 +40,7 @@ class HttpReranker:
         model: str | None = None,
         api_key: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         self.client = client
         self.url = url
@@ -48,9 +49,13 @@ class HttpReranker:
         self.api_key = api_key
         self.timeout = timeout
         self.name = f"http:{flavour}"
+        # PII_REDACT=reranker: the question and every passage are redacted before they are sent
+        self.redact = redact
 
     def body(self, query: str, documents: list[str]) -> dict[str, Any]:
-        """The request body for this flavour."""
+        """The request body for this flavour (redacted when asked)."""
+        if self.redact is not None:
+            query, documents = self.redact(query), [self.redact(d) for d in documents]
         if self.flavour == "tei":
             return {"query": query, "texts": documents, "truncate": True}
         body: dict[str, Any] = {"query": query, "documents": documents, "top_n": len(documents)}

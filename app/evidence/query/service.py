@@ -77,7 +77,11 @@ QUERY_CONFIG = QueryConfig()
 
 
 def build_reranker(
-    tuning: V2Settings, http: httpx.AsyncClient | None, *, api_key: str | None = None
+    tuning: V2Settings,
+    http: httpx.AsyncClient | None,
+    *,
+    api_key: str | None = None,
+    redact: Callable[[str], str] | None = None,
 ) -> Reranker:
     """The configured reranker (RAG_V2__RERANK__BACKEND); ConfigError when its settings cannot work."""
     config = tuning.rerank
@@ -91,6 +95,7 @@ def build_reranker(
             model=config.model,
             api_key=api_key,
             timeout=config.timeout_seconds,
+            redact=redact,
         )
     if config.backend == "onnx":
         if config.onnx_dir is None:
