@@ -69,7 +69,10 @@ class ChatClient:
     async def complete(self, messages: list[dict[str, str]]) -> str:
         """The assistant's text for `messages`; ChatFailed when there is none to use."""
         if self._redact is not None:
-            messages = [{**m, "content": self._redact(m["content"])} for m in messages]
+            redact = self._redact  # a document's window is milliseconds of CPU: off the event loop
+            messages = await asyncio.to_thread(
+                lambda: [{**m, "content": redact(m["content"])} for m in messages]
+            )
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,

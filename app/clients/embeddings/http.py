@@ -157,7 +157,9 @@ class HttpEmbedder(BaseEmbedder):
         # OpenAI and TEI reject an empty string outright; a space embeds to (nearly) the same thing.
         wire_texts = [text if text else " " for text in texts]
         if self._redact is not None:
-            wire_texts = [self._redact(text) for text in wire_texts]
+            # ~0.5 ms of CPU a 1,500-character text: a batch's worth off the event loop
+            redact = self._redact
+            wire_texts = await asyncio.to_thread(lambda: [redact(text) for text in wire_texts])
         async with slots:
             payload = await self._post(wire_texts)
         try:

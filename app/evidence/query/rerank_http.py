@@ -56,6 +56,9 @@ class HttpReranker:
         """The request body for this flavour (redacted when asked)."""
         if self.redact is not None:
             query, documents = self.redact(query), [self.redact(d) for d in documents]
+        return self._body(query, documents)
+
+    def _body(self, query: str, documents: list[str]) -> dict[str, Any]:
         if self.flavour == "tei":
             return {"query": query, "texts": documents, "truncate": True}
         body: dict[str, Any] = {"query": query, "documents": documents, "top_n": len(documents)}
@@ -68,9 +71,9 @@ class HttpReranker:
         documents = [rerank_text(item.candidate)[:MAX_DOCUMENT_CHARS] for item in items]
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         async with asyncio.timeout(self.timeout):
-            response = await self.client.post(
-                self.url, json=self.body(query.raw, documents), headers=headers, timeout=self.timeout
-            )
+            # redacting a window of passages is milliseconds of CPU: off the event loop
+            body = await asyncio.to_thread(self.body, query.raw, documents)
+            response = await self.client.post(self.url, json=body, headers=headers, timeout=self.timeout)
             if response.status_code // 100 != 2:
                 raise RerankError(f"status {response.status_code}")
             try:
