@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
-from uvicorn.supervisors.multiprocess import Multiprocess
+from uvicorn.config import STARTUP_FAILURE
+from uvicorn.supervisors.multiprocess import Multiprocess, Process
 
 from app.config import Settings, load_settings
 from app.logs import configure_logging
@@ -127,12 +128,37 @@ def die_with_parent() -> None:
 
 
 class _Workers(Multiprocess):
-    """uvicorn's supervisor, telling the metrics folder which workers died (their gauges go)."""
+    """uvicorn's supervisor, but a worker that cannot start stops the service only at its start.
+
+    uvicorn stops every worker when one exits before it served (exit code 3: the app, or the socket,
+    would fail the same way again). True at the service's start; but once a worker has served, a
+    replacement that fails (it started while the database was down, say) is started again instead.
+    Dead workers' gauges leave the metrics folder.
+    """
+
+    startup_failed = False  # a worker could not start before any had served: the exit code says so
+    served = False  # some worker has finished its start-up
 
     def keep_subprocess_alive(self) -> None:
-        before = {p.pid for p in self.processes}
-        super().keep_subprocess_alive()
-        _forget_dead_workers(before - {p.pid for p in self.processes})
+        """Replace each dead (or hung) worker; see the class docstring for one that could not start."""
+        if self.should_exit.is_set():
+            return  # stopping: nothing to replace
+        for idx, process in enumerate(self.processes):
+            if process.is_alive(timeout=self.config.timeout_worker_healthcheck):
+                # one more ping per round, until a worker is up: from then on failures are restarted
+                self.served = self.served or process.is_ready(timeout=self.config.timeout_worker_healthcheck)
+                continue
+            process.kill()  # hung, or already gone
+            process.join()
+            if process.exitcode == STARTUP_FAILURE and not self.served:
+                logger.error("Worker %s could not start; stopping the service", process.pid)
+                self.startup_failed = True
+                self.should_exit.set()
+                return
+            _forget_dead_workers({process.pid})
+            replacement = Process(self.config, self.sockets)
+            replacement.start()
+            self.processes[idx] = replacement
 
 
 def _forget_dead_workers(pids: set[int | None]) -> None:
@@ -216,11 +242,12 @@ def serve_workers(settings: Settings, listener: socket.socket, workers: int) -> 
         if watch is not None:
             watch.start()
         print(f"ragoverlay: {workers} worker processes on port {settings.port}", file=sys.stderr)
-        _Workers(_config(settings, workers), sockets=[listener]).run()
+        supervisor = _Workers(_config(settings, workers), sockets=[listener])
+        supervisor.run()
     finally:
         if watch is not None:
             watch.stop()
         if server is not None:
             server.stop()  # last: every worker has stopped using it
         shutil.rmtree(metrics_dir, ignore_errors=True)
-    return 0
+    return STARTUP_FAILURE if supervisor.startup_failed else 0
