@@ -270,6 +270,9 @@ def test_sigterm_stops_the_workers_then_the_database_and_frees_the_folder(served
     workers = workers_of(served.process.pid)
     postmaster = int((served.data_dir / "postgres" / "postmaster.pid").read_text().split()[0])
     assert workers and psutil.pid_exists(postmaster)
+    # the workers' shared metrics folder, made by the parent for them
+    metrics_dir = Path(psutil.Process(min(workers)).environ()["PROMETHEUS_MULTIPROC_DIR"])
+    assert metrics_dir.is_dir()
     os.kill(served.process.pid, signal.SIGTERM)
     assert served.process.wait(timeout=ceiling(60)) == 0
     wait_until(
@@ -279,3 +282,4 @@ def test_sigterm_stops_the_workers_then_the_database_and_frees_the_folder(served
     )
     assert holder_pid(served.data_dir, LOCK_NAME) is None
     assert not (served.data_dir / "postgres" / "postmaster.pid").exists()
+    assert not metrics_dir.exists()
