@@ -57,7 +57,7 @@ PR_SET_PDEATHSIG = 1  # prctl(2)
 # the embedded PostgreSQL allows 100 connections: 6 workers of POOL_FLOOR, each with its job lease
 # and probes, stay under it; more workers need RAG_WORKERS=N and a server that allows more
 MAX_AUTO_WORKERS = 6
-POOL_FLOOR = 10  # below this a worker's searches queue for a connection at concurrency 8
+POOL_FLOOR = 10  # not measured: room for a burst of searches besides the jobs' connections
 # how often the parent looks at the embedded server (a pid file and a TCP connect): one process's
 # supervisor is woken by the first failed request instead, which the parent never sees
 WATCH_INTERVAL_S = 1.0
