@@ -14,6 +14,7 @@ from app.main import UNAUTHENTICATED_WARNING, create_app
 from app.runtime.lock import FolderLock
 from app.runtime.postgres import LOCK_NAME, LOCK_PURPOSE
 from app.runtime.request_timeouts import stall_guarded_protocol
+from app.runtime.workers import serve_workers, worker_count
 
 LISTEN_BACKLOG = 2048  # uvicorn's default
 
@@ -65,6 +66,11 @@ def main() -> int:
             else f"listening on {settings.host} because ALLOW_UNAUTHENTICATED=true"
         )
         print(f"{banner}\n{UNAUTHENTICATED_WARNING}\nragoverlay is {where}.\n{banner}", file=sys.stderr)
+    workers = worker_count(settings.workers, settings.vector_cache_mb)
+    if workers > 1:
+        # the parent owns the database and the port; the workers build the app (app/runtime/workers.py)
+        with listener:
+            return serve_workers(settings, listener, workers)
     app = create_app(settings)
     config = uvicorn.Config(
         app,

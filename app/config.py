@@ -13,7 +13,7 @@ import functools
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import quote, quote_plus
 
 from pydantic import (
@@ -107,6 +107,10 @@ class Settings(TuningKnobs):
     host: str = Field("0.0.0.0", validation_alias=_env("RAG_HOST"))
     port: int = Field(8000, ge=1, le=65535, validation_alias=_env("RAG_PORT", "PORT"))
     data_dir: Path = Field(Path("./data"), validation_alias=_env("DATA_DIR"))
+    # service processes behind the port (app/runtime/workers.py); WEB_CONCURRENCY as uvicorn reads it
+    workers: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = Field(
+        1, validation_alias=_env("RAG_WORKERS", "WEB_CONCURRENCY")
+    )
     debug: bool = Field(False, validation_alias=_env("DEBUG_RAG_API"))
     console_json: bool = Field(False, validation_alias=_env("CONSOLE_JSON"))
 
@@ -172,7 +176,6 @@ class Settings(TuningKnobs):
     azure_endpoint: str | None = Field(
         None, validation_alias=_env("RAG_AZURE_OPENAI_ENDPOINT", "AZURE_OPENAI_ENDPOINT")
     )
-    azure_api_version: str = Field("2024-10-21", validation_alias=_env("RAG_AZURE_OPENAI_API_VERSION"))
     ollama_base_url: str = Field("http://ollama:11434", validation_alias=_env("OLLAMA_BASE_URL"))
     hf_token: str | None = Field(None, validation_alias=_env("HF_TOKEN"))
     embedding_batch_size: int = Field(
@@ -251,7 +254,7 @@ class Settings(TuningKnobs):
             raise ValueError("name at least one language, such as deu,eng (or set OCR_ENGINE=off)")
         return names
 
-    @field_validator("allowlist_verify", mode="before")
+    @field_validator("allowlist_verify", "workers", mode="before")
     @classmethod
     def _verify_lower(cls, value: object) -> object:
         return value.strip().lower() if isinstance(value, str) else value

@@ -116,6 +116,8 @@ class TuningKnobs(BaseSettings):
     embed_async_over_bytes: int = Field(0, ge=0, validation_alias=_env("EMBED_ASYNC_OVER_BYTES"))
 
     # --- embedding calls, and contextual chunking's -------------------------------------------------------
+    # Azure's REST version of the embeddings call: its default serves every current deployment
+    azure_api_version: str = Field("2024-10-21", validation_alias=_env("RAG_AZURE_OPENAI_API_VERSION"))
     embedding_batch_max_chars: int = Field(
         200_000, ge=1000, validation_alias=_env("EMBEDDING_BATCH_MAX_CHARS")
     )

@@ -20,7 +20,7 @@ from app.api.errors import install_error_handlers
 from app.api.openapi import install_openapi
 from app.api.ratelimit import document_rate_limits, enforce_rate_limit
 from app.clients.embeddings import WarmsUp
-from app.config import Settings, get_settings
+from app.config import Settings, get_settings, load_settings
 from app.config_sections import McpSettings
 from app.deps import get_principal
 from app.ingest.limits import ParseLimits
@@ -28,8 +28,9 @@ from app.ingest.loaders.ocr import startup_note as ocr_startup_note
 from app.logs import RequestContextMiddleware, configure_logging
 from app.mcp.http import SESSION_LIMIT, mcp_route, open_sessions
 from app.mcp.server import build_server as build_mcp_server
-from app.ratelimit import RateLimiter
+from app.ratelimit import RateLimiter, per_process_budgets
 from app.runtime.request_timeouts import BodyTimeoutMiddleware
+from app.runtime.workers import die_with_parent, worker_settings
 from app.services import build_services
 from app.text import vocabulary
 
@@ -86,11 +87,21 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             app.state.services = None
 
 
-def create_app(settings: Settings | None = None, *, attach_database: bool = False) -> FastAPI:
+def worker_app() -> FastAPI:
+    """The app of one of several workers (uvicorn's factory): the parent owns the database, attach to it."""
+    die_with_parent()  # no worker outlives its parent, however the parent ends
+    settings = worker_settings(load_settings())
+    return create_app(settings, attach_database=settings.use_embedded_postgres, serve_mcp=True)
+
+
+def create_app(
+    settings: Settings | None = None, *, attach_database: bool = False, serve_mcp: bool | None = None
+) -> FastAPI:
     """Build the application (resources open in the lifespan, not here).
 
     `attach_database`: with the embedded PostgreSQL, connect to the one a running service owns
-    instead of starting it (the stdio MCP server; it then serves no HTTP).
+    instead of starting it (the stdio MCP server, which then serves no MCP over HTTP unless
+    `serve_mcp`; a worker of several, app/runtime/workers.py, which does).
     """
     settings = settings or get_settings()
     configure_logging(
@@ -105,17 +116,20 @@ def create_app(settings: Settings | None = None, *, attach_database: bool = Fals
     app.state.settings = settings
     app.state.services = None
     app.state.rate_limiter = RateLimiter(
-        {
-            "search": settings.search_rate_per_minute,
-            "embed": settings.embed_rate_per_minute,
-            "reindex": settings.reindex_rate_per_minute,
-            SESSION_LIMIT: settings.mcp_session_create_rate_per_minute,
-        }
+        per_process_budgets(
+            {
+                "search": settings.search_rate_per_minute,
+                "embed": settings.embed_rate_per_minute,
+                "reindex": settings.reindex_rate_per_minute,
+                SESSION_LIMIT: settings.mcp_session_create_rate_per_minute,
+            },
+            settings.workers,
+        )
     )
     app.state.attach_database = attach_database
     app.state.token_cache = TokenCache()  # tokens whose signature was verified (app/access/principal.py)
     app.state.mcp_sessions = None
-    app.state.mcp_http = settings.mcp_enabled and not attach_database
+    app.state.mcp_http = settings.mcp_enabled and (not attach_database if serve_mcp is None else serve_mcp)
     if app.state.mcp_http:
         app.router.routes.append(mcp_route(McpSettings.from_settings(settings), app.state.rate_limiter))
     install_error_handlers(app)

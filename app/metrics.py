@@ -1,7 +1,10 @@
 """Prometheus metrics (prometheus-client): what the service measures, and the API to add more.
 
 Everything lives in one registry of our own (`REGISTRY`, rendered by `GET /metrics`), created once
-per process: several apps in one process (the tests) share it, so counters only grow.
+per process: several apps in one process (the tests) share it, so counters only grow. With several
+worker processes (RAG_WORKERS, app/runtime/workers.py) each writes its values to a folder they share
+(prometheus-client's multiprocess mode, `PROMETHEUS_MULTIPROC_DIR`), and whichever worker answers
+renders them all: counters and histograms summed, per-process gauges one series per `pid`.
 
 What is measured:
 - every HTTP request: `ragoverlay_http_request_duration_seconds{route, method, status}` (a
@@ -42,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -56,6 +60,7 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
+from prometheus_client.multiprocess import MultiProcessCollector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 logger = logging.getLogger(__name__)
@@ -69,6 +74,7 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 SCRAPE_HOOK_TIMEOUT_S = 5.0
 UNMATCHED_ROUTE = "unmatched"
+MULTIPROCESS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus-client reads it when first imported
 
 HTTP_DURATION = Histogram(
     "ragoverlay_http_request_duration_seconds",
@@ -149,6 +155,13 @@ VECTOR_CACHE_BYTES = Gauge(
     "ragoverlay_vector_cache_bytes",
     "Memory held by V1's vector cache (VECTOR_CACHE_MB is its limit)",
     registry=REGISTRY,
+    multiprocess_mode="liveall",
+)
+PROCESS_REQUESTS = Counter(
+    "ragoverlay_process_http_requests_total",
+    "HTTP requests answered by each service process (several with RAG_WORKERS): how evenly they share",
+    ("pid",),
+    registry=REGISTRY,
 )
 VECTOR_CACHE_EVENTS = Counter(
     "ragoverlay_vector_cache_events_total",
@@ -213,35 +226,92 @@ def _pool(method: str) -> float:
     return 0.0
 
 
-Gauge(
-    "ragoverlay_database_up", "1 while the database answers, 0 during an outage", registry=REGISTRY
-).set_function(lambda: _status("up"))
-Gauge("ragoverlay_database_outages_total", "Outages the supervisor has seen", registry=REGISTRY).set_function(
-    lambda: _status("outages")
+# per process: with several workers, one series each (the `pid` label prometheus-client adds)
+_RUNTIME_GAUGES: tuple[tuple[Gauge, Callable[[], float]], ...] = (
+    (
+        Gauge(
+            "ragoverlay_database_up",
+            "1 while the database answers, 0 during an outage",
+            registry=REGISTRY,
+            multiprocess_mode="liveall",
+        ),
+        lambda: _status("up"),
+    ),
+    (
+        Gauge(
+            "ragoverlay_database_outages_total",
+            "Outages the supervisor has seen",
+            registry=REGISTRY,
+            multiprocess_mode="liveall",
+        ),
+        lambda: _status("outages"),
+    ),
+    (
+        Gauge(
+            "ragoverlay_database_restarts_total",
+            "Restarts of the embedded PostgreSQL by the service",
+            registry=REGISTRY,
+            multiprocess_mode="liveall",
+        ),
+        lambda: _status("restarts"),
+    ),
+    (
+        Gauge(
+            "ragoverlay_database_last_outage_seconds",
+            "Length of the last outage, from detection to recovery",
+            registry=REGISTRY,
+            multiprocess_mode="liveall",
+        ),
+        lambda: _status("last_outage_s"),
+    ),
+    (
+        Gauge(
+            "ragoverlay_db_pool_size",
+            "Connections in the request pool",
+            registry=REGISTRY,
+            multiprocess_mode="liveall",
+        ),
+        lambda: _pool("get_size"),
+    ),
+    (
+        Gauge(
+            "ragoverlay_db_pool_idle",
+            "Idle connections in the request pool",
+            registry=REGISTRY,
+            multiprocess_mode="liveall",
+        ),
+        lambda: _pool("get_idle_size"),
+    ),
 )
-Gauge(
-    "ragoverlay_database_restarts_total",
-    "Restarts of the embedded PostgreSQL by the service",
-    registry=REGISTRY,
-).set_function(lambda: _status("restarts"))
-Gauge(
-    "ragoverlay_database_last_outage_seconds",
-    "Length of the last outage, from detection to recovery",
-    registry=REGISTRY,
-).set_function(lambda: _status("last_outage_s"))
-Gauge("ragoverlay_db_pool_size", "Connections in the request pool", registry=REGISTRY).set_function(
-    lambda: _pool("get_size")
-)
-Gauge("ragoverlay_db_pool_idle", "Idle connections in the request pool", registry=REGISTRY).set_function(
-    lambda: _pool("get_idle_size")
-)
+RUNTIME_REFRESH_S = 5.0  # how stale another worker's database gauges may be at a scrape
+
+
+def _refresh_runtime() -> None:
+    # set, not set_function: in multiprocess mode only set values reach the shared folder
+    for metric, read in _RUNTIME_GAUGES:
+        metric.set(read())
+
+
+def multiprocess_dir() -> str | None:
+    """The folder several workers share their metrics in (RAG_WORKERS > 1), or None for one process."""
+    return os.environ.get(MULTIPROCESS_DIR_ENV) or None
+
+
+async def _refresh_runtime_forever() -> None:
+    while True:
+        _refresh_runtime()
+        await asyncio.sleep(RUNTIME_REFRESH_S)
 
 
 def bind_runtime(supervisor: Any, pool: Any) -> Callable[[], None]:
     """Let the database gauges read this app's supervisor and pool; returns the undo."""
     RUNTIME.supervisor, RUNTIME.pool = supervisor, pool
+    # another worker may answer the scrape: keep this one's gauges fresh in the shared folder
+    refresher = asyncio.create_task(_refresh_runtime_forever()) if multiprocess_dir() else None
 
     def unbind() -> None:
+        if refresher is not None:
+            refresher.cancel()
         if RUNTIME.supervisor is supervisor:
             RUNTIME.supervisor, RUNTIME.pool = None, None
 
@@ -253,11 +323,18 @@ _gauges: dict[str, Gauge] = {}
 _hooks: list[Callable[[], Awaitable[None]]] = []
 
 
-def gauge(name: str, documentation: str, labelnames: Sequence[str] = ()) -> Gauge:
-    """A gauge in our registry (the same one when asked again for `name`)."""
+def gauge(
+    name: str, documentation: str, labelnames: Sequence[str] = (), *, per_process: bool = True
+) -> Gauge:
+    """A gauge in our registry (the same one when asked again for `name`).
+
+    With several workers a `per_process` gauge has a series per worker (`pid`); any other (a
+    count read from the database at a scrape) shows the value the last scrape set.
+    """
     found = _gauges.get(name)
     if found is None:
-        found = Gauge(name, documentation, tuple(labelnames), registry=REGISTRY)
+        mode: Any = "liveall" if per_process else "livemostrecent"
+        found = Gauge(name, documentation, tuple(labelnames), registry=REGISTRY, multiprocess_mode=mode)
         _gauges[name] = found
     return found
 
@@ -283,7 +360,14 @@ async def render() -> bytes:
             logger.warning(
                 "Metrics hook %s failed (%s)", getattr(hook, "__qualname__", hook), type(exc).__name__
             )
-    return generate_latest(REGISTRY)
+    _refresh_runtime()
+    shared = multiprocess_dir()
+    if shared is None:
+        return generate_latest(REGISTRY)
+    # every worker's values, counters summed (the dead ones' too: a counter never goes back)
+    everyone = CollectorRegistry()
+    MultiProcessCollector(everyone, path=shared)  # type: ignore[no-untyped-call]
+    return generate_latest(everyone)
 
 
 def observe_ingest(parse_s: float, embed_s: float, store_s: float) -> None:
@@ -342,6 +426,7 @@ class MetricsMiddleware:
             _labelled(HTTP_DURATION, route, scope.get("method", ""), str(status)).observe(
                 time.perf_counter() - started
             )
+            _labelled(PROCESS_REQUESTS, str(os.getpid())).inc()
             for stage, seconds in stages:
                 if stage != "total":  # the whole request is the histogram above
                     _labelled(REQUEST_STAGE, route, stage).observe(seconds)
@@ -350,10 +435,10 @@ class MetricsMiddleware:
 # the children of the two per-request histograms, by labels: `labels()` checks and locks on every
 # call (~5 µs, four times a search), a dict lookup does not; the label sets are few (route
 # templates, methods, statuses, stage names)
-_CHILDREN: dict[tuple[str, ...], Histogram] = {}
+_CHILDREN: dict[tuple[str, ...], Any] = {}
 
 
-def _labelled(metric: Histogram, *labels: str) -> Histogram:
+def _labelled(metric: Any, *labels: str) -> Any:
     key = (metric._name, *labels)
     child = _CHILDREN.get(key)
     if child is None:

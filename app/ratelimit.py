@@ -6,20 +6,30 @@ matters for LibreChat: its stock `file_search` sends one `/query` per attached f
 (373 files are 373 simultaneous requests from one user), so a per-second limit, or a small burst,
 would break ordinary searches; this is also why the search limit is off by default.
 
-The buckets live in this process: with several replicas, each enforces its own budget (a client
-spread over R replicas gets up to R × N). Idle buckets are forgotten after two minutes, so memory
-grows with the number of active clients only. Which routes count against which limit, and their
+The buckets live in this process. With RAG_WORKERS=W processes behind one port, each holds N / W
+(rounded up; `per_process_budgets`): a client whose connections spread over the workers gets about
+N a minute from the service, one whose connections all reach one worker N / W. With several
+replicas, each enforces its own budget (a client spread over R replicas gets up to R × N). Idle
+buckets are forgotten after two minutes, so memory grows with the number of active clients only.
+Which routes count against which limit, and their
 429: `app/api/ratelimit.py`.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 IDLE_FORGET_S = 120.0
 _SWEEP_EVERY = 1024  # calls between sweeps of idle buckets
+
+
+def per_process_budgets(per_minute: dict[str, int], workers: int | str) -> dict[str, int]:
+    """Each limit's share in one of `workers` processes, rounded up (workers get `auto` as its number)."""
+    shares = workers if isinstance(workers, int) else 1
+    return {name: math.ceil(rate / shares) for name, rate in per_minute.items()}
 
 
 @dataclass

@@ -39,12 +39,15 @@ JOBS_GAUGE = metrics.gauge(
     "ragoverlay_jobs",
     "Jobs of the queue by status (queued includes those waiting for a retry; due: queued and due now)",
     ("status",),
+    per_process=False,
 )
 JOBS_RUNNING_GAUGE = metrics.gauge(
-    "ragoverlay_jobs_running", "Jobs running now on any replica, by kind", ("kind",)
+    "ragoverlay_jobs_running", "Jobs running now on any replica, by kind", ("kind",), per_process=False
 )
 JOBS_OLDEST_DUE_GAUGE = metrics.gauge(
-    "ragoverlay_jobs_oldest_due_seconds", "How long the longest-waiting due job has waited (0: none)"
+    "ragoverlay_jobs_oldest_due_seconds",
+    "How long the longest-waiting due job has waited (0: none)",
+    per_process=False,
 )
 WORKER_RUNNING_GAUGE = metrics.gauge("ragoverlay_job_worker_running", "Jobs running in this process")
 WORKER_SLOTS_GAUGE = metrics.gauge(

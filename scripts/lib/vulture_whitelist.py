@@ -68,6 +68,10 @@ _._tr_open
 _._tr_close
 _._table_close
 
+_.keep_subprocess_alive  # app/runtime/workers.py: uvicorn's Multiprocess.run calls it every half second
+_.worker_app  # app/main.py: uvicorn imports it by name in each worker ("app.main:worker_app")
+_.__getattr__  # app/runtime/workers.py: module __getattr__, uvicorn imports "app.runtime.workers:GuardedHttp"
+
 # --- kept on purpose, though only tests use them ---------------------------------------------------
 _.SimpleTokenCounter  # app/evidence/index/tokens.py: the TokenCounter test double its docstring names
 _.reads  # app/access/allowlist.py: the catalogue round trips, which the caching tests count

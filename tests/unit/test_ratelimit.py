@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.metrics import parse_server_timing
-from app.ratelimit import IDLE_FORGET_S, RateLimiter
+from app.ratelimit import IDLE_FORGET_S, RateLimiter, per_process_budgets
 
 
 class Clock:
@@ -65,3 +65,11 @@ def test_server_timing_parsing() -> None:
         ("db", 0.00225),
     ]
     assert parse_server_timing("total;dur=x, ;dur=1, cache") == []
+
+
+def test_each_of_several_workers_holds_its_share_of_a_budget_rounded_up() -> None:
+    # RAG_WORKERS=2: 10/2 = 5 each; 0 stays off; 7/2 = 3.5 -> 4 (a limit of 1 never becomes 0)
+    budgets = {"reindex": 10, "search": 0, "embed": 7, "mcp": 1}
+    assert per_process_budgets(budgets, 2) == {"reindex": 5, "search": 0, "embed": 4, "mcp": 1}
+    assert per_process_budgets(budgets, 1) == budgets
+    assert per_process_budgets(budgets, "auto") == budgets  # auto runs as one process, else a number
