@@ -32,6 +32,8 @@ from tests.fixtures.standby import StreamingPair, streaming_pair
 pytestmark = pytest.mark.slow
 
 USER = f"user-{uuid.uuid4().hex[:8]}"
+ADMIN = f"admin-{uuid.uuid4().hex[:8]}"
+AGENT = f"agent_{uuid.uuid4().hex[:12]}"  # evidence search (/query_v2) is on for this namespace
 OUTCOMES = ("standby", "waited", "behind", "unavailable", "promoted", "retried")
 
 
@@ -80,6 +82,8 @@ async def served(pair: StreamingPair, settings_factory: SettingsFactory) -> Asyn
         database_url=pair.primary.dsn,
         database_read_urls=[pair.standby_dsn],
         read_standby_retry_s=0.2,  # a stopped standby is asked again soon, so the test sees it come back
+        v2_namespace_ids=[AGENT],
+        admin_user_ids=[ADMIN],
     )
     app = create_app(settings)
     port = free_port()
@@ -138,6 +142,48 @@ def _check_seconds() -> tuple[float, float]:
     """ragoverlay_standby_check_seconds so far: (sum, count)."""
     total = REGISTRY.get_sample_value("ragoverlay_standby_check_seconds_sum") or 0.0
     return total, REGISTRY.get_sample_value("ragoverlay_standby_check_seconds_count") or 0.0
+
+
+async def test_query_v2_reads_on_the_standby_and_finds_each_searchable_upload(served: Served) -> None:
+    headers = auth(USER)
+    first = await _heater(served.client, headers)
+    assert first.status_code == 200, first.text
+
+    async def active() -> bool:  # the namespace's first upload queued its backfill: a run is active
+        status = await served.client.get("/v2/status", headers=auth(ADMIN))
+        assert status.status_code == 200, status.text
+        return any(run["namespace"] == AGENT for run in status.json()["active_runs"])
+
+    await until(active, what=f"an active V2 run of {AGENT}", within_s=120)
+    before, asked = routed(), 0
+    for _ in range(3):
+        stored = await _heater(served.client, headers)
+        assert stored.status_code == 200, stored.text
+        if not stored.json()["evidence"]["searchable"]:
+            continue  # staged by a job instead: /query_v2 serves the version before it meanwhile
+        file_id, word = stored.json()["file_id"], stored.request.headers["x-test-word"]
+        body = {"query": f"weight of the {word} heater", "file_ids": [file_id], "entity_id": AGENT}
+        answer = await served.client.post("/query_v2", json=body, headers=headers)
+        assert answer.status_code == 200, answer.text
+        assert file_id in {item["file_id"] for item in answer.json()["results"]}, answer.text
+        asked += 1
+    assert asked > 0  # at least one upload was searchable at once, else nothing was checked
+    counted = since(before)
+    assert counted["standby"] + counted["waited"] > 0, counted
+
+
+async def _heater(client: httpx.AsyncClient, headers: dict[str, str]) -> httpx.Response:
+    """Upload a one-heater manual into AGENT's knowledge base (the word goes back in a header)."""
+    word = f"Heater{uuid.uuid4().hex[:8]}"
+    text = f"# {word} heater\n\n## Ratings\n\nThe {word} heater weighs 12 kg and gives 2.8 kW.\n"
+    return await upload(
+        client,
+        new_id("heater"),
+        "manual.md",
+        text.encode(),
+        {**headers, "x-test-word": word},
+        entity_id=AGENT,
+    )
 
 
 async def test_standby_lagging_two_seconds_costs_no_missing_answer(
