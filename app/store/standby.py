@@ -39,6 +39,7 @@ T = TypeVar("T")
 PRIMARY_POSITION = "SELECT pg_current_wal_lsn()"
 STANDBY_POSITION = "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()"
 REPLAYED = "SELECT pg_last_wal_replay_lsn()"
+COMMIT_MODE = "SELECT current_setting('synchronous_commit')"
 
 # a standby's connection and its position, within this: an unreachable host must not hold a read
 CHECK_TIMEOUT_S = 1.0
@@ -274,4 +275,13 @@ async def open_read_pools(
         )
         standbys.append(Standby(describe_url(url), pool))
     logger.info("Read standbys: %s", ", ".join(s.name for s in standbys))
+    async with primary.acquire() as conn:
+        mode = await conn.fetchval(COMMIT_MODE)
+    if mode == "off":
+        # an acknowledged commit may then lie past pg_current_wal_lsn() for up to wal_writer_delay:
+        # a read right after it could miss it on a standby
+        logger.error(
+            "Read standbys: the primary runs with synchronous_commit = off for this role, so a "
+            "search right after an upload may miss it on a standby; set it to on (the default)"
+        )
     return ReadPools(primary, standbys, wait_s=wait_s, retry_s=retry_s)

@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from app.store.standby import ReadPools, Standby
+from app.store.standby import ReadPools, Standby, open_read_pools
 
 
 class FakeServer:
@@ -26,6 +26,7 @@ class FakeServer:
         self.in_recovery = True
         self.down = False
         self.asked = 0  # position checks answered
+        self.commit_mode = "on"
 
     def replay(self) -> int:
         self.asked += 1
@@ -39,9 +40,11 @@ class FakeConn:
     async def fetchrow(self, sql: str) -> tuple[bool, int]:
         return self.server.in_recovery, self.server.replay()
 
-    async def fetchval(self, sql: str, timeout: float | None = None) -> int:  # noqa: ASYNC109
+    async def fetchval(self, sql: str, timeout: float | None = None) -> int | str:  # noqa: ASYNC109
         if "pg_current_wal_lsn" in sql:
             return self.server.position
+        if "synchronous_commit" in sql:
+            return self.server.commit_mode
         return self.server.replay()
 
 
@@ -157,3 +160,16 @@ async def test_a_wrong_request_is_not_asked_twice() -> None:
     with pytest.raises(ValueError):
         await reads.read(wrong)
     assert calls == ["standby"]
+
+
+@pytest.mark.parametrize(("mode", "warned"), [("on", False), ("local", False), ("off", True)])
+async def test_a_primary_acknowledging_unwritten_commits_is_reported(
+    caplog: pytest.LogCaptureFixture, mode: str, warned: bool
+) -> None:
+    primary = FakeServer("primary")
+    primary.commit_mode = mode
+    with caplog.at_level("ERROR", logger="app.store.standby"):
+        await open_read_pools(
+            FakePool(primary), [], max_size=1, statement_timeout_ms=1000, wait_s=0, retry_s=1
+        )
+    assert ("synchronous_commit = off" in caplog.text) is warned
