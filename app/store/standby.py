@@ -93,10 +93,14 @@ def standby_failure(exc: BaseException) -> bool:
     """A failure of the standby, not of the request: the primary is asked instead.
 
     A lost connection, a query cancelled by a conflict with recovery (class 40: a search on a
-    standby that is replaying a vacuum of the rows it reads), or a write that landed on a standby.
+    standby that is replaying a vacuum of the rows it reads), a write that landed on a standby, or
+    any client-side error: asyncpg hands a pooled connection the server closed back to its pool
+    itself, and the next statement on it fails with "connection has been released back to the
+    pool". A request that is wrong fails on the primary again, and that answer stands.
     """
     return database_unavailable(exc) or isinstance(
-        exc, (asyncpg.TransactionRollbackError, asyncpg.ReadOnlySQLTransactionError)
+        exc,
+        (asyncpg.TransactionRollbackError, asyncpg.ReadOnlySQLTransactionError, asyncpg.InterfaceError),
     )
 
 

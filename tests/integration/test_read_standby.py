@@ -228,16 +228,25 @@ async def _assert_lag_at_least(pair: StreamingPair, *, seconds: float) -> None:
 
 
 async def test_stopped_standby_costs_no_errors_and_is_used_again(served: Served, pair: StreamingPair) -> None:
-    await asyncio.to_thread(pair.stop_standby)
+    file_id, word = new_id("steady"), f"marker{uuid.uuid4().hex[:10]}"
+    stored = await upload(served.client, file_id, "note.txt", f"The {word} memo.".encode(), auth(USER))
+    assert stored.status_code == 200, stored.text
+    stop = asyncio.Event()
+    # searches in flight while the standby goes down: those it cuts are asked again on the primary
+    searchers = [asyncio.create_task(_search_until(served.client, word, file_id, stop)) for _ in range(4)]
     try:
+        await asyncio.to_thread(pair.stop_standby)
         before = routed()
         tally = await upload_then_search(served.client, 3)
         counted = since(before)
-        assert (tally.errors, tally.missing) == (0, 0), tally
-        assert counted["unavailable"] >= tally.rounds, counted
-        assert counted["standby"] + counted["waited"] == 0, counted
     finally:
+        stop.set()
+        failed = [line for lines in await asyncio.gather(*searchers) for line in lines]
         await asyncio.to_thread(pair.start_standby)
+    assert failed == [], failed
+    assert (tally.errors, tally.missing) == (0, 0), tally
+    assert counted["unavailable"] >= tally.rounds, counted
+    assert counted["standby"] + counted["waited"] == 0, counted
     before = routed()
 
     async def back() -> bool:
@@ -245,6 +254,16 @@ async def test_stopped_standby_costs_no_errors_and_is_used_again(served: Served,
         return since(before)["standby"] + since(before)["waited"] > 0
 
     await until(back, what="reads on the restarted standby", within_s=60)
+
+
+async def _search_until(client: httpx.AsyncClient, word: str, file_id: str, stop: asyncio.Event) -> list[str]:
+    """Search the file until `stop`; what went wrong, one entry per failed search."""
+    failed: list[str] = []
+    while not stop.is_set():
+        found = await query(client, word, file_id, auth(USER), k=1)
+        if found.status_code != 200 or file_id not in file_ids_of(found.json()):
+            failed.append(f"{found.status_code}: {found.text[:200]}")
+    return failed
 
 
 async def test_promoted_standby_is_never_read(served: Served, pair: StreamingPair) -> None:

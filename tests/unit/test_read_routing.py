@@ -149,6 +149,19 @@ async def test_a_read_failing_on_the_standby_is_asked_again_on_the_primary() -> 
     assert pool.acquired == 1
 
 
+async def test_a_connection_asyncpg_gave_back_after_the_server_closed_it_is_retried() -> None:
+    reads, _ = pools(FakeServer("standby"))
+
+    async def released_under_us(conn: FakeConn) -> str:
+        if conn.server.name == "standby":
+            raise asyncpg.InterfaceError(
+                "cannot call Connection.fetch(): connection has been released back to the pool"
+            )
+        return conn.server.name
+
+    assert await reads.read(released_under_us) == "primary"
+
+
 async def test_a_wrong_request_is_not_asked_twice() -> None:
     reads, _ = pools(FakeServer("standby"))
     calls: list[str] = []
