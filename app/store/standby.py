@@ -4,15 +4,16 @@
     rows = await reads.read(lambda conn: store.documents(conn, scope), timeout=10)  # retried on the primary
     async with reads.acquire(timeout=10) as conn: ...  # a standby or the primary
 
-Read-your-writes for every client, with no state shared between service replicas: before a read,
-the primary's current WAL position (`pg_current_wal_lsn()`, every acknowledged commit lies before
-it) is asked beside the standby's replay position and recovery state, both at once. A standby that
-has replayed up to that position sees every write acknowledged before the read began; one that is
-behind gets a short, bounded wait (polled with growing pauses), then the read goes to the primary.
-A standby that fails or cannot be reached is skipped for `retry_s`; one no longer in recovery
-(promoted, or a primary given by mistake) is never read. So a lagging, lost or promoted standby
-makes a read slower, never wrong. Only reads come here: writes, job claims and migrations keep the
-primary pool; the statements are the same on either server (the scope predicate included).
+Read-your-writes for every client, with no state shared between service replicas: before a read, the
+primary's flushed WAL position (`pg_current_wal_flush_lsn()`: a commit is flushed before it is
+acknowledged, and standbys are sent flushed WAL only) is asked beside the standby's replay position
+and recovery state, both at once. A standby that has replayed up to that position sees every write
+acknowledged before the read began; one that is behind gets a short, bounded wait (polled with
+growing pauses), then the read goes to the primary. A standby that fails or cannot be reached is
+skipped for `retry_s`; one no longer in recovery (promoted, or a primary given by mistake) is never
+read. So a lagging, lost or promoted standby makes a read slower, never wrong. Only reads come here:
+writes, job claims and migrations keep the primary pool; the statements are the same on either
+server (the scope predicate included).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-PRIMARY_POSITION = "SELECT pg_current_wal_lsn()"
+PRIMARY_POSITION = "SELECT pg_current_wal_flush_lsn()"
 STANDBY_POSITION = "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()"
 REPLAYED = "SELECT pg_last_wal_replay_lsn()"
 COMMIT_MODE = "SELECT current_setting('synchronous_commit')"
@@ -282,7 +283,7 @@ async def open_read_pools(
     async with primary.acquire() as conn:
         mode = await conn.fetchval(COMMIT_MODE)
     if mode == "off":
-        # an acknowledged commit may then lie past pg_current_wal_lsn() for up to wal_writer_delay:
+        # an acknowledged commit may then lie past the flushed position for up to wal_writer_delay:
         # a read right after it could miss it on a standby
         logger.error(
             "Read standbys: the primary runs with synchronous_commit = off for this role, so a "

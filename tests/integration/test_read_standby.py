@@ -214,7 +214,7 @@ async def _assert_lag_at_least(pair: StreamingPair, *, seconds: float) -> None:
     try:
         await primary.execute("CREATE TABLE IF NOT EXISTS lag_probe (at timestamptz)")
         await primary.execute("INSERT INTO lag_probe VALUES (now())")
-        target = await primary.fetchval("SELECT pg_current_wal_lsn()")
+        target = await primary.fetchval("SELECT pg_current_wal_flush_lsn()")
         started = time.monotonic()
 
         async def replayed() -> bool:

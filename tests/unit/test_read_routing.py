@@ -41,7 +41,7 @@ class FakeConn:
         return self.server.in_recovery, self.server.replay()
 
     async def fetchval(self, sql: str, timeout: float | None = None) -> int | str:  # noqa: ASYNC109
-        if "pg_current_wal_lsn" in sql:
+        if "pg_current_wal_flush_lsn" in sql:
             return self.server.position
         if "synchronous_commit" in sql:
             return self.server.commit_mode
