@@ -14,7 +14,7 @@ import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import quote, quote_plus
+from urllib.parse import quote, quote_plus, urlsplit
 
 from pydantic import (
     AliasChoices,
@@ -128,12 +128,13 @@ class Settings(TuningKnobs):
 
     # --- database -----------------------------------------------------------------------------
     database_url: str | None = Field(None, validation_alias=_env("DATABASE_URL"))
+    # streaming standbys that searches read from (app/store/standby.py), comma-separated
+    database_read_urls: CsvList = Field(default_factory=list, validation_alias=_env("DATABASE_READ_URLS"))
     postgres_db: str = Field("mydatabase", validation_alias=_env("POSTGRES_DB"))
     postgres_user: str = Field("myuser", validation_alias=_env("POSTGRES_USER"))
     postgres_password: str = Field("mypassword", validation_alias=_env("POSTGRES_PASSWORD"))
     db_host: str | None = Field(None, validation_alias=_env("DB_HOST"))
     db_port: int = Field(5432, validation_alias=_env("DB_PORT"))
-    postgres_use_unix_socket: bool = Field(False, validation_alias=_env("POSTGRES_USE_UNIX_SOCKET"))
     collection_name: str = Field("testcollection", min_length=1, validation_alias=_env("COLLECTION_NAME"))
 
     # --- ingestion ----------------------------------------------------------------------------
@@ -233,6 +234,11 @@ class Settings(TuningKnobs):
                 f"unknown destinations {unknown}: name some of {', '.join(PII_DESTINATIONS)}, or all, or none"
             )
         return names
+
+    @field_validator("database_read_urls", mode="before")
+    @classmethod
+    def _read_urls(cls, value: object) -> list[str]:
+        return [postgres_url(url) for url in split_csv(value)]
 
     @field_validator("ocr_engine", mode="before")
     @classmethod
@@ -391,12 +397,7 @@ class Settings(TuningKnobs):
     def external_dsn(self) -> str:
         """The DSN of an external PostgreSQL, from DATABASE_URL or rag_api's POSTGRES_*/DB_* names."""
         if self.database_url:
-            url = self.database_url
-            # SQLAlchemy-style URLs (rag_api docs use them) are not understood by asyncpg.
-            for prefix in ("postgresql+psycopg2://", "postgresql+psycopg://", "postgresql+asyncpg://"):
-                if url.startswith(prefix):
-                    url = "postgresql://" + url[len(prefix) :]
-            return url
+            return without_driver(self.database_url)
         user = quote_plus(self.postgres_user)
         password = quote_plus(self.postgres_password)
         db = quote_plus(self.postgres_db)
@@ -404,6 +405,28 @@ class Settings(TuningKnobs):
         if self.postgres_use_unix_socket:
             return f"postgresql://{user}:{password}@/{db}?host={quote(host, safe='')}&port={self.db_port}"
         return f"postgresql://{user}:{password}@{host}:{self.db_port}/{db}"
+
+
+def without_driver(url: str) -> str:
+    """`url` without a SQLAlchemy driver prefix (rag_api's docs use them; asyncpg does not know them)."""
+    for prefix in ("postgresql+psycopg2://", "postgresql+psycopg://", "postgresql+asyncpg://"):
+        if url.startswith(prefix):
+            return "postgresql://" + url[len(prefix) :]
+    return url
+
+
+def postgres_url(url: str) -> str:
+    """A PostgreSQL URL as asyncpg takes it; ValueError when it is not one."""
+    url = without_driver(url)
+    parts = urlsplit(url)
+    # the URL itself is never repeated: it may hold a password
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ValueError(
+            f"each URL must start with postgresql:// (one has the scheme {parts.scheme or 'none'!r})"
+        )
+    if not parts.hostname and "host=" not in parts.query:
+        raise ValueError("each URL must name a host (postgresql://user:password@host:5432/database)")
+    return url
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -70,6 +70,11 @@ class TuningKnobs(BaseSettings):
     db_statement_timeout_ms: int = Field(30_000, ge=100, validation_alias=_env("DB_STATEMENT_TIMEOUT_MS"))
     query_timeout_ms: int = Field(10_000, ge=50, validation_alias=_env("QUERY_TIMEOUT_MS"))
     db_check_interval_s: float = Field(5.0, gt=0, le=3600, validation_alias=_env("DB_CHECK_INTERVAL_S"))
+    postgres_use_unix_socket: bool = Field(False, validation_alias=_env("POSTGRES_USE_UNIX_SOCKET"))
+    # read standbys (DATABASE_READ_URLS, app/store/standby.py): how long a read waits for a standby
+    # to replay the primary's last write, and how long a failed or promoted one is left alone
+    read_standby_wait_ms: int = Field(100, ge=0, le=10_000, validation_alias=_env("READ_STANDBY_WAIT_MS"))
+    read_standby_retry_s: float = Field(5.0, gt=0, le=3600, validation_alias=_env("READ_STANDBY_RETRY_S"))
 
     # --- uploads: chunks and parsing limits (app/ingest/limits.py; parsed in a worker process) ---
     max_chunks_per_file: int = Field(50_000, ge=1, validation_alias=_env("MAX_CHUNKS_PER_FILE"))

@@ -22,6 +22,8 @@ What is measured:
   `ragoverlay_database_restarts_total`, `ragoverlay_database_last_outage_seconds`, pool size and
   idle connections;
 - refused by a rate limit: `ragoverlay_rate_limited_total{limit}`;
+- with read standbys (app/store/standby.py): where reads went, `ragoverlay_standby_reads_total{outcome}`,
+  and the time spent choosing, `ragoverlay_standby_check_seconds`;
 - the process (RSS, CPU, open files) from prometheus-client's own collectors.
 
 Adding gauges (the job queue does this):
@@ -195,6 +197,23 @@ V2_RERANK_FALLBACKS = Counter(
     "ragoverlay_v2_rerank_fallbacks_total",
     "Reranker failures (timeout, bad reply) answered by the feature reranker instead",
     ("reranker",),
+    registry=REGISTRY,
+)
+
+STANDBY_READS = Counter(
+    "ragoverlay_standby_reads_total",
+    "Reads routed with read standbys configured: standby (caught up at once), waited (caught up "
+    "within READ_STANDBY_WAIT_MS), and the reads the primary answered instead: behind (still "
+    "behind), unavailable (down, failing or set aside for now), promoted (not in recovery); "
+    "retried: failed on the standby and asked again on the primary",
+    ("outcome",),
+    registry=REGISTRY,
+)
+STANDBY_CHECK_SECONDS = Histogram(
+    "ragoverlay_standby_check_seconds",
+    "Time a read spent choosing its server: the primary's WAL position and the standby's replay "
+    "position (asked at once), plus any wait for the standby",
+    buckets=STAGE_BUCKETS,
     registry=REGISTRY,
 )
 

@@ -55,6 +55,7 @@ from app.search.service import SearchService
 from app.search.state import SearchState
 from app.store.db import StoreInfo, bootstrap, create_pool, stored_dimension
 from app.store.maintenance import MaintenanceStore
+from app.store.standby import ReadPools, open_read_pools
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +76,8 @@ class Services:
     maintenance: Maintenance
     evidence: Evidence  # evidence search (/query_v2, its index runs): app/evidence/
     jobs: JobSystem
+    # searches' and reads' servers when DATABASE_READ_URLS names standbys (else None: the pool serves all)
+    reads: ReadPools | None
     # every door's Scope, with LibreChat's catalogue narrowing file ids first (ALLOWLIST_VERIFY)
     access: Access
     admin_ids: frozenset[str]
@@ -86,6 +89,7 @@ class _Database:
     info: StoreInfo
     pool: asyncpg.Pool
     supervisor: DatabaseSupervisor
+    reads: ReadPools | None  # read standbys (DATABASE_READ_URLS)
 
 
 async def build_services(
@@ -115,6 +119,7 @@ async def build_services(
         queue=queue.service,
         tasks=tasks,
         contextualizer=situate,
+        reads=db.reads,
     )
     # each stored file: V1's search statistics count it; evidence search stages it in the upload
     ingest = IngestService(
@@ -130,7 +135,8 @@ async def build_services(
     stack.callback(ingest.close)
     stack.push_async_callback(maintenance.close)
     searching = SearchSettings.from_settings(settings)
-    search = SearchService(searching, pool, info, embedder, maintenance.state, maintenance.want_index)
+    reading = db.reads or pool  # searches and reads: a caught-up standby, else the primary
+    search = SearchService(searching, reading, info, embedder, maintenance.state, maintenance.want_index)
     stack.push_async_callback(search.aclose)
     jobs = build_jobs(
         queue,
@@ -158,6 +164,7 @@ async def build_services(
         maintenance=maintenance,
         evidence=evidence,
         jobs=jobs,
+        reads=db.reads,
         access=_access(settings, info, stack),
         admin_ids=frozenset(settings.admin_user_ids),
     )
@@ -214,7 +221,25 @@ async def _open_database(settings: Settings, stack: contextlib.AsyncExitStack, *
     stack.callback(metrics.bind_runtime(supervisor, pool))
     # closed before the pool and the embedded server (the stack unwinds in reverse)
     stack.push_async_callback(supervisor.close)
-    return _Database(dsn, info, pool, supervisor)
+    return _Database(dsn, info, pool, supervisor, await _open_read_standbys(settings, stack, pool))
+
+
+async def _open_read_standbys(
+    settings: Settings, stack: contextlib.AsyncExitStack, pool: asyncpg.Pool
+) -> ReadPools | None:
+    """DATABASE_READ_URLS' standbys beside the primary's pool; None without any (one pool, as ever)."""
+    if not settings.database_read_urls:
+        return None
+    reads = await open_read_pools(
+        pool,
+        settings.database_read_urls,
+        max_size=settings.db_pool_max_size,
+        statement_timeout_ms=settings.db_statement_timeout_ms,
+        wait_s=settings.read_standby_wait_ms / 1000,
+        retry_s=settings.read_standby_retry_s,
+    )
+    stack.push_async_callback(reads.close)
+    return reads
 
 
 async def _open_embedder(

@@ -48,6 +48,7 @@ from app.store.db import PoolShare, StoreInfo, pool_share
 from app.store.jobs import Enqueued
 from app.store.missing_vectors import SweepStore
 from app.store.scope import Scope
+from app.store.standby import ReadPools
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,7 @@ def build_evidence(
     queue: JobService,
     tasks: MaintenanceRegistry,
     contextualizer: Contextualizer | None,
+    reads: ReadPools | None = None,
 ) -> Evidence:
     """Evidence search wired to the service's resources; its closes go on `stack`."""
     index_tasks = V2Maintenance(settings, pool, info, embedder, dsn, tasks)
@@ -218,7 +220,8 @@ def build_evidence(
         redact=redactor_for("reranker", settings.pii_redact),
     )
     # its statements hold their connection longest: all but a reserve, so they never take all of it
-    connections = PoolShare(pool, pool_share(settings.db_pool_max_size))
+    # (questions read on a caught-up standby when DATABASE_READ_URLS names any)
+    connections = PoolShare(reads or pool, pool_share(settings.db_pool_max_size))
     # files /query_v2 finds missing from the answering run: their staging goes first
     search = V2SearchService(
         settings, connections, info, embedder, tuning, reranker, on_missing=jobs.hurry_staging

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import asyncpg
 import numpy as np
@@ -22,8 +23,10 @@ from app.store import chunks as store
 from app.store import memory_search
 from app.store.db import StoreInfo
 from app.store.scope import Scope
+from app.store.standby import ReadPools
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Row caps for reads that return whole files: far above any real file, low enough to protect memory.
 MAX_DOCUMENT_ROWS = 100_000
@@ -58,7 +61,7 @@ class SearchService:
     def __init__(
         self,
         settings: SearchSettings,
-        pool: asyncpg.Pool,
+        pool: asyncpg.Pool | ReadPools,  # the primary's, or its read standbys' (app/store/standby.py)
         info: StoreInfo,
         embedder: Embedder,
         state: SearchState | None = None,
@@ -108,13 +111,19 @@ class SearchService:
             self.want_index(dims)
         decision = self.plan(dims, scope, k)
         timeout = self.settings.query_timeout_s
-        async with self.pool.acquire(timeout=timeout) as conn:
+        t_conn = t1
+
+        async def nearest(conn: asyncpg.Connection) -> store.SearchResult:
+            nonlocal t_conn
             t_conn = time.perf_counter()
             result = None
             if decision.in_memory:
                 result = await self.search_in_memory(conn, scope, decision, vector, timeout)
             if result is None:
                 result = await store.search(conn, scope, decision.call(vector), timeout=timeout)
+            return result
+
+        result = await self._read(nearest, timeout)
         t2 = time.perf_counter()
         hits = result.hits
         threshold = self.settings.distance_threshold
@@ -230,8 +239,9 @@ class SearchService:
 
         async def load() -> None:
             try:
-                async with self.pool.acquire(timeout=self.settings.query_timeout_s) as conn:
-                    packed = await memory_search.scope_vectors(conn, scope, dims)
+                packed = await self._read(
+                    lambda conn: memory_search.scope_vectors(conn, scope, dims), self.settings.query_timeout_s
+                )
                 self._take(dims, packed)
             except Exception:  # a later search tries again; this one was answered by the database
                 logger.warning(
@@ -257,8 +267,7 @@ class SearchService:
 
     async def documents(self, scope: Scope) -> list[store.StoredChunk]:
         """All chunks of the scope's files, grouped by file in document order."""
-        async with self.pool.acquire() as conn:
-            return await store.documents(conn, scope, limit=MAX_DOCUMENT_ROWS)
+        return await self._read(lambda conn: store.documents(conn, scope, limit=MAX_DOCUMENT_ROWS))
 
     async def file_ids(self, scope: Scope) -> list[str]:
         """Distinct file ids the scope can see (its file list, if any, is ignored)."""
@@ -268,13 +277,23 @@ class SearchService:
             uploader=scope.uploader,
             legacy_unowned=scope.legacy_unowned,
         )
-        async with self.pool.acquire() as conn:
-            return await store.list_file_ids(conn, listing, limit=MAX_IDS)
+        return await self._read(lambda conn: store.list_file_ids(conn, listing, limit=MAX_IDS))
 
     async def files(self, scope: Scope, *, after: str | None, limit: int) -> list[store.ListedFile]:
         """A page of the catalogued files the scope can see, by file id after `after`."""
-        async with self.pool.acquire() as conn:
-            return await store.list_files(conn, scope, after=after, limit=limit)
+        return await self._read(lambda conn: store.list_files(conn, scope, after=after, limit=limit))
+
+    async def _read(
+        self,
+        work: Callable[[asyncpg.Connection], Awaitable[T]],
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> T:
+        """`work` on a pooled connection: with read standbys (DATABASE_READ_URLS), a caught-up
+        standby's, asked again on the primary when it fails there."""
+        if isinstance(self.pool, ReadPools):
+            return await self.pool.read(work, timeout=timeout)
+        async with self.pool.acquire(timeout=timeout) as conn:
+            return await work(conn)
 
     async def context(self, scope: Scope) -> str | None:
         """The text of the scope's file for the model, or None when it is not in scope."""

@@ -186,6 +186,7 @@ MOVED_TO_TUNING: dict[str, tuple[str, str, object]] = {
     "LIBRECHAT_MONGO_DB": ("librechat_mongo_db", "chat", "chat"),
     "ALLOWLIST_FAIL_OPEN": ("allowlist_fail_open", "true", True),
     "MCP_GATEWAY_USER_HEADER": ("mcp_gateway_user_header", "X-User", "X-User"),
+    "POSTGRES_USE_UNIX_SOCKET": ("postgres_use_unix_socket", "true", True),
 }
 MOVED_DEFAULTS: dict[str, object] = {
     "cors_origins": ["*"],
@@ -201,6 +202,7 @@ MOVED_DEFAULTS: dict[str, object] = {
     "librechat_mongo_db": None,
     "allowlist_fail_open": False,
     "mcp_gateway_user_header": "X-LibreChat-User-Id",
+    "postgres_use_unix_socket": False,
 }
 
 
@@ -260,6 +262,9 @@ def test_defaults_are_embedded_and_offline() -> None:
         ({"EMBEDDINGS_MODEL": "text-embedding-3-large"}, "EMBEDDINGS_PROVIDER=local"),
         ({"EMBEDDINGS_DIMENSIONS": "512"}, "384"),
         ({"EMBEDDED_POSTGRES": "false"}, "DATABASE_URL"),
+        ({"DATABASE_READ_URLS": "mysql://u:p@standby/db"}, "DATABASE_READ_URLS: Value error, each URL"),
+        ({"DATABASE_READ_URLS": "postgresql://h1/db, postgresql:///db"}, "DATABASE_READ_URLS: Value error"),
+        ({"DATABASE_READ_URLS": "standby-1:5432"}, "DATABASE_READ_URLS"),
     ],
 )
 def test_bad_values_name_the_variable(monkeypatch: pytest.MonkeyPatch, env: dict, needle: str) -> None:
@@ -273,6 +278,19 @@ def test_bad_values_name_the_variable(monkeypatch: pytest.MonkeyPatch, env: dict
 def test_sqlalchemy_style_database_url(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DATABASE_URL", "postgresql+psycopg2://u:p@h:5432/d")
     assert load_settings(_env_file=None).external_dsn() == "postgresql://u:p@h:5432/d"
+
+
+def test_read_urls_are_a_comma_separated_list_and_never_echoed(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings(_env_file=None).database_read_urls == []
+    monkeypatch.setenv("DATABASE_READ_URLS", "postgresql+psycopg2://u:p@s1:5432/d, postgres://u:p@s2/d,")
+    assert load_settings(_env_file=None).database_read_urls == [
+        "postgresql://u:p@s1:5432/d",
+        "postgres://u:p@s2/d",
+    ]
+    monkeypatch.setenv("DATABASE_READ_URLS", "mysql://u:hunter2@s1/d")
+    with pytest.raises(ConfigError) as exc:
+        load_settings(_env_file=None)
+    assert "hunter2" not in str(exc.value)  # a URL may carry a password
 
 
 BLANK_MEANS_UNSET = {
