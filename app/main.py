@@ -13,7 +13,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from app import metrics
 from app.access.principal import TokenCache
-from app.api import admin, documents, embed, health, jobs, v2_admin, v2_query
+from app.api import admin, console, documents, embed, health, jobs, v2_admin, v2_query
 from app.api import metrics as metrics_route
 from app.api.body_limits import BodyGuardMiddleware
 from app.api.errors import install_error_handlers
@@ -135,6 +135,8 @@ def create_app(
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(metrics_route.router)
+    # the operator console: its own admin check (a cookie, or the local operator), not the bearer's
+    app.include_router(console.router)
     # the limit runs after authentication: the client it counts is the token's user id
     authed = [Depends(get_principal), Depends(enforce_rate_limit)]
     routers = [embed.router, documents.router, v2_query.router, v2_admin.router, jobs.router, admin.router]

@@ -72,6 +72,15 @@ _.keep_subprocess_alive  # app/runtime/workers.py: uvicorn's Multiprocess.run ca
 _.worker_app  # app/main.py: uvicorn imports it by name in each worker ("app.main:worker_app")
 _.__getattr__  # app/runtime/workers.py: module __getattr__, uvicorn imports "app.runtime.workers:GuardedHttp"
 
+# --- read by name in the console's Jinja2 templates (app/console/templates/) ---------------------
+_.v2_outcomes  # app/console/views.py MetricsPage
+_.not_ready  # app/store/console.py KnowledgeBase
+_.last_upload  # app/store/console.py KnowledgeBase
+_.evidence_files  # app/store/console.py KnowledgeBase
+_.evidence_failed  # app/store/console.py KnowledgeBase
+_.evidence_state  # app/store/console.py FileRow
+_.evidence_error  # app/store/console.py FileRow
+
 # --- kept on purpose, though only tests use them ---------------------------------------------------
 _.SimpleTokenCounter  # app/evidence/index/tokens.py: the TokenCounter test double its docstring names
 _.reads  # app/access/allowlist.py: the catalogue round trips, which the caching tests count

@@ -1,0 +1,153 @@
+"""The operator console's doors and pages, in process: who gets in, the headers every page carries,
+the CSRF guard of its actions, escaping, and a search that keeps the chosen user's rights."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from app.api.console import CSP
+from tests.contract.helpers import upload
+from tests.fixtures.patience import until
+from tests.fixtures.service import SettingsFactory, auth, make_token, new_id, running_app
+
+pytestmark = pytest.mark.slow
+
+ADMIN = "admin-console"
+OWNER = "owner-console"
+STRANGER = "stranger-console"
+NAME = "<img src=x onerror=alert(1)>.txt"  # a file name is the uploader's text: escaped everywhere
+PRIVATE = b"The spare key of the workshop lies under the blue flower pot."
+TEXT = b"The K 28 heater weighs 12 kg and draws 2.8 kW. Its filter is changed every 6 months."
+
+
+@dataclass
+class World:
+    client: httpx.AsyncClient
+    agent: str
+    file_id: str
+
+
+@pytest.fixture(scope="module")
+async def world(settings_factory: SettingsFactory) -> AsyncIterator[World]:
+    agent = f"agent_{new_id('console')}"
+    settings = settings_factory(admin_user_ids=[ADMIN], v2_namespace_ids=[agent])
+    async with running_app(settings) as client:
+        file_id = new_id("heater")
+        r = await upload(client, file_id, NAME, TEXT, auth(OWNER), entity_id=agent)
+        assert r.status_code == 200, r.text
+        r = await upload(
+            client, new_id("private"), "notes.txt", PRIVATE, auth(OWNER)
+        )  # OWNER's own namespace
+        assert r.status_code == 200, r.text
+
+        async def active() -> bool:  # the first upload of a namespace queues its evidence run
+            status = (await client.get("/v2/status", headers=auth(ADMIN))).json()
+            return (
+                any(run["namespace"] == agent for run in status["active_runs"]) and not status["running_runs"]
+            )
+
+        await until(active, what=f"an active evidence run of {agent}", within_s=120, every_s=0.3)
+        yield World(client, agent, file_id)
+
+
+async def _login(client: httpx.AsyncClient, user: str) -> httpx.Response:
+    return await client.post("/console/login", data={"token": make_token(user)}, follow_redirects=False)
+
+
+async def test_without_a_session_every_page_sends_the_admin_to_the_login(world: World) -> None:
+    world.client.cookies.clear()
+    for path in (
+        "/console",
+        "/console/jobs",
+        "/console/search",
+        "/console/metrics",
+        f"/console/kb/{world.agent}",
+    ):
+        r = await world.client.get(path, follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == "/console/login", path
+    # a bearer token does not open the console: its pages read the console's cookie only
+    r = await world.client.get("/console", headers=auth(ADMIN), follow_redirects=False)
+    assert r.status_code == 303
+    assert (await world.client.get("/console/api/jobs")).status_code == 401
+
+
+async def test_a_non_admin_token_is_refused_and_an_admins_opens_a_strict_session(world: World) -> None:
+    world.client.cookies.clear()
+    r = await _login(world.client, OWNER)
+    assert r.status_code == 403 and "admin" in r.text and "set-cookie" not in r.headers
+    r = await world.client.post("/console/login", data={"token": "not-a-jwt"}, follow_redirects=False)
+    assert r.status_code == 401 and "set-cookie" not in r.headers
+    r = await _login(world.client, ADMIN)
+    assert r.status_code == 303 and r.headers["location"] == "/console"
+    cookie = r.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie and "path=/console" in cookie
+    page = await world.client.get("/console")
+    assert page.status_code == 200
+    assert page.headers["content-security-policy"] == CSP and "unsafe-inline" not in CSP
+    assert page.headers["cache-control"] == "no-store" and page.headers["x-frame-options"] == "DENY"
+    # the knowledge base, its file and its V1 chunks are on the first page
+    assert world.agent in page.text and NAME not in page.text
+
+
+async def test_file_names_are_escaped_and_files_can_be_searched_and_sorted(world: World) -> None:
+    await _login(world.client, ADMIN)
+    r = await world.client.get(f"/console/kb/{world.agent}", params={"q": "onerror", "sort": "chunks"})
+    assert r.status_code == 200
+    assert "&lt;img src=x onerror=alert(1)&gt;.txt" in r.text and NAME not in r.text
+    assert world.file_id in r.text and "1 file;" in r.text
+    none = await world.client.get(f"/console/kb/{world.agent}", params={"q": "no such name"})
+    assert "0 files;" in none.text
+    # LIKE's wildcards are text here, not patterns
+    assert "0 files;" in (await world.client.get(f"/console/kb/{world.agent}", params={"q": "%"})).text
+
+
+async def test_actions_need_the_sessions_csrf_token_and_the_consoles_own_origin(world: World) -> None:
+    await _login(world.client, ADMIN)
+    page = await world.client.get("/console/jobs")
+    token = page.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+    r = await world.client.post("/console/jobs/999999/retry", data={}, follow_redirects=False)
+    assert r.status_code == 403 and "token" in r.json()["detail"]
+    r = await world.client.post(
+        "/console/jobs/999999/retry",
+        data={"csrf": token},
+        headers={"origin": "https://evil.example"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 403 and "own pages" in r.json()["detail"]
+    r = await world.client.post("/console/jobs/999999/retry", data={"csrf": token}, follow_redirects=False)
+    assert r.status_code == 303  # accepted (an unknown job is simply not retried)
+    # a token of another session is stale
+    r = await world.client.post("/console/logout", data={"csrf": token[::-1]}, follow_redirects=False)
+    assert r.status_code == 403
+
+
+async def test_a_search_keeps_the_chosen_users_rights_and_says_why(world: World) -> None:
+    await _login(world.client, ADMIN)
+    question = {"namespace": world.agent, "q": "How heavy is the K 28 heater?"}
+    owner = await world.client.get("/console/search", params={**question, "user": OWNER})
+    assert owner.status_code == 200
+    assert "12 kg" in owner.text and world.file_id in owner.text
+    assert 'id="why"' in owner.text and "Channels and scores" in owner.text
+    # a user's own files: the owner finds them, another user asking about them gets that user's
+    # answer (the namespace is no Agent this user may name), not the owner's text
+    private = {"namespace": OWNER, "q": "Where is the spare key of the workshop?"}
+    mine = await world.client.get("/console/search", params={**private, "user": OWNER})
+    assert "blue flower pot" in mine.text
+    theirs = await world.client.get("/console/search", params={**private, "user": STRANGER})
+    assert theirs.status_code == 200
+    assert "blue flower pot" not in theirs.text and 'role="alert"' in theirs.text
+
+
+async def test_metrics_and_jobs_pages_draw_from_the_services_own_figures(world: World) -> None:
+    await _login(world.client, ADMIN)
+    r = await world.client.get("/console/metrics")
+    assert r.status_code == 200 and "<svg" in r.text and "Requests per route" in r.text
+    jobs = await world.client.get("/console/api/jobs")
+    assert jobs.status_code == 200 and set(jobs.json()) == {"running", "recent"}
+    css = await world.client.get("/console/static/console.css")
+    assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
+    assert (await world.client.get("/console/static/../../config.py")).status_code == 404
