@@ -76,8 +76,6 @@ class Services:
     maintenance: Maintenance
     evidence: Evidence  # evidence search (/query_v2, its index runs): app/evidence/
     jobs: JobSystem
-    # searches' and reads' servers when DATABASE_READ_URLS names standbys (else None: the pool serves all)
-    reads: ReadPools | None
     # every door's Scope, with LibreChat's catalogue narrowing file ids first (ALLOWLIST_VERIFY)
     access: Access
     admin_ids: frozenset[str]
@@ -164,7 +162,6 @@ async def build_services(
         maintenance=maintenance,
         evidence=evidence,
         jobs=jobs,
-        reads=db.reads,
         access=_access(settings, info, stack),
         admin_ids=frozenset(settings.admin_user_ids),
     )

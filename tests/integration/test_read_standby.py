@@ -310,8 +310,7 @@ async def test_without_read_urls_one_pool_serves_every_read(settings_factory: Se
     before = routed()
     async with running_app(settings_factory()) as client:
         services = resources(client)
-        assert services.reads is None
-        assert services.search.pool is services.pool
+        assert services.search.pool is services.pool  # no ReadPools in between
         file_id, word = new_id("one-pool"), f"marker{uuid.uuid4().hex[:10]}"
         stored = await upload(client, file_id, "note.txt", f"The {word} memo.".encode(), auth(USER))
         assert stored.status_code == 200
