@@ -17,6 +17,12 @@ function setProgress(cell, job) {
   } else {
     bar.removeAttribute("value"); figure.textContent = "";
   }
+  // the time left at the pace so far: seconds running x what is left / what is done
+  let eta = cell.querySelector(".eta");
+  if (job.status === "running" && p && p.total && p.done && job.running_s && p.done < p.total) {
+    if (!eta) { eta = document.createElement("span"); eta.className = "eta"; figure.after(eta); }
+    eta.textContent = " about " + Math.round(job.running_s * (p.total - p.done) / p.done) + " s left";
+  } else if (eta) { eta.remove(); }
   let note = cell.querySelector(".note");
   if (p && p.note) {
     if (!note) { note = document.createElement("span"); note.className = "note"; cell.append(note); }
