@@ -264,6 +264,19 @@ NOT_DOORS: dict[tuple[str, str], str] = {
     ("POST", "/v2/runs/{run_id}/fail"): ADMINS_ONLY,
     ("POST", "/v2/backfill"): ADMINS_ONLY,
     ("POST", "/v2/derivative"): ADMINS_ONLY,
+    # the operator console: admins only, through its own cookie (app/console/session.py); its search
+    # page asks as a chosen user through Access.read_scope, as that user's request would
+    ("GET", "/console"): ADMINS_ONLY,
+    ("GET", "/console/kb/{namespace}"): ADMINS_ONLY,
+    ("GET", "/console/jobs"): ADMINS_ONLY,
+    ("GET", "/console/api/jobs"): ADMINS_ONLY,
+    ("POST", "/console/jobs/{job_id}/retry"): ADMINS_ONLY,
+    ("GET", "/console/search"): ADMINS_ONLY,
+    ("GET", "/console/metrics"): ADMINS_ONLY,
+    ("GET", "/console/login"): "the login form; reads no rows",
+    ("POST", "/console/login"): "checks the token it is sent; an admin's opens the console, reads no rows",
+    ("POST", "/console/logout"): "forgets the console's cookie; reads no rows",
+    ("GET", "/console/static/{name}"): "the console's stylesheet and script",
 }
 
 

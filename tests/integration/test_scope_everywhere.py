@@ -281,6 +281,38 @@ def admin_only(
 Probe = Callable[[World], Awaitable[None]]
 
 
+def console_closed(method: str, path: str) -> Probe:
+    """A console page or action: a non-admin's bearer token is no way in, nor the same token as the
+    console's cookie (403); nothing of anyone's files in the answer."""
+
+    async def probe(w: World) -> None:
+        w.client.cookies.clear()
+        data = {"csrf": "x"} if method == "POST" else None
+        r = await w.client.request(method, path, headers=w.h(), data=data, follow_redirects=False)
+        assert r.status_code in (303, 401, 403), r.text
+        assert "Nightingale" not in r.text
+        w.client.cookies.set(
+            "ragoverlay_console", w.h()["Authorization"].removeprefix("Bearer "), path="/console"
+        )
+        try:
+            r = await w.client.request(method, path, data=data, follow_redirects=False)
+        finally:
+            w.client.cookies.clear()
+        assert r.status_code == 403, r.text
+        assert "Nightingale" not in r.text
+        await victim_still_has(w, w.other, w.victim)
+
+    return probe
+
+
+async def probe_console_login(w: World) -> None:
+    # a non-admin's token opens nothing, sets no cookie, and the form reads no rows
+    w.client.cookies.clear()
+    r = await w.client.post("/console/login", data={"token": w.h()["Authorization"].removeprefix("Bearer ")})
+    assert r.status_code == 403 and "set-cookie" not in r.headers and "Nightingale" not in r.text
+    assert "ragoverlay_console" not in w.client.cookies
+
+
 async def probe_job(w: World) -> None:
     # a job (an upload accepted with 202) is read by the caller who asked for it, and nobody else
     r = await w.client.post(
@@ -479,6 +511,15 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("POST", "/local/embed"): probe_local_embed,
     ("POST", "/text"): probe_text,
     # the V2 index's admin routes (an admin manages every namespace's runs; nobody else reaches them)
+    # the operator console (admins only, its own cookie)
+    ("GET", "/console"): console_closed("GET", "/console"),
+    ("GET", "/console/kb/{namespace}"): console_closed("GET", "/console/kb/victim"),
+    ("GET", "/console/jobs"): console_closed("GET", "/console/jobs"),
+    ("GET", "/console/api/jobs"): console_closed("GET", "/console/api/jobs"),
+    ("POST", "/console/jobs/{job_id}/retry"): console_closed("POST", "/console/jobs/1/retry"),
+    ("GET", "/console/search"): console_closed("GET", "/console/search?namespace=victim&q=Nightingale"),
+    ("GET", "/console/metrics"): console_closed("GET", "/console/metrics"),
+    ("POST", "/console/login"): probe_console_login,
     ("GET", "/v2/status"): admin_only("GET", "/v2/status"),
     ("GET", "/v2/runs"): admin_only("GET", "/v2/runs"),
     ("GET", "/v2/runs/{run_id}"): admin_only("GET", "/v2/runs/1"),
@@ -500,6 +541,12 @@ NO_CALLER_DATA = {
     ("GET", "/docs"): "static page",
     ("GET", "/docs/oauth2-redirect"): "static page",
     ("GET", "/redoc"): "static page",
+    ("GET", "/console/login"): "the console's login form",
+    (
+        "POST",
+        "/console/logout",
+    ): "forgets the console's cookie (with the session's CSRF token); reads no rows",
+    ("GET", "/console/static/{name}"): "the console's stylesheet and script",
 }
 
 
