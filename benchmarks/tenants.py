@@ -75,6 +75,20 @@ def parse(argv: list[str]) -> TenantOptions:
     p.add_argument("--json", type=Path, default=None, help="also write the JSON figures here")
     p.add_argument("--service-env", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--index-timeout", type=float, default=d.index_timeout)
+    p.add_argument(
+        "--rag-api",
+        action="store_true",
+        help="rag_api v0.9.0 live beside this checkout on the same database and embedding stub, one "
+        "client request by request: p50/p95 per side, the ratios, recall, load and foreign CPU",
+    )
+    p.add_argument(
+        "--rag-api-git",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="with --rag-api: a clone or bare mirror of danny-avila/rag_api to export the pinned release "
+        "from (default: a bare clone from GitHub; not needed once ~/.cache/ragoverlay/bench-ragapi holds it)",
+    )
     a = p.parse_args(argv)
     spec = TenantSpec(a.chunks, a.agents, a.users, a.kb_min, a.kb_max, a.topics, a.queries, a.seed)
     if not 1 <= spec.kb_min <= spec.kb_max or spec.agents < 1 or spec.users < 1:
@@ -94,6 +108,8 @@ def parse(argv: list[str]) -> TenantOptions:
         json_path=a.json,
         service_env=parse_env_pairs(a.service_env),
         index_timeout=a.index_timeout,
+        rag_api=a.rag_api,
+        rag_api_git=a.rag_api_git,
     )
 
 
@@ -117,11 +133,15 @@ def data_root(opts: TenantOptions) -> tuple[Path, bool]:
 
 def run(opts: TenantOptions) -> int:
     """Run the benchmark; print the table; write the JSON."""
+    from benchmarks import ragapi_measure
     from benchmarks import tenants_report as report
     from benchmarks.embedded import run_on_embedded_postgres
     from benchmarks.progress import Progress
     from benchmarks.run import machine_facts
     from benchmarks.tenants_measure import bench
+
+    if opts.rag_api:
+        bench = ragapi_measure.bench
 
     progress = Progress()
     started = datetime.now(UTC)
@@ -137,6 +157,8 @@ def run(opts: TenantOptions) -> int:
     run_on_embedded_postgres(
         root, temporary, progress, result, lambda info: bench(opts, root, info, progress, result)
     )
+    if opts.rag_api:
+        return _finish_ragapi(opts, started, result)
     result["targets"] = report.targets(result)
     text = json.dumps(result, indent=2, default=str) + "\n"
     opts.out_dir.mkdir(parents=True, exist_ok=True)
@@ -150,6 +172,23 @@ def run(opts: TenantOptions) -> int:
             path.write_text(text)
     print(report.render(result))
     return 0 if report.checks_passed(result) else 1
+
+
+def _finish_ragapi(opts: TenantOptions, started: datetime, result: dict[str, Any]) -> int:
+    """`--rag-api`: write tenants-ragapi-<UTC>.json (and --json), print the comparison."""
+    from benchmarks import ragapi_report
+
+    text = json.dumps(result, indent=2, default=str) + "\n"
+    opts.out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    for path in (opts.out_dir / f"tenants-ragapi-{stamp}.json", opts.json_path):
+        if path is not None:
+            path.write_text(text)
+    if "rag_api" not in result:
+        print(f"no comparison: {result.get('error', 'interrupted')}")
+        return 1
+    print(ragapi_report.render(result))
+    return 0 if ragapi_report.checks_passed(result["rag_api"]) else 1
 
 
 def main(argv: list[str]) -> int:
