@@ -27,10 +27,12 @@ from benchmarks import ragapi_report as rr
 from benchmarks.ingest_measure import tree_cpu_seconds
 from benchmarks.progress import Progress
 from benchmarks.ragapi_side import RagApiInstall, RagApiProcess, ragapi_environment
+from benchmarks.service import ServiceProcess, make_token
+from benchmarks.service_state import wait_for_copy
 from benchmarks.stats import summarize
 from benchmarks.tenants_corpus import Request, Truth, judgement_summary, kb_batches, make_mix, topical_query
 from benchmarks.tenants_measure import World, target_requests
-from benchmarks.workload import Client, Reply
+from benchmarks.workload import Client, Reply, prime
 from tests.fixtures.fake_providers import FakeProvider
 
 ROWS = (
@@ -39,7 +41,6 @@ ROWS = (
     ("attach-1", "one attachment"),
 )
 SLICE_S = 2.0  # throughput windows alternate between the sides in slices this long
-CPU_REPEAT = 20  # the batched call's CPU is read over this many calls (its wall time on the first)
 
 
 class QueryStandIn(FakeProvider):
@@ -238,16 +239,17 @@ async def fanout_row(s: Sides) -> dict[str, Any]:
     w, t = s.w, s.w.tenants
     rng = np.random.default_rng([w.opts.spec.seed, 105])
     agent = t.agent_with(373)
-    walls: dict[str, list[float]] = {rr.RAGAPI: [], rr.THIS: []}
-    cpus: dict[str, list[float]] = {rr.RAGAPI: [], rr.THIS: []}
-    judged: dict[str, list[Any]] = {rr.RAGAPI: [], rr.THIS: []}
+    labels = list(s.clients)
+    walls: dict[str, list[float]] = {label: [] for label in labels}
+    cpus: dict[str, list[float]] = {label: [] for label in labels}
+    judged: dict[str, list[Any]] = {label: [] for label in labels}
     before = s.machine.sample()
     for rep in range(w.opts.fanout_reps + 1):  # rep 0 opens the connections and is not counted
         user = int(rng.integers(0, len(t.user_ids)))
         q = topical_query(rng, t.agent_topics[agent], w.query_topics)
         whole = kb_batches(t, agent, user, q, rep)[0]
-        for label in rr.side_order(rep, [rr.RAGAPI, rr.THIS]):
-            repeat = 1 if label == rr.RAGAPI else CPU_REPEAT
+        for label in rr.side_order(rep, labels):
+            repeat = 1 if label == rr.RAGAPI else rr.CPU_REPEAT
             best, wall, cpu = await _timed_cpu(s, label, _kb_call(s, label, whole), repeat)
             if rep:
                 walls[label].append(wall)
@@ -329,13 +331,14 @@ async def with_ragapi(
     root: Path,
     info: Any,
     w: World,
-    ours: Client,
-    our_pid: int,
+    ours: dict[str, tuple[Client, int]],
     secret: str,
     stand_in: QueryStandIn,
     progress: Progress,
 ) -> dict[str, Any]:
-    """Start rag_api on the run's database, prime its query cache, compare, stop it."""
+    """Start rag_api on the run's database with our JWT secret, prime its query cache, compare with
+    `ours` (label: client and process id), stop it."""
+    first = ours[rr.THIS][0]
     env = ragapi_environment(info.dsn, secret, stand_in.url + "/v1", w.opts.collection, 0)
     side = RagApiProcess(install, env, root / "ragapi.log")
     out: dict[str, Any] = {"install": install.facts(), "this_commit": this_commit()}
@@ -343,7 +346,7 @@ async def with_ragapi(
     try:
         with progress.phase("rag_api: start"):
             out["start_s"] = round(await side.start(), 2)
-        client = Client(side.base_url, {u: h["Authorization"].split()[1] for u, h in ours.headers.items()})
+        client = Client(side.base_url, {u: h["Authorization"].split()[1] for u, h in first.headers.items()})
         with progress.phase("rag_api: prime its query cache"):
             for text in w.texts:
                 await client.post(
@@ -352,11 +355,12 @@ async def with_ragapi(
                     w.tenants.user_ids[0],
                 )
         pg = postmaster_pid(root)
-        pids = {rr.RAGAPI: side.pid, rr.THIS: our_pid, "postgres": pg or os.getpid()}
-        machine = Machine([os.getpid(), side.pid, our_pid, *([pg] if pg else [])])
-        sides = Sides(w, {rr.RAGAPI: client, rr.THIS: ours}, pids, machine, progress)
+        pids = {rr.RAGAPI: side.pid, **{label: pid for label, (_, pid) in ours.items()}}
+        machine = Machine([os.getpid(), *pids.values(), *([pg] if pg else [])])
+        pids["postgres"] = pg or os.getpid()
+        clients = {rr.RAGAPI: client, **{label: c for label, (c, _) in ours.items()}}
         embeds_before = len(stand_in.requests)
-        out.update(await compare(sides))
+        out.update(await compare(Sides(w, clients, pids, machine, progress)))
         out["stub_requests_while_measuring"] = len(stand_in.requests) - embeds_before
     finally:
         if client is not None:
@@ -366,18 +370,19 @@ async def with_ragapi(
 
 
 async def bench(opts: Any, root: Path, info: Any, progress: Progress, result: dict[str, Any]) -> None:
-    """`--rag-api`: the corpus, this checkout's service on the stub, then rag_api beside it."""
+    """`--rag-api`: the corpus; with `--previous` that release alone first (its migrations); this
+    checkout's service on the stub; the previous release again; then rag_api beside them."""
     import secrets
 
     from benchmarks import database as db
     from benchmarks.ragapi_side import ensure_installed
-    from benchmarks.service import ServiceProcess, make_token
     from benchmarks.tenants_measure import prepare, start_service
-    from benchmarks.workload import prime
 
     install = ensure_installed(opts.rag_api_git, progress)
     conn = await db.connect(info.dsn)
     stand_in: QueryStandIn | None = None
+    services: dict[str, ServiceProcess] = {}
+    clients: dict[str, Client] = {}
     try:
         result["postgres"] = await db.server_facts(conn)
         w, result["corpus"] = await prepare(opts, root, info, conn, progress)
@@ -385,29 +390,89 @@ async def bench(opts: Any, root: Path, info: Any, progress: Progress, result: di
         stand_in.start()
         secret = secrets.token_urlsafe(32)
         settings = {"COLLECTION_NAME": opts.collection, **stand_in_settings(stand_in.url, stand_in.dims)}
-        service = ServiceProcess(
-            dsn=info.dsn,
-            jwt_secret=secret,
-            data_dir=root / "service-data",
-            log_path=root / "service.log",
-            settings={**settings, **opts.service_env},
-        )
+        settings.update(opts.service_env)
         result["service"] = {"env": opts.service_env, "embedder": "the stub (OpenAI protocol)"}
-        client: Client | None = None
-        try:
-            await start_service(opts, conn, info, service, progress, result["service"])
-            assert service.process is not None
-            client = Client(service.base_url, {u: make_token(secret, u) for u in w.tenants.user_ids})
-            with progress.phase("prime this checkout's query cache"):
-                await prime(client, w.tenants.user_ids[0], w.texts, opts.k)
-            result["rag_api"] = await with_ragapi(
-                install, root, info, w, client, service.process.pid, secret, stand_in, progress
-            )
-        finally:
-            if client is not None:
-                await client.aclose()
-            result["service"]["memory"] = await service.stop()
+        previous = _previous(opts, root, info, secret, settings, progress, result) if opts.previous else None
+        if previous is not None:
+            await _migrate_alone(previous(), conn, opts, progress)
+        services[rr.THIS] = _service(info, secret, settings, root, rr.THIS)
+        await start_service(opts, conn, info, services[rr.THIS], progress, result["service"])
+        if previous is not None:
+            services[rr.PREVIOUS] = previous()
+            with progress.phase("previous release: start again"):
+                await services[rr.PREVIOUS].start(300.0)
+        tokens = {u: make_token(secret, u) for u in w.tenants.user_ids}
+        for label, service in services.items():
+            clients[label] = Client(service.base_url, tokens)
+            with progress.phase(f"prime the query cache of {label}"):
+                await prime(clients[label], w.tenants.user_ids[0], w.texts, opts.k)
+        ours = {label: (clients[label], _pid(services[label])) for label in services}
+        result["rag_api"] = await with_ragapi(install, root, info, w, ours, secret, stand_in, progress)
+        if previous is not None:
+            result["rag_api"]["previous_commit"] = result["previous"]["commit"]
     finally:
+        for client in clients.values():
+            await client.aclose()
+        for label, service in services.items():
+            result.setdefault("memory", {})[label] = await service.stop()
         if stand_in is not None:
             stand_in.stop()
         await conn.close()
+
+
+def _pid(service: ServiceProcess) -> int:
+    assert service.process is not None
+    return service.process.pid
+
+
+def _service(info: Any, secret: str, settings: dict[str, str], root: Path, label: str) -> ServiceProcess:
+    """This checkout's service on the run's database (not started)."""
+    return ServiceProcess(
+        dsn=info.dsn,
+        jwt_secret=secret,
+        data_dir=root / f"service-data-{label}",
+        log_path=root / f"service-{label}.log",
+        settings=dict(settings),
+    )
+
+
+def _previous(
+    opts: Any,
+    root: Path,
+    info: Any,
+    secret: str,
+    settings: dict[str, str],
+    progress: Progress,
+    result: dict[str, Any],
+) -> Callable[[], ServiceProcess]:
+    """A maker of the previous release's service: its `git archive` export and own .venv, kept in
+    ~/.cache/ragoverlay/bench-ingest-ab (the same cache `scripts/bench ingest-ab` uses)."""
+    from benchmarks.ingest_ab_side import ref_checkout
+
+    commit = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{opts.previous}^{{commit}}"],
+        cwd=Path(__file__).resolve().parent.parent,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    with progress.phase(f"previous release: the export of {opts.previous} ({commit[:10]}) and its .venv"):
+        tree = ref_checkout(commit)
+    result["previous"] = {"ref": opts.previous, "commit": commit, "tree": str(tree)}
+
+    def make() -> ServiceProcess:
+        service = _service(info, secret, settings, root, rr.PREVIOUS)
+        service.repo_root, service.python = tree, str(tree / ".venv" / "bin" / "python")
+        return service
+
+    return make
+
+
+async def _migrate_alone(service: ServiceProcess, conn: Any, opts: Any, progress: Progress) -> None:
+    """The older release alone first, so its migrations run before ours (as `scripts/bench --ab`)."""
+    with progress.phase("previous release: alone, for its migrations and vector copy"):
+        await service.start(300.0)
+        try:
+            await wait_for_copy(conn, service, opts.index_timeout)
+        finally:
+            await service.stop()

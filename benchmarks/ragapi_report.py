@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-RAGAPI, THIS = "rag_api", "this"
+RAGAPI, THIS, PREVIOUS = "rag_api", "this", "previous"
+CPU_REPEAT = 20  # our batched call's CPU is read over this many calls (the kernel counts 10 ms ticks)
 # /proc/stat's cpu line: user nice system idle iowait irq softirq steal guest guest_nice;
 # guest time is already counted in user, idle and iowait are not work
 BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
@@ -90,59 +91,100 @@ def _machine(row: dict[str, Any]) -> str:
     )
 
 
+def ours(sides: dict[str, Any]) -> list[str]:
+    """Our sides present in a row, this checkout first, then the previous release if it ran."""
+    return [label for label in (THIS, PREVIOUS) if label in sides]
+
+
+def _pq(ms: dict[str, Any]) -> str:
+    return f"{_ms(ms.get('p50'))} / {_ms(ms.get('p95'))}"
+
+
 def latency_table(rows: Sequence[dict[str, Any]]) -> str:
-    """One line per workload: p50/p95 of each side, rag_api ÷ this, recall, the machine beside it."""
+    """One line per workload: p50/p95 of each side, rag_api ÷ each of ours, recall, the machine."""
+    labels = ours(rows[0]["sides"]) if rows else [THIS]
     out = [
-        "| workload | rag_api p50 / p95 ms | this p50 / p95 ms | rag_api ÷ this (p50) | recall mean / min "
-        "(rag_api; this) | machine during the row |",
-        "| --- | ---: | ---: | ---: | --- | --- |",
+        "| workload | rag_api p50 / p95 ms | "
+        + " | ".join(f"{x} p50 / p95 ms" for x in labels)
+        + " | "
+        + " | ".join(f"rag_api ÷ {x} (p50)" for x in labels)
+        + " | recall mean / min, foreign, short ("
+        + "; ".join([RAGAPI, *labels])
+        + ") | machine during the row |",
+        "| --- | ---: | " + "---: | " * (2 * len(labels)) + "--- | --- |",
     ]
     for row in rows:
-        a, b = row["sides"][RAGAPI], row["sides"][THIS]
-        ca, cb = a["client_ms"], b["client_ms"]
+        a = row["sides"][RAGAPI]
+        p50 = a["client_ms"].get("p50")
         out.append(
-            f"| {row['title']} | {_ms(ca.get('p50'))} / {_ms(ca.get('p95'))} | {_ms(cb.get('p50'))} / "
-            f"{_ms(cb.get('p95'))} | {_x(ratio(ca.get('p50'), cb.get('p50')))} | {_checks(a['recall'])}; "
-            f"{_checks(b['recall'])} | {_machine(row)} |"
+            f"| {row['title']} | {_pq(a['client_ms'])} | "
+            + " | ".join(_pq(row["sides"][x]["client_ms"]) for x in labels)
+            + " | "
+            + " | ".join(_x(ratio(p50, row["sides"][x]["client_ms"].get("p50"))) for x in labels)
+            + " | "
+            + "; ".join(_checks(row["sides"][x]["recall"]) for x in [RAGAPI, *labels])
+            + f" | {_machine(row)} |"
         )
     return "\n".join(out)
 
 
 def throughput_table(row: dict[str, Any]) -> str:
-    """The KB mix under concurrency: requests per second of each side and the ratio this ÷ rag_api."""
-    a, b = row["sides"][RAGAPI], row["sides"][THIS]
+    """The KB mix under concurrency: requests per second of each side and each of ours ÷ rag_api."""
+    labels = [RAGAPI, *ours(row["sides"])]
+    sides = [row["sides"][x] for x in labels]
+    a = sides[0]
+    ratios = " | ".join(_x(ratio(row["sides"][x]["req_per_s"], a["req_per_s"])) for x in labels[1:])
+    blank = " |" * (len(labels) - 1)
     return "\n".join(
         [
-            f"| LibreChat's KB mix, concurrency {row['concurrency']} | rag_api | this | this ÷ rag_api |",
-            "| --- | ---: | ---: | ---: |",
-            f"| requests per second | {a['req_per_s']:,.1f} | {b['req_per_s']:,.1f} | "
-            f"{_x(ratio(b['req_per_s'], a['req_per_s']))} |",
-            f"| p50 / p95 ms | {_ms(a['client_ms'].get('p50'))} / {_ms(a['client_ms'].get('p95'))} | "
-            f"{_ms(b['client_ms'].get('p50'))} / {_ms(b['client_ms'].get('p95'))} | |",
-            f"| recall mean / min, foreign, short | {_checks(a['recall'])} | {_checks(b['recall'])} | |",
-            f"| errors | {a['errors']} | {b['errors']} | |",
-            f"| machine | {_machine(row)} | | |",
+            f"| LibreChat's KB mix, concurrency {row['concurrency']} | "
+            + " | ".join(labels)
+            + " | "
+            + " | ".join(f"{x} ÷ rag_api" for x in labels[1:])
+            + " |",
+            "| --- |" + " ---: |" * (2 * len(labels) - 1),
+            "| requests per second | "
+            + " | ".join(f"{x['req_per_s']:,.1f}" for x in sides)
+            + f" | {ratios} |",
+            "| p50 / p95 ms | " + " | ".join(_pq(x["client_ms"]) for x in sides) + f" |{blank}",
+            "| recall mean / min, foreign, short | "
+            + " | ".join(_checks(x["recall"]) for x in sides)
+            + f" |{blank}",
+            "| errors | " + " | ".join(str(x["errors"]) for x in sides) + f" |{blank}",
+            f"| machine | {_machine(row)} |" + " |" * (2 * len(labels) - 2),
         ]
     )
 
 
 def fanout_table(row: dict[str, Any]) -> str:
-    """LibreChat's stock fan-out against rag_api beside one batched call to this, wall and CPU."""
-    a, b = row["sides"][RAGAPI], row["sides"][THIS]
+    """LibreChat's stock fan-out against rag_api beside one batched call to each of ours, wall and CPU."""
+    labels = ours(row["sides"])
+    a = row["sides"][RAGAPI]
+    bs = [row["sides"][x] for x in labels]
+    blank = " |" * len(labels)
+
+    def ratios(key: str) -> str:
+        return " | ".join(_x(ratio(a[key].get("p50"), b[key].get("p50"))) for b in bs)
+
     return "\n".join(
         [
-            f"| {row['files']}-file KB, back to back | rag_api: {row['files']} × `/query` (k 5), "
-            "merged | this: one `/query_multiple` | rag_api ÷ this |",
-            "| --- | ---: | ---: | ---: |",
-            f"| wall p50 / p95 ms | {_ms(a['wall_ms'].get('p50'))} / {_ms(a['wall_ms'].get('p95'))} | "
-            f"{_ms(b['wall_ms'].get('p50'))} / {_ms(b['wall_ms'].get('p95'))} | "
-            f"{_x(ratio(a['wall_ms'].get('p50'), b['wall_ms'].get('p50')))} |",
-            "| CPU ms per KB query (side + PostgreSQL; this: mean of 20 calls), p50 | "
+            f"| {row['files']}-file KB, back to back | rag_api: {row['files']} × `/query` (k 5), merged | "
+            + " | ".join(f"{x}: one `/query_multiple`" for x in labels)
+            + " | "
+            + " | ".join(f"rag_api ÷ {x}" for x in labels)
+            + " |",
+            "| --- |" + " ---: |" * (1 + 2 * len(labels)),
+            f"| wall p50 / p95 ms | {_pq(a['wall_ms'])} | "
+            + " | ".join(_pq(b["wall_ms"]) for b in bs)
+            + f" | {ratios('wall_ms')} |",
+            f"| CPU ms per KB query (side + PostgreSQL; ours: mean of {CPU_REPEAT} calls), p50 | "
             f"{_ms(a['cpu_ms'].get('p50'))} | "
-            f"{_ms(b['cpu_ms'].get('p50'))} | {_x(ratio(a['cpu_ms'].get('p50'), b['cpu_ms'].get('p50')))} |",
-            f"| recall of the merged top k mean / min, foreign, short | {_checks(a['recall'])} | "
-            f"{_checks(b['recall'])} | |",
-            f"| machine | {_machine(row)} | | |",
+            + " | ".join(_ms(b["cpu_ms"].get("p50")) for b in bs)
+            + f" | {ratios('cpu_ms')} |",
+            "| recall of the merged top k mean / min, foreign, short | "
+            + " | ".join(_checks(x["recall"]) for x in [a, *bs])
+            + f" |{blank}",
+            f"| machine | {_machine(row)} |" + " |" * (2 * len(labels)),
         ]
     )
 
@@ -154,8 +196,10 @@ def render(result: dict[str, Any]) -> str:
     head = [
         f"## rag_api live, same run ({result.get('started_utc', '?')})",
         "",
-        f"rag_api {side['tag']} ({side['commit'][:10]}, {side['requirements']}) and this checkout "
-        f"({cmp.get('this_commit', '?')[:10]}) on one PostgreSQL and one embedding stub; one client, "
+        f"rag_api {side['tag']} ({side['commit'][:10]}, {side['requirements']}), this checkout "
+        f"({cmp.get('this_commit', '?')[:10]})"
+        + (f" and the previous release ({cmp['previous_commit'][:10]})" if cmp.get("previous_commit") else "")
+        + f" on one PostgreSQL and one embedding stub; one client, "
         f"request by request, the side going first rotating. Load average at start "
         f"{'/'.join(str(x) for x in result.get('loadavg_at_start', []))}, at end "
         f"{'/'.join(str(x) for x in result.get('loadavg_at_end', []))}; foreign CPU over the whole "

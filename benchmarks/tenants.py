@@ -89,6 +89,13 @@ def parse(argv: list[str]) -> TenantOptions:
         help="with --rag-api: a clone or bare mirror of danny-avila/rag_api to export the pinned release "
         "from (default: a bare clone from GitHub; not needed once ~/.cache/ragoverlay/bench-ragapi holds it)",
     )
+    p.add_argument(
+        "--previous",
+        default=None,
+        metavar="REF",
+        help="with --rag-api: the previous release (a git ref, e.g. c670082) as a third side, from a "
+        "git archive export with its own .venv (cached as scripts/bench ingest-ab does)",
+    )
     a = p.parse_args(argv)
     spec = TenantSpec(a.chunks, a.agents, a.users, a.kb_min, a.kb_max, a.topics, a.queries, a.seed)
     if not 1 <= spec.kb_min <= spec.kb_max or spec.agents < 1 or spec.users < 1:
@@ -110,6 +117,7 @@ def parse(argv: list[str]) -> TenantOptions:
         index_timeout=a.index_timeout,
         rag_api=a.rag_api,
         rag_api_git=a.rag_api_git,
+        previous=a.previous,
     )
 
 
