@@ -12,7 +12,8 @@ without them and is what its own `Dockerfile.lite` installs. The OpenAI provider
 uses imports neither, so the lite file is installed as pinned, nothing else removed or added. Two
 settings keep it offline: `RAG_CHECK_EMBEDDING_CTX_LENGTH=false` (else langchain-openai fetches a
 tiktoken vocabulary from the internet on the first query) and no MongoDB (`VECTOR_DB_TYPE=pgvector`).
-Its optional btree indexes (`PGVECTOR_CREATE_LEGACY_INDEXES=true`) are created: its faster setting.
+Its optional btree indexes (`PGVECTOR_CREATE_LEGACY_INDEXES=true`) are created: its faster setting;
+the comparison then runs ANALYZE, so the planner has statistics for the `file_id` expression index.
 """
 
 from __future__ import annotations

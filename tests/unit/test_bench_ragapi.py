@@ -161,3 +161,29 @@ def test_a_foreign_row_on_either_side_fails_the_run() -> None:
     assert rr.checks_passed(result["rag_api"])
     result["rag_api"]["latency"][0]["sides"]["rag_api"] = _side(60.0, 70.0, foreign=1)
     assert not rr.checks_passed(result["rag_api"])
+
+
+def test_the_previous_release_gets_its_own_columns_and_ratios() -> None:
+    result = _result()
+    cmp = result["rag_api"]
+    cmp["previous_commit"] = "c6700826204a" + "0" * 28
+    cmp["latency"][0]["sides"]["previous"] = _side(20.0, 25.0)
+    cmp["throughput"][0]["sides"]["previous"] = {"req_per_s": 200.0, "errors": 0, **_side(30.0, 60.0)}
+    fan = cmp["fanout"]["sides"]["rag_api"]
+    cmp["fanout"]["sides"]["previous"] = {
+        **fan,
+        "wall_ms": {"p50": 15.0, "p95": 20.0},
+        "cpu_ms": {"p50": 8.0},
+    }
+    text = rr.render(result)
+    # 60 / 12 = 5.0 and 60 / 20 = 3.0; 400 / 40 = 10.0 and 200 / 40 = 5.0; 1500 / 10 and 1500 / 15 = 100.0
+    assert "| whole KB | 60.0 / 70.0 | 12.0 / 14.0 | 20.0 / 25.0 | 5.0× | 3.0× |" in text
+    assert "| requests per second | 40.0 | 400.0 | 200.0 | 10.0× | 5.0× |" in text
+    assert "| 10.0 / 12.0 | 15.0 / 20.0 | 150.0× | 100.0× |" in text
+    assert "and the previous release (c670082620)" in text
+    # every table row has as many cells as its header
+    tables = [t for t in text.split("\n\n") if t.startswith("|")]
+    assert len(tables) == 3
+    for table in tables:
+        widths = {line.count("|") for line in table.splitlines()}
+        assert len(widths) == 1, table
