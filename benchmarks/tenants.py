@@ -3,6 +3,7 @@
     scripts/bench tenants                      # 200,000 chunks: 300 Agents, 3,000 users
     scripts/bench tenants --chunks 1000000     # the 1M corpus (same tenants, ~30 chunks per file)
     scripts/bench tenants --reuse --json out.json
+    scripts/bench tenants --rag-api --previous c670082 --queries 120   # rag_api live, same run
 
 Builds the corpus of `benchmarks.tenants_corpus` (its docstring gives the distributions) in rag_api's
 own tables of an embedded PostgreSQL through the main benchmark's COPY, starts the service with its
@@ -20,8 +21,9 @@ Every answer is judged against an exact NumPy brute force over exactly the rows 
 see (its allow-list, rows owned by the caller or the named Agent): recall@k, rows outside that set,
 and answers with fewer than k rows while k are visible (each fan-out `/query` against its own file).
 Prints one table of the targets with today's figure and rag_api's from the committed baseline, and
-writes the JSON. Nothing asserts a speed; the exit code is 1 when a check fails (a foreign row or a
-short answer) or the run breaks.
+writes the JSON. With `--rag-api` it measures rag_api v0.9.0 live beside this checkout instead
+(`benchmarks.ragapi_measure`). Nothing asserts a speed; the exit code is 1 when a check fails (a
+foreign row or a short answer) or the run breaks.
 """
 
 from __future__ import annotations
