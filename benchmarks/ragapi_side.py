@@ -33,7 +33,7 @@ from urllib.parse import unquote, urlsplit
 import httpx
 
 from benchmarks.progress import Progress
-from benchmarks.service import MemorySampler, free_port
+from benchmarks.service import MemorySampler, free_port, track, untrack
 
 PIN_TAG = "v0.9.0"
 PIN_COMMIT = "4985b37b8b5d4519d68eceedfef1e63624012f9d"
@@ -195,6 +195,7 @@ class RagApiProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        track(self)  # `terminate_all` stops it if the run breaks off
         self.sampler = MemorySampler(self.process.pid)
         self.sampler.start()
         t0 = time.perf_counter()
@@ -226,6 +227,7 @@ class RagApiProcess:
                 proc.kill()
                 await asyncio.to_thread(proc.wait, 10)
         facts["exit_code"] = proc.returncode if proc is not None else None
+        untrack(self)
         return facts
 
     def kill_now(self) -> None:
