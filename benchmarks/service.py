@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import jwt
@@ -36,7 +36,24 @@ CONFIGURATIONS: dict[str, tuple[dict[str, str], str]] = {
         "EXACT_SCAN_MAX_ROWS=0: the index path wherever the service allows it",
     ),
 }
-_LIVE: set[ServiceProcess] = set()  # for the last-resort cleanup in `terminate_all`
+_LIVE: set[Killable] = set()  # for the last-resort cleanup in `terminate_all`
+
+
+class Killable(Protocol):
+    """A process the benchmark started and must not leave behind (a service, rag_api)."""
+
+    def kill_now(self) -> None:
+        """Synchronous last resort: terminate it now."""
+
+
+def track(process: Killable) -> None:
+    """Stop `process` in `terminate_all` if nothing else has (interrupts, errors)."""
+    _LIVE.add(process)
+
+
+def untrack(process: Killable) -> None:
+    """`process` is stopped: `terminate_all` may forget it."""
+    _LIVE.discard(process)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
     scripts/bench tenants                      # 200,000 chunks: 300 Agents, 3,000 users
     scripts/bench tenants --chunks 1000000     # the 1M corpus (same tenants, ~30 chunks per file)
     scripts/bench tenants --reuse --json out.json
+    scripts/bench tenants --rag-api --previous c670082 --queries 120   # rag_api live, same run
 
 Builds the corpus of `benchmarks.tenants_corpus` (its docstring gives the distributions) in rag_api's
 own tables of an embedded PostgreSQL through the main benchmark's COPY, starts the service with its
@@ -20,8 +21,9 @@ Every answer is judged against an exact NumPy brute force over exactly the rows 
 see (its allow-list, rows owned by the caller or the named Agent): recall@k, rows outside that set,
 and answers with fewer than k rows while k are visible (each fan-out `/query` against its own file).
 Prints one table of the targets with today's figure and rag_api's from the committed baseline, and
-writes the JSON. Nothing asserts a speed; the exit code is 1 when a check fails (a foreign row or a
-short answer) or the run breaks.
+writes the JSON. With `--rag-api` it measures rag_api v0.9.0 live beside this checkout instead
+(`benchmarks.ragapi_measure`). Nothing asserts a speed; the exit code is 1 when a check fails (a
+foreign row or a short answer) or the run breaks.
 """
 
 from __future__ import annotations
@@ -75,6 +77,27 @@ def parse(argv: list[str]) -> TenantOptions:
     p.add_argument("--json", type=Path, default=None, help="also write the JSON figures here")
     p.add_argument("--service-env", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--index-timeout", type=float, default=d.index_timeout)
+    p.add_argument(
+        "--rag-api",
+        action="store_true",
+        help="rag_api v0.9.0 live beside this checkout on the same database and embedding stub, one "
+        "client request by request: p50/p95 per side, the ratios, recall, load and foreign CPU",
+    )
+    p.add_argument(
+        "--rag-api-git",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="with --rag-api: a clone or bare mirror of danny-avila/rag_api to export the pinned release "
+        "from (default: a bare clone from GitHub; not needed once ~/.cache/ragoverlay/bench-ragapi holds it)",
+    )
+    p.add_argument(
+        "--previous",
+        default=None,
+        metavar="REF",
+        help="with --rag-api: the previous release (a git ref, e.g. c670082) as a third side, from a "
+        "git archive export with its own .venv (cached as scripts/bench ingest-ab does)",
+    )
     a = p.parse_args(argv)
     spec = TenantSpec(a.chunks, a.agents, a.users, a.kb_min, a.kb_max, a.topics, a.queries, a.seed)
     if not 1 <= spec.kb_min <= spec.kb_max or spec.agents < 1 or spec.users < 1:
@@ -94,6 +117,9 @@ def parse(argv: list[str]) -> TenantOptions:
         json_path=a.json,
         service_env=parse_env_pairs(a.service_env),
         index_timeout=a.index_timeout,
+        rag_api=a.rag_api,
+        rag_api_git=a.rag_api_git,
+        previous=a.previous,
     )
 
 
@@ -117,11 +143,15 @@ def data_root(opts: TenantOptions) -> tuple[Path, bool]:
 
 def run(opts: TenantOptions) -> int:
     """Run the benchmark; print the table; write the JSON."""
+    from benchmarks import ragapi_measure
     from benchmarks import tenants_report as report
     from benchmarks.embedded import run_on_embedded_postgres
     from benchmarks.progress import Progress
     from benchmarks.run import machine_facts
     from benchmarks.tenants_measure import bench
+
+    if opts.rag_api:
+        bench = ragapi_measure.bench
 
     progress = Progress()
     started = datetime.now(UTC)
@@ -137,6 +167,8 @@ def run(opts: TenantOptions) -> int:
     run_on_embedded_postgres(
         root, temporary, progress, result, lambda info: bench(opts, root, info, progress, result)
     )
+    if opts.rag_api:
+        return _finish_ragapi(opts, started, result)
     result["targets"] = report.targets(result)
     text = json.dumps(result, indent=2, default=str) + "\n"
     opts.out_dir.mkdir(parents=True, exist_ok=True)
@@ -150,6 +182,23 @@ def run(opts: TenantOptions) -> int:
             path.write_text(text)
     print(report.render(result))
     return 0 if report.checks_passed(result) else 1
+
+
+def _finish_ragapi(opts: TenantOptions, started: datetime, result: dict[str, Any]) -> int:
+    """`--rag-api`: write tenants-ragapi-<UTC>.json (and --json), print the comparison."""
+    from benchmarks import ragapi_report
+
+    text = json.dumps(result, indent=2, default=str) + "\n"
+    opts.out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    for path in (opts.out_dir / f"tenants-ragapi-{stamp}.json", opts.json_path):
+        if path is not None:
+            path.write_text(text)
+    if "rag_api" not in result:
+        print(f"no comparison: {result.get('error', 'interrupted')}")
+        return 1
+    print(ragapi_report.render(result))
+    return 0 if ragapi_report.checks_passed(result["rag_api"]) else 1
 
 
 def main(argv: list[str]) -> int:

@@ -93,6 +93,9 @@ class TenantOptions:
     batch_rows: int = 5000
     index_timeout: float = 1800.0
     collection: str = "testcollection"
+    rag_api: bool = False  # rag_api live beside this checkout (benchmarks.ragapi_measure)
+    rag_api_git: Path | None = None  # a git directory holding rag_api's pinned release
+    previous: str | None = None  # with rag_api: the previous release's git ref as a third side
 
 
 @dataclass(frozen=True)
