@@ -177,7 +177,14 @@ class RateLimited(RagError):
 
 
 # asyncpg's InterfaceError also reports programming errors; only these messages mean a lost connection.
-_CLOSED_CONNECTION_WORDS = ("connection is closed", "connection was closed", "pool is closing")
+# "released back to the pool": asyncpg hands a pooled connection the server closed back to its pool
+# itself, and the next statement on it says so (a server that died between acquire and statement)
+_CLOSED_CONNECTION_WORDS = (
+    "connection is closed",
+    "connection was closed",
+    "pool is closing",
+    "released back to the pool",
+)
 
 
 _SOCKET_ERRNOS = frozenset(

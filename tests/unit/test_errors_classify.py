@@ -21,6 +21,10 @@ from app.errors import DatabaseUnavailable, database_unavailable
         asyncpg.TooManyConnectionsError("sorry, too many clients already"),
         asyncpg.InterfaceError("cannot call Connection.fetch(): connection is closed"),
         asyncpg.InterfaceError("pool is closing"),
+        # a pooled connection the server closed, which asyncpg released by itself
+        asyncpg.InterfaceError(
+            "cannot call Connection.fetch(): connection has been released back to the pool"
+        ),  # noqa: E501
         asyncpg.InternalClientError("cannot switch to state 12; another operation (2) is in progress"),
         ConnectionRefusedError(errno.ECONNREFUSED, "Connect call failed"),
         ConnectionResetError(errno.ECONNRESET, "reset by peer"),
