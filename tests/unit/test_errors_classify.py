@@ -24,7 +24,7 @@ from app.errors import DatabaseUnavailable, database_unavailable
         # a pooled connection the server closed, which asyncpg released by itself
         asyncpg.InterfaceError(
             "cannot call Connection.fetch(): connection has been released back to the pool"
-        ),  # noqa: E501
+        ),
         asyncpg.InternalClientError("cannot switch to state 12; another operation (2) is in progress"),
         ConnectionRefusedError(errno.ECONNREFUSED, "Connect call failed"),
         ConnectionResetError(errno.ECONNRESET, "reset by peer"),
