@@ -379,11 +379,38 @@ async def _periodic_jobs(dsn: str) -> list[asyncpg.Record]:
         await conn.close()
 
 
+async def _indexes(dsn: str) -> tuple[list[str], list[str], int]:
+    """Invalid indexes, indexes defined twice (under two names), and HNSW indexes of the vector copy."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        invalid = await conn.fetch(
+            "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE NOT i.indisvalid"
+        )
+        twice = await conn.fetch(
+            r"SELECT regexp_replace(indexdef, 'INDEX \S+ ON', 'INDEX ON') AS def FROM pg_indexes"
+            " WHERE schemaname = 'public' GROUP BY 1 HAVING count(*) > 1"
+        )
+        hnsw = await conn.fetchval(
+            "SELECT count(*) FROM pg_indexes"
+            " WHERE tablename = 'ragoverlay_vectors' AND indexdef ILIKE '%USING hnsw%'"
+        )
+        return [r["relname"] for r in invalid], [r["def"] for r in twice], int(hnsw)
+    finally:
+        await conn.close()
+
+
 def test_maintenance_and_index_builds_run_once_across_replicas(cluster: Cluster) -> None:
-    """Both replicas registered every maintenance task: one periodic job each, whoever runs a pass."""
-    rows = asyncio.run(_periodic_jobs(cluster.pair.primary.superuser_dsn))
+    """Both replicas registered every maintenance task: one periodic job each, whoever runs a pass;
+    both wanted the 384-dimension HNSW index of the vector copy: it was built once, and no build
+    was cancelled half-way (an invalid index is what two concurrent builds on one table leave)."""
+    dsn = cluster.pair.primary.superuser_dsn
+    rows = asyncio.run(_periodic_jobs(dsn))
     assert rows, "no periodic maintenance job"
     assert all(row["n"] == 1 for row in rows), [dict(r) for r in rows]
+    assert any(row["dedupe_key"].endswith("hnsw-index-384") for row in rows), [dict(r) for r in rows]
+    wait_until(lambda: asyncio.run(_indexes(dsn))[2] == 1, what="the vector copy's HNSW index", within_s=60)
+    invalid, twice, _ = asyncio.run(_indexes(dsn))
+    assert (invalid, twice) == ([], []), (invalid, twice)
     # two reindex requests for one namespace at once, one through each replica: one waiting job
     with cluster.a.client() as a, cluster.b.client() as b:
         upload(a, new_id("manual"), _heater_manual("K50", 20), new_id("user"), entity_id=AGENT)
