@@ -413,7 +413,11 @@ def test_maintenance_and_index_builds_run_once_across_replicas(cluster: Cluster)
     assert (invalid, twice) == ([], []), (invalid, twice)
     # two reindex requests for one namespace at once, one through each replica: one waiting job
     with cluster.a.client() as a, cluster.b.client() as b:
-        upload(a, new_id("manual"), _heater_manual("K50", 20), new_id("user"), entity_id=AGENT)
+        owner, manual = new_id("user"), new_id("manual")
+        upload(a, manual, _heater_manual("K50", 20), owner, entity_id=AGENT)
+        # B remembers the namespace's active run now; the reindex through both activates another
+        wait_until(lambda: _v2_rows(b, manual, owner), what="K50 through B's /query_v2", within_s=120)
+        before = _active_run(a)
 
         def reindex(client: httpx.Client) -> dict[str, Any]:
             r = client.post(f"/admin/reindex?namespace={AGENT}", headers=auth(ADMIN))
@@ -436,6 +440,35 @@ def test_maintenance_and_index_builds_run_once_across_replicas(cluster: Cluster)
                 within_s=120,
             )
             assert (row["status"], row["runs"]) == ("done", 1), (row["error"], row["result"])
+        wait_until(lambda: _active_run(a) != before, what="the reindexed run to be active", within_s=120)
+        # B's remembered run is no longer the active one: its next question finds that out
+        assert any("K50" in r["content"] for r in _v2_rows(b, manual, owner)), "B lost the file"
+        # and it asked the new run (else an old run still holding the file would pass the line above)
+        assert _answering_run(b, manual) == _active_run(a) != before
+
+
+def _active_run(client: httpx.Client) -> int | None:
+    """The run that answers AGENT's questions now (the admin's /v2/status)."""
+    r = client.get("/v2/status", headers=auth(ADMIN))
+    assert r.status_code == 200, r.text
+    return next((run["run_id"] for run in r.json()["active_runs"] if run["namespace"] == AGENT), None)
+
+
+def _answering_run(client: httpx.Client, file_id: str) -> int:
+    """The run a `/query_v2` read (its debug output, for an admin)."""
+    body = {"query": "heater weight", "file_ids": [file_id], "entity_id": AGENT, "debug": True}
+    r = client.post("/query_v2", json=body, headers=auth(ADMIN))
+    assert r.status_code == 200, r.text
+    return int(r.json()["debug"]["run"]["run_id"])
+
+
+def _v2_rows(client: httpx.Client, file_id: str, user: str) -> list[dict[str, Any]]:
+    """`/query_v2`'s results for the heater's weight in `file_id`, when not degraded."""
+    r = _query_v2(client, "What is the weight of the heater?", [file_id], user)
+    if r.status_code == 503:  # the namespace's first run is not active yet
+        return []
+    assert r.status_code == 200, r.text
+    return [] if r.json()["degraded"] else list(r.json()["results"])
 
 
 def test_rate_limits_are_per_replica(cluster: Cluster) -> None:
