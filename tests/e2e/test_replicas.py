@@ -33,6 +33,7 @@ from tests.fixtures.s3_server import S3Server
 from tests.fixtures.serve import free_port, serving
 from tests.fixtures.service import TEST_JWT_SECRET, auth, env_without_ragoverlay, new_id
 from tests.fixtures.standby import StreamingPair, streaming_pair
+from tests.integration.mcp_support import ACCEPT, PROTOCOL, initialize_body
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.s3]
 
@@ -481,3 +482,25 @@ def test_rate_limits_are_per_replica(cluster: Cluster) -> None:
                 for _ in range(REINDEX_RATE + 1)
             ]
             assert codes == [202] * REINDEX_RATE + [429], codes
+
+
+def test_an_mcp_session_lives_in_the_replica_that_opened_it(cluster: Cluster) -> None:
+    """`/mcp` sessions are held by the process that opened them: another replica answers 404 (MCP's
+    unknown session, after which a client opens a new one), so a balancer routes `/mcp` by
+    `Mcp-Session-Id` (docs/scale-out.md)."""
+    headers = {**ACCEPT, **auth(new_id("user"))}
+    with cluster.a.client() as a, cluster.b.client() as b:
+        opened = a.post("/mcp", json=initialize_body(), headers=headers)
+        assert opened.status_code == 200, opened.text
+        session = {
+            **headers,
+            "mcp-session-id": opened.headers["mcp-session-id"],
+            "mcp-protocol-version": PROTOCOL,
+        }
+        note = a.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+        assert note.status_code == 202, note.text
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+        assert a.post("/mcp", json=listing, headers=session).status_code == 200
+        assert b.post("/mcp", json=listing, headers=session).status_code == 404
+        # a new session through B works at once
+        assert b.post("/mcp", json=initialize_body(), headers=headers).status_code == 200
