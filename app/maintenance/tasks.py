@@ -38,6 +38,11 @@ COPY_RECHECK_SECONDS = 30.0  # while another replica fills the copy
 RECONCILE_SECONDS = 3600.0
 INDEX_RECHECK_SECONDS = 30.0  # while another replica builds an index
 INDEX_RETRY_SECONDS = 300.0  # after a failed build (the exact path answers meanwhile)
+# while the copy or an index is not usable here, this process looks again after 5, 10, 20 ... s (up
+# to its refresh interval): the pass that readies it may run on another replica, and until this one
+# reads the outcome its searches scan rag_api's rows (a replica that missed the copy's first pass
+# scanned them for a whole minute: tests/e2e/test_replicas.py)
+PENDING_REFRESH_SECONDS = 5.0
 
 CATALOGUE = "catalogue"
 CHECKPOINTS = "embedding-checkpoints"
@@ -259,7 +264,12 @@ class Maintenance:
         if self._refresher is None:
             self._refresher = asyncio.create_task(self._refresh_loop(interval), name="maintenance:refresh")
 
+    def _pending(self) -> bool:
+        """Whether the copy or a wanted index is not usable here yet (another replica may be readying it)."""
+        return not self.state.use_copy or any(self.state.walk(dims) is None for dims in self._specs)
+
     async def _refresh_loop(self, interval: float) -> None:
+        pause = PENDING_REFRESH_SECONDS
         while True:
             try:
                 await self.refresh()
@@ -267,7 +277,12 @@ class Maintenance:
                 raise
             except Exception as exc:  # the next round tries again; searches stay exact meanwhile
                 logger.warning("Search state refresh failed: %s: %s", type(exc).__name__, exc)
-            await asyncio.sleep(interval)
+            if self._pending():
+                await asyncio.sleep(min(pause, interval))
+                pause = min(pause * 2, interval)
+            else:
+                pause = PENDING_REFRESH_SECONDS
+                await asyncio.sleep(interval)
 
     async def close(self) -> None:
         """Stop every task."""

@@ -11,10 +11,17 @@ import pytest
 
 from app.config import load_settings
 from app.config_sections import VectorIndexSettings
-from app.maintenance import namespace_task
+from app.maintenance import namespace_task, tasks
 from app.maintenance.namespace_task import NAMESPACE_INDEXES, NEXT_BUILD_SECONDS
 from app.maintenance.registry import MaintenanceRegistry, MaintenanceTask, Pass, Report
-from app.maintenance.tasks import CATALOGUE, CHECKPOINTS, HNSW_PREFIX, VECTOR_COPY, Maintenance
+from app.maintenance.tasks import (
+    CATALOGUE,
+    CHECKPOINTS,
+    HNSW_PREFIX,
+    PENDING_REFRESH_SECONDS,
+    VECTOR_COPY,
+    Maintenance,
+)
 from app.search.state import SearchState
 from app.store.build_lock import TURN_SECONDS
 from app.store.catalogue import CatalogueFile, CatalogueSnapshot
@@ -400,3 +407,31 @@ async def test_a_namespace_pass_that_finds_the_table_busy_comes_back_later() -> 
     store.namespace_outcome = "valid"
     result = await m.registry.run_once(NAMESPACE_INDEXES)
     assert result.progress == "1 namespace indexes valid, 0 to build, 1 dropped"
+
+
+async def test_a_process_looks_again_within_seconds_while_the_copy_is_not_usable_here(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another replica may ready the copy: this one looks again after 5, 10 ... s, and after its
+    interval once the copy is usable; a copy that stops being usable starts over at 5 s."""
+    store = FakeStore()  # the copy is 'backfilling'
+    m = maintenance(store)
+    pauses: list[float] = []
+    seen_four = asyncio.Event()
+    forever: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 2:
+            store.state = "ready"  # another replica's pass readied it
+        elif len(pauses) == 3:
+            store.state = "backfilling"  # a repair: not usable again
+        elif len(pauses) == 4:
+            seen_four.set()
+            await forever  # until close() cancels the loop
+
+    monkeypatch.setattr(tasks.asyncio, "sleep", sleep)
+    m.start_refresh(60.0)
+    await asyncio.wait_for(seen_four.wait(), ceiling(10))
+    await m.close()
+    assert pauses == [PENDING_REFRESH_SECONDS, 2 * PENDING_REFRESH_SECONDS, 60.0, PENDING_REFRESH_SECONDS]
