@@ -77,6 +77,8 @@ _ADDRESS_EN = re.compile(
 _MIN_PHONE_DIGITS = 6
 _DATE_OR_DECIMAL = re.compile(r"\d{1,4}\.\d{1,2}\.\d{2,4}|\d+[.,]\d+")
 _NANP = re.compile(r"(?:\(\d{3}\) ?|\d{3}[ .-])\d{3}[ .-]\d{4}|\d{3}-\d{4}")
+# where a phone number may start: "+49", "0049", a trunk "0" at a number's start, or NANP grouping
+_PHONE_HINT = re.compile(r"\+\s?\d|(?<![\d.,])0\d|" + _NANP.pattern)
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,9 @@ def _anonymous(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
 
 
 def _phones(text: str, regions: tuple[str, ...]) -> Iterator[Span]:
-    if sum(c.isdigit() for c in text) < _MIN_PHONE_DIGITS:  # the matcher is the costly detector
+    # the matcher is the costly detector (~0.1-0.2 ms a short line): run it only where a number
+    # written as a phone number can start (what `_written_as_phone` keeps anyway)
+    if sum(c.isdigit() for c in text) < _MIN_PHONE_DIGITS or not _PHONE_HINT.search(text):
         return
     for region in regions:
         for m in phonenumbers.PhoneNumberMatcher(text, region, leniency=phonenumbers.Leniency.VALID):
