@@ -136,7 +136,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(metrics_route.router)
     # the operator console: its own admin check (a cookie, or the local operator), not the bearer's
-    app.include_router(console.router)
+    console.install_console(app)
     # the limit runs after authentication: the client it counts is the token's user id
     authed = [Depends(get_principal), Depends(enforce_rate_limit)]
     routers = [embed.router, documents.router, v2_query.router, v2_admin.router, jobs.router, admin.router]

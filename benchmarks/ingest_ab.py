@@ -143,6 +143,14 @@ def kept_uploads(previous: dict[str, Any], set_name: str, sides: dict[str, Any])
     return [u for u in kept if u.get("side") in sides]
 
 
+def resume_into(result: dict[str, Any], stopped: dict[str, Any], opts: AbOptions) -> None:
+    """Carry a stopped run's good uploads (and its latency phase) into `result` (`--resume`)."""
+    result["uploads"] = kept_uploads(stopped, opts.set_name, result["sides"])
+    result["resumed_from"] = {"file": str(opts.resume), "started_utc": stopped.get("started_utc")}
+    if opts.latency and stopped.get("latency"):
+        result["latency"] = stopped["latency"]
+
+
 def done_keys(uploads: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
     """(side, file name, mode) of every upload already measured."""
     return {(str(u["side"]), str(u["name"]), str(u["mode"])) for u in uploads}
@@ -286,11 +294,7 @@ def run(opts: AbOptions) -> int:
         result["pdfs"] = [{"name": p.name, "pages": p.pages, "file": p.path.name} for p in pdfs]
         sides = _sides(opts, root, progress, result)
         if opts.resume is not None:
-            previous = json.loads(opts.resume.read_text())
-            result["uploads"] = kept_uploads(previous, opts.set_name, result["sides"])
-            result["resumed_from"] = {"file": str(opts.resume), "started_utc": previous.get("started_utc")}
-            if opts.latency and previous.get("latency"):
-                result["latency"] = previous["latency"]
+            resume_into(result, json.loads(opts.resume.read_text()), opts)
         asyncio.run(bench(opts, root, pdfs, sides, progress, out))
     except KeyboardInterrupt:
         result["interrupted"] = True

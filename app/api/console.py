@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Form, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
@@ -28,12 +28,13 @@ from app.console.session import (
     COOKIE_PATH,
     admin_from_token,
     check_csrf,
+    check_origin,
     console_principal,
     csrf_token,
 )
 from app.console.views import ConsoleService
 from app.deps import ServicesDep
-from app.errors import Forbidden, RagError, Unauthorized
+from app.errors import RagError, Unauthorized
 from app.services import Services
 
 router = APIRouter(prefix="/console", include_in_schema=False)
@@ -56,7 +57,6 @@ _env = Environment(
     autoescape=select_autoescape(default=True),
     enable_async=False,
 )
-_NamespacePath = Annotated[str, "a namespace: an Agent id or a user id"]
 
 
 def _page(request: Request, services: Services, name: str, status: int = 200, **context: Any) -> HTMLResponse:
@@ -71,20 +71,43 @@ def _page(request: Request, services: Services, name: str, status: int = 200, **
     return HTMLResponse(html, status_code=status, headers=_HEADERS)
 
 
-def _who(request: Request, services: Services) -> Principal | Response:
-    """The admin, or the login page's redirect (a non-admin token is refused with 403)."""
+class LoginNeeded(Exception):
+    """A console page asked for without a session: answered with the login page's redirect."""
+
+
+async def _page_admin(request: Request, services: ServicesDep) -> Principal:
+    """The admin opening a page; no session: LoginNeeded (a non-admin's token: 403)."""
     principal = console_principal(request, services)
     if principal is None:
-        return RedirectResponse("/console/login", status_code=303, headers=_HEADERS)
+        raise LoginNeeded()
     return principal
 
 
+async def _action_admin(request: Request, services: ServicesDep) -> Principal:
+    """The admin behind a script's call or a form's action; no session: 401 (no page to send it to)."""
+    principal = console_principal(request, services)
+    if principal is None:
+        raise Unauthorized("Log in to the console first")
+    return principal
+
+
+PageAdmin = Annotated[Principal, Depends(_page_admin)]
+ActionAdmin = Annotated[Principal, Depends(_action_admin)]
+
+
+async def _to_login(request: Request, exc: Exception) -> Response:
+    return RedirectResponse("/console/login", status_code=303, headers=_HEADERS)
+
+
+def install_console(app: FastAPI) -> None:
+    """The console's routes and the redirect of a page asked for without a session."""
+    app.include_router(router)
+    app.add_exception_handler(LoginNeeded, _to_login)
+
+
 @router.get("")
-async def overview(request: Request, services: ServicesDep) -> Response:
+async def overview(request: Request, services: ServicesDep, admin: PageAdmin) -> Response:
     """Every knowledge base with its files, chunks and health; the job queue."""
-    who = _who(request, services)
-    if isinstance(who, Response):
-        return who
     data = await ConsoleService(services).overview()
     return _page(request, services, "overview.html", data=data)
 
@@ -93,34 +116,27 @@ async def overview(request: Request, services: ServicesDep) -> Response:
 async def knowledge_base(
     request: Request,
     services: ServicesDep,
+    admin: PageAdmin,
     namespace: str,
     q: Annotated[str | None, Query(max_length=200)] = None,
     sort: Annotated[str, Query(max_length=20)] = "name",
     page: Annotated[int, Query(ge=1, le=100_000)] = 1,
 ) -> Response:
     """One knowledge base's files, 50 a page."""
-    who = _who(request, services)
-    if isinstance(who, Response):
-        return who
     data = await ConsoleService(services).files(namespace, search=q, sort=sort, page=page)
     return _page(request, services, "files.html", data=data)
 
 
 @router.get("/jobs")
-async def jobs_page(request: Request, services: ServicesDep) -> Response:
+async def jobs_page(request: Request, services: ServicesDep, admin: PageAdmin) -> Response:
     """Running jobs with progress bars, the newest jobs, the parked ones with their reasons."""
-    who = _who(request, services)
-    if isinstance(who, Response):
-        return who
     data = await ConsoleService(services).jobs()
     return _page(request, services, "jobs.html", data=data)
 
 
 @router.get("/api/jobs")
-async def jobs_json(request: Request, services: ServicesDep) -> Response:
+async def jobs_json(request: Request, services: ServicesDep, admin: ActionAdmin) -> Response:
     """The jobs page's figures as JSON, for its progress bars (401 when not logged in)."""
-    if console_principal(request, services) is None:
-        raise Unauthorized("Log in to the console first")
     data = await ConsoleService(services).jobs()
     body = {
         "running": [j.model_dump(mode="json", include=_JOB_FIELDS) for j in data.running],
@@ -134,11 +150,13 @@ _JOB_FIELDS = {"id", "kind", "status", "attempts", "running_s", "progress", "err
 
 @router.post("/jobs/{job_id}/retry")
 async def retry(
-    request: Request, services: ServicesDep, job_id: int, csrf: Annotated[str | None, Form()] = None
+    request: Request,
+    services: ServicesDep,
+    admin: ActionAdmin,
+    job_id: int,
+    csrf: Annotated[str | None, Form()] = None,
 ) -> Response:
     """Send a parked job back to the queue, then show the jobs page."""
-    if console_principal(request, services) is None:
-        raise Unauthorized("Log in to the console first")
     check_csrf(request, services, csrf)
     await ConsoleService(services).retry(job_id)
     return RedirectResponse("/console/jobs", status_code=303, headers=_HEADERS)
@@ -148,14 +166,12 @@ async def retry(
 async def search(
     request: Request,
     services: ServicesDep,
+    admin: PageAdmin,
     namespace: Annotated[str | None, Query(max_length=512)] = None,
     user: Annotated[str | None, Query(max_length=512)] = None,
     q: Annotated[str | None, Query(max_length=4000)] = None,
 ) -> Response:
     """A question over a knowledge base as a chosen user: V1 beside V2 with channels, scores and why."""
-    who = _who(request, services)
-    if isinstance(who, Response):
-        return who
     console = ConsoleService(services)
     kbs = (await console.overview()).knowledge_bases
     result = None
@@ -167,11 +183,8 @@ async def search(
 
 
 @router.get("/metrics")
-async def metrics_page(request: Request, services: ServicesDep) -> Response:
+async def metrics_page(request: Request, services: ServicesDep, admin: PageAdmin) -> Response:
     """Latency histogram, request counts per route, V2 outcomes, uploads since start."""
-    who = _who(request, services)
-    if isinstance(who, Response):
-        return who
     data = await ConsoleService(services).metrics()
     return _page(request, services, "metrics.html", data=data)
 
@@ -191,12 +204,10 @@ async def login(
     """Check the pasted token as every route does; keep it in the console's cookie until it expires."""
     if not services.settings.auth_enabled:
         return RedirectResponse("/console", status_code=303, headers=_HEADERS)
-    check_csrf(request, services, csrf_token(request, services))  # the Origin check; no session yet
+    check_origin(request)  # no session yet, so no CSRF token: the form must come from our page
     try:
         principal = admin_from_token(token, services)
-    except (Unauthorized, Forbidden) as exc:
-        return _page(request, services, "login.html", status=exc.status_code, error=exc.detail)
-    except RagError as exc:
+    except RagError as exc:  # 401 for a bad token, 403 for a non-admin's: said on the form
         return _page(request, services, "login.html", status=exc.status_code, error=exc.detail)
     expires = principal.claims.get("exp")
     max_age = max(int(float(expires) - time.time()), 1) if isinstance(expires, (int, float)) else 3600

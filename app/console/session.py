@@ -15,6 +15,7 @@ Origin (when a browser sends one) must be this service's.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import os
@@ -65,7 +66,12 @@ def _key(services: Services) -> bytes:
     settings = services.settings
     if settings.jwt_secret:
         return hashlib.sha256(b"ragoverlay console csrf\x00" + settings.jwt_secret.encode()).digest()
-    path = Path(settings.data_dir) / _KEY_FILE
+    return _folder_key(Path(settings.data_dir).resolve() / _KEY_FILE)
+
+
+@functools.cache
+def _folder_key(path: Path) -> bytes:
+    """The key kept in DATA_DIR, read (or made) once per process: every page renders a token."""
     try:
         return path.read_bytes()
     except FileNotFoundError:
@@ -88,12 +94,15 @@ def csrf_token(request: Request, services: Services) -> str:
     return hmac.new(_key(services), session.encode(), hashlib.sha256).hexdigest()
 
 
+def check_origin(request: Request) -> None:
+    """Forbidden when a browser says the request comes from another origin than this service."""
+    origin = request.headers.get("origin")
+    if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
+        raise Forbidden("The console's forms are accepted from its own pages only")
+
+
 def check_csrf(request: Request, services: Services, submitted: str | None) -> None:
     """Forbidden unless `submitted` is this session's token and the request comes from this origin."""
-    origin = request.headers.get("origin")
-    if origin is not None:
-        expected = f"{request.url.scheme}://{request.url.netloc}"
-        if origin != expected:
-            raise Forbidden("The console's forms are accepted from its own pages only")
+    check_origin(request)
     if not submitted or not hmac.compare_digest(submitted, csrf_token(request, services)):
         raise Forbidden("The form's token is missing or stale: reload the page and try again")

@@ -6,7 +6,6 @@ text) keep them."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 
 import pytest
 
@@ -40,17 +39,6 @@ def _leaks(texts: list[str]) -> set[str]:
         "iban": "37040044" in joined.replace(" ", ""),
     }
     return {name for name, hit in found.items() if hit}
-
-
-@pytest.fixture
-def fake_reranker() -> Iterator[FakeProvider]:
-    """A second fake on its own socket, answering POST /rerank as Cohere does."""
-    provider = FakeProvider()
-    provider.start()
-    try:
-        yield provider
-    finally:
-        provider.stop()
 
 
 @pytest.mark.parametrize("redact", [True, False], ids=["redaction on", "redaction off"])

@@ -198,3 +198,21 @@ def test_render_states_load_and_resumed_uploads() -> None:
     text = report.render({"uploads": uploads, "resumed_from": {"file": "x.json", "started_utc": "t"}})
     assert "load average around the uploads: 0.5-4.2" in text
     assert "Resumed: 1 uploads kept from x.json (started t)" in text
+
+
+def test_resume_carries_the_stopped_runs_uploads_and_latency_into_the_new_result() -> None:
+    from benchmarks.ingest_ab import AbOptions, resume_into
+
+    sides = {"B": {"commit": "b" * 40}}
+    stopped = {
+        "set": "quick",
+        "started_utc": "t0",
+        "sides": sides,
+        "uploads": [_upload("B", "ch03.en", "v1", 9, 3.0, 3.0)],
+        "latency": {"B": {"p95_s": 0.2}},
+    }
+    result: dict[str, Any] = {"sides": sides}
+    resume_into(result, stopped, AbOptions(set_name="quick", resume=Path("x.json")))
+    assert [u["name"] for u in result["uploads"]] == ["ch03.en"]
+    assert result["resumed_from"] == {"file": "x.json", "started_utc": "t0"}
+    assert result["latency"] == stopped["latency"]

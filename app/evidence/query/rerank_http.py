@@ -71,8 +71,11 @@ class HttpReranker:
         documents = [rerank_text(item.candidate)[:MAX_DOCUMENT_CHARS] for item in items]
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         async with asyncio.timeout(self.timeout):
-            # redacting a window of passages is milliseconds of CPU: off the event loop
-            body = await asyncio.to_thread(self.body, query.raw, documents)
+            # redacting a window of passages is milliseconds of CPU: off the event loop (and only then)
+            if self.redact is None:
+                body = self.body(query.raw, documents)
+            else:
+                body = await asyncio.to_thread(self.body, query.raw, documents)
             response = await self.client.post(self.url, json=body, headers=headers, timeout=self.timeout)
             if response.status_code // 100 != 2:
                 raise RerankError(f"status {response.status_code}")
