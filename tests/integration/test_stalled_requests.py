@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from collections.abc import AsyncIterator
 
@@ -31,8 +32,8 @@ async def served(settings_factory: SettingsFactory) -> AsyncIterator[int]:
         port=port,
         log_config=None,
         access_log=False,
-        # stretched on a busy machine: the clients below share the server's event loop, and a client
-        # whose half header is sent after the deadline meets a closed socket (a reset, not the 408)
+        # stretched on a busy machine: the slow-body client below sends its headers with an awaited
+        # write, which a busy shared event loop may run after the server accepted the connection
         http=stall_guarded_protocol(ceiling(HEADER_TIMEOUT_S)),
     )
     server = uvicorn.Server(config)
@@ -46,6 +47,20 @@ async def served(settings_factory: SettingsFactory) -> AsyncIterator[int]:
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, ceiling(30))
+
+
+async def _sent_before_accepted(port: int, data: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection whose first bytes are in the server's socket before the server accepts it.
+
+    Connecting and sending without yielding to the event loop (which the server shares) fills the
+    kernel's accept queue: the header deadline starts at accept, when the bytes are already there. An
+    awaited connect and write let a busy loop accept first and fire the deadline before the client
+    wrote; the write then met a closed socket and the client read a reset instead of the 408.
+    """
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(data)
+    sock.setblocking(False)
+    return await asyncio.open_connection(sock=sock)
 
 
 async def _closed_within(reader: asyncio.StreamReader, timeout_s: float) -> bytes:
@@ -66,17 +81,16 @@ async def test_stalled_headers_and_bodies_are_answered_408_and_closed(served: in
     connections = []
     try:
         for i in range(60):
-            reader, writer = await asyncio.open_connection("127.0.0.1", served)
-            connections.append((i, reader, writer))
             if i % 2 == 0:  # headers that never finish
-                writer.write(b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+                sent = b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             else:  # complete headers, then a body that stops after a few bytes
-                writer.write(
+                sent = (
                     b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                     + f"Authorization: Bearer {token}\r\n".encode()
                     + b'Content-Length: 200\r\n\r\n{"query": "he'
                 )
-            await writer.drain()
+            reader, writer = await _sent_before_accepted(served, sent)
+            connections.append((i, reader, writer))
         started = time.monotonic()
         answers = await asyncio.gather(*(_closed_within(r, 10.0) for _, r, _ in connections))
         elapsed = time.monotonic() - started
@@ -123,10 +137,7 @@ async def test_300_connections_with_half_a_header_are_all_closed(served: int) ->
     connections = []
     try:
         for _ in range(300):
-            reader, writer = await asyncio.open_connection("127.0.0.1", served)
-            connections.append((reader, writer))
-            writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Half: ")
-            await writer.drain()
+            connections.append(await _sent_before_accepted(served, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Half: "))
         started = time.monotonic()
         answers = await asyncio.gather(*(_closed_within(r, 15.0) for r, _ in connections))
         elapsed = time.monotonic() - started
