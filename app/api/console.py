@@ -3,9 +3,10 @@
     GET  /console                       knowledge bases with their counts and health, the queue
     GET  /console/kb/{namespace}        one knowledge base's files: search, sort, pages of 50
     GET  /console/jobs                  jobs with live progress bars (console.js polls /console/api/jobs)
+    GET  /console/runs                  evidence index runs: their files' states, chunks, failures
     POST /console/jobs/{id}/retry       a parked job back to the queue (CSRF token)
     GET  /console/search                a question as a chosen user: V1 beside evidence search, and why
-    GET  /console/metrics               latency histogram, request counts, V2 outcomes
+    GET  /console/metrics               latency histogram, request counts, V2 outcomes, ingestion per hour
     GET|POST /console/login, POST /console/logout
 
 Every answer carries a strict Content-Security-Policy (scripts and styles from /console/static only,
@@ -32,7 +33,7 @@ from app.console.session import (
     console_principal,
     csrf_token,
 )
-from app.console.views import ConsoleService
+from app.console.views import RUNS_SHOWN, ConsoleService, page_ranges
 from app.deps import ServicesDep
 from app.errors import RagError, Unauthorized
 from app.services import Services
@@ -57,6 +58,7 @@ _env = Environment(
     autoescape=select_autoescape(default=True),
     enable_async=False,
 )
+_env.filters["pagelist"] = page_ranges
 
 
 def _page(request: Request, services: Services, name: str, status: int = 200, **context: Any) -> HTMLResponse:
@@ -132,6 +134,13 @@ async def jobs_page(request: Request, services: ServicesDep, admin: PageAdmin) -
     """Running jobs with progress bars, the newest jobs, the parked ones with their reasons."""
     data = await ConsoleService(services).jobs()
     return _page(request, services, "jobs.html", data=data)
+
+
+@router.get("/runs")
+async def runs_page(request: Request, services: ServicesDep, admin: PageAdmin) -> Response:
+    """Evidence index runs, newest first: each one's files by state, chunks, and failures with reasons."""
+    runs = await ConsoleService(services).runs()
+    return _page(request, services, "runs.html", runs=runs, shown=len(runs), limit=RUNS_SHOWN)
 
 
 @router.get("/api/jobs")

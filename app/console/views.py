@@ -4,8 +4,10 @@
     await console.overview()                    # knowledge bases, the queue, evidence search's state
     await console.files("agent_x", search=None, sort="name", page=1)
     await console.jobs()                        # running (with progress), recent, parked
+    await console.runs()                        # evidence index runs, their files' states, failures
     await console.search("agent_x", "user_7", "How heavy is the K 28?")   # V1 beside V2 with why
-    await console.metrics()                     # latency histogram, request rates, refused share
+    await console.metrics()                     # latency histogram, request rates, refused share,
+                                                # ingestion per hour over the last day
 
 Searches run as the chosen user exactly as that user's request would: `Access.read_scope` builds the
 scope (LibreChat's allow-list included), V1's `SearchService.search` and evidence search's `query`
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import math
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -31,6 +33,8 @@ from app.store import console as store
 
 PAGE_SIZE = 50
 SEARCH_FILES = 1000  # as many as one LibreChat request may name
+RUNS_SHOWN = 100
+INGESTION_HOURS = 24
 
 
 @dataclass(frozen=True)
@@ -90,12 +94,18 @@ class Bar:
 
 @dataclass(frozen=True)
 class MetricsPage:
-    """Pictures from the service's own metrics since it started."""
+    """Pictures from the service's own metrics since it started, and ingestion over the last day."""
 
     latency: list[Bar]
     routes: list[Bar]
     v2_outcomes: dict[str, float]
     uploads: dict[str, float]
+    ingestion: list[store.Hour] = field(default_factory=list)
+
+    @property
+    def ingestion_top(self) -> int:
+        """The tallest hour's chunks (V1 or evidence): the ingestion chart's scale."""
+        return max((max(h.v1_chunks, h.evidence_chunks) for h in self.ingestion), default=0)
 
 
 class ConsoleService:
@@ -143,6 +153,12 @@ class ConsoleService:
             [AdminJobOut.of(r) for r in recent],
             [AdminJobOut.of(r) for r in failed],
         )
+
+    async def runs(self) -> list[store.RunRow]:
+        """The newest evidence index runs, each with its files' states, chunks and first failures."""
+        s = self.services
+        async with s.pool.acquire() as conn:
+            return await store.runs(conn, s.info.collection_id, RUNS_SHOWN)
 
     async def retry(self, job_id: int) -> str:
         """Send a parked job back to the queue (as `POST /admin/jobs/{id}/retry`): its outcome word."""
@@ -201,7 +217,22 @@ class ConsoleService:
     async def metrics(self) -> MetricsPage:
         """Latency histogram and request counts per route, V2 outcomes, uploads, from `/metrics`' text."""
         text = (await metrics.render()).decode()
-        return _metrics_page(text)
+        s = self.services
+        async with s.pool.acquire() as conn:
+            hours = await store.throughput(conn, s.info.collection_id, INGESTION_HOURS)
+        return replace(_metrics_page(text), ingestion=hours)
+
+
+def page_ranges(pages: list[int] | tuple[int, ...]) -> str:
+    """Pages as a reader writes them: [1, 2, 3, 5] -> "pages 1-3, 5"; one page -> "page 5"."""
+    spans: list[tuple[int, int]] = []
+    for page in sorted(set(pages)):
+        if spans and page == spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], page)
+        else:
+            spans.append((page, page))
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+    return ("page " if len(pages) == 1 else "pages ") + text
 
 
 def _bars(pairs: list[tuple[str, float]]) -> list[Bar]:

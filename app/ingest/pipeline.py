@@ -221,6 +221,7 @@ class IngestService:
             record = _file_record(
                 source, file_id, owner, uploader, name, content_type, len(texts), self.model_id, dim
             )
+            record = dataclasses.replace(record, ocr_pages=parsed.pages[0], empty_pages=parsed.pages[1])
             if storage_metadata:
                 record = dataclasses.replace(record, storage_metadata=dict(storage_metadata))
             ids = uuid7_batch(len(texts))

@@ -87,6 +87,9 @@ class FileRecord:
     embedding_model: str | None
     embedding_dim: int | None
     storage_metadata: dict[str, Any] | None = None
+    # the 1-based pages OCR read, and those with a picture but no text (None: not known)
+    ocr_pages: tuple[int, ...] | None = None
+    empty_pages: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -253,6 +256,8 @@ async def replace_file(
         record.embedding_model,
         record.embedding_dim,
         json.dumps(record.storage_metadata) if record.storage_metadata is not None else None,
+        list(record.ocr_pages) if record.ocr_pages is not None else None,
+        list(record.empty_pages) if record.empty_pages is not None else None,
     )
     return str(previous_blob) if previous_blob and previous_blob != record.blob_key else None
 

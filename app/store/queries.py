@@ -93,8 +93,9 @@ EMBEDDING_COPY_COLUMNS = ("uuid", "collection_id", "embedding", "document", "cme
 UPSERT_FILE = """
     INSERT INTO ragoverlay_files (
         collection_id, file_id, owner, uploader, filename, content_type, size_bytes, sha256,
-        blob_key, status, chunk_count, embedding_model, embedding_dim, storage_metadata
-    ) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'ready', $10, $11, $12, $13::jsonb)
+        blob_key, status, chunk_count, embedding_model, embedding_dim, storage_metadata,
+        ocr_pages, empty_pages
+    ) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'ready', $10, $11, $12, $13::jsonb, $14, $15)
     ON CONFLICT (collection_id, file_id, owner) DO UPDATE SET
         uploader = EXCLUDED.uploader,
         filename = EXCLUDED.filename,
@@ -107,6 +108,8 @@ UPSERT_FILE = """
         embedding_model = EXCLUDED.embedding_model,
         embedding_dim = EXCLUDED.embedding_dim,
         storage_metadata = EXCLUDED.storage_metadata,
+        ocr_pages = EXCLUDED.ocr_pages,
+        empty_pages = EXCLUDED.empty_pages,
         updated_at = now()
 """
 PREVIOUS_BLOB_KEY = """

@@ -80,6 +80,10 @@ _.evidence_files  # app/store/console.py KnowledgeBase
 _.evidence_failed  # app/store/console.py KnowledgeBase
 _.evidence_state  # app/store/console.py FileRow
 _.evidence_error  # app/store/console.py FileRow
+_.ingestion_top  # app/console/views.py MetricsPage
+_.ocr_files  # app/store/console.py KnowledgeBase
+_.empty_page_files  # app/store/console.py KnowledgeBase
+_.hour  # app/store/console.py Hour
 
 # --- kept on purpose, though only tests use them ---------------------------------------------------
 _.SimpleTokenCounter  # app/evidence/index/tokens.py: the TokenCounter test double its docstring names

@@ -171,8 +171,15 @@ def test_every_page_works_in_a_real_browser(service: str, browser: Any) -> None:
     )
     assert browser.find_element(By.ID, "why").text.startswith("Refused")
 
+    _visit(browser, f"{service}/console/runs", "runs", pages)
+    runs = browser.find_element(By.TAG_NAME, "table").text
+    assert "public" in runs and "active" in runs
+
     _visit(browser, f"{service}/console/metrics", "metrics", pages)
     assert browser.find_elements(By.CSS_SELECTOR, "figure svg rect")
+    assert "Ingestion over the last 24 hours" in browser.find_element(By.TAG_NAME, "main").text
+    browser.execute_script("document.getElementById('ingest-h').scrollIntoView()")
+    browser.save_screenshot(str(ARTIFACTS / "metrics-ingestion.png"))
 
     assert _csp_errors(browser) == []  # the policy blocked nothing of ours: no inline code anywhere
     (ARTIFACTS / "pages.json").write_text(json.dumps(pages, indent=2) + "\n")

@@ -8,9 +8,12 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+from PIL import Image
 
 from app.api.console import CSP
+from app.console.views import page_ranges
 from tests.contract.helpers import upload
+from tests.fixtures.scans import image_pdf, text_image
 from tests.fixtures.patience import until
 from tests.fixtures.service import SettingsFactory, auth, make_token, new_id, running_app
 
@@ -32,7 +35,9 @@ class World:
 
 
 @pytest.fixture(scope="module")
-async def world(settings_factory: SettingsFactory) -> AsyncIterator[World]:
+async def world(
+    settings_factory: SettingsFactory, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[World]:
     agent = f"agent_{new_id('console')}"
     settings = settings_factory(admin_user_ids=[ADMIN], v2_namespace_ids=[agent])
     async with running_app(settings) as client:
@@ -42,6 +47,13 @@ async def world(settings_factory: SettingsFactory) -> AsyncIterator[World]:
         r = await upload(
             client, new_id("private"), "notes.txt", PRIVATE, auth(OWNER)
         )  # OWNER's own namespace
+        assert r.status_code == 200, r.text
+        # a scan whose second page is a blank sheet: page 1 read by OCR, page 2 without text
+        scan = image_pdf(
+            tmp_path_factory.mktemp("console") / "scan.pdf",
+            [text_image(["The boiler's safety valve opens at 3 bar."]), Image.new("L", (600, 800), 255)],
+        )
+        r = await upload(client, new_id("scan"), "scan.pdf", scan.read_bytes(), auth(OWNER), entity_id=agent)
         assert r.status_code == 200, r.text
 
         async def active() -> bool:  # the first upload of a namespace queues its evidence run
@@ -63,6 +75,7 @@ async def test_without_a_session_every_page_sends_the_admin_to_the_login(world: 
     for path in (
         "/console",
         "/console/jobs",
+        "/console/runs",
         "/console/search",
         "/console/metrics",
         f"/console/kb/{world.agent}",
@@ -99,6 +112,7 @@ async def test_file_names_are_escaped_and_files_can_be_searched_and_sorted(world
     assert r.status_code == 200
     assert "&lt;img src=x onerror=alert(1)&gt;.txt" in r.text and NAME not in r.text
     assert world.file_id in r.text and "1 file;" in r.text
+    assert '<td><span class="ok">text</span>' in r.text  # a text file: no page without text
     none = await world.client.get(f"/console/kb/{world.agent}", params={"q": "no such name"})
     assert "0 files;" in none.text
     # LIKE's wildcards are text here, not patterns
@@ -151,3 +165,38 @@ async def test_metrics_and_jobs_pages_draw_from_the_services_own_figures(world: 
     css = await world.client.get("/console/static/console.css")
     assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
     assert (await world.client.get("/console/static/../../config.py")).status_code == 404
+
+
+async def test_a_scan_shows_its_ocr_and_empty_pages_in_its_files_and_namespaces_health(world: World) -> None:
+    await _login(world.client, ADMIN)
+    files = await world.client.get(f"/console/kb/{world.agent}", params={"q": "scan.pdf"})
+    assert "OCR read page 1" in files.text and "no text on page 2" in files.text
+    overview = await world.client.get("/console")
+    row = overview.text.split(f">{world.agent}</a>", 1)[1].split("</tr>", 1)[0]
+    assert "1 with OCR'd pages" in row and "1 with pages without text" in row
+
+
+async def test_the_runs_page_shows_each_runs_files_and_chunks(world: World) -> None:
+    await _login(world.client, ADMIN)
+    runs = (await world.client.get("/v2/runs", headers=auth(ADMIN), params={"namespace": world.agent})).json()
+    active = next(run for run in runs if run["status"] == "active")
+    r = await world.client.get("/console/runs")
+    assert r.status_code == 200 and r.headers["content-security-policy"] == CSP
+    row = r.text.split(f'<th scope="row">{active["run_id"]}</th>', 1)[1].split("</tr>", 1)[0]
+    assert world.agent in row and '<span class="ok">active</span>' in row
+    assert 'aria-label="Run' in row and "files staged" in row
+
+
+async def test_the_metrics_page_draws_ingestion_per_hour_from_the_database(world: World) -> None:
+    await _login(world.client, ADMIN)
+    r = await world.client.get("/console/metrics")
+    assert "Ingestion over the last 24 hours" in r.text and "V1 chunks stored" in r.text
+    table = r.text.split("Files and chunks stored per hour", 1)[1].split("</table>", 1)[0]
+    figures = [int(cell.split("<", 1)[0]) for cell in table.split('<td class="num">')[1:]]
+    files, v1_chunks = sum(figures[0::3]), sum(figures[1::3])
+    assert files >= 3 and v1_chunks >= 3  # this module's three uploads (an hour's boundary may split them)
+
+
+def test_pages_are_written_as_ranges() -> None:
+    assert page_ranges([5]) == "page 5"
+    assert page_ranges([3, 1, 2, 5, 7, 8]) == "pages 1-3, 5, 7-8"

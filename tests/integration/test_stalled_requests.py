@@ -137,7 +137,9 @@ async def test_300_connections_with_half_a_header_are_all_closed(served: int) ->
     connections = []
     try:
         for _ in range(300):
-            connections.append(await _sent_before_accepted(served, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Half: "))
+            connections.append(
+                await _sent_before_accepted(served, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Half: ")
+            )
         started = time.monotonic()
         answers = await asyncio.gather(*(_closed_within(r, 15.0) for r, _ in connections))
         elapsed = time.monotonic() - started
