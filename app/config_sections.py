@@ -167,6 +167,9 @@ class McpSettings:
     session_ttl_s: float = 1800.0
     session_max: int = 100
     max_body_bytes: int = 512 * 1024
+    # no server-side sessions: each request stands alone (MCP_STATELESS; app/runtime/workers.py
+    # turns "auto" on for a worker of several)
+    stateless: bool = False
 
     @property
     def auth_enabled(self) -> bool:
@@ -175,7 +178,8 @@ class McpSettings:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> McpSettings:
-        """JWT_SECRET, RAG_JWT_AUDIENCE, RAG_ADMIN_USER_IDS, MCP_* and MAX_JSON_BODY_BYTES."""
+        """JWT_SECRET, RAG_JWT_AUDIENCE, RAG_ADMIN_USER_IDS, MCP_* and MAX_JSON_BODY_BYTES ("auto" of
+        MCP_STATELESS is off here: a worker of several has it resolved to on already)."""
         return cls(
             jwt_secret=settings.jwt_secret,
             jwt_audience=settings.jwt_audience,
@@ -186,6 +190,7 @@ class McpSettings:
             session_ttl_s=settings.mcp_session_ttl_seconds,
             session_max=settings.mcp_session_max,
             max_body_bytes=settings.max_json_body_bytes,
+            stateless=settings.mcp_stateless is True,
         )
 
 

@@ -202,6 +202,10 @@ class TuningKnobs(BaseSettings):
     mcp_session_create_rate_per_minute: int = Field(
         30, ge=0, validation_alias=_env("MCP_SESSION_CREATE_RATE_PER_MINUTE")
     )
+    # handshake-era MCP clients without server-side sessions: every request stands alone, so any
+    # process or replica answers it. "auto": so when RAG_WORKERS > 1 (a worker cannot route a
+    # session's next connection to the worker that holds it), with sessions otherwise
+    mcp_stateless: bool | Literal["auto"] = Field("auto", validation_alias=_env("MCP_STATELESS"))
     search_snippet_max_chars: int = Field(
         1000, ge=50, le=100_000, validation_alias=_env("SEARCH_SNIPPET_MAX_CHARS")
     )

@@ -9,7 +9,9 @@ ASGI scope for the tools to read, and as the scope's `user` so the SDK binds eac
 principal that opened it (a later request of another principal gets 404, as for an unknown session).
 The SDK's session manager enforces the idle TTL (MCP_SESSION_TTL_SECONDS) and the session cap
 (MCP_SESSION_MAX, 503 beyond); opening a session is limited per client address
-(MCP_SESSION_CREATE_RATE_PER_MINUTE, 429 with Retry-After).
+(MCP_SESSION_CREATE_RATE_PER_MINUTE, 429 with Retry-After). With MCP_STATELESS (on by default for a
+worker of several, `RAG_WORKERS` > 1) no session is kept: every request is served on its own, by
+whichever process or replica receives it, and the session settings do not apply.
 """
 
 from __future__ import annotations
@@ -133,6 +135,7 @@ class McpEndpoint:
         self.auth = McpAuthenticator(settings)
         self.limiter = limiter
         self.user_header = settings.gateway_user_header
+        self.stateless = settings.stateless
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Handle one HTTP request to /mcp."""
@@ -162,7 +165,12 @@ class McpEndpoint:
             return
         version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
         opens_session = version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
-        if scope["method"] == "POST" and MCP_SESSION_ID_HEADER not in headers and opens_session:
+        if (
+            scope["method"] == "POST"
+            and MCP_SESSION_ID_HEADER not in headers
+            and opens_session
+            and not self.stateless  # nothing is kept: a request is a request, the search budget counts it
+        ):
             # a handshake-era request without a session id opens one (only `initialize` can succeed);
             # the sessionless protocol revisions open none and count as plain requests
             wait = self.limiter.check(SESSION_LIMIT, client_address(scope))
@@ -208,6 +216,7 @@ async def open_sessions(app: FastAPI, server: MCPServer[Any], settings: McpSetti
     # authenticates every request instead, and may run behind any proxy name)
     server.streamable_http_app(
         host="0.0.0.0",
+        stateless_http=settings.stateless,
         session_idle_timeout=settings.session_ttl_s,
         max_sessions=settings.session_max,
         max_request_body_size=settings.max_body_bytes,

@@ -100,12 +100,20 @@ def worker_count(setting: int | str, cache_mb: int = 0) -> int:
 
 
 def worker_settings(settings: Settings) -> Settings:
-    """One worker's settings: DB_POOL_MAX_SIZE shared out among the workers, POOL_FLOOR at least each."""
+    """One worker's settings: DB_POOL_MAX_SIZE shared out among the workers, POOL_FLOOR at least each;
+    MCP without sessions unless MCP_STATELESS says otherwise."""
     workers = worker_count(settings.workers)
     ceiling = settings.db_pool_max_size
     size = min(ceiling, max(POOL_FLOOR, math.ceil(ceiling / workers)))
+    # a session lives in the worker that opened it, and the kernel hands each new connection to any
+    # worker: a client's next connection would meet 404 for its session two times in three (N=3)
+    stateless = settings.mcp_stateless if isinstance(settings.mcp_stateless, bool) else workers > 1
     return settings.model_copy(
-        update={"db_pool_max_size": size, "db_pool_min_size": min(settings.db_pool_min_size, size)}
+        update={
+            "db_pool_max_size": size,
+            "db_pool_min_size": min(settings.db_pool_min_size, size),
+            "mcp_stateless": stateless,
+        }
     )
 
 

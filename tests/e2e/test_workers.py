@@ -8,6 +8,7 @@ metrics folder) says which pid answered the requests a keep-alive connection sen
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import re
 import shutil
@@ -26,6 +27,7 @@ from app.runtime.lock import holder_pid
 from app.runtime.postgres import LOCK_NAME
 from tests.fixtures.patience import ceiling, wait_until
 from tests.fixtures.serve import free_port, serving
+from tests.integration.mcp_support import ACCEPT, PROTOCOL, initialize_body, messages
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -218,6 +220,36 @@ def finished(base: str, job_id: int) -> dict[str, object] | None:
     return row if row["status"] in ("done", "failed") else None
 
 
+def test_an_mcp_client_is_answered_by_either_worker_without_a_session(served: Served) -> None:
+    """With RAG_WORKERS > 1, MCP_STATELESS "auto" keeps no sessions: what one worker was told in
+    `initialize` is not needed by the other, which answers the client's next connection."""
+    first, second, pid_a, pid_b = clients_on_two_workers(served.base)
+    upload(first, "mcp-workers", "The night heron hunts at dusk along the river bank.")
+    headers = {**ACCEPT, "mcp-protocol-version": PROTOCOL}
+    try:
+        opened = first.post("/mcp", json=initialize_body(), headers={**ACCEPT})
+        assert opened.status_code == 200, opened.text
+        assert "mcp-session-id" not in opened.headers  # nothing kept: no session to find again
+        for client in (second, first, second):  # the other worker, then back
+            body = {
+                "jsonrpc": "2.0",
+                "id": 7,
+                "method": "tools/call",
+                "params": {
+                    "name": "rag_search",
+                    "arguments": {"query": "When does the night heron hunt?", "file_ids": ["mcp-workers"]},
+                },
+            }
+            r = client.post("/mcp", json=body, headers=headers)
+            assert r.status_code == 200, r.text
+            (answer,) = [m for m in messages(r) if m.get("id") == 7]
+            assert "dusk" in json.dumps(answer["result"]), answer
+    finally:
+        first.close()
+        second.close()
+    assert pid_a != pid_b
+
+
 def test_a_killed_worker_is_replaced_and_the_service_keeps_answering(served: Served) -> None:
     before = wait_until(lambda: workers_of(served.process.pid), what="the workers", within_s=30)
     victim = min(before)
@@ -283,3 +315,4 @@ def test_sigterm_stops_the_workers_then_the_database_and_frees_the_folder(served
     assert holder_pid(served.data_dir, LOCK_NAME) is None
     assert not (served.data_dir / "postgres" / "postmaster.pid").exists()
     assert not metrics_dir.exists()
+

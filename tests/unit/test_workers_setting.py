@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.config import load_settings
+from app.config_sections import McpSettings
 from app.errors import ConfigError
 from app.runtime import workers
 from app.runtime.workers import MAX_AUTO_WORKERS, POOL_FLOOR, WORKER_MEMORY_MB, worker_count, worker_settings
@@ -52,3 +53,12 @@ def test_the_pool_ceiling_is_shared_out_among_the_workers() -> None:
     assert worker_settings(load_settings(workers=6)).db_pool_max_size == POOL_FLOOR
     assert worker_settings(load_settings(workers=4, db_pool_max_size=5)).db_pool_max_size == 5
     assert worker_settings(load_settings(workers=1)).db_pool_max_size == 30
+
+
+def test_a_worker_of_several_serves_mcp_without_sessions_unless_told_otherwise() -> None:
+    assert worker_settings(load_settings(workers=2)).mcp_stateless is True
+    assert worker_settings(load_settings(workers=2, mcp_stateless=False)).mcp_stateless is False
+    assert worker_settings(load_settings(workers=1)).mcp_stateless is False
+    # one process: "auto" keeps sessions; an operator's MCP_STATELESS=true (replicas) drops them
+    assert McpSettings.from_settings(load_settings()).stateless is False
+    assert McpSettings.from_settings(load_settings(mcp_stateless=True)).stateless is True
