@@ -34,6 +34,7 @@ from tests.fixtures.serve import REPO
 from tests.fixtures.service import TEST_JWT_SECRET, Database, auth, env_without_ragoverlay, make_token, new_id
 from tests.integration.mcp_support import (
     ACCEPT,
+    PROTOCOL,
     RawSession,
     error_text,
     initialize_body,
@@ -389,6 +390,30 @@ async def test_session_cap_idle_expiry_and_creation_rate(settings_factory: Calla
         await asyncio.sleep(ttl + 2)  # idle past MCP_SESSION_TTL_SECONDS
         expired = await first.post_raw(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}))
         assert expired.status_code == 404
+
+
+async def test_without_sessions_every_request_stands_alone_and_no_session_is_counted(
+    settings_factory: Callable[..., Settings],
+) -> None:
+    """MCP_STATELESS=true (replicas without affinity): no session id, no cap, no creation budget;
+    the SDK's own client works as with sessions."""
+    settings = settings_factory(mcp_stateless=True, mcp_session_max=1, mcp_session_create_rate_per_minute=1)
+    async with serving(settings) as (url, http):
+        user = new_id("stateless")
+        headers = {**ACCEPT, **auth(user)}
+        for _ in range(3):  # past MCP_SESSION_MAX and the creation budget: neither applies
+            opened = await http.post("/mcp", json=initialize_body(), headers=headers)
+            assert opened.status_code == 200, opened.text
+            assert "mcp-session-id" not in opened.headers
+        listed = await http.post(
+            "/mcp",
+            json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            headers={**headers, "mcp-protocol-version": PROTOCOL},
+        )
+        assert listed.status_code == 200 and "rag_search" in listed.text
+        async with mcp_client(url, auth(user)) as client:
+            status = payload(await client.call_tool("rag_status", {}))
+            assert status, status
 
 
 # --- stdio: scripts/mcp as a client of the running service's embedded PostgreSQL ---------------------
