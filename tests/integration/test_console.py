@@ -15,7 +15,7 @@ from app.console.views import page_ranges
 from tests.contract.helpers import upload
 from tests.fixtures.scans import image_pdf, text_image
 from tests.fixtures.patience import until
-from tests.fixtures.service import SettingsFactory, auth, make_token, new_id, running_app
+from tests.fixtures.service import SettingsFactory, auth, make_token, new_id, resources, running_app
 
 pytestmark = pytest.mark.slow
 
@@ -185,6 +185,29 @@ async def test_the_runs_page_shows_each_runs_files_and_chunks(world: World) -> N
     row = r.text.split(f'<th scope="row">{active["run_id"]}</th>', 1)[1].split("</tr>", 1)[0]
     assert world.agent in row and '<span class="ok">active</span>' in row
     assert 'aria-label="Run' in row and "files staged" in row
+    # a failed run of another namespace: its error, and each failed file with its reason (escaped)
+    services = resources(world.client)
+    async with services.pool.acquire() as conn:
+        run_id = await conn.fetchval(
+            "INSERT INTO ragoverlay_v2_runs (collection_id, namespace, index_version, extractor_version, "
+            "embedding_model, expected_files, status, error) VALUES ($1, 'agent_failing', 'v', 'x', 'm', 3, "
+            "'failed', 'abandoned by its operator') RETURNING run_id",
+            services.info.collection_id,
+        )
+        await conn.executemany(
+            "INSERT INTO ragoverlay_v2_run_files (run_id, file_id, state, error) VALUES ($1, $2, $3, $4)",
+            [
+                (run_id, "bad-1", "failed", "<b>parse</b> failed"),
+                (run_id, "bad-2", "failed", None),
+                (run_id, "ok-3", "pending", None),
+            ],
+        )
+    r = await world.client.get("/console/runs")
+    row = r.text.split(f'<th scope="row">{run_id}</th>', 1)[1].split("</tr>", 1)[0]
+    assert '<span class="bad">failed</span>' in row and "abandoned by its operator" in row
+    assert "2 files failed" in row and "1 waiting" in row and "0 / 3" in row
+    assert "<code>bad-1</code>: &lt;b&gt;parse&lt;/b&gt; failed" in row
+    assert "<code>bad-2</code>: no reason kept" in row
 
 
 async def test_the_metrics_page_draws_ingestion_per_hour_from_the_database(world: World) -> None:
