@@ -22,6 +22,7 @@ from benchmarks.http import LeanHTTP
 from benchmarks.progress import Progress
 from benchmarks.quality import service as svc
 from benchmarks.quality.natural import bench as natural
+from benchmarks.quality.natural.busy import BUSY_KB
 from benchmarks.quality.run import Options, Sizes, run_async
 from benchmarks.quality.systems import SystemUnavailable
 from benchmarks.quality.v2 import FINAL, STAGE_SYSTEMS, V2Client
@@ -186,7 +187,7 @@ def test_quality_benchmark_runs_and_reports_every_metric(sources: Path) -> None:
     )
 
     async def scenario() -> tuple[dict, int, str, dict, dict | None]:
-        kbs = ["agent_quality_man_1", "agent_quality_html", *(natural.kb_name(n) for n in NATURAL)]
+        kbs = ["agent_quality_man_1", "agent_quality_html", *(natural.kb_name(n) for n in NATURAL), BUSY_KB]
         env = {"RAG_V2_NAMESPACE_IDS": ",".join(kbs)}
         served = await svc.start(sources / "service", env, timeout_s=ceiling(240))
         try:
@@ -230,8 +231,14 @@ def test_quality_benchmark_runs_and_reports_every_metric(sources: Path) -> None:
                     v2_wait_s=ceiling(180),
                     service_url=served.base_url,
                     token=served.token,
+                    busy=True,  # and timed again while uploads run beside the questions
                 )
                 natural_result = await natural.run_async(nat_opts, Progress())
+                async with httpx.AsyncClient(
+                    base_url=served.base_url, timeout=ceiling(30), headers=headers
+                ) as client:
+                    left = await svc.stored_ids(client, BUSY_KB)
+                    assert not [f for f in left if f.startswith("busy-")]  # the copies were deleted
             return result, probe.status_code, message, {"first": first, "again": again}, natural_result
         finally:
             svc.stop(served)
@@ -302,5 +309,9 @@ def test_quality_benchmark_runs_and_reports_every_metric(sources: Path) -> None:
     assert nat["summary"][FINAL]["kind:unanswerable-named"]["unanswerable_refused"] is not None
     assert {r["target"] for r in nat["targets"]} >= {"V2 top 5 >= V1", "V2 false refusals", "V2 refused"}
     assert len(nat["per_item"]) == 4
+    busy = nat["latency_busy"]
+    assert busy["uploads"] >= 1 and busy["failures"] == 0 and busy["evidence_chunks"] > 0
+    assert busy["latency"]["groups"]["all"]["n"] == 4 and busy["latency"]["target"]["value"] is not None
     printed = (sources / "results" / "quality-natural-latest.txt").read_text()
     assert "tiny-man" in printed and "first V1" in printed and "Targets" in printed
+    assert "while uploads ran in the service" in printed

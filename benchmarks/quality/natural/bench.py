@@ -33,6 +33,7 @@ from benchmarks.progress import Progress
 from benchmarks.quality import service as svc
 from benchmarks.quality.dataset import Corpus, Document, Query, save_json
 from benchmarks.quality.natural import check, scoring, sets
+from benchmarks.quality.natural.busy import BUSY_KB, uploading
 from benchmarks.quality.natural.latency import summarise_latency, timed_pass
 from benchmarks.quality.natural.report import text as report_text
 from benchmarks.quality.natural.sets import UNANSWERABLE, CorpusSpec
@@ -67,6 +68,8 @@ class Options:
     write_results: bool = True
     service_url: str | None = None  # measure this running service (its V2 namespaces set) instead
     token: str | None = None  # an admin's bearer token for `service_url`
+    # time the questions a second time while uploads (both indexes) run in the same service (busy.py)
+    busy: bool = False
 
 
 class SetupError(RuntimeError):
@@ -246,7 +249,7 @@ async def run_async(opts: Options, progress: Progress) -> dict[str, Any]:
     if opts.fresh and service_dir.exists():
         shutil.rmtree(service_dir)
     env = {
-        "RAG_V2_NAMESPACE_IDS": ",".join(sorted(kbs)),
+        "RAG_V2_NAMESPACE_IDS": ",".join(sorted([*kbs, *([BUSY_KB] if opts.busy else [])])),
         # every question pays its embedding, as a new question does
         "QUERY_EMBEDDING_CACHE_SIZE": "0",
         **opts.service_env,
@@ -273,6 +276,12 @@ async def run_async(opts: Options, progress: Progress) -> dict[str, Any]:
             for system in systems:
                 await system.prepare()
             scored, timed = await _ask_and_time(systems, queries, progress, http, kbs, headers, opts.k)
+            busy: dict[str, Any] | None = None
+            if opts.busy:
+                with progress.phase(f"time {len(queries)} questions again while uploads run"):
+                    async with uploading(base_url, corpus.documents, headers) as running:
+                        timed_busy = await timed_pass(http, kbs, queries, headers, k=opts.k)
+                busy = {**running.facts, "latency": summarise_latency(timed_busy)}
         finally:
             await http.aclose()
     finally:
@@ -308,6 +317,7 @@ async def run_async(opts: Options, progress: Progress) -> dict[str, Any]:
             "rerank_fell_back": sum(r.rerank_fell_back for r in source.records.values()),
         },
         "latency": summarise_latency(timed),
+        **({"latency_busy": busy} if busy is not None else {}),
         "per_item": per_item(queries, scored, source),
         "phases": progress.phases,
     }
@@ -366,6 +376,12 @@ def parse(argv: Sequence[str]) -> Options:
         "agent_nat_* knowledge bases); needs --token or --jwt-secret (an admin, for the V2 stages)",
     )
     p.add_argument("--token", default=None, help="an admin's bearer token for --service-url")
+    p.add_argument(
+        "--busy",
+        action="store_true",
+        help="time the questions again while the corpus's biggest files are uploaded (both indexes) "
+        f"into {BUSY_KB} in the same service, one after another",
+    )
     p.add_argument("--jwt-secret", default=None, help="the service's JWT_SECRET: a token with role ADMIN")
     a = p.parse_args(argv)
     if a.service_url and not (a.token or a.jwt_secret):
@@ -390,6 +406,7 @@ def parse(argv: Sequence[str]) -> Options:
         tag=a.tag,
         service_url=a.service_url,
         token=a.token or (svc.admin_token(a.jwt_secret, role=True) if a.jwt_secret else None),
+        busy=a.busy,
     )
 
 

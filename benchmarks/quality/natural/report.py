@@ -126,6 +126,16 @@ def text(result: Mapping[str, Any]) -> str:
     if result.get("latency"):
         timed = latency_table(result["latency"])
         lines += ["Latency, one request at a time, V1 and V2 in turn", "", *timed, ""]
+    busy = result.get("latency_busy")
+    if busy:
+        lines += [
+            f"The same while uploads ran in the service ({busy['uploads']} uploads into {busy['namespace']}, "
+            f"{busy['evidence_chunks']} evidence chunks staged, {busy['failures']} failed, "
+            f"{busy['seconds']:.0f} s; load average {busy['load']})",
+            "",
+            *latency_table(busy["latency"]),
+            "",
+        ]
     if result.get("targets"):
         lines += ["Targets", "", *targets_table(result["targets"]), ""]
     return "\n".join(lines)
