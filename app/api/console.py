@@ -4,6 +4,7 @@
     GET  /console/kb/{namespace}        one knowledge base's files: search, sort, pages of 50
     GET  /console/jobs                  jobs with live progress bars (console.js polls /console/api/jobs)
     GET  /console/runs                  evidence index runs: their files' states, chunks, failures
+                                        (console.js polls /console/api/runs)
     POST /console/jobs/{id}/retry       a parked job back to the queue (CSRF token)
     GET  /console/search                a question as a chosen user: V1 beside evidence search, and why
     GET  /console/metrics               latency histogram, request counts, V2 outcomes, ingestion per hour
@@ -141,6 +142,26 @@ async def runs_page(request: Request, services: ServicesDep, admin: PageAdmin) -
     """Evidence index runs, newest first: each one's files by state, chunks, and failures with reasons."""
     runs = await ConsoleService(services).runs()
     return _page(request, services, "runs.html", runs=runs, shown=len(runs), limit=RUNS_SHOWN)
+
+
+@router.get("/api/runs")
+async def runs_json(request: Request, services: ServicesDep, admin: ActionAdmin) -> Response:
+    """The runs page's figures as JSON, for its progress bars (401 when not logged in)."""
+    runs = await ConsoleService(services).runs()
+    body = [
+        {
+            "run_id": r.run_id,
+            "status": r.status,
+            "expected": max(r.expected_files, r.staged + r.staging + r.pending + r.failed),
+            "staged": r.staged,
+            "staging": r.staging,
+            "pending": r.pending,
+            "failed": r.failed,
+            "chunks": r.chunks,
+        }
+        for r in runs
+    ]
+    return JSONResponse({"runs": body}, headers=_HEADERS)
 
 
 @router.get("/api/jobs")

@@ -174,6 +174,12 @@ def test_every_page_works_in_a_real_browser(service: str, browser: Any) -> None:
     _visit(browser, f"{service}/console/runs", "runs", pages)
     runs = browser.find_element(By.TAG_NAME, "table").text
     assert "public" in runs and "active" in runs
+    _wait(
+        lambda: browser.find_element(By.ID, "live").text.startswith("Followed at"),
+        "the runs page following its runs",
+        30,
+    )
+    assert "active" in browser.find_element(By.ID, "runs").text  # the script kept the words
 
     _visit(browser, f"{service}/console/metrics", "metrics", pages)
     assert browser.find_elements(By.CSS_SELECTOR, "figure svg rect")

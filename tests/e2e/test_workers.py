@@ -315,4 +315,3 @@ def test_sigterm_stops_the_workers_then_the_database_and_frees_the_folder(served
     assert holder_pid(served.data_dir, LOCK_NAME) is None
     assert not (served.data_dir / "postgres" / "postmaster.pid").exists()
     assert not metrics_dir.exists()
-

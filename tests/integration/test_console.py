@@ -86,6 +86,7 @@ async def test_without_a_session_every_page_sends_the_admin_to_the_login(world: 
     r = await world.client.get("/console", headers=auth(ADMIN), follow_redirects=False)
     assert r.status_code == 303
     assert (await world.client.get("/console/api/jobs")).status_code == 401
+    assert (await world.client.get("/console/api/runs")).status_code == 401
 
 
 async def test_a_non_admin_token_is_refused_and_an_admins_opens_a_strict_session(world: World) -> None:
@@ -208,6 +209,19 @@ async def test_the_runs_page_shows_each_runs_files_and_chunks(world: World) -> N
     assert "2 files failed" in row and "1 waiting" in row and "0 / 3" in row
     assert "<code>bad-1</code>: &lt;b&gt;parse&lt;/b&gt; failed" in row
     assert "<code>bad-2</code>: no reason kept" in row
+    # the page's script follows the same figures
+    live = (await world.client.get("/console/api/runs")).json()["runs"]
+    failing = next(run for run in live if run["run_id"] == run_id)
+    assert failing == {
+        "run_id": run_id,
+        "status": "failed",
+        "expected": 3,
+        "staged": 0,
+        "staging": 0,
+        "pending": 1,
+        "failed": 2,
+        "chunks": 0,
+    }
 
 
 async def test_the_metrics_page_draws_ingestion_per_hour_from_the_database(world: World) -> None:

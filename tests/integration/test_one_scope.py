@@ -270,6 +270,7 @@ NOT_DOORS: dict[tuple[str, str], str] = {
     ("GET", "/console/kb/{namespace}"): ADMINS_ONLY,
     ("GET", "/console/jobs"): ADMINS_ONLY,
     ("GET", "/console/runs"): ADMINS_ONLY,
+    ("GET", "/console/api/runs"): ADMINS_ONLY,
     ("GET", "/console/api/jobs"): ADMINS_ONLY,
     ("POST", "/console/jobs/{job_id}/retry"): ADMINS_ONLY,
     ("GET", "/console/search"): ADMINS_ONLY,

@@ -516,6 +516,7 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("GET", "/console/kb/{namespace}"): console_closed("GET", "/console/kb/victim"),
     ("GET", "/console/jobs"): console_closed("GET", "/console/jobs"),
     ("GET", "/console/runs"): console_closed("GET", "/console/runs"),
+    ("GET", "/console/api/runs"): console_closed("GET", "/console/api/runs"),
     ("GET", "/console/api/jobs"): console_closed("GET", "/console/api/jobs"),
     ("POST", "/console/jobs/{job_id}/retry"): console_closed("POST", "/console/jobs/1/retry"),
     ("GET", "/console/search"): console_closed("GET", "/console/search?namespace=victim&q=Nightingale"),

@@ -1,5 +1,6 @@
 // The console's one script: the jobs page follows the queue (GET /console/api/jobs every second)
-// and updates each row's status and progress bar in place. Everything else is plain HTML forms.
+// and the runs page its runs (GET /console/api/runs every two seconds), each updating its rows'
+// status and progress bars in place. Everything else is plain HTML forms.
 "use strict";
 
 function setProgress(cell, job) {
@@ -68,4 +69,40 @@ async function follow() {
 if (document.body.dataset.page === "jobs") {
   follow();
   setInterval(follow, 1000);
+}
+
+const RUN_WORDS = { active: ["ok", "active"], running: ["warn", "building"], failed: ["bad", "failed"] };
+
+async function followRuns() {
+  const live = document.getElementById("live");
+  try {
+    const reply = await fetch("/console/api/runs", { credentials: "same-origin", cache: "no-store" });
+    if (!reply.ok) { live.textContent = "Could not read the runs (" + reply.status + ")."; return; }
+    const data = await reply.json();
+    for (const run of data.runs) {
+      const tr = document.querySelector('tr[data-run="' + run.run_id + '"]');
+      if (!tr) { continue; }
+      const [cls, word] = RUN_WORDS[run.status] || ["muted", run.status];
+      const status = tr.querySelector("td.status > span");
+      status.className = cls; status.textContent = word;
+      const bar = tr.querySelector("progress");
+      bar.max = Math.max(run.expected, 1); bar.value = run.staged;
+      bar.setAttribute("aria-label", "Run " + run.run_id + ": " + run.staged + " of " + run.expected + " files staged");
+      tr.querySelector(".figure").textContent = run.staged + " / " + run.expected;
+      const parts = [];
+      if (run.staging) { parts.push(run.staging + " staging"); }
+      if (run.pending) { parts.push(run.pending + " waiting"); }
+      tr.querySelector(".detail").textContent = parts.join(", ");
+      tr.querySelector(".chunks").textContent = String(run.chunks);
+    }
+    live.textContent = "Followed at " + new Date().toLocaleTimeString() + "; " +
+      data.runs.filter((r) => r.status === "running").length + " building.";
+  } catch (err) {
+    live.textContent = "Could not read the runs.";
+  }
+}
+
+if (document.body.dataset.page === "runs") {
+  followRuns();
+  setInterval(followRuns, 2000);
 }
