@@ -152,12 +152,13 @@ async def runs_json(request: Request, services: ServicesDep, admin: ActionAdmin)
         {
             "run_id": r.run_id,
             "status": r.status,
-            "expected": max(r.expected_files, r.staged + r.staging + r.pending + r.failed),
+            "expected": r.expected,
             "staged": r.staged,
             "staging": r.staging,
             "pending": r.pending,
             "failed": r.failed,
             "chunks": r.chunks,
+            "eta_s": None if r.eta_s is None else round(r.eta_s),
         }
         for r in runs
     ]

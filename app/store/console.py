@@ -174,13 +174,26 @@ class RunRow:
     failed: int
     chunks: int
     failures: list[tuple[str, str | None]]  # (file id, reason) of up to RUN_FAILURES failed files
+    running_s: float  # seconds since the run started (the database's clock)
+
+    @property
+    def expected(self) -> int:
+        """Files the run expects: its count, or more when files joined it since."""
+        return max(self.expected_files, self.staged + self.staging + self.pending + self.failed)
+
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds left for a building run at its pace so far (None: not building, or no pace yet)."""
+        if self.status != "running" or not self.staged or self.staged >= self.expected:
+            return None
+        return self.running_s * (self.expected - self.staged - self.failed) / self.staged
 
 
 RUN_FAILURES = 20
 
 _RUNS = """
 SELECT r.run_id, r.namespace, r.status, r.origin, r.created_by, r.error, r.created_at, r.updated_at,
-       r.activated_at, r.expected_files,
+       r.activated_at, r.expected_files, extract(epoch FROM now() - r.created_at)::float8 AS running_s,
        count(rf.file_id) FILTER (WHERE rf.state = 'staged') AS staged,
        count(rf.file_id) FILTER (WHERE rf.state = 'staging') AS staging,
        count(rf.file_id) FILTER (WHERE rf.state = 'pending') AS pending,

@@ -221,6 +221,7 @@ async def test_the_runs_page_shows_each_runs_files_and_chunks(world: World) -> N
         "pending": 1,
         "failed": 2,
         "chunks": 0,
+        "eta_s": None,  # a failed run has no time left
     }
 
 
@@ -237,3 +238,20 @@ async def test_the_metrics_page_draws_ingestion_per_hour_from_the_database(world
 def test_pages_are_written_as_ranges() -> None:
     assert page_ranges([5]) == "page 5"
     assert page_ranges([3, 1, 2, 5, 7, 8]) == "pages 1-3, 5, 7-8"
+
+
+def test_a_building_runs_time_left_is_its_pace_so_far() -> None:
+    from datetime import UTC, datetime
+
+    from app.store.console import RunRow
+
+    now = datetime.now(UTC)
+    run = RunRow(
+        run_id=1, namespace="n", status="running", origin="upload", created_by=None, error=None,
+        created_at=now, updated_at=now, activated_at=None, expected_files=10, staged=4, staging=1,
+        pending=4, failed=1, chunks=40, failures=[], running_s=60.0,
+    )  # fmt: skip
+    assert run.expected == 10 and run.eta_s == 60.0 * 5 / 4  # 5 files left (the failed one is not)
+    assert RunRow(**{**run.__dict__, "staged": 0}).eta_s is None  # no pace yet
+    assert RunRow(**{**run.__dict__, "status": "active"}).eta_s is None
+    assert RunRow(**{**run.__dict__, "expected_files": 3}).expected == 10  # files joined since

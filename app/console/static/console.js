@@ -93,6 +93,7 @@ async function followRuns() {
       if (run.staging) { parts.push(run.staging + " staging"); }
       if (run.pending) { parts.push(run.pending + " waiting"); }
       tr.querySelector(".detail").textContent = parts.join(", ");
+      tr.querySelector(".eta").textContent = run.eta_s === null ? "" : "about " + run.eta_s + " s left";
       tr.querySelector(".chunks").textContent = String(run.chunks);
     }
     live.textContent = "Followed at " + new Date().toLocaleTimeString() + "; " +
