@@ -223,7 +223,7 @@ async def bench(
                 if side.label in result["latency"]:  # kept from the run resumed
                     continue
                 with progress.phase(f"{side.label}: 170-byte uploads while {big.name} uploads"):
-                    figures = await side.small_while_big(path, small)
+                    figures = await side.small_while_big(path, small, big.lang)
                 result["latency"][side.label] = {**figures, "pages": big.pages}
                 out.write()
     finally:

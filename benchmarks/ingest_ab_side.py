@@ -250,10 +250,13 @@ class Side:
         return facts
 
     async def small_while_big(
-        self, big: Path, small: Path, gap_s: float = 1.0, limit: int = 200
+        self, big: Path, small: Path, lang: str, gap_s: float = 1.0, limit: int = 200
     ) -> dict[str, Any]:
-        """`small` uploaded again and again, one after another, while `big` uploads to the evidence user."""
-        big_task = asyncio.create_task(self.post(big, f"latency-big-{big.stem}", EVIDENCE_USER))
+        """`small` uploaded again and again, one after another, while `big` uploads to the evidence user;
+        then the wait until evidence search answers from `big` and the service is quiet, so that a
+        second job after the upload (the previous release's) does not run into the other side's turn."""
+        big_id = f"latency-big-{big.stem}"
+        big_task = asyncio.create_task(self.post(big, big_id, EVIDENCE_USER))
         started = time.perf_counter()
         latencies: list[float] = []
         statuses: dict[str, int] = {}
@@ -265,11 +268,16 @@ class Side:
             statuses[str(reply.status_code)] = statuses.get(str(reply.status_code), 0) + 1
             await asyncio.sleep(gap_s)
         big_reply = await big_task
+        big_wall = time.perf_counter() - started
+        ready = None
+        if big_reply.status_code == 200:
+            ready = await self.wait_ready(big_id, lang, limit_s=max(900.0, 4 * big_wall))
         await self.quiet()
         return {
             "big": big.name,
             "big_status": big_reply.status_code,
-            "big_wall_s": round(time.perf_counter() - started, 3),
+            "big_wall_s": round(big_wall, 3),
+            "big_ready_after_s": None if ready is None else round(ready, 3),
             "small_bytes": len(SMALL_TEXT),
             "latencies_s": latencies,
             "statuses": statuses,
