@@ -13,8 +13,8 @@ from PIL import Image
 from app.api.console import CSP
 from app.console.views import page_ranges
 from tests.contract.helpers import upload
-from tests.fixtures.scans import image_pdf, text_image
 from tests.fixtures.patience import until
+from tests.fixtures.scans import image_pdf, text_image
 from tests.fixtures.service import SettingsFactory, auth, make_token, new_id, resources, running_app
 
 pytestmark = pytest.mark.slow

@@ -204,13 +204,20 @@ async def _ask_and_time(
     kbs: Mapping[str, Sequence[str]],
     headers: Mapping[str, str],
     k: int,
-) -> tuple[dict[str, list[scoring.Scored]], dict[str, Any]]:
-    """Every system's scored answers, then a timed pass of V1 and /query_v2 in turn (latency.py)."""
+    busy: tuple[str, Sequence[Document]] | None = None,
+) -> tuple[dict[str, list[scoring.Scored]], dict[str, Any], dict[str, Any] | None]:
+    """Every system's scored answers, then a timed pass of V1 and /query_v2 in turn (latency.py);
+    with `busy` (the service's URL, the documents to copy) the timed pass again while uploads run."""
     with progress.phase(f"ask {len(queries)} questions of V1 and V2"):
         scored = await ask_all(systems, queries, progress)
     with progress.phase(f"time {len(queries)} questions, V1 and V2 in turn"):
         timed = await timed_pass(http, kbs, queries, headers, k=k)
-    return scored, timed
+    if busy is None:
+        return scored, timed, None
+    with progress.phase(f"time {len(queries)} questions again while uploads run"):
+        async with uploading(*busy, headers) as running:
+            timed_busy = await timed_pass(http, kbs, queries, headers, k=k)
+    return scored, timed, {**running.facts, "latency": summarise_latency(timed_busy)}
 
 
 def per_item(
@@ -275,13 +282,10 @@ async def run_async(opts: Options, progress: Progress) -> dict[str, Any]:
             systems: list[System] = [V1Dense(http, kbs, k=opts.k, headers=headers), *v2_systems(source)]
             for system in systems:
                 await system.prepare()
-            scored, timed = await _ask_and_time(systems, queries, progress, http, kbs, headers, opts.k)
-            busy: dict[str, Any] | None = None
-            if opts.busy:
-                with progress.phase(f"time {len(queries)} questions again while uploads run"):
-                    async with uploading(base_url, corpus.documents, headers) as running:
-                        timed_busy = await timed_pass(http, kbs, queries, headers, k=opts.k)
-                busy = {**running.facts, "latency": summarise_latency(timed_busy)}
+            copies = (base_url, corpus.documents) if opts.busy else None
+            scored, timed, busy = await _ask_and_time(
+                systems, queries, progress, http, kbs, headers, opts.k, copies
+            )
         finally:
             await http.aclose()
     finally:
@@ -292,14 +296,7 @@ async def run_async(opts: Options, progress: Progress) -> dict[str, Any]:
         "kind": "quality-natural",
         "started": started.isoformat(timespec="seconds"),
         "seconds": round(progress.elapsed(), 1),
-        "options": {
-            **asdict(opts),
-            "split": "dev" if opts.quick else opts.split,  # --quick asks the dev split
-            "folder": str(opts.folder),
-            "data_dir": str(opts.data_dir),
-            "out_dir": str(opts.out_dir),
-            "token": "***" if opts.token else None,
-        },
+        "options": _options_record(opts),
         "machine": {
             "cpus": os.cpu_count(),
             "python": sys.version.split()[0],
@@ -328,6 +325,18 @@ async def run_async(opts: Options, progress: Progress) -> dict[str, Any]:
         save_json(opts.out_dir / f"{name}-latest.json", result)
         (opts.out_dir / f"{name}-latest.txt").write_text(report_text(result) + "\n")
     return result
+
+
+def _options_record(opts: Options) -> dict[str, Any]:
+    """The run's options as the result document keeps them (paths as text, no token)."""
+    return {
+        **asdict(opts),
+        "split": "dev" if opts.quick else opts.split,  # --quick asks the dev split
+        "folder": str(opts.folder),
+        "data_dir": str(opts.data_dir),
+        "out_dir": str(opts.out_dir),
+        "token": "***" if opts.token else None,
+    }
 
 
 def _names(text: str) -> tuple[str, ...]:

@@ -110,4 +110,6 @@ async def uploading(
             if busy.file_ids:
                 reply = await client.request("DELETE", "/documents", json=busy.file_ids, timeout=300.0)
                 if reply.status_code != 200:
-                    raise RuntimeError(f"deleting the busy copies answered {reply.status_code}: {reply.text[:300]}")
+                    raise RuntimeError(
+                        f"deleting the busy copies answered {reply.status_code}: {reply.text[:300]}"
+                    )
