@@ -7,11 +7,13 @@ No I/O but the reranker's own (a remote reranker over HTTP, which falls back to 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from app.evidence.query.analysis import QueryAnalysis
+from app.evidence.query.context_rows import glossary_rows_second
 from app.evidence.query.fusion import fuse
 from app.evidence.query.inherited import thin_shared_vectors
 from app.evidence.query.records import Fused, Scored
@@ -78,6 +80,9 @@ async def rank(
         fallback=FeatureReranker(tuning.rerank.features),
         ocr_discount=tuning.rerank.ocr_discount,
     )
+    # after any reranker: a glossary row is context, never first evidence on its own
+    moved = glossary_rows_second(outcome.items, analysis, tuning.rerank.glossary_row_words)
+    outcome = dataclasses.replace(outcome, items=moved)
     t2 = time.perf_counter()
     decision = decide_refusal(
         analysis,

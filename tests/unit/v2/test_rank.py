@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import pytest
@@ -252,3 +253,62 @@ def test_an_exact_hit_on_a_row_labelled_with_an_ordinary_word_weighs_less() -> N
     assert [h.candidate.chunk_id for h in out] == ["k28", "unpaper", "title", "open", "save"]
     assert [h.score for h in out] == [0.9, 0.9, 0.7, 0.5, 0.5]
     assert [h.score for h in discount_word_labels(hits, 1.0)] == [1.0, 1.0, 0.9, 0.9, 0.7]
+
+
+def _row(chunk_id: str, label: str, *cells: str, file_id: str = "g", table: int = 0) -> Fused:
+    content = " | ".join((label, *cells))
+    candidate = cand(
+        chunk_id,
+        file_id,
+        content,
+        kind="table_row",
+        row_label=label,
+        row_values=(label, *cells),
+        table_index=table,
+    )
+    return Fused(candidate, 0.9, ("exact", "lexical"), {"exact": 1, "lexical": 1})
+
+
+def _prose(chunk_id: str, content: str, **fields: object) -> Fused:
+    return Fused(cand(chunk_id, "m", content, **fields), 0.5, ("vector",), {"vector": 1})
+
+
+def test_a_glossary_row_first_goes_behind_the_passage_that_holds_the_rest_of_the_question() -> None:
+    from app.evidence.query.context_rows import glossary_rows_second
+
+    row = _row("open", "Open", "Begin using a file")
+    whole = _prose("whole", "Term | Meaning Open | Begin using a file Project | Drawings", table_index=0)
+    whole = Fused(dataclasses.replace(whole.candidate, file_id="g"), 0.6, ("lexical",), {"lexical": 2})
+    unrelated = _prose("print", "Print a drawing with File and Print.")
+    passage = _prose("recent", "On the start screen choose Recent and pick the project.")
+    items = [row, whole, unrelated, passage]
+    moved = glossary_rows_second(items, analyze_query("I want to open the project from yesterday"), 12)
+    # the table kept whole and a passage without "project" or "yesterday" are passed over
+    assert [i.candidate.chunk_id for i in moved] == ["recent", "open", "whole", "print"]
+    # 0 turns it off; nothing beside the term holds the rest: the row stays first
+    assert glossary_rows_second(items, analyze_query("I want to open the project"), 0) == items
+    assert glossary_rows_second(items, analyze_query("how do I open it before closing"), 12) == items
+    # a passage beyond the first five places is not brought forward
+    far = [row, *[_prose(f"p{i}", f"filler text {i}") for i in range(4)], passage]
+    assert glossary_rows_second(far, analyze_query("open the project"), 12) == far
+
+
+@pytest.mark.parametrize(
+    ("question", "row"),
+    [
+        ("What does Open mean?", _row("open", "Open", "Begin using a file")),  # about the term
+        ("Was bedeutet Speichern?", _row("save", "Speichern", "Änderungen behalten")),
+        ("open the project with K28", _row("k28", "K28", "Project opener")),  # a code, not a word
+        ("open the project with ctrl q", _row("q", "Ctrl Q", "Quit the project")),  # a key
+        ("what voltage for the project", _row("volt", "Voltage", "230 V")),  # a value row
+        ("open the project", _row("long", "Open", *["word"] * 13)),  # more than 12 other words
+        ("open the project with statistics.mean", _row("mean", "mean", "Arithmetic mean")),  # a name
+    ],
+)
+def test_a_row_that_is_no_glossary_entry_or_a_question_about_its_term_stays_first(
+    question: str, row: Fused
+) -> None:
+    from app.evidence.query.context_rows import glossary_rows_second
+
+    items = [row, _prose("recent", "Open the project: choose Recent, then quit, 230 V, K28, statistics.mean")]
+    assert glossary_rows_second(items, analyze_query(question), 12) == items
