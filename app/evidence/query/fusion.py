@@ -200,3 +200,30 @@ def apply_caps(items: Sequence[Fused], per_file: int, per_page: int, head: int =
         pages[page] = pages.get(page, 0) + 1
         within.append(item)
     return within + [items[i] for i in beyond]
+
+
+# the channels whose first hit fusion and the reranker may not push down (the exact channel's first
+# is a label or title match, which the caps and the glossary rule are there to weigh)
+KEPT_CHANNELS = ("vector", "lexical")
+
+
+def keep_channel_firsts(items: Sequence[Fused], fused: Sequence[Fused], places: int) -> list[Fused]:
+    """`items` with the vector and the lexical channel's first hit each within the first `places`.
+
+    A first hit lower down is moved up to place `places` (taken from `fused`, the whole fused list,
+    when the window left it out); the others keep their order behind it. 0 leaves `items` as they are.
+    """
+    out = list(items)
+    if places <= 0:
+        return out
+    for channel in KEPT_CHANNELS:
+        where = next((i for i, item in enumerate(out) if item.ranks.get(channel) == 1), None)
+        if where is None:
+            missing = next((item for item in fused if item.ranks.get(channel) == 1), None)
+            if missing is None:
+                continue  # the channel found nothing, or failed
+            out.append(missing)
+            where = len(out) - 1
+        if where >= places:
+            out.insert(places - 1, out.pop(where))
+    return out

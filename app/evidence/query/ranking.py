@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from app.evidence.query.analysis import QueryAnalysis
 from app.evidence.query.context_rows import glossary_rows_second
-from app.evidence.query.fusion import fuse
+from app.evidence.query.fusion import fuse, keep_channel_firsts
 from app.evidence.query.inherited import thin_shared_vectors
 from app.evidence.query.records import Fused, Scored
 from app.evidence.query.refusal import RefusalDecision, decide_refusal
@@ -80,8 +80,10 @@ async def rank(
         fallback=FeatureReranker(tuning.rerank.features),
         ocr_discount=tuning.rerank.ocr_discount,
     )
-    # after any reranker: a glossary row is context, never first evidence on its own
-    moved = glossary_rows_second(outcome.items, analysis, tuning.rerank.glossary_row_words)
+    # after any reranker: each channel's first stays near the top (fusion never loses a channel's
+    # win), and a glossary row is context, never first evidence on its own
+    kept = keep_channel_firsts(outcome.items, fused, tuning.fusion.keep_channel_firsts)
+    moved = glossary_rows_second(kept, analysis, tuning.rerank.glossary_row_words)
     outcome = dataclasses.replace(outcome, items=moved)
     t2 = time.perf_counter()
     decision = decide_refusal(

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from app.evidence.query.fusion import apply_caps, fuse, normalized_prefix
-from app.evidence.query.records import Scored
+from app.evidence.query.records import Fused, Scored
 from app.evidence.settings import FusionSettings
 from app.text.normalize import normalize
 from tests.unit.v2.helpers import cand, fused
@@ -190,3 +190,29 @@ def test_a_file_both_channels_found_through_different_chunks_gains_with_file_wei
     # doubles to (1 + 1) / 21 * 2
     assert [f.candidate.chunk_id for f in out][:2] == ["B", "B2"]
     assert out[0].score == pytest.approx((3 / 22) / (4 / 21))
+
+
+def _ranked(chunk_id: str, **ranks: int) -> Fused:
+    return Fused(cand(chunk_id, f"f-{chunk_id}"), 0.5, tuple(ranks), dict(ranks))
+
+
+def test_each_channels_first_hit_is_kept_within_the_first_places() -> None:
+    from app.evidence.query.fusion import keep_channel_firsts
+
+    items = [_ranked(f"x{i}", exact=i + 1, lexical=i + 2) for i in range(5)]
+    dense_first = _ranked("dense", vector=1)
+    lexical_first = _ranked("lexical", lexical=1)
+    window = [*items, dense_first]  # the vector channel's first sank to place 6 after reranking
+    out = keep_channel_firsts(window, window, 3)
+    assert [i.candidate.chunk_id for i in out] == ["x0", "x1", "dense", "x2", "x3", "x4"]
+    # a first hit the window left out comes from the whole fused list; the lexical one too
+    out = keep_channel_firsts(items, [*items, dense_first, lexical_first], 3)
+    assert [i.candidate.chunk_id for i in out] == ["x0", "x1", "lexical", "dense", "x2", "x3", "x4"]
+    # already within the places, a channel that found nothing, and 0: nothing moves
+    assert keep_channel_firsts([dense_first, *items], [dense_first, *items], 3) == [dense_first, *items]
+    assert keep_channel_firsts(items, items, 3) == items
+    assert keep_channel_firsts(window, window, 0) == window
+    # the exact channel's first is not kept (a label or title match is weighed elsewhere)
+    exact_first = _ranked("title", exact=1)
+    tail = [*[_ranked(f"y{i}", vector=i + 2) for i in range(4)], exact_first]
+    assert keep_channel_firsts(tail, tail, 2) == tail
