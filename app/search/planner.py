@@ -35,6 +35,23 @@ VECTOR_SEARCH_FUNCTION = "ragoverlay_nearest_chunks"
 Path = Literal["exact", "index"]
 
 
+def uploads_by_uploader(delegated: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, set[str]]]:
+    """`CatalogueStats.uploads` from `delegated` (file id -> owner -> uploader)."""
+    out: dict[str, dict[str, set[str]]] = {}
+    for file_id, owners in delegated.items():
+        for owner, uploader in owners.items():
+            out.setdefault(uploader, {}).setdefault(file_id, set()).add(owner)
+    return out
+
+
+@dataclass(frozen=True)
+class Estimates:
+    """Rows a scope shows, as far as the catalogue knows: in all, and of each owner listed."""
+
+    total: int
+    by_owner: dict[str, int]
+
+
 @dataclass(frozen=True)
 class CatalogueStats:
     """Sizes and dimensions of one collection's files, from the catalogue (`ragoverlay_files`)."""
@@ -46,9 +63,21 @@ class CatalogueStats:
     file_chunks: dict[str, dict[str, int]] | None = None
     # file id -> owner -> uploader, for files uploaded into another namespace (an Agent's)
     delegated: dict[str, dict[str, str]] = field(default_factory=dict)
+    # the same, by uploader: uploader -> file id -> the owners it uploaded that file into, so a
+    # request reads its own caller's uploads without walking every listed file's entry
+    uploads: dict[str, dict[str, set[str]]] = field(default_factory=dict)
+    # uploader -> every owner it uploaded into (may keep one a later upload by another took over)
+    upload_owners: dict[str, set[str]] = field(default_factory=dict)
     # rows in the searched tables (the largest of PostgreSQL's estimates for rag_api's table and the
     # copy); 0 before the first refresh
     table_rows: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.delegated and not self.uploads:  # built from `delegated` alone
+            uploads = uploads_by_uploader(self.delegated)
+            object.__setattr__(self, "uploads", uploads)
+            owners = {uploader: set().union(*files.values()) for uploader, files in uploads.items()}
+            object.__setattr__(self, "upload_owners", owners)
 
     @classmethod
     def from_snapshot(cls, snapshot: CatalogueSnapshot) -> CatalogueStats:
@@ -67,8 +96,25 @@ class CatalogueStats:
             snapshot.uniform_dims,
             file_chunks,
             delegated,
-            snapshot.table_rows,
+            table_rows=snapshot.table_rows,
         )
+
+    def granted(
+        self, uploader: str | None, file_ids: Sequence[str], owners: Sequence[str]
+    ) -> list[tuple[str, str]]:
+        """(owner, file) of the listed files `uploader` put into namespaces `owners` does not name."""
+        if not uploader or not (mine := self.uploads.get(uploader)):
+            return []
+        named = set(owners)
+        if named.issuperset(self.upload_owners.get(uploader, ())):
+            # the common case: a user asking an Agent's knowledge base it uploaded into, by its id
+            return []
+        return [
+            (owner, file_id)
+            for file_id in filter(mine.__contains__, file_ids)
+            for owner in mine[file_id]
+            if owner not in named
+        ]
 
     @property
     def chunks_per_file(self) -> float:
@@ -82,26 +128,28 @@ class CatalogueStats:
         its `entity_id` shows nothing), unless the caller uploaded it; a file the catalogue has not
         seen yet counts the average.
         """
+        return self.estimates(file_ids, owners, uploader).total
+
+    def estimates(
+        self, file_ids: Sequence[str], owners: Sequence[str], uploader: str | None = None
+    ) -> Estimates:
+        """`estimate`'s figure and, from the same pass, each owner's own: the rows of `file_ids`
+        catalogued under it, plus the average for each file not catalogued yet."""
         average = self.chunks_per_file
         if self.file_chunks is None:
-            return round(len(file_ids) * average)
-        file_chunks = self.file_chunks
-        # per request, up to 1,000 files: the common case (no delegated uploads) stays one lookup
-        delegated = self.delegated if uploader else None
-        total = 0.0
-        for file_id in file_ids:
-            by_owner = file_chunks.get(file_id)
-            if by_owner is None:
-                total += average
-                continue
-            for owner in owners:
-                total += by_owner.get(owner, 0)
-            uploaders = delegated.get(file_id) if delegated else None
-            if uploaders:
-                for owner, by in uploaders.items():
-                    if by == uploader and owner not in owners:
-                        total += by_owner.get(owner, 0)
-        return round(total)
+            guess = round(len(file_ids) * average)
+            return Estimates(guess, dict.fromkeys(owners, guess))
+        # per request, up to 1,000 files, once: the planner asks for the whole scope and for each
+        # owner's part (a namespace walk's share); one lookup per file, one sum per owner
+        found = list(map(self.file_chunks.get, file_ids))
+        catalogued = [by for by in found if by is not None]
+        unknown = (len(found) - len(catalogued)) * average
+        own = {owner: sum(by.get(owner, 0) for by in catalogued) for owner in dict.fromkeys(owners)}
+        total = sum(own.values()) + unknown
+        # the caller's uploads into owners outside its scope
+        for owner, file_id in self.granted(uploader, file_ids, owners):
+            total += self.file_chunks.get(file_id, {}).get(owner, 0)
+        return Estimates(round(total), {owner: round(rows + unknown) for owner, rows in own.items()})
 
     def with_file(self, stored: FileRecord) -> CatalogueStats:
         """These statistics plus (or with a new version of) one stored file."""
@@ -115,7 +163,12 @@ class CatalogueStats:
             previous = file_chunks.setdefault(stored.file_id, {}).get(stored.owner, 0)
             file_chunks[stored.file_id][stored.owner] = stored.chunk_count
         if stored.uploader and stored.uploader != stored.owner:
-            self.delegated.setdefault(stored.file_id, {})[stored.owner] = stored.uploader
+            before = self.delegated.setdefault(stored.file_id, {}).get(stored.owner)
+            if before is not None and before != stored.uploader:  # uploaded again by someone else
+                self.uploads.get(before, {}).get(stored.file_id, set()).discard(stored.owner)
+            self.delegated[stored.file_id][stored.owner] = stored.uploader
+            self.uploads.setdefault(stored.uploader, {}).setdefault(stored.file_id, set()).add(stored.owner)
+            self.upload_owners.setdefault(stored.uploader, set()).add(stored.owner)
         new_file = previous == 0
         return replace(
             self,
@@ -210,12 +263,12 @@ def memory_pays_off(files: int, visible: int) -> bool:
 def choose_namespace(
     *,
     dims: int,
-    file_ids: Sequence[str],
     owners: Sequence[str],
     estimate: int,
     candidates: int,
     knowledge: SearchKnowledge,
     settings: SearchSettings,
+    by_owner: Mapping[str, int],
 ) -> NamespaceChoice | None:
     """The namespace whose own index should answer this search, or None (the global index or a scan).
 
@@ -223,6 +276,7 @@ def choose_namespace(
     namespace against the namespace's size instead of the table's; the scope's other visible rows
     (the caller's own files, its uploads into other namespaces) are scanned exactly beside the walk,
     so they may be at most `exact_max_rows`. Unowned rows are in no namespace: never with legacy reads.
+    `by_owner`: each owner's rows of the scope (`CatalogueStats.estimates`).
     """
     if not knowledge.namespaces or settings.legacy_unowned:
         return None
@@ -231,7 +285,7 @@ def choose_namespace(
         walk = knowledge.namespaces.get((owner, dims))
         if walk is None:
             continue
-        own = knowledge.stats.estimate(file_ids, [owner])
+        own = by_owner[owner]
         if (
             estimate - own <= settings.exact_max_rows
             and index_pays_off(own, float(walk.rows), candidates, settings.cost_factor)
@@ -277,7 +331,8 @@ def plan_vector_search(
 ) -> VectorSearchDecision:
     """The path, candidate count and index settings of one vector search over `file_ids`."""
     stats = knowledge.stats
-    estimate = stats.estimate(file_ids, owners, uploader)
+    estimates = stats.estimates(file_ids, owners, uploader)
+    estimate = estimates.total
     # rows of one dimension only: skip the per-row check (the database rechecks on a mismatch);
     # unowned legacy rows are not catalogued, so nothing is known of their dimension
     check_dims = stats.uniform_dims != dims or settings.legacy_unowned
@@ -288,12 +343,12 @@ def plan_vector_search(
     if knowledge.use_copy and estimate > settings.exact_max_rows:
         choice = choose_namespace(
             dims=dims,
-            file_ids=file_ids,
             owners=owners,
             estimate=estimate,
             candidates=candidates,
             knowledge=knowledge,
             settings=settings,
+            by_owner=estimates.by_owner,
         )
     # in memory, a search the cache cannot answer yet (its namespace loading) runs the database's
     # exact scan: a walk would be faster, but a filtered one misses rows (recall 0.9 measured on a

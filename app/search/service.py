@@ -212,16 +212,7 @@ class SearchService:
 
         From the catalogue's statistics: a guess like the rest (the database confirms it).
         """
-        delegated = self.state.stats.delegated
-        if not delegated or not scope.uploader:
-            return []
-        owners = set(scope.owners)
-        return [
-            (owner, file_id)
-            for file_id in scope.file_ids or ()
-            for owner, uploader in delegated.get(file_id, {}).items()
-            if uploader == scope.uploader and owner not in owners
-        ]
+        return self.state.stats.granted(scope.uploader, scope.file_ids or (), scope.owners)
 
     def _take(self, dims: int, packed: list[memory_search.PackedVectors]) -> None:
         """Hold freshly read files in the vector cache."""

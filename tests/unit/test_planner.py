@@ -66,6 +66,35 @@ def test_estimate_counts_the_files_the_caller_uploaded_into_other_namespaces() -
     assert s.estimate(["mine-in-kb"], ["me", "agent"], "me") == 8  # counted once
 
 
+def test_one_pass_gives_the_scope_and_each_owners_part() -> None:
+    s = stats()
+    both = s.estimates(["a", "kb", "shared", "mine-in-kb", "not-catalogued-yet"], ["me", "agent", "me"], "me")
+    # each owner's part holds the uncatalogued file's average too; the total counts it once
+    assert both.by_owner == {"me": 14 + 18, "agent": 64 + 18}
+    assert both.total == 14 + 64 + 18
+    for owner in ("me", "agent"):
+        assert both.by_owner[owner] == s.estimate(
+            ["a", "kb", "shared", "mine-in-kb", "not-catalogued-yet"], [owner]
+        )
+
+
+def test_the_callers_uploads_follow_a_reupload_by_someone_else() -> None:
+    s = stats()
+    assert s.granted("me", ["mine-in-kb", "kb", "a"], ["me"]) == [("agent", "mine-in-kb")]
+    assert s.granted("me", ["mine-in-kb"], ["me", "agent"]) == []  # its namespace is named
+    assert s.granted("colleague", ["mine-in-kb", "kb"], ["colleague"]) == [("agent", "kb")]
+    s = s.with_file(record("mine-in-kb", "agent", 9, uploader="colleague"))
+    assert s.granted("me", ["mine-in-kb"], ["me"]) == []
+    assert sorted(s.granted("colleague", ["mine-in-kb", "kb"], ["colleague"])) == [
+        ("agent", "kb"),
+        ("agent", "mine-in-kb"),
+    ]
+    assert s.estimate(["mine-in-kb"], ["me"], "me") == 0
+    assert s.estimate(["mine-in-kb"], ["colleague"], "colleague") == 9
+    # statistics built from `delegated` alone know the uploads too
+    assert CatalogueStats(delegated={"f": {"agent": "me"}}).granted("me", ["f"], ["me"]) == [("agent", "f")]
+
+
 def test_unknown_files_count_the_average() -> None:
     s = stats()
     assert s.chunks_per_file == 18
