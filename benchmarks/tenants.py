@@ -3,7 +3,7 @@
     scripts/bench tenants                      # 200,000 chunks: 300 Agents, 3,000 users
     scripts/bench tenants --chunks 1000000     # the 1M corpus (same tenants, ~30 chunks per file)
     scripts/bench tenants --reuse --json out.json
-    scripts/bench tenants --rag-api --previous c670082 --queries 120   # rag_api live, same run
+    scripts/bench tenants --rag-api --previous c670082     # rag_api live, same run (120 questions)
 
 Builds the corpus of `benchmarks.tenants_corpus` (its docstring gives the distributions) in rag_api's
 own tables of an embedded PostgreSQL through the main benchmark's COPY, starts the service with its
@@ -41,6 +41,11 @@ from typing import Any
 from benchmarks.options import parse_env_pairs
 from benchmarks.tenants_corpus import TenantOptions, TenantSpec
 
+# rag_api v0.9.0 keeps the embeddings of its last 128 questions (an LRU cache): a run beside it asks
+# fewer distinct questions, so every side answers from a warm cache
+RAGAPI_QUERY_CACHE = 128
+RAGAPI_QUERIES = 120
+
 
 def parse(argv: list[str]) -> TenantOptions:
     """Options from the command line."""
@@ -57,7 +62,13 @@ def parse(argv: list[str]) -> TenantOptions:
     p.add_argument("--kb-min", type=int, default=s.kb_min, help="smallest KB in files (%(default)s)")
     p.add_argument("--kb-max", type=int, default=s.kb_max, help="largest KB in files (%(default)s)")
     p.add_argument("--topics", type=int, default=s.topics, help="vector clusters (%(default)s)")
-    p.add_argument("--queries", type=int, default=s.queries, help="distinct questions (%(default)s)")
+    p.add_argument(
+        "--queries",
+        type=int,
+        default=None,
+        help=f"distinct questions ({s.queries}; {RAGAPI_QUERIES} with --rag-api, whose query cache holds "
+        f"{RAGAPI_QUERY_CACHE}: more would time its embedding calls)",
+    )
     p.add_argument("--seed", type=int, default=s.seed)
     p.add_argument("--k", type=int, default=d.k)
     p.add_argument("--timed", type=int, default=d.timed, help="requests per target row (%(default)s)")
@@ -77,29 +88,10 @@ def parse(argv: list[str]) -> TenantOptions:
     p.add_argument("--json", type=Path, default=None, help="also write the JSON figures here")
     p.add_argument("--service-env", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--index-timeout", type=float, default=d.index_timeout)
-    p.add_argument(
-        "--rag-api",
-        action="store_true",
-        help="rag_api v0.9.0 live beside this checkout on the same database and embedding stub, one "
-        "client request by request: p50/p95 per side, the ratios, recall, load and foreign CPU",
-    )
-    p.add_argument(
-        "--rag-api-git",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="with --rag-api: a clone or bare mirror of danny-avila/rag_api to export the pinned release "
-        "from (default: a bare clone from GitHub; not needed once ~/.cache/ragoverlay/bench-ragapi holds it)",
-    )
-    p.add_argument(
-        "--previous",
-        default=None,
-        metavar="REF",
-        help="with --rag-api: the previous release (a git ref, e.g. c670082) as a third side, from a "
-        "git archive export with its own .venv (cached as scripts/bench ingest-ab does)",
-    )
+    _ragapi_arguments(p)
     a = p.parse_args(argv)
-    spec = TenantSpec(a.chunks, a.agents, a.users, a.kb_min, a.kb_max, a.topics, a.queries, a.seed)
+    queries = _questions(p, a.queries, a.rag_api, s.queries)
+    spec = TenantSpec(a.chunks, a.agents, a.users, a.kb_min, a.kb_max, a.topics, queries, a.seed)
     if not 1 <= spec.kb_min <= spec.kb_max or spec.agents < 1 or spec.users < 1:
         p.error("need at least one Agent and one user, and 1 <= --kb-min <= --kb-max")
     return TenantOptions(
@@ -121,6 +113,42 @@ def parse(argv: list[str]) -> TenantOptions:
         rag_api_git=a.rag_api_git,
         previous=a.previous,
     )
+
+
+def _ragapi_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--rag-api",
+        action="store_true",
+        help="rag_api v0.9.0 live beside this checkout on the same database and embedding stub, one "
+        "client request by request: p50/p95 per side, the ratios, recall, load and foreign CPU",
+    )
+    p.add_argument(
+        "--rag-api-git",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="with --rag-api: a clone or bare mirror of danny-avila/rag_api to export the pinned release "
+        "from (default: a bare clone from GitHub; not needed once ~/.cache/ragoverlay/bench-ragapi holds it)",
+    )
+    p.add_argument(
+        "--previous",
+        default=None,
+        metavar="REF",
+        help="with --rag-api: the previous release (a git ref, e.g. c670082) as a third side, from a "
+        "git archive export with its own .venv (cached as scripts/bench ingest-ab does)",
+    )
+
+
+def _questions(p: argparse.ArgumentParser, asked: int | None, rag_api: bool, default: int) -> int:
+    """The distinct questions of the run: beside rag_api, no more than its query cache holds."""
+    if asked is None:
+        return RAGAPI_QUERIES if rag_api else default
+    if rag_api and asked > RAGAPI_QUERY_CACHE:
+        p.error(
+            f"--rag-api with --queries {asked}: rag_api caches {RAGAPI_QUERY_CACHE} question embeddings, "
+            f"so its answers would include embedding calls ours never make; use --queries {RAGAPI_QUERIES}"
+        )
+    return asked
 
 
 def data_root(opts: TenantOptions) -> tuple[Path, bool]:

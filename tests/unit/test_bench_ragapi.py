@@ -82,6 +82,15 @@ def test_the_option_reaches_the_tenant_options() -> None:
     assert not parse([]).rag_api
 
 
+def test_beside_rag_api_the_questions_fit_its_query_cache() -> None:
+    # rag_api caches 128 question embeddings: more distinct questions would time its embedding calls
+    assert parse(["--rag-api"]).spec.queries == 120
+    assert parse([]).spec.queries == 300  # alone, the corpus's default
+    assert parse(["--rag-api", "--queries", "64"]).spec.queries == 64
+    with pytest.raises(SystemExit):
+        parse(["--rag-api", "--queries", "300"])
+
+
 def _truth() -> Truth:
     vectors = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 0]], dtype=np.float32)
     return Truth(["r0", "r1", "r2", "r3"], ["f1", "f1", "f2", "f2"], ["u", "u", "u", "v"], vectors)
