@@ -154,11 +154,12 @@ class ConsoleService:
             [AdminJobOut.of(r) for r in failed],
         )
 
-    async def runs(self) -> list[store.RunRow]:
-        """The newest evidence index runs, each with its files' states, chunks and first failures."""
+    async def runs(self, failures: int = store.RUN_FAILURES) -> list[store.RunRow]:
+        """The newest evidence index runs, each with its files' states, chunks and first `failures`
+        failed files."""
         s = self.services
         async with s.pool.acquire() as conn:
-            return await store.runs(conn, s.info.collection_id, RUNS_SHOWN)
+            return await store.runs(conn, s.info.collection_id, RUNS_SHOWN, failures)
 
     async def retry(self, job_id: int) -> str:
         """Send a parked job back to the queue (as `POST /admin/jobs/{id}/retry`): its outcome word."""

@@ -210,14 +210,17 @@ ORDER BY r.run_id DESC
 """
 
 
-async def runs(conn: asyncpg.Connection, collection_id: uuid.UUID, limit: int) -> list[RunRow]:
-    """The `limit` newest evidence runs with their files' states, chunks and first failures."""
-    rows = await conn.fetch(_RUNS, collection_id, limit, RUN_FAILURES)
+async def runs(
+    conn: asyncpg.Connection, collection_id: uuid.UUID, limit: int, failures: int = RUN_FAILURES
+) -> list[RunRow]:
+    """The `limit` newest evidence runs with their files' states, chunks and first `failures` failed
+    files (0: none listed, as the runs page's two-second poll needs none)."""
+    rows = await conn.fetch(_RUNS, collection_id, limit, failures)
     out = []
     for r in rows:
         values = {k: r[k] for k in r.keys() if k != "failures"}
-        failures = [(pair[0], pair[1] or None) for pair in (r["failures"] or [])]
-        out.append(RunRow(**values, failures=failures))
+        failed = [(pair[0], pair[1] or None) for pair in (r["failures"] or [])]
+        out.append(RunRow(**values, failures=failed))
     return out
 
 
