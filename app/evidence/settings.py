@@ -166,7 +166,7 @@ class RerankSettings(Section):
     # a glossary row (a one- or two-word ordinary label, at most this many other words, no digit)
     # is never first when the question asks more than its term: the best other of the first five
     # goes first (app/evidence/query/context_rows.py; 0: off). Natural questions, dev: no change
-    # (first .690, top 5 .866, answer .725); test: first .651 -> .660
+    # (first .690, top 5 .866, answer .725); test: first .651 -> .656
     glossary_row_words: int = Field(12, ge=0, le=100)
     # a chunk OCR read with mean confidence c scores x (1 - ocr_discount * (1 - c)) after any
     # reranker: a misread word is weaker evidence than a text layer's (0: OCR text counts fully)
