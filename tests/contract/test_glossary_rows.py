@@ -8,9 +8,9 @@ from collections.abc import Callable
 import pytest
 
 from app.config import Settings
-from tests.contract.helpers import agent_id, upload
-from tests.contract.test_query_v2 import ADMIN, wait_active
-from tests.fixtures.service import auth, new_id, resources, running_app
+from tests.contract.helpers import agent_id
+from tests.contract.test_query_v2 import ADMIN, upload_staged
+from tests.fixtures.service import auth, resources, running_app
 
 pytestmark = pytest.mark.slow
 
@@ -47,10 +47,7 @@ async def test_a_glossary_row_that_matched_a_question_word_is_second_behind_the_
     settings = settings_factory(v2_namespace_ids=[agent], admin_user_ids=[ADMIN])
     assert settings.v2.rerank.glossary_row_words == 12  # the shipped default
     async with running_app(settings) as client:
-        fid = new_id("guide")
-        r = await upload(client, fid, "guide.md", MANUAL.encode(), auth(USER), entity_id=agent)
-        assert r.status_code == 200, r.text
-        await wait_active(client, agent, 1)
+        fid = await upload_staged(client, agent, "guide.md", MANUAL, USER, prefix="guide")
 
         async def ask(question: str) -> list[dict[str, object]]:
             body = {"query": question, "file_ids": [fid], "entity_id": agent, "k": 3}

@@ -90,6 +90,18 @@ async def wait_active(client: httpx.AsyncClient, namespace: str, files: int, sec
     )
 
 
+async def upload_staged(
+    client: httpx.AsyncClient, agent: str, filename: str, text: str, user: str, *, prefix: str
+) -> str:
+    """Upload one Markdown file into `agent`'s knowledge base as `user` and wait until evidence
+    search answers from it; its file id."""
+    fid = new_id(prefix)
+    r = await upload(client, fid, filename, text.encode(), auth(user), entity_id=agent)
+    assert r.status_code == 200, r.text
+    await wait_active(client, agent, 1)
+    return fid
+
+
 @pytest.fixture(scope="module")
 async def world(
     settings_factory: Callable[..., Settings], tmp_path_factory: pytest.TempPathFactory

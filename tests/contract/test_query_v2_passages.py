@@ -9,9 +9,9 @@ from collections.abc import Callable
 import pytest
 
 from app.config import Settings
-from tests.contract.helpers import agent_id, upload
-from tests.contract.test_query_v2 import ADMIN, wait_active
-from tests.fixtures.service import auth, new_id, resources, running_app
+from tests.contract.helpers import agent_id
+from tests.contract.test_query_v2 import ADMIN, upload_staged
+from tests.fixtures.service import auth, resources, running_app
 
 pytestmark = pytest.mark.slow
 
@@ -46,10 +46,7 @@ async def test_a_result_shows_its_neighbours_within_its_section_and_each_text_on
     settings = settings_factory(v2_namespace_ids=[agent], admin_user_ids=[ADMIN])
     assert settings.v2.evidence.context_chars == 1500  # the shipped default
     async with running_app(settings) as client:
-        fid = new_id("manual")
-        r = await upload(client, fid, "manual.md", MANUAL.encode(), auth(USER), entity_id=agent)
-        assert r.status_code == 200, r.text
-        await wait_active(client, agent, 1)
+        fid = await upload_staged(client, agent, "manual.md", MANUAL, USER, prefix="manual")
         body = {"query": "How often is the valve of stage 3 replaced?", "file_ids": [fid], "entity_id": agent}
         service = resources(client).evidence.parts.search
         shipped = service.tuning
