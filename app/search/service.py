@@ -168,9 +168,11 @@ class SearchService:
         dims = int(vector.shape[0])
         norm = float(np.linalg.norm(vector))
         unit = (vector / norm if norm > 0 else vector).astype(np.float32, copy=False)
-        held = self.vector_cache.rank_held(
-            scope.file_ids or (), scope.owners, dims, unit, decision.candidates, self._granted(scope)
-        )
+        # the caller's uploads into namespaces it did not name: a guess from the catalogue's
+        # statistics like the rest (the database confirms it)
+        files = scope.file_ids or ()
+        granted = self.state.stats.granted(scope.uploader, files, scope.owners)
+        held = self.vector_cache.rank_held(files, scope.owners, dims, unit, decision.candidates, granted)
         if held is not None:
             # held already: ranked first, then one statement checks the visible files and re-reads
             guess, revisions = held
@@ -206,13 +208,6 @@ class SearchService:
             metrics.VECTOR_CACHE_EVENTS.labels("to_database").inc()
             return None
         return result
-
-    def _granted(self, scope: Scope) -> list[tuple[str, str]]:
-        """(owner, file) of the listed files the scope's uploader put into namespaces it did not name.
-
-        From the catalogue's statistics: a guess like the rest (the database confirms it).
-        """
-        return self.state.stats.granted(scope.uploader, scope.file_ids or (), scope.owners)
 
     def _take(self, dims: int, packed: list[memory_search.PackedVectors]) -> None:
         """Hold freshly read files in the vector cache."""
