@@ -78,7 +78,10 @@ async def run(capture: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[
         crumb_vectors = dict(zip(distinct, await _embed(embedder, distinct), strict=True)) if distinct else {}
         for v in VARIANTS:
             tokens[v] += sum(counter.count(t[v]) for t in per)
-        tokens[SEPARATE] += tokens_content(counter, per) + sum(counter.count(c) for c in distinct)
+        # the separate variant embeds the content texts and each distinct breadcrumb once
+        tokens[SEPARATE] += sum(counter.count(t["content"]) for t in per) + sum(
+            counter.count(c) for c in distinct
+        )
         cosine = (vectors["full"] * kb.vectors[prose]).sum(axis=1)
         print(f"{name}: {len(prose)} prose chunks; rebuilt shipped text against stored vectors: cosine "
               f"min {cosine.min():.3f}", file=sys.stderr)  # fmt: skip
@@ -100,17 +103,12 @@ def write(copies: dict[str, dict[str, Any]], out: Path) -> None:
             pickle.dump(data, f)
 
 
-def tokens_content(counter: Any, per: Sequence[dict[str, str]]) -> int:
-    """Tokens of the content-only texts (the separate variant embeds those once)."""
-    return sum(counter.count(t["content"]) for t in per)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Make the variant captures and print their tokens."""
     from benchmarks.quality.natural import replay
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.quality.natural.crumbs", description=__doc__)
-    default = replay.DATA_ROOT / "bench-results" / "replay" / "capture-others60.pkl"
+    default = replay.default_capture()
     p.add_argument("capture", nargs="?", type=Path, default=default, help="a replay capture (%(default)s)")
     p.add_argument("--out", type=Path, default=Path("bench-results/crumbs"), help="folder for the copies")
     a = p.parse_args(argv)

@@ -563,10 +563,15 @@ def _dump(path: Path, ranked: Sequence[Any], scored: Sequence[Any], v1: dict[str
             f.write(json.dumps(row) + "\n")
 
 
+def default_capture(others: int = 60) -> Path:
+    """Where `capture --others N` writes by default."""
+    return DATA_ROOT / "bench-results" / "replay" / f"capture-others{others}.pkl"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line."""
     a = _parser().parse_args(argv)
-    default = DATA_ROOT / "bench-results" / "replay" / f"capture-others{a.others}.pkl"
+    default = default_capture(a.others)
     if a.command == "capture":
         names = tuple(x for x in a.corpora.split(",") if x)
         asyncio.run(capture(a.others, a.out or default, names, attach=a.attach))
