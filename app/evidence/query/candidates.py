@@ -31,7 +31,7 @@ def candidate_lists(retrieval: channels_sql.Retrieval) -> dict[str, list[Scored]
         )
     return {
         name: [
-            Scored(candidates[(h.document_id, h.ordinal)], h.score)
+            Scored(candidates[(h.document_id, h.ordinal)], h.score, h.detail)
             for h in result.hits
             if (h.document_id, h.ordinal) in candidates
         ]

@@ -16,6 +16,7 @@ from app.evidence.query.analysis import QueryAnalysis
 from app.evidence.query.context_rows import glossary_rows_second
 from app.evidence.query.fusion import fuse, keep_channel_firsts
 from app.evidence.query.inherited import thin_shared_vectors
+from app.evidence.query.named_documents import select_named_documents
 from app.evidence.query.records import Fused, Scored
 from app.evidence.query.refusal import RefusalDecision, decide_refusal
 from app.evidence.query.rerank import FeatureReranker, Reranker, RerankOutcome, rerank_window
@@ -61,6 +62,8 @@ async def rank(
         }
     if "exact" in lists:
         lists = {**lists, "exact": discount_word_labels(lists["exact"], tuning.channels.exact.word_label)}
+    # a question naming a document and asking in it: the name selects the document, not its title page
+    lists = select_named_documents(lists, analysis, tuning.channels.named_document_chunks)
     # query-adaptive: plain-word questions lean on the vector channel (FusionSettings.prose_weights)
     fusion = (
         tuning.fusion.model_copy(update={"weights": tuning.fusion.prose_weights})

@@ -55,6 +55,9 @@ class Scored:
 
     candidate: Candidate
     score: float = 0.0
+    # how the channel matched it: "bm25" / "trigram" (lexical); "row_label", "title", "filename",
+    # "document_number" or an entity's kind (exact); None for the vector channel
+    detail: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

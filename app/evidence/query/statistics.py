@@ -47,7 +47,7 @@ def discount_common_labels(hits: Sequence[Scored], stats: Statistics, rare_share
         df = stats.document_frequency.get(label, 0) if label and " " not in label else 0
         if df > 0 and n > 1 and df / n > rare_share:
             factor = max(0.0, math.log(n / df) / math.log(1 / rare_share)) if rare_share < 1 else 0.0
-            hit = Scored(hit.candidate, hit.score * min(factor, 1.0))
+            hit = Scored(hit.candidate, hit.score * min(factor, 1.0), hit.detail)
         out.append(hit)
     return sorted(out, key=lambda hit: -hit.score)
 
@@ -65,6 +65,6 @@ def discount_word_labels(hits: Sequence[Scored], weight: float) -> list[Scored]:
     for hit in hits:
         label = normalize(hit.candidate.place.row_label or "")
         if hit.candidate.place.kind == "table_row" and label.isalpha() and known(label):
-            hit = Scored(hit.candidate, hit.score * weight)
+            hit = Scored(hit.candidate, hit.score * weight, hit.detail)
         out.append(hit)
     return sorted(out, key=lambda hit: -hit.score)
