@@ -73,8 +73,9 @@ class CatalogueTask:
                 if added:
                     logger.info("Catalogued %d files written by rag_api", added)
             self.backfilled = True
+        began = self.state.read_begins()
         snapshot = await self.store.read_catalogue()
-        self.state.set_stats(CatalogueStats.from_snapshot(snapshot))
+        self.state.set_stats(CatalogueStats.from_snapshot(snapshot), began)
         return Pass(progress=f"{snapshot.files} files, {snapshot.chunks} chunks{note}")
 
 
@@ -249,8 +250,9 @@ class Maintenance:
         else:
             fresh = False
         if not fresh:
+            began = self.state.read_begins()
             snapshot = await self.store.read_catalogue()
-            self.state.set_stats(CatalogueStats.from_snapshot(snapshot))
+            self.state.set_stats(CatalogueStats.from_snapshot(snapshot), began)
         self.state.set_copy_state(await self.store.copy_state())
         for dims, spec in list(self._specs.items()):
             if self.state.walk(dims) is None and await self.store.index_state(spec) == "valid":

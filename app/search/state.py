@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from app.search.namespaces import NamespaceWalk
 from app.search.planner import CatalogueStats, SearchKnowledge
@@ -25,6 +26,10 @@ class SearchState:
         self._walks: dict[int, str] = {}
         self._namespaces: dict[tuple[str, int], NamespaceWalk] = {}  # (owner, dims) -> its own index
         self.catalogue_ready = asyncio.Event()  # statistics read at least once
+        # files this process stored, with when: a catalogue read that began before one was stored
+        # does not hold it, and must not erase it (`set_stats` applies them again)
+        self._stored: list[tuple[float, FileRecord]] = []
+        self._read_applied = float("-inf")  # when the read behind the current statistics began
         self.copy_ready = asyncio.Event()  # the compact vector copy holds every row
 
     def knowledge(self) -> SearchKnowledge:
@@ -40,13 +45,34 @@ class SearchState:
         """The usable HNSW walk function for `dims`, or None (searches are then exact)."""
         return self._walks.get(dims)
 
-    def set_stats(self, stats: CatalogueStats) -> None:
-        """Statistics of a fresh catalogue read."""
+    @staticmethod
+    def read_begins() -> float:
+        """The mark of a catalogue read about to begin, for `set_stats` with what it read."""
+        return time.monotonic()
+
+    def set_stats(self, stats: CatalogueStats, began: float | None = None) -> None:
+        """Statistics of a catalogue read that began at `began` (`read_begins`).
+
+        Files this process stored since the read began are added again (a file stored before it
+        began is in what it read), and a read that began before the one already applied is
+        dropped: an upload acknowledged while the read ran is never lost from the statistics.
+        Without `began`, the statistics are taken as they are.
+        """
+        if began is not None:
+            if began < self._read_applied:
+                return
+            self._read_applied = began
+            self._stored = [(at, record) for at, record in self._stored if at >= began]
+            for _, record in self._stored:
+                stats = stats.with_file(record)
+        else:
+            self._stored.clear()
         self.stats = stats
         self.catalogue_ready.set()
 
     async def file_stored(self, record: FileRecord) -> None:
-        """Account for a file this process just stored, until the next statistics refresh."""
+        """Account for a file this process just stored (after its commit), until the next read."""
+        self._stored.append((time.monotonic(), record))
         self.stats = self.stats.with_file(record)
 
     def set_copy_state(self, state: str) -> None:
