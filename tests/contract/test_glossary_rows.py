@@ -9,8 +9,8 @@ import pytest
 
 from app.config import Settings
 from tests.contract.helpers import agent_id
-from tests.contract.test_query_v2 import ADMIN, upload_staged
-from tests.fixtures.service import auth, resources, running_app
+from tests.contract.test_query_v2 import ADMIN, ask_v2, upload_staged, v2_tuning
+from tests.fixtures.service import running_app
 
 pytestmark = pytest.mark.slow
 
@@ -50,19 +50,10 @@ async def test_a_glossary_row_that_matched_a_question_word_is_second_behind_the_
         fid = await upload_staged(client, agent, "guide.md", MANUAL, USER, prefix="guide")
 
         async def ask(question: str) -> list[dict[str, object]]:
-            body = {"query": question, "file_ids": [fid], "entity_id": agent, "k": 3}
-            r = await client.post("/query_v2", json=body, headers=auth(USER))
-            assert r.status_code == 200, r.text
-            results: list[dict[str, object]] = r.json()["results"]
-            return results
+            return await ask_v2(client, agent, [fid], question, USER)
 
-        service = resources(client).evidence.parts.search
-        shipped = service.tuning
-        service.tuning = shipped.model_copy(
-            update={"rerank": shipped.rerank.model_copy(update={"glossary_row_words": 0})}
-        )
-        without = await ask(QUESTION)
-        service.tuning = shipped
+        with v2_tuning(client, "rerank", glossary_row_words=0):
+            without = await ask(QUESTION)
         served = await ask(QUESTION)
         # the table kept whole (a chunk of its own) is passed over for the passage
         drawings = await ask("How can I open my drawings again?")

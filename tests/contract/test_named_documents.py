@@ -9,8 +9,8 @@ import pytest
 
 from app.config import Settings
 from tests.contract.helpers import agent_id, upload
-from tests.contract.test_query_v2 import ADMIN, wait_active
-from tests.fixtures.service import auth, new_id, resources, running_app
+from tests.contract.test_query_v2 import ADMIN, ask_v2, v2_tuning, wait_active
+from tests.fixtures.service import auth, new_id, running_app
 
 pytestmark = pytest.mark.slow
 
@@ -77,25 +77,13 @@ async def test_a_question_naming_a_document_gets_the_section_that_answers_not_it
             assert r.status_code == 200, r.text
         await wait_active(client, agent, 2)
 
-        async def ask(question: str) -> list[dict[str, object]]:
-            body = {"query": question, "file_ids": ids, "entity_id": agent, "k": 3}
-            r = await client.post("/query_v2", json=body, headers=auth(USER))
-            assert r.status_code == 200, r.text
-            results: list[dict[str, object]] = r.json()["results"]
-            return results
-
-        service = resources(client).evidence.parts.search
-        shipped = service.tuning
-        service.tuning = shipped.model_copy(
-            update={"channels": shipped.channels.model_copy(update={"named_document_chunks": 0})}
-        )
-        without = await ask(QUESTION)
-        copies_without = await ask(f"{TITLE}: when do the copies run?")
-        service.tuning = shipped
-        served = await ask(QUESTION)
-        copies = await ask(f"{TITLE}: when do the copies run?")
+        with v2_tuning(client, "channels", named_document_chunks=0):
+            without = await ask_v2(client, agent, ids, QUESTION, USER)
+            copies_without = await ask_v2(client, agent, ids, f"{TITLE}: when do the copies run?", USER)
+        served = await ask_v2(client, agent, ids, QUESTION, USER)
+        copies = await ask_v2(client, agent, ids, f"{TITLE}: when do the copies run?", USER)
         # the name alone asks for the document: its opening comes first, as before
-        name_only = await ask(TITLE)
+        name_only = await ask_v2(client, agent, ids, TITLE, USER)
 
     def first(results: list[dict[str, object]]) -> str:
         return str(results[0]["content"])

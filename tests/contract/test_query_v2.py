@@ -102,6 +102,30 @@ async def upload_staged(
     return fid
 
 
+async def ask_v2(
+    client: httpx.AsyncClient, agent: str, file_ids: list[str], question: str, user: str, k: int = 3
+) -> list[dict[str, object]]:
+    """`/query_v2`'s results for `question` over `file_ids` of `agent`'s knowledge base, as `user`."""
+    body = {"query": question, "file_ids": file_ids, "entity_id": agent, "k": k}
+    r = await client.post("/query_v2", json=body, headers=auth(user))
+    assert r.status_code == 200, r.text
+    results: list[dict[str, object]] = r.json()["results"]
+    return results
+
+
+@contextlib.contextmanager
+def v2_tuning(client: httpx.AsyncClient, section: str, **values: Any) -> Iterator[None]:
+    """Within the block, the running service's V2 tuning with these values of `section` changed."""
+    service = resources(client).evidence.parts.search
+    shipped = service.tuning
+    changed = getattr(shipped, section).model_copy(update=values)
+    service.tuning = shipped.model_copy(update={section: changed})
+    try:
+        yield
+    finally:
+        service.tuning = shipped
+
+
 @pytest.fixture(scope="module")
 async def world(
     settings_factory: Callable[..., Settings], tmp_path_factory: pytest.TempPathFactory
