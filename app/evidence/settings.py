@@ -123,9 +123,10 @@ class ChannelSettings(Section):
     # a document-level exact match (number, title, file name) stands for this many of its first
     # chunks in reading order: its title page, where such names are printed
     document_match_chunks: int = Field(3, ge=1, le=100)
-    # a question naming a document and asking more than its name: the match stands for this many of
-    # that document's chunks the lexical or vector channel found holding the rest of the question,
-    # not for its first chunks (app/evidence/query/named_documents.py); 0: the first chunks always
+    # a question naming a document (its title, file name, or an identifier inside either) and asking
+    # more than its name: the match stands for this many of that document's chunks the lexical or
+    # vector channel found holding the rest of the question, not for its first chunks
+    # (app/evidence/query/named_documents.py); 0: the first chunks always
     named_document_chunks: int = Field(3, ge=0, le=100)
     # pg_trgm similarity from which an entity looks like a short identifier-like question: a code
     # written together or apart, or one letter off, reaches it ("widgt 3000" / "widget 3000" 0.64);

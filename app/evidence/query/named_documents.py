@@ -11,8 +11,11 @@ chunks of that document holding one of them, the match stands for those chunks i
 `chunks` of them by their best rank in those channels) and the first chunks lose it. With no such
 chunk, or no term beside the name, the match stays on the first chunks. Pure.
 
-Only title and file name matches are document-level for certain: an entity match may carry the
-detail "document_number" too, so document numbers keep their first chunks.
+A document is named by a title or file name match, or by an entity match whose question keys are
+all part of the document's title or file name (the model code "NB-7" of "NB-7 Backup Guide", matched
+on its title page, where the name is printed): such hits of the document are moved the same way.
+A document number keeps its first chunks (an entity match may carry the detail "document_number"
+too), and a row label match stays where it is.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ from collections.abc import Mapping, Sequence
 
 from app.evidence.query.analysis import QueryAnalysis
 from app.evidence.query.records import Candidate, Scored
-from app.text.normalize import normalize
+from app.text.normalize import contains_phrase, normalize
 from app.text.stems import form_set, matches
 
 DOCUMENT_MATCHES = frozenset({"title", "filename"})
+NOT_NAMES = frozenset({"row_label", "document_number"})
 # words for a kind of document ("the manual", "im Handbuch"): naming one, not asking in it ("file"
 # is not one of them: "restore one file" asks in the document)
 LOOKUP_WORDS = frozenset(
@@ -37,9 +41,26 @@ LOOKUP_WORDS = frozenset(
 CONTENT_CHANNELS = ("lexical", "vector")
 
 
-def _name_forms(candidate: Candidate) -> frozenset[str]:
+def document_name(candidate: Candidate) -> str:
+    """The normalised title and file name (without its extension) of a candidate's document."""
     stem = candidate.document.filename.rsplit(".", 1)[0]
-    return form_set(normalize(f"{candidate.document.title or ''} {stem}").split())
+    return normalize(f"{candidate.document.title or ''} {stem}")
+
+
+def _name_forms(candidate: Candidate) -> frozenset[str]:
+    return form_set(document_name(candidate).split())
+
+
+def names_document(hit: Scored, keys: Sequence[str]) -> bool:
+    """True for an exact hit that stands for its document's name: a title or file name match, or an
+    entity match whose question keys are all part of that name ("XY-200" in "XY-200 Handbuch")."""
+    if hit.detail in DOCUMENT_MATCHES:
+        return True
+    if hit.detail in NOT_NAMES or hit.detail is None:
+        return False
+    held = [key for key in keys if key in hit.candidate.entity_keys]
+    name = document_name(hit.candidate)
+    return bool(held) and all(contains_phrase(name, key) for key in held)
 
 
 def asked_beside_name(analysis: QueryAnalysis, candidate: Candidate) -> tuple[str, ...]:
@@ -64,9 +85,10 @@ def select_named_documents(
     exact = out.get("exact")
     if not exact or chunks <= 0:
         return out
+    keys = analysis.exact_keys
     named: dict[str, Scored] = {}
     for hit in exact:
-        if hit.detail in DOCUMENT_MATCHES and hit.candidate.file_id not in named:
+        if hit.candidate.file_id not in named and names_document(hit, keys):
             named[hit.candidate.file_id] = hit
     if not named:
         return out
@@ -88,15 +110,23 @@ def select_named_documents(
             moved[doc] = [dataclasses.replace(match, candidate=c) for c in holding[:chunks]]
     if not moved:
         return out
-    kept = {
-        hit.candidate.chunk_id: hit
-        for hit in reversed(exact)  # reversed: a chunk listed twice keeps its first (best) hit
-        if not (hit.detail in DOCUMENT_MATCHES and hit.candidate.file_id in moved)
-    }
-    for hit in (hit for hits in moved.values() for hit in hits):
-        # a chunk the exact channel also found by its own label or entity keeps the better match
-        own = kept.get(hit.candidate.chunk_id)
-        if own is None or own.score < hit.score:
-            kept[hit.candidate.chunk_id] = hit
-    out["exact"] = sorted(kept.values(), key=lambda hit: -hit.score)
+    out["exact"] = _replaced(exact, moved, keys)
     return out
+
+
+def _replaced(exact: Sequence[Scored], moved: dict[str, list[Scored]], keys: Sequence[str]) -> list[Scored]:
+    """The exact list with each moved document's naming hits replaced, at the first one's place,
+    by its moved hits; a chunk listed twice keeps its better match (a label or entity of its own)."""
+    left = dict(moved)
+    kept: dict[str, Scored] = {}
+    for hit in exact:
+        doc = hit.candidate.file_id
+        if doc in moved and names_document(hit, keys):
+            replacing = left.pop(doc, [])
+        else:
+            replacing = [hit]
+        for new in replacing:
+            own = kept.get(new.candidate.chunk_id)
+            if own is None or own.score < new.score:
+                kept[new.candidate.chunk_id] = new
+    return sorted(kept.values(), key=lambda hit: -hit.score)

@@ -113,3 +113,37 @@ async def test_rank_puts_the_answering_section_of_the_named_document_first() -> 
     before = await rank(analysis, lists(), Statistics(), off, reranker)
     assert served.items[0].candidate.chunk_id == "restore"
     assert before.items[0].candidate.chunk_id != "restore"
+
+
+def test_an_identifier_that_is_part_of_the_documents_name_names_it() -> None:
+    coded = {"file_id": "guide", "title": "NB-7 Nightly Backup Server Guide", "filename": "nb7.pdf"}
+    cover = cand(
+        "cover", content="NB-7 Nightly Backup Server Guide", entity_keys=frozenset({"nb 7"}), **coded
+    )
+    restore = cand("restore", content="To restore one file, open the archive list.", **coded)
+    elsewhere = cand("other", "g2", "The NB-7 restore list", entity_keys=frozenset({"nb 7"}), title="Notes")
+    channels = {
+        "exact": [Scored(cover, 0.9, "identifier"), Scored(elsewhere, 0.9, "identifier")],
+        "lexical": [Scored(elsewhere, 4.0), Scored(restore, 3.0)],
+        "vector": [Scored(restore, 0.5)],
+    }
+    analysis = analyze_query("How do I restore one file on the NB-7?")
+    assert analysis.exact_keys == ("nb 7",)
+    # the guide's title page stood for the guide; the notes' mention of the code is its own hit
+    assert exact_ids(select_named_documents(channels, analysis, 3)) == ["restore", "other"]
+    # a question whose keys are not all in the name: its entity hits are about the thing itself
+    both = analyze_query("How do I restore one file with K-28 on the NB-7?")
+    cover_k = cand("cover", content="NB-7 and K-28", entity_keys=frozenset({"nb 7", "k 28"}), **coded)
+    mixed = {**channels, "exact": [Scored(cover_k, 0.9, "identifier")]}
+    assert exact_ids(select_named_documents(mixed, both, 3)) == ["cover"]
+    # a row labelled with the code is the row of that code, not the document's name
+    row = cand(
+        "row",
+        content="NB-7 | 2 TB",
+        kind="table_row",
+        row_label="NB-7",
+        entity_keys=frozenset({"nb 7"}),
+        **coded,
+    )
+    labelled = {**channels, "exact": [Scored(row, 1.0, "row_label"), Scored(cover, 0.9, "identifier")]}
+    assert exact_ids(select_named_documents(labelled, analysis, 3)) == ["row", "restore"]
