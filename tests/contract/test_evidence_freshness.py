@@ -21,6 +21,7 @@ from app.evidence.kinds import V2_INDEX_FILE, V2IndexFile
 from app.ingest.derived import UploadDraft
 from tests.contract.helpers import agent_id, upload
 from tests.contract.test_query_v2 import ADMIN, wait_active
+from tests.fixtures.patience import until
 from tests.fixtures.service import SettingsFactory, auth, new_id, resources, running_app
 
 USER = "user-fresh"
@@ -130,6 +131,42 @@ async def test_the_uploader_follows_a_staging_left_to_a_job(settings_factory: Se
         assert other.status_code == 404
 
 
+async def staged_at_12(client: httpx.AsyncClient, agent: str) -> str:
+    """Upload the manual with the K 28 at 12 kg and wait until evidence search cites it; its file id."""
+    file_id = new_id("heaters")
+    r = await upload(client, file_id, "heaters.md", manual(12), auth(USER), entity_id=agent)
+    assert r.status_code == 200, r.text
+    await wait_active(client, agent, 1)
+    assert cited_weight(await ask(client, agent, file_id)) == "12"
+    return file_id
+
+
+async def reupload_held(client: httpx.AsyncClient, agent: str, file_id: str) -> int:
+    """Upload `file_id` again with the K 28 at 19 kg, its evidence side left to a staging job held
+    back for an hour (as when the upload cannot stage it itself); the job's id."""
+    found = resources(client)
+    held: list[int] = []
+
+    async def left_to_a_held_job(draft: UploadDraft, report: object) -> None:
+        added = await found.jobs.service.enqueue(
+            V2_INDEX_FILE,
+            V2IndexFile(file_id=draft.file_id, owner=draft.owner).model_dump(),
+            dedupe_key=v2_jobs.upload_key(draft.owner, draft.file_id),
+            priority=v2_jobs.UPLOAD_PRIORITY,
+            delay_s=3600,
+        )
+        held.append(added.id)
+
+    real_prepare = found.evidence.prepare
+    found.evidence.prepare = left_to_a_held_job  # type: ignore[method-assign]
+    try:
+        r = await upload(client, file_id, "heaters.md", manual(19), auth(USER), entity_id=agent)
+        assert r.status_code == 200, r.text
+    finally:
+        found.evidence.prepare = real_prepare  # type: ignore[method-assign]
+    return held[0]
+
+
 async def test_a_run_document_of_a_replaced_version_is_never_read(settings_factory: SettingsFactory) -> None:
     """When the evidence side of a re-upload is left to a job (here held back), the run still points
     at the old version's document: `/query_v2` must not cite it, and says the file is missing."""
@@ -137,30 +174,8 @@ async def test_a_run_document_of_a_replaced_version_is_never_read(settings_facto
     settings = settings_factory(v2_namespace_ids=[agent], admin_user_ids=[ADMIN])
     async with running_app(settings) as client:
         found = resources(client)
-        file_id = new_id("heaters")
-        r = await upload(client, file_id, "heaters.md", manual(12), auth(USER), entity_id=agent)
-        assert r.status_code == 200, r.text
-        await wait_active(client, agent, 1)
-        assert cited_weight(await ask(client, agent, file_id)) == "12"
-        held: list[int] = []
-
-        async def left_to_a_held_job(draft: UploadDraft, report: object) -> None:
-            added = await found.jobs.service.enqueue(
-                V2_INDEX_FILE,
-                V2IndexFile(file_id=draft.file_id, owner=draft.owner).model_dump(),
-                dedupe_key=v2_jobs.upload_key(draft.owner, draft.file_id),
-                priority=v2_jobs.UPLOAD_PRIORITY,
-                delay_s=3600,
-            )
-            held.append(added.id)
-
-        real_prepare = found.evidence.prepare
-        found.evidence.prepare = left_to_a_held_job  # type: ignore[method-assign]
-        try:
-            r = await upload(client, file_id, "heaters.md", manual(19), auth(USER), entity_id=agent)
-            assert r.status_code == 200, r.text
-        finally:
-            found.evidence.prepare = real_prepare  # type: ignore[method-assign]
+        file_id = await staged_at_12(client, agent)
+        held = await reupload_held(client, agent, file_id)
         # V1 has the new version at once; the run's document is the old one's: never read
         stale = await ask(client, agent, file_id)
         assert cited_weight(stale) != "12", stale
@@ -169,7 +184,7 @@ async def test_a_run_document_of_a_replaced_version_is_never_read(settings_facto
         assert "uploaded again, the new version not indexed yet" in stale["degraded_detail"], stale
         # the held job, let go, stages the new version
         await found.pool.execute(
-            "UPDATE ragoverlay_jobs SET run_after = now() WHERE id = $1 AND status = 'queued'", held[0]
+            "UPDATE ragoverlay_jobs SET run_after = now() WHERE id = $1 AND status = 'queued'", held
         )
         ceiling = time.monotonic() + 300
         while True:
@@ -180,3 +195,43 @@ async def test_a_run_document_of_a_replaced_version_is_never_read(settings_facto
             await asyncio.sleep(0.2)
         assert cited_weight(fresh) == "19", fresh
         assert fresh["degraded_detail"] is None
+
+
+async def test_an_answer_reads_the_run_and_its_missing_files_in_one_snapshot(
+    settings_factory: SettingsFactory,
+) -> None:
+    """The new version's staging commits between the retrieve and the look-up of missing files: the
+    answer still says the file is missing, as both read one snapshot (an empty answer saying all
+    is well was seen once in CI when they did not)."""
+    agent = agent_id()
+    settings = settings_factory(v2_namespace_ids=[agent], admin_user_ids=[ADMIN])
+    async with running_app(settings) as client:
+        found = resources(client)
+        file_id = await staged_at_12(client, agent)
+        held = await reupload_held(client, agent, file_id)
+        search = found.evidence.parts.search
+        real_missing = search._missing
+
+        async def staged_in_between(*args: Any, **kwargs: Any) -> Any:
+            await found.pool.execute("UPDATE ragoverlay_jobs SET run_after = now() WHERE id = $1", held)
+
+            async def done() -> bool:
+                return (
+                    await found.pool.fetchval("SELECT status FROM ragoverlay_jobs WHERE id = $1", held)
+                    == "done"
+                )
+
+            await until(done, what="the held staging job", within_s=120, every_s=0.1)
+            return await real_missing(*args, **kwargs)
+
+        search._missing = staged_in_between  # type: ignore[method-assign]
+        try:
+            between = await ask(client, agent, file_id)
+        finally:
+            search._missing = real_missing  # type: ignore[method-assign]
+        after = await ask(client, agent, file_id)
+    # read before the staging committed: the old version is not cited, and the file is said missing
+    assert cited_weight(between) is None and between["results"] == [], between
+    assert between["degraded"] is True and between["missing_files"] == 1, between
+    # the next question reads the staged version
+    assert cited_weight(after) == "19" and after["degraded"] is False, after

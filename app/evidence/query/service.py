@@ -359,7 +359,16 @@ class V2SearchService:
         t0 = time.perf_counter()
         async with self.pool.acquire(timeout=self.timeout) as conn:
             waited = time.perf_counter() - t0
-            found = await self._read(conn, request, scope, namespace, plan, vector)
+            try:
+                # one snapshot (read-only, repeatable read): a staging that commits between the
+                # retrieve and the look-up of missing files would otherwise leave an answer without
+                # the file's replaced version that does not say the file is missing
+                async with conn.transaction(isolation="repeatable_read", readonly=True):
+                    found = await self._read(conn, request, scope, namespace, plan, vector)
+                    if found is None:
+                        raise _StatementFailed  # roll the snapshot back; the fallback below
+            except _StatementFailed:
+                found = None
         if found is None:
             t1 = time.perf_counter()
             # a fresh connection (the failure may have been this one's) and a run looked up again
@@ -519,6 +528,10 @@ class V2SearchService:
             logger.warning("V2 channel failed: %s: %s", exc.__class__.__name__, exc)
             return None, (time.perf_counter() - t0) * 1000, exc.__class__.__name__
         return vector, (time.perf_counter() - t0) * 1000, None
+
+
+class _StatementFailed(Exception):
+    """The one retrieve statement failed: its snapshot is rolled back and the caller falls back."""
 
 
 class VectorModelMismatch(RuntimeError):
