@@ -447,7 +447,8 @@ async def chunk_details(
         [int(o) for _, o in keys],
         timeout=timeout,
     )
-    return [chunk_detail(r) for r in rows]
+    parsed: dict[str, Any] = {}
+    return [chunk_detail(r, parsed) for r in rows]
 
 
 async def neighbour_chunks(
@@ -474,9 +475,18 @@ async def neighbour_chunks(
     }
 
 
-def chunk_detail(row: asyncpg.Record) -> ChunkDetail:
-    """A `ChunkDetail` from a row with ragoverlay_v2_chunk_details_in's columns."""
-    metadata = json.loads(row["metadata"]) if row["metadata"] else {}
+def chunk_detail(row: asyncpg.Record, parsed: dict[str, Any] | None = None) -> ChunkDetail:
+    """A `ChunkDetail` from a row with ragoverlay_v2_chunk_details_in's columns.
+
+    `parsed`: document metadata already decoded, by its JSON text; every chunk of a document carries
+    the same text, and decoding it once per row was most of a hundred rows' decoding time.
+    """
+    text = row["metadata"]
+    metadata = (parsed.get(text) if parsed is not None else None) if text else {}
+    if metadata is None:
+        metadata = json.loads(text)
+        if parsed is not None:
+            parsed[text] = metadata
     return ChunkDetail(
         document_id=int(row["document_id"]),
         ordinal=int(row["ordinal"]),

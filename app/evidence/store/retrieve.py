@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 
@@ -112,6 +113,7 @@ def _retrieval(rows: Sequence[asyncpg.Record]) -> Retrieval:
     """The statement's rows (four kinds, see ragoverlay_v2_retrieve) as a `Retrieval`."""
     channels = {name: ChannelResult() for name in CHANNEL_NAMES}
     details: dict[Key, ChunkDetail] = {}
+    parsed: dict[str, Any] = {}  # document metadata by its JSON text: decoded once per document
     frequencies: dict[str, int] = {}
     visible_stats = Visible(0, 0, 0.0)
     stages: dict[str, float] = {}
@@ -124,7 +126,7 @@ def _retrieval(rows: Sequence[asyncpg.Record]) -> Retrieval:
             key = (int(r["document_id"]), int(r["ordinal"]))
             channels[r["channel"]].hits.append(ChannelHit(*key, float(r["score"]), r["detail"]))
             if r["chunk_id"] is not None and key not in details:
-                details[key] = chunk_detail(r)
+                details[key] = chunk_detail(r, parsed)
         elif part == "df":
             frequencies[r["term"]] = int(r["df"])
         elif part == "visible":

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from app.evidence.store.channels import ChannelHit, ChannelQuery, ChannelResult, Retrieval, Visible
-from app.evidence.store.retrieve import _merged, alone, retrieve_args
+from app.evidence.store.retrieve import _merged, _retrieval, alone, retrieve_args
 
 QUERY = np.ones(4, dtype=np.float32)
 
@@ -70,3 +70,26 @@ def test_a_failed_part_fails_its_channel_and_the_lexical_one_the_statistics() ->
     # no part answered: nothing is known to be visible
     everything_failed = {n: ChannelResult(error="TimeoutError") for n in ("exact", "lexical", "vector")}
     assert _merged(everything_failed, {}).visible == Visible(0, 0, 0.0)
+
+
+def hit_row(ordinal: int, document_id: int, metadata: str | None) -> dict[str, Any]:
+    """A "hit" row of the one statement, as asyncpg gives it (read by key)."""
+    place = {"kind": "prose", "page": 1, "page_label": None, "section": ["Ratings"], "table_caption": None,
+             "table_index": None, "row_index": None, "row_label": None, "headers": [], "row_values": [],
+             "units": [], "footnotes": []}  # fmt: skip
+    return {
+        "part": "hit", "channel": "lexical", "document_id": document_id, "ordinal": ordinal, "score": 1.0,
+        "detail": "bm25", "chunk_id": f"00000000-0000-0000-0000-00000000000{ordinal}", "file_id": "f1",
+        "content": "text", "search_text": "text", "entity_keys": [], "filename": "f1.md", "title": "T",
+        "language": "en", "publication_date": None, "document_number": None, "source": "original",
+        "metadata": metadata, **place,
+    }  # fmt: skip
+
+
+def test_a_documents_metadata_is_decoded_once_for_all_its_chunks() -> None:
+    meta = '{"kind": "pdf", "page_count": 3}'
+    rows = [hit_row(1, 7, meta), hit_row(2, 7, meta), hit_row(3, 8, '{"kind": "html"}'), hit_row(4, 9, None)]
+    details = _retrieval(rows).details  # type: ignore[arg-type]
+    first, second, other, bare = (details[key] for key in [(7, 1), (7, 2), (8, 3), (9, 4)])
+    assert first.metadata == {"kind": "pdf", "page_count": 3} and first.metadata is second.metadata
+    assert other.metadata == {"kind": "html"} and bare.metadata == {}
