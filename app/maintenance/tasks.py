@@ -27,6 +27,7 @@ from app.maintenance.registry import MaintenanceRegistry, MaintenanceTask, Pass,
 from app.search.planner import CatalogueStats
 from app.search.state import SearchState
 from app.store.build_lock import TURN_SECONDS, waiting_note
+from app.store.catalogue import CatalogueSnapshot
 from app.store.maintenance import MaintenanceStore
 from app.store.vector_index import IndexSpec, index_spec
 
@@ -48,6 +49,15 @@ CATALOGUE = "catalogue"
 CHECKPOINTS = "embedding-checkpoints"
 VECTOR_COPY = "vector-copy"
 HNSW_PREFIX = "hnsw-index-"
+
+
+async def read_statistics(store: MaintenanceStore, state: SearchState) -> CatalogueSnapshot:
+    """Read the catalogue's statistics into `state`, marked with when the read began (so the files
+    stored meanwhile are kept); the snapshot read."""
+    began = state.read_begins()
+    snapshot = await store.read_catalogue()
+    state.set_stats(CatalogueStats.from_snapshot(snapshot), began)
+    return snapshot
 
 
 class CatalogueTask:
@@ -73,9 +83,7 @@ class CatalogueTask:
                 if added:
                     logger.info("Catalogued %d files written by rag_api", added)
             self.backfilled = True
-        began = self.state.read_begins()
-        snapshot = await self.store.read_catalogue()
-        self.state.set_stats(CatalogueStats.from_snapshot(snapshot), began)
+        snapshot = await read_statistics(self.store, self.state)
         return Pass(progress=f"{snapshot.files} files, {snapshot.chunks} chunks{note}")
 
 
@@ -250,9 +258,7 @@ class Maintenance:
         else:
             fresh = False
         if not fresh:
-            began = self.state.read_begins()
-            snapshot = await self.store.read_catalogue()
-            self.state.set_stats(CatalogueStats.from_snapshot(snapshot), began)
+            await read_statistics(self.store, self.state)
         self.state.set_copy_state(await self.store.copy_state())
         for dims, spec in list(self._specs.items()):
             if self.state.walk(dims) is None and await self.store.index_state(spec) == "valid":

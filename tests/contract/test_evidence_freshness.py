@@ -11,7 +11,10 @@ evidence search serves the new version already.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -131,51 +134,57 @@ async def test_the_uploader_follows_a_staging_left_to_a_job(settings_factory: Se
         assert other.status_code == 404
 
 
-async def staged_at_12(client: httpx.AsyncClient, agent: str) -> str:
-    """Upload the manual with the K 28 at 12 kg and wait until evidence search cites it; its file id."""
-    file_id = new_id("heaters")
-    r = await upload(client, file_id, "heaters.md", manual(12), auth(USER), entity_id=agent)
-    assert r.status_code == 200, r.text
-    await wait_active(client, agent, 1)
-    assert cited_weight(await ask(client, agent, file_id)) == "12"
-    return file_id
+@dataclass
+class Replaced:
+    """A running service whose file `file_id` (the K 28 at 12 kg, cited by evidence search) was
+    uploaded again with 19 kg, its evidence side left to the staging job `job`, held back an hour."""
+
+    client: httpx.AsyncClient
+    agent: str
+    file_id: str
+    job: int
 
 
-async def reupload_held(client: httpx.AsyncClient, agent: str, file_id: str) -> int:
-    """Upload `file_id` again with the K 28 at 19 kg, its evidence side left to a staging job held
-    back for an hour (as when the upload cannot stage it itself); the job's id."""
-    found = resources(client)
-    held: list[int] = []
-
-    async def left_to_a_held_job(draft: UploadDraft, report: object) -> None:
-        added = await found.jobs.service.enqueue(
-            V2_INDEX_FILE,
-            V2IndexFile(file_id=draft.file_id, owner=draft.owner).model_dump(),
-            dedupe_key=v2_jobs.upload_key(draft.owner, draft.file_id),
-            priority=v2_jobs.UPLOAD_PRIORITY,
-            delay_s=3600,
-        )
-        held.append(added.id)
-
-    real_prepare = found.evidence.prepare
-    found.evidence.prepare = left_to_a_held_job  # type: ignore[method-assign]
-    try:
-        r = await upload(client, file_id, "heaters.md", manual(19), auth(USER), entity_id=agent)
+@contextlib.asynccontextmanager
+async def replaced_with_staging_held(settings_factory: SettingsFactory) -> AsyncIterator[Replaced]:
+    """The service of `Replaced`, as when an upload cannot stage its evidence side itself."""
+    agent = agent_id()
+    settings = settings_factory(v2_namespace_ids=[agent], admin_user_ids=[ADMIN])
+    async with running_app(settings) as client:
+        found = resources(client)
+        file_id = new_id("heaters")
+        r = await upload(client, file_id, "heaters.md", manual(12), auth(USER), entity_id=agent)
         assert r.status_code == 200, r.text
-    finally:
-        found.evidence.prepare = real_prepare  # type: ignore[method-assign]
-    return held[0]
+        await wait_active(client, agent, 1)
+        assert cited_weight(await ask(client, agent, file_id)) == "12"
+        held: list[int] = []
+
+        async def left_to_a_held_job(draft: UploadDraft, report: object) -> None:
+            added = await found.jobs.service.enqueue(
+                V2_INDEX_FILE,
+                V2IndexFile(file_id=draft.file_id, owner=draft.owner).model_dump(),
+                dedupe_key=v2_jobs.upload_key(draft.owner, draft.file_id),
+                priority=v2_jobs.UPLOAD_PRIORITY,
+                delay_s=3600,
+            )
+            held.append(added.id)
+
+        real_prepare = found.evidence.prepare
+        found.evidence.prepare = left_to_a_held_job  # type: ignore[method-assign]
+        try:
+            r = await upload(client, file_id, "heaters.md", manual(19), auth(USER), entity_id=agent)
+            assert r.status_code == 200, r.text
+        finally:
+            found.evidence.prepare = real_prepare  # type: ignore[method-assign]
+        yield Replaced(client, agent, file_id, held[0])
 
 
 async def test_a_run_document_of_a_replaced_version_is_never_read(settings_factory: SettingsFactory) -> None:
     """When the evidence side of a re-upload is left to a job (here held back), the run still points
     at the old version's document: `/query_v2` must not cite it, and says the file is missing."""
-    agent = agent_id()
-    settings = settings_factory(v2_namespace_ids=[agent], admin_user_ids=[ADMIN])
-    async with running_app(settings) as client:
+    async with replaced_with_staging_held(settings_factory) as world:
+        client, agent, file_id, held = world.client, world.agent, world.file_id, world.job
         found = resources(client)
-        file_id = await staged_at_12(client, agent)
-        held = await reupload_held(client, agent, file_id)
         # V1 has the new version at once; the run's document is the old one's: never read
         stale = await ask(client, agent, file_id)
         assert cited_weight(stale) != "12", stale
@@ -203,12 +212,9 @@ async def test_an_answer_reads_the_run_and_its_missing_files_in_one_snapshot(
     """The new version's staging commits between the retrieve and the look-up of missing files: the
     answer still says the file is missing, as both read one snapshot (an empty answer saying all
     is well was seen once in CI when they did not)."""
-    agent = agent_id()
-    settings = settings_factory(v2_namespace_ids=[agent], admin_user_ids=[ADMIN])
-    async with running_app(settings) as client:
+    async with replaced_with_staging_held(settings_factory) as world:
+        client, agent, file_id, held = world.client, world.agent, world.file_id, world.job
         found = resources(client)
-        file_id = await staged_at_12(client, agent)
-        held = await reupload_held(client, agent, file_id)
         search = found.evidence.parts.search
         real_missing = search._missing
 

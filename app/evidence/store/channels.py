@@ -475,18 +475,19 @@ async def neighbour_chunks(
     }
 
 
-def chunk_detail(row: asyncpg.Record, parsed: dict[str, Any] | None = None) -> ChunkDetail:
+def chunk_detail(row: asyncpg.Record, parsed: dict[str, Any]) -> ChunkDetail:
     """A `ChunkDetail` from a row with ragoverlay_v2_chunk_details_in's columns.
 
-    `parsed`: document metadata already decoded, by its JSON text; every chunk of a document carries
-    the same text, and decoding it once per row was most of a hundred rows' decoding time.
+    `parsed`: document metadata already decoded, by its JSON text (filled here); every chunk of a
+    document carries the same text, and decoding it once per row was most of a hundred rows'
+    decoding time.
     """
     text = row["metadata"]
-    metadata = (parsed.get(text) if parsed is not None else None) if text else {}
-    if metadata is None:
-        metadata = json.loads(text)
-        if parsed is not None:
-            parsed[text] = metadata
+    metadata: Any = {}
+    if text:
+        metadata = parsed.get(text)
+        if metadata is None:
+            metadata = parsed[text] = json.loads(text)
     return ChunkDetail(
         document_id=int(row["document_id"]),
         ordinal=int(row["ordinal"]),
