@@ -20,9 +20,18 @@ class ContextChunk:
 def overlap_length(previous: str, current: str, max_overlap: int) -> int:
     """Length of the longest suffix of `previous` that is a prefix of `current` (≤ max_overlap)."""
     limit = min(len(previous), len(current), max_overlap)
-    for size in range(limit, MIN_OVERLAP_CHARS - 1, -1):
-        if previous.endswith(current[:size]):
-            return size
+    if limit < MIN_OVERLAP_CHARS:
+        return 0
+    # Every overlap long enough begins with `current`'s first MIN_OVERLAP_CHARS characters: test only
+    # where those occur in `previous`'s last `limit` characters, the earliest (longest) first. Trying
+    # every length took ~0.2 ms a pair, and evidence passages compare a dozen pairs per answer.
+    probe = current[:MIN_OVERLAP_CHARS]
+    end = len(previous)
+    at = previous.find(probe, end - limit)
+    while at >= 0:
+        if current.startswith(previous[at:]):
+            return end - at
+        at = previous.find(probe, at + 1)
     return 0
 
 

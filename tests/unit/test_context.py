@@ -1,6 +1,18 @@
 """The context text of GET /documents/{id}/context, built from chunks (pure)."""
 
-from app.search.context import ContextChunk, build_context, overlap_length
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.search.context import MIN_OVERLAP_CHARS, ContextChunk, build_context, overlap_length
+
+
+def _every_length(previous: str, current: str, max_overlap: int) -> int:
+    """The definition: the longest suffix of previous that starts current, tried length by length."""
+    limit = min(len(previous), len(current), max_overlap)
+    for size in range(limit, MIN_OVERLAP_CHARS - 1, -1):
+        if previous.endswith(current[:size]):
+            return size
+    return 0
 
 
 def test_overlap_length_finds_the_splitters_overlap() -> None:
@@ -36,3 +48,19 @@ def test_context_without_pages_joins_chunks() -> None:
         "notes.txt", [ContextChunk("first", None), ContextChunk("second", None)], max_overlap=10
     )
     assert out == "notes.txt\nfirst\nsecond"
+
+
+# short units repeated, so that long overlaps, repeated probes and near misses are common
+_texts = st.lists(
+    st.builds(
+        lambda unit, times: unit * times, st.text(alphabet="ab", min_size=1, max_size=3), st.integers(0, 12)
+    ),
+    max_size=4,
+).map("".join)
+
+
+@given(_texts, _texts, _texts, st.integers(min_value=0, max_value=80))
+def test_overlap_length_agrees_with_trying_every_length(head: str, shared: str, tail: str, cap: int) -> None:
+    previous, current = head + shared, shared + tail
+    assert overlap_length(previous, current, cap) == _every_length(previous, current, cap)
+    assert overlap_length(current, previous, cap) == _every_length(current, previous, cap)
