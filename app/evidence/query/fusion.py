@@ -30,15 +30,14 @@ from app.evidence.settings import FusionSettings
 from app.text.normalize import normalize
 
 
-def location_key(candidate: Candidate, prefix_chars: int) -> Hashable:
-    """Where a candidate sits: two candidates with the same key are the same evidence."""
+def place_key(candidate: Candidate) -> Hashable:
+    """Where a candidate sits; two at the same place are the same evidence if their texts begin alike."""
     return (
         candidate.file_id,
         candidate.place.page,
         candidate.place.table_index,
         candidate.place.row_index,
         candidate.place.section,
-        normalized_prefix(candidate.content, prefix_chars),
     )
 
 
@@ -148,18 +147,33 @@ def _provenance(ranks: Mapping[str, int]) -> tuple[str, ...]:
 
 
 def dedupe(items: Sequence[Fused], prefix_chars: int) -> list[Fused]:
-    """Keep the best item per location; it inherits the channels and best ranks of the others."""
-    kept: dict[Hashable, Fused] = {}
+    """Keep the best item per location (its place and the normalised start of its text); it inherits
+    the channels and best ranks of the others."""
+    kept: list[Fused] = []
+    at_place: dict[Hashable, list[int]] = {}  # place -> indexes into kept
+    # a text's start is normalised only when another item shares its place: most items share none
+    prefixes: dict[int, str] = {}
+
+    def prefix(slot: int) -> str:
+        if slot not in prefixes:
+            prefixes[slot] = normalized_prefix(kept[slot].candidate.content, prefix_chars)
+        return prefixes[slot]
+
     for item in items:
-        key = location_key(item.candidate, prefix_chars)
-        first = kept.get(key)
-        if first is None:
-            kept[key] = item
+        slots = at_place.setdefault(place_key(item.candidate), [])
+        kept.append(item)
+        own = len(kept) - 1
+        same = next((slot for slot in slots if prefix(slot) == prefix(own)), None) if slots else None
+        if same is None:
+            slots.append(own)
             continue
+        kept.pop()
+        prefixes.pop(own, None)
+        first = kept[same]
         ranks = dict(first.ranks)
         for channel, rank in item.ranks.items():
             ranks[channel] = min(rank, ranks.get(channel, rank))
-        kept[key] = Fused(
+        kept[same] = Fused(
             candidate=first.candidate,
             score=first.score,
             channels=_provenance(ranks),
@@ -168,7 +182,7 @@ def dedupe(items: Sequence[Fused], prefix_chars: int) -> list[Fused]:
             dense=_best(first.dense, item.dense),
             rerank=first.rerank,
         )
-    return list(kept.values())
+    return kept
 
 
 def _best(a: float | None, b: float | None) -> float | None:

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from app.evidence.query.fusion import apply_caps, fuse, normalized_prefix
+from app.evidence.query.fusion import apply_caps, dedupe, fuse, normalized_prefix
 from app.evidence.query.records import Fused, Scored
 from app.evidence.settings import FusionSettings
 from app.text.normalize import normalize
@@ -84,6 +84,45 @@ def test_same_location_collapses_and_keeps_provenance() -> None:
     assert [f.candidate.chunk_id for f in out] == ["x1", "x3"]
     assert out[0].channels == ("lexical", "vector")
     assert dict(out[0].ranks) == {"lexical": 1, "vector": 1}
+
+
+def _dedupe_by_whole_key(items: list[Fused], chars: int) -> list[tuple[str, tuple[str, ...], dict[str, int]]]:
+    """The definition: one item per (place, normalised start of the text), the first in order kept."""
+    kept: dict[tuple[object, ...], tuple[str, set[str], dict[str, int]]] = {}
+    for item in items:
+        c = item.candidate
+        key = (c.file_id, c.place.page, c.place.section, normalize(c.content)[:chars])
+        _, channels, ranks = kept.setdefault(key, (c.chunk_id, set(), {}))
+        channels.update(item.channels)
+        for channel, rank in item.ranks.items():
+            ranks[channel] = min(rank, ranks.get(channel, rank))
+    return [(chunk, tuple(sorted(ch)), ranks) for chunk, ch, ranks in kept.values()]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_dedupe_keeps_one_item_per_place_and_text_start(seed: int) -> None:
+    # few places and texts that differ only after the compared start, in case or punctuation, so that
+    # items share a place with and without the same text start, in every order
+    rng = random.Random(seed)
+    texts = ["Torque: 12 Nm.", "torque 12 nm", "Torque: 12 Nm, then 14", "Pressure 3 bar", "PRESSURE, 3 bar!"]
+    items = [
+        Fused(
+            candidate=cand(
+                f"c{n}",
+                rng.choice(["f1", "f2"]),
+                rng.choice(texts),
+                page=rng.choice([1, 2]),
+                section=rng.choice([("A",), ("B",)]),
+            ),
+            score=1.0 - n / 100,
+            channels=(channel := rng.choice(["lexical", "vector", "exact"]),),
+            ranks={channel: rng.randint(1, 9)},
+        )
+        for n in range(rng.randint(1, 24))
+    ]
+    out = dedupe(items, 12)
+    got = [(i.candidate.chunk_id, tuple(sorted(i.channels)), dict(i.ranks)) for i in out]
+    assert got == _dedupe_by_whole_key(items, 12)
 
 
 def test_minimum_evidence_score() -> None:
