@@ -31,7 +31,7 @@ from app.evidence.store.channels import ChannelHit, VectorPlan
 from app.store.db import vector_array
 from app.store.migrate import load_migrations, split_statements
 from app.store.scope import SCOPE_SQL, Scope, ScopeError
-from app.store.vector_index import build_index, index_spec
+from app.store.vector_index import build_index, ensure_walk, index_spec
 from app.text.chunk_records import ChunkPlace, ChunkRecord
 from app.text.normalize import normalize
 from app.text.stems import COMPOUNDS_MARKER, STEMS_MARKER, lexical_keys
@@ -754,6 +754,10 @@ async def test_the_one_statement_returns_what_each_channel_returns(world: World)
     channel's own SQL function give the same hits, statistics and details on the same data."""
     conn, run = world.conn, world.run_id
     query = np.random.default_rng(5).normal(size=DIMS).astype(np.float32)
+    # the walk's function, which an earlier test's index build would otherwise have to leave behind
+    walk_spec = index_spec(DIMS, vector_store.V2_CHUNK_INDEX)
+    assert walk_spec is not None
+    await ensure_walk(conn, walk_spec)
     asks = [
         ask(terms=["pump", "valve", "water"], keys=["k 28"], phrases=["k 28", "pump", "sensor"], query=query),
         ask(terms=["bdetection"], trigram="bdetection plus", query=query, limit=5),
@@ -777,6 +781,16 @@ async def test_the_one_statement_returns_what_each_channel_returns(world: World)
             assert {name: one.channels[name].hits for name in own} == own, question
             keys = {(h.document_id, h.ordinal) for r in one.channels.values() for h in r.hits}
             assert set(one.details) == keys
+            # each chunk's details and each document's metadata are sent once, yet every chunk has them
+            alone = await search.chunk_details(conn, scope, run, sorted(keys))
+            assert one.details == {(d.document_id, d.ordinal): d for d in alone}
+            args = retrieve_store.retrieve_args(run, question)
+            rows = await conn.fetch(retrieve_store.RETRIEVE, *retrieve_store.RETRIEVE_CALL.bind(args, scope))
+            sent = [
+                (r["document_id"], r["ordinal"], r["metadata"]) for r in rows if r["chunk_id"] is not None
+            ]
+            assert sorted(key[:2] for key in sent) == sorted(keys)
+            assert sorted(d for d, _, meta in sent if meta is not None) == sorted({d for d, _ in keys})
             assert set(one.stages_ms) >= {"visible", "statistics", "details"}
             assert all(r.ms >= 0 for r in one.channels.values())
     # the same scores as the reference, through the statement, narrowed by the allow-list

@@ -447,7 +447,7 @@ async def chunk_details(
         [int(o) for _, o in keys],
         timeout=timeout,
     )
-    parsed: dict[str, Any] = {}
+    parsed: dict[int, Any] = {}
     return [chunk_detail(r, parsed) for r in rows]
 
 
@@ -475,21 +475,20 @@ async def neighbour_chunks(
     }
 
 
-def chunk_detail(row: asyncpg.Record, parsed: dict[str, Any]) -> ChunkDetail:
+def chunk_detail(row: asyncpg.Record, parsed: dict[int, Any]) -> ChunkDetail:
     """A `ChunkDetail` from a row with ragoverlay_v2_chunk_details_in's columns.
 
-    `parsed`: document metadata already decoded, by its JSON text (filled here); every chunk of a
-    document carries the same text, and decoding it once per row was most of a hundred rows'
-    decoding time.
+    `parsed`: document metadata already decoded, by document id (filled here). A row may leave
+    its document's metadata out (NULL) when an earlier row of the same call carried it, as
+    ragoverlay_v2_retrieve does; decoding it once per row was most of a hundred rows' decoding time.
     """
+    document_id = int(row["document_id"])
     text = row["metadata"]
-    metadata: Any = {}
     if text:
-        metadata = parsed.get(text)
-        if metadata is None:
-            metadata = parsed[text] = json.loads(text)
+        parsed[document_id] = json.loads(text) if document_id not in parsed else parsed[document_id]
+    metadata: Any = parsed.get(document_id, {})
     return ChunkDetail(
-        document_id=int(row["document_id"]),
+        document_id=document_id,
         ordinal=int(row["ordinal"]),
         chunk_id=str(row["chunk_id"]),
         file_id=row["file_id"],

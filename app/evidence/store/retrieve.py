@@ -113,7 +113,7 @@ def _retrieval(rows: Sequence[asyncpg.Record]) -> Retrieval:
     """The statement's rows (four kinds, see ragoverlay_v2_retrieve) as a `Retrieval`."""
     channels = {name: ChannelResult() for name in CHANNEL_NAMES}
     details: dict[Key, ChunkDetail] = {}
-    parsed: dict[str, Any] = {}  # document metadata by its JSON text: decoded once per document
+    parsed: dict[int, Any] = {}  # document metadata by document id: sent and decoded once per document
     frequencies: dict[str, int] = {}
     visible_stats = Visible(0, 0, 0.0)
     stages: dict[str, float] = {}

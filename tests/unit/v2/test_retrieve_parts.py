@@ -87,9 +87,12 @@ def hit_row(ordinal: int, document_id: int, metadata: str | None) -> dict[str, A
 
 
 def test_a_documents_metadata_is_decoded_once_for_all_its_chunks() -> None:
+    # the statement sends a document's metadata on its first chunk's row only (NULL on the others)
     meta = '{"kind": "pdf", "page_count": 3}'
-    rows = [hit_row(1, 7, meta), hit_row(2, 7, meta), hit_row(3, 8, '{"kind": "html"}'), hit_row(4, 9, None)]
+    rows = [hit_row(1, 7, meta), hit_row(2, 7, None), hit_row(3, 8, '{"kind": "html"}'), hit_row(4, 9, None),
+            hit_row(5, 7, meta)]  # fmt: skip
     details = _retrieval(rows).details  # type: ignore[arg-type]
-    first, second, other, bare = (details[key] for key in [(7, 1), (7, 2), (8, 3), (9, 4)])
-    assert first.metadata == {"kind": "pdf", "page_count": 3} and first.metadata is second.metadata
+    first, second, other, bare, third = (details[key] for key in [(7, 1), (7, 2), (8, 3), (9, 4), (7, 5)])
+    assert first.metadata == {"kind": "pdf", "page_count": 3}
+    assert first.metadata is second.metadata is third.metadata
     assert other.metadata == {"kind": "html"} and bare.metadata == {}

@@ -811,9 +811,11 @@ $$;
 
 -- One row set of four kinds, told apart by `part` (columns a part does not use are NULL):
 --   'hit'      channel, rank (1-based, the channel's order), document_id, ordinal, score, detail, and
---              the chunk's details (chunk_id ... metadata, as ragoverlay_v2_chunk_details_in; NULL
---              when the chunk is not readable); score: BM25 or trigram similarity (lexical), the
---              match weight (exact), 1 - cosine distance (vector)
+--              the chunk's details (chunk_id ... metadata, as ragoverlay_v2_chunk_details_in) on the
+--              chunk's first row only (NULL on its other rows, and when the chunk is not readable),
+--              the document's metadata on its first such row only; rows come in (channel, rank)
+--              order; score: BM25 or trigram similarity (lexical), the match weight (exact),
+--              1 - cosine distance (vector)
 --   'visible'  documents, chunks (BM25's N), average_length (avgdl), ms
 --   'df'       term, df: the visible chunks holding each distinct query term
 --   'stage'    channel ('exact', 'lexical', 'vector', 'statistics', 'details'), ms, error (the
@@ -909,6 +911,12 @@ BEGIN
             SELECT 3, 'vector', u.*
             FROM unnest(r_vector.hit_documents, r_vector.hit_ordinals, r_vector.hit_scores,
                         r_vector.hit_details) WITH ORDINALITY AS u(d, o, s, x, n)
+        ),
+        -- a chunk's details travel once, on its first row in the output's order (a chunk two or
+        -- three channels found was sent two or three times)
+        numbered AS (
+            SELECT h.*, row_number() OVER (PARTITION BY h.d, h.o ORDER BY h.c, h.n) = 1 AS first
+            FROM hits h
         )
         SELECT 'hit'::text, h.channel, h.n::integer, h.d, h.o, h.s, h.x, NULL::double precision,
                NULL::text, NULL::text, NULL::bigint, NULL::bigint, NULL::bigint, NULL::double precision,
@@ -916,12 +924,17 @@ BEGIN
                k.file_id, k.kind, k.page, k.page_label, k.section, k.table_caption, k.table_index,
                k.row_index, k.row_label, k.headers, k.row_values, k.units, k.footnotes, k.content,
                k.search_text, k.entity_keys, k.filename, k.title, k.language, k.publication_date,
-               k.document_number, k.source, k.metadata
-        FROM hits h
-        LEFT JOIN ragoverlay_v2_chunk_details_in(p_scope => p_scope, p_docs => visible.docs,
-                                                 p_documents => ARRAY(SELECT d FROM hits),
-                                                 p_ordinals => ARRAY(SELECT o FROM hits)) k
-          ON k.document_id = h.d AND k.ordinal = h.o
+               k.document_number, k.source,
+               -- and a document's metadata on its first chunk's row only: the largest column
+               CASE WHEN k.chunk_id IS NOT NULL
+                         AND row_number() OVER (PARTITION BY k.document_id ORDER BY h.c, h.n) = 1
+                    THEN k.metadata END
+        FROM numbered h
+        LEFT JOIN ragoverlay_v2_chunk_details_in(
+                      p_scope => p_scope, p_docs => visible.docs,
+                      p_documents => ARRAY(SELECT d FROM numbered WHERE first ORDER BY c, n),
+                      p_ordinals => ARRAY(SELECT o FROM numbered WHERE first ORDER BY c, n)) k
+          ON h.first AND k.document_id = h.d AND k.ordinal = h.o
         ORDER BY h.c, h.n;
     -- the small rows through the output variables, each set for its own rows only
     part := 'visible'; documents := visible.documents; chunks := visible.chunks;
