@@ -36,6 +36,7 @@ from app.ingest.chunking import clean_text
 from app.ingest.limits import current_guard
 from app.ingest.loaders.navigation import pdf_navigation
 from app.ingest.loaders.ocr import OcrReader
+from app.ingest.loaders.pdf_layout_speed import install as install_plain_first
 from app.ingest.loaders.pdf_ocr import PdfOcr
 from app.ingest.loaders.pdf_ocr import pages_phrase as _pages
 from app.ingest.loaders.pdf_structure import (
@@ -357,6 +358,7 @@ class _Layout:
             if self._pdf is None:
                 import pdfplumber
 
+                install_plain_first()
                 self._pdf = pdfplumber.open(self._path, password="")
             page = self._pdf.pages[number]
             try:
