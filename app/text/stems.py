@@ -119,6 +119,15 @@ def form_set(tokens: Iterable[str]) -> frozenset[str]:
     return frozenset().union(*map(forms, tokens))
 
 
+# A candidate's text is read by the reranker and by the refusal of the same answer, and a much-asked
+# chunk by many answers: its forms are kept for the texts seen last. 256 texts of a few hundred
+# tokens each hold a few MB.
+@functools.lru_cache(maxsize=256)
+def text_forms(search_text: str) -> frozenset[str]:
+    """`form_set` of a normalised text's tokens (its space-separated words)."""
+    return form_set(search_text.split())
+
+
 def matches(token: str, offered: frozenset[str]) -> bool:
     """True when `token` or one of its stems is among `offered` (a `form_set`)."""
     return not forms(token).isdisjoint(offered)

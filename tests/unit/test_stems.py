@@ -7,7 +7,7 @@ import pytest
 
 from app.config import load_settings
 from app.evidence.index.profile import build_profile
-from app.text.stems import STEMS_MARKER, lexical_key, lexical_keys, stems_in_lexical
+from app.text.stems import STEMS_MARKER, form_set, lexical_key, lexical_keys, stems_in_lexical, text_forms
 
 
 @pytest.mark.parametrize(
@@ -55,3 +55,10 @@ def test_the_setting_marks_the_extractor_version() -> None:
     ).extractor_version
     assert not stems_in_lexical(plain) and stems_in_lexical(stemmed)
     assert plain.split("-")[1] != stemmed.split("-")[1]  # a reindex builds the other kind
+
+
+def test_a_texts_forms_are_its_tokens_forms_and_kept() -> None:
+    text = "die ventile returns k 28 ventil"
+    assert text_forms(text) == form_set(text.split())
+    assert text_forms(text) is text_forms("die ventile returns k 28 ventil")  # the same text: kept
+    assert text_forms("") == frozenset()

@@ -11,6 +11,7 @@ found from configurable trigger words: `table_lookup`, `document_lookup`, `citat
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -130,6 +131,12 @@ def name_variants(entity: Entity, *, last_part: bool = True) -> tuple[str, ...]:
     return tuple(forms)
 
 
+@functools.lru_cache(maxsize=1024)
+def normalized_phrase(text: str) -> str:
+    """`normalize` of a configured phrase: the same intent triggers are read for every question."""
+    return normalize(text)
+
+
 def analyze_query(
     text: str, config: QueryConfig | None = None, extractor: EntityExtractor | None = None
 ) -> QueryAnalysis:
@@ -164,7 +171,7 @@ def analyze_query(
     intents = {
         intent
         for intent, triggers in config.intent_triggers.items()
-        if any(contains_phrase(normalized, normalize(trigger)) for trigger in triggers)
+        if any(contains_phrase(normalized, normalized_phrase(trigger)) for trigger in triggers)
     }
     document_numbers = of("document_number")
     if document_numbers or of("standard"):

@@ -53,7 +53,7 @@ from app.evidence.settings import RefusalSettings
 from app.text import vocabulary
 from app.text.entities import Entity
 from app.text.normalize import contains_phrase, fold, normalize, tokenize
-from app.text.stems import form_set, matches, stem_de
+from app.text.stems import form_set, matches, stem_de, text_forms
 
 # the signals that follow from a question's words not being the text's: a paraphrase fires them all
 # (the channels disagree because the lexical one misses it); only the dense similarity is
@@ -296,7 +296,7 @@ def decide_refusal(
 
     stats = document_frequency is not None and documents > 0
     # every stem form any candidate's text offers: read by the name check and the rare-term signal
-    everywhere = form_set(t for item in pool for t in item.candidate.search_text.split()) if stats else None
+    everywhere = frozenset().union(*(text_forms(i.candidate.search_text) for i in pool)) if stats else None
     if document_frequency is not None and everywhere is not None:
         # in no visible chunk, and no candidate holds it in another inflection either
         for token in written_names(query):

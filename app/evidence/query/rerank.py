@@ -46,7 +46,7 @@ from app.evidence.query.fusion import apply_caps
 from app.evidence.query.records import Candidate, Fused
 from app.evidence.settings import MAX_RERANK_WINDOW, FeatureWeights, RerankSettings
 from app.text.normalize import contains_phrase, normalize
-from app.text.stems import form_set, matches
+from app.text.stems import form_set, matches, text_forms
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class FeatureReranker:
     def features(self, query: QueryAnalysis, items: Sequence[Fused]) -> list[dict[str, float]]:
         """The applicable features of every item (a feature absent from a dict does not apply)."""
         texts = [item.candidate.search_text for item in items]
-        token_sets = [form_set(text.split()) for text in texts]
+        token_sets = [text_forms(text) for text in texts]
         # idf within the window: a term every candidate has says little about which one answers
         weights = {
             term: idf(len(items), sum(matches(term, tokens) for tokens in token_sets)) for term in query.terms
