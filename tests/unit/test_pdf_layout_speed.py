@@ -11,6 +11,7 @@ import pytest
 from app.ingest.loaders import pdf as pdf_loader
 from app.ingest.loaders import pdf_layout_speed
 from app.ingest.loaders.pdf import load_pdf
+from tests.fixtures import v2_corpus
 
 
 class _Ref:
@@ -34,29 +35,6 @@ def test_plain_values_are_answered_and_everything_else_is_handed_on() -> None:
     assert handed == others
 
 
-def _ruled_pdf(path: Path) -> Path:
-    """Three pages: prose, a ruled table between paragraphs, and a page of prose in colour."""
-    from fpdf import FPDF
-
-    pdf = FPDF(format="A4")
-    pdf.set_font("Helvetica", size=11)
-    pdf.add_page()
-    pdf.multi_cell(0, 6, "1 Scope\nThis manual covers the K series pumps.", new_x="LMARGIN", new_y="NEXT")
-    pdf.add_page()
-    pdf.multi_cell(0, 6, "2 Ratings\nThe ratings below apply to every model.", new_x="LMARGIN", new_y="NEXT")
-    with pdf.table(col_widths=(40, 30, 30)) as table:
-        for row in [["Model", "Power (kW)", "Weight (kg)"], ["K 25", "2.5", "10"], ["K 28", "2.8", "12"]]:
-            cells = table.row()
-            for value in row:
-                cells.cell(value)
-    pdf.multi_cell(0, 6, "Values are measured at 20 C.", new_x="LMARGIN", new_y="NEXT")
-    pdf.add_page()
-    pdf.set_text_color(200, 30, 30)
-    pdf.multi_cell(0, 6, "3 Notes\nKeep the pump dry.", new_x="LMARGIN", new_y="NEXT")
-    pdf.output(str(path))
-    return path
-
-
 def _uninstall() -> None:
     """pdfplumber's own resolver back."""
     original = getattr(pdfplumber.page.resolve_all, pdf_layout_speed.MARK, None)
@@ -70,7 +48,7 @@ def _read(path: Path) -> list[tuple[Any, ...]]:
 
 
 def test_a_pdf_reads_the_same_with_either_resolver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = _ruled_pdf(tmp_path / "ratings.pdf")
+    path = v2_corpus.manual_pdf(tmp_path / "manual.pdf")  # a ruled table on its second page
     try:
         with monkeypatch.context() as patched:
             patched.setattr(pdf_loader, "install_plain_first", lambda: True)
