@@ -85,6 +85,14 @@ def normalize(text: str, keep_symbols: str = DEFAULT_KEEP_SYMBOLS) -> str:
     return " ".join(tokenize(text, keep_symbols))
 
 
+# Short texts read again and again (the intent phrases of every question, the headings of the
+# candidates a reranker window shares) are normalised once while they are among the last 4,096.
+@functools.lru_cache(maxsize=4096)
+def normalize_kept(text: str) -> str:
+    """`normalize(text)` with the default symbols, kept for the texts seen last."""
+    return normalize(text)
+
+
 def contains_phrase(haystack_normalized: str, phrase_normalized: str) -> bool:
     """True when the normalised phrase occurs in the normalised text on token boundaries."""
     # "k 2" must not match inside "k 28": pad both with spaces so a match ends on a token boundary.

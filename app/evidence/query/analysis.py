@@ -11,7 +11,6 @@ found from configurable trigger words: `table_lookup`, `document_lookup`, `citat
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
 
@@ -19,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.text.entities import Entity, EntityExtractor, default_extractor, detect_language
 from app.text.lexicon import QUESTION_WORDS, STOPWORDS_DE, STOPWORDS_EN
-from app.text.normalize import contains_phrase, normalize, tokenize
+from app.text.normalize import contains_phrase, normalize, normalize_kept, tokenize
 
 TABLE_LOOKUP = "table_lookup"
 DOCUMENT_LOOKUP = "document_lookup"
@@ -131,12 +130,6 @@ def name_variants(entity: Entity, *, last_part: bool = True) -> tuple[str, ...]:
     return tuple(forms)
 
 
-@functools.lru_cache(maxsize=1024)
-def normalized_phrase(text: str) -> str:
-    """`normalize` of a configured phrase: the same intent triggers are read for every question."""
-    return normalize(text)
-
-
 def analyze_query(
     text: str, config: QueryConfig | None = None, extractor: EntityExtractor | None = None
 ) -> QueryAnalysis:
@@ -171,7 +164,7 @@ def analyze_query(
     intents = {
         intent
         for intent, triggers in config.intent_triggers.items()
-        if any(contains_phrase(normalized, normalized_phrase(trigger)) for trigger in triggers)
+        if any(contains_phrase(normalized, normalize_kept(trigger)) for trigger in triggers)
     }
     document_numbers = of("document_number")
     if document_numbers or of("standard"):

@@ -45,8 +45,8 @@ from app.evidence.query.evidence import OCR_PAGES, ocr_confidence
 from app.evidence.query.fusion import apply_caps
 from app.evidence.query.records import Candidate, Fused
 from app.evidence.settings import MAX_RERANK_WINDOW, FeatureWeights, RerankSettings
-from app.text.normalize import contains_phrase, normalize
-from app.text.stems import form_set, matches, text_forms
+from app.text.normalize import contains_phrase, normalize, normalize_kept
+from app.text.stems import matches, text_forms
 
 logger = logging.getLogger(__name__)
 
@@ -139,12 +139,12 @@ class FeatureReranker:
                         for q in query.quantities
                     ]
                 )
-            heading_text = normalize(
+            heading_text = normalize_kept(
                 " ".join(
                     filter(None, (c.document.title, *place.section, place.table_caption, place.row_label))
                 )
             )
-            heading_tokens = form_set(heading_text.split())
+            heading_tokens = text_forms(heading_text)
             if query.terms:
                 f["heading"] = _fraction([matches(t, heading_tokens) for t in query.terms])
             if query.names:

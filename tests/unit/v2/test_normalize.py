@@ -12,6 +12,7 @@ from app.text.normalize import (
     contains_phrase,
     fold,
     normalize,
+    normalize_kept,
     tokenize,
 )
 
@@ -98,3 +99,9 @@ def test_texts_without_marks_take_the_short_pattern_with_the_same_tokens() -> No
         folded = fold(text)
         full = [t.replace(",", ".") for t in _token_pattern(DEFAULT_KEEP_SYMBOLS, True).findall(folded)]
         assert tokenize(text) == full, repr(text)
+
+
+def test_a_kept_normalisation_is_the_normalisation() -> None:
+    for text in ["Table 3.1. Upload limits", "Ölfilter › Wechsel", "K28 pump", ""]:
+        assert normalize_kept(text) == normalize(text)
+    assert normalize_kept("Table 3.1. Upload limits") is normalize_kept("Table 3.1. Upload limits")
