@@ -161,14 +161,14 @@ def dedupe(items: Sequence[Fused], prefix_chars: int) -> list[Fused]:
 
     for item in items:
         slots = at_place.setdefault(place_key(item.candidate), [])
-        kept.append(item)
-        own = len(kept) - 1
-        same = next((slot for slot in slots if prefix(slot) == prefix(own)), None) if slots else None
+        own = normalized_prefix(item.candidate.content, prefix_chars) if slots else None
+        same = next((slot for slot in slots if prefix(slot) == own), None)
         if same is None:
-            slots.append(own)
+            if own is not None:
+                prefixes[len(kept)] = own
+            slots.append(len(kept))
+            kept.append(item)
             continue
-        kept.pop()
-        prefixes.pop(own, None)
         first = kept[same]
         ranks = dict(first.ranks)
         for channel, rank in item.ranks.items():

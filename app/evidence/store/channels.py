@@ -484,8 +484,8 @@ def chunk_detail(row: asyncpg.Record, parsed: dict[int, Any]) -> ChunkDetail:
     """
     document_id = int(row["document_id"])
     text = row["metadata"]
-    if text:
-        parsed[document_id] = json.loads(text) if document_id not in parsed else parsed[document_id]
+    if text and document_id not in parsed:
+        parsed[document_id] = json.loads(text)
     metadata: Any = parsed.get(document_id, {})
     return ChunkDetail(
         document_id=document_id,
